@@ -1,0 +1,5 @@
+"""`python -m datapipe` runs the CLI."""
+
+from datapipe.cli.main import main
+
+main()

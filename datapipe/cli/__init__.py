@@ -1,0 +1,1 @@
+"""The `datapipe` command: thin wrappers that parse arguments, call the library and print."""

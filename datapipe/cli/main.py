@@ -1,0 +1,46 @@
+"""Entry point of the `datapipe` command; turns DatapipeError into a message and an exit code."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import click
+
+from datapipe import __version__
+from datapipe.errors import DatapipeError
+
+
+class DatapipeGroup(click.Group):
+    """A click group that reports DatapipeError as 'error: ...' on stderr, never as a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command, mapping DatapipeError to its exit code."""
+        try:
+            return super().invoke(ctx)
+        except DatapipeError as e:
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(e.exit_code)
+
+
+@click.group(cls=DatapipeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="datapipe")
+@click.option("-v", "--verbose", is_flag=True, help="Log progress and skipped members.")
+def cli(verbose: bool) -> None:
+    """Build, version and stream sharded datasets for model training."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s: %(message)s")
+
+
+def _register() -> None:
+    from datapipe.cli import shards
+
+    cli.add_command(shards.inspect)
+    cli.add_command(shards.index)
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="datapipe")

@@ -1,0 +1,58 @@
+"""The one exception tree of datapipe; every error a user can cause carries its CLI exit code."""
+
+from __future__ import annotations
+
+
+class DatapipeError(Exception):
+    """Base of every error datapipe raises on purpose.
+
+    The CLI prints ``str(error)`` (never a traceback) and exits with ``exit_code``.
+    """
+
+    exit_code = 1
+
+
+class ConfigError(DatapipeError):
+    """A bad argument, option, pipeline file field or format name."""
+
+    exit_code = 2
+
+
+class NotFoundError(DatapipeError):
+    """A file, shard, dataset, version or ref that does not exist."""
+
+    exit_code = 3
+
+
+class ShardCorruptError(DatapipeError):
+    """A shard or index whose bytes cannot be what a writer produced.
+
+    ``shard`` names the file and ``offset`` the byte where reading stopped (None when
+    the problem is not at one place, e.g. a size mismatch).
+    """
+
+    exit_code = 4
+
+    def __init__(self, shard: str, message: str, offset: int | None = None) -> None:
+        self.shard = shard
+        self.offset = offset
+        where = f" at byte {offset}" if offset is not None else ""
+        super().__init__(f"{shard}{where}: {message}")
+
+
+class FormatVersionError(DatapipeError):
+    """An on-disk file (index, manifest) written in a format version this datapipe does not know."""
+
+    exit_code = 5
+
+
+class IntegrityError(DatapipeError):
+    """Stored bytes do not match their recorded hashes (what ``datapipe verify`` reports)."""
+
+    exit_code = 6
+
+
+class SampleError(DatapipeError):
+    """A sample a shard format cannot store as given: a bad key, field name or value type."""
+
+    exit_code = 7

@@ -1,0 +1,245 @@
+"""What every shard format implements, and the rules for sample keys and field names."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import unicodedata
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, ClassVar
+
+from datapipe.errors import ConfigError, SampleError, ShardCorruptError
+from datapipe.formats.index import IndexBuilder, ShardIndex
+from datapipe.storage.local import Buffer, release
+
+KEY = "__key__"
+
+# A sample: {"__key__": str, field: payload, ...}. Tar payloads are bytes-like; TFRecord also
+# holds int64 and float lists (see the tfrecord package).
+Sample = dict[str, Any]
+
+
+def _bad_char(text: str) -> str | None:
+    """The first NUL, control or lone-surrogate character of ``text`` (these cannot travel in a name)."""
+    for ch in text:
+        if ch == "\x00" or unicodedata.category(ch) in ("Cc", "Cs"):
+            return ch
+    return None
+
+
+def check_key(key: object, *, allow_dots: bool) -> str:
+    """Validate a sample key: a non-empty str without '/', NUL or control characters.
+
+    WebDataset readers split a member name at the first '.' of its basename, so the tar format
+    passes ``allow_dots=False`` and a key with a dot is refused rather than silently split.
+    """
+    if not isinstance(key, str) or not key:
+        raise SampleError(f"sample key must be a non-empty str, got {key!r}")
+    if "/" in key:
+        raise SampleError(f"sample key {key!r} contains '/'; keys name one sample, not a path")
+    bad = _bad_char(key)
+    if bad is not None:
+        raise SampleError(f"sample key {key!r} contains the control character {bad!r}")
+    if not allow_dots and "." in key:
+        raise SampleError(
+            f"sample key {key!r} contains '.', which WebDataset readers take as the start of the field "
+            "name; replace the dots (e.g. with '_') in a map stage, or use the tfrecord format"
+        )
+    return key
+
+
+def check_field(name: object, key: str) -> str:
+    """Validate a field name (the tar extension): non-empty, no '/', NUL or control characters."""
+    if not isinstance(name, str) or not name:
+        raise SampleError(f"sample {key!r}: field names must be non-empty str, got {name!r}")
+    if "/" in name or _bad_char(name) is not None or name.startswith("__"):
+        raise SampleError(
+            f"sample {key!r}: field name {name!r} is not allowed (no '/', control characters or leading '__')"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class WrittenShard:
+    """What a writer produced: sample count, byte size, sha256 of the file, and its index."""
+
+    samples: int
+    size: int
+    sha256: str
+    index: ShardIndex
+
+
+class ShardWriter(ABC):
+    """Writes samples to one binary stream, hashing the file and building its index on the way.
+
+    Output is deterministic: the same samples in the same order give the same bytes.
+    """
+
+    format_code: ClassVar[int]
+    allow_dots_in_keys: ClassVar[bool]
+
+    def __init__(self, out: BinaryIO, name: str = "<stream>") -> None:
+        self.name = name
+        self._out = out
+        self._pos = 0
+        self._sha = hashlib.sha256()
+        self._index = IndexBuilder(self.format_code)
+        self._keys: set[str] = set()
+        self._finished: WrittenShard | None = None
+
+    def _emit(self, data: bytes | memoryview) -> None:
+        self._out.write(data)
+        self._sha.update(data)
+        self._pos += len(data)
+
+    def write(self, sample: Mapping[str, Any]) -> None:
+        """Append one sample; a key already in this shard is refused (it would merge on read)."""
+        if self._finished is not None:
+            raise RuntimeError(f"{self.name}: write() after finish()")
+        key = check_key(sample.get(KEY), allow_dots=self.allow_dots_in_keys)
+        if key in self._keys:
+            raise SampleError(f"{self.name}: sample key {key!r} appears twice in one shard")
+        fields = {check_field(k, key): v for k, v in sample.items() if k != KEY}
+        start = self._pos
+        sample_sha = hashlib.sha256()
+        members = self._write_sample(key, dict(sorted(fields.items())), sample_sha)
+        self._keys.add(key)
+        self._index.add(key, start, self._pos, sample_sha.digest(), members, fields)
+
+    @abstractmethod
+    def _write_sample(self, key: str, fields: dict[str, Any], sample_sha: Any) -> list[tuple[str, int, int]]:
+        """Emit one sample (fields sorted by name), update ``sample_sha`` with every byte emitted,
+        and return its (field, payload offset, payload size) members."""
+
+    def _write_end(self) -> None:  # noqa: B027 - an optional hook, not an abstract method
+        """Emit whatever closes the stream (the tar end-of-archive blocks); nothing by default."""
+
+    def finish(self) -> WrittenShard:
+        """Close the shard (not the stream) and return its size, sha256 and index."""
+        if self._finished is None:
+            self._write_end()
+            index = self._index.build(self._pos)
+            self._finished = WrittenShard(len(self._index), self._pos, self._sha.hexdigest(), index)
+        return self._finished
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.finish()
+
+
+@dataclass
+class ScanEntry:
+    """One sample met by a sequential scan: its key, byte span, members and decoded sample."""
+
+    key: str
+    start: int
+    end: int
+    sample: Sample
+    members: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+class ShardReader(ABC):
+    """Reads one shard held in a buffer (an mmap for local files).
+
+    With an index, ``reader[i]`` costs O(1) plus the payload read; without one, iteration scans
+    the bytes. Payloads are memoryviews into the buffer unless ``copy=True``; views stay valid
+    while the reader (or the view itself) is alive.
+    """
+
+    format_code: ClassVar[int]
+
+    def __init__(
+        self, buffer: Buffer, name: str, index: ShardIndex | None = None, *, copy: bool = False, verify_crc: bool = True
+    ) -> None:
+        self.name = name
+        self._buffer = buffer
+        self._view = memoryview(buffer)
+        self.copy = copy
+        self.verify_crc = verify_crc
+        self.index = index
+        if index is not None:
+            self._check_index(index)
+
+    def _check_index(self, index: ShardIndex) -> None:
+        """Cheap proof that the index belongs to these bytes: size, and the first and last sample hashes."""
+        if index.format_code != self.format_code:
+            raise ConfigError(f"{self.name}: the index was built for another shard format")
+        index.check_shard_size(len(self._view), self.name)
+        for i in {0, len(index) - 1} if len(index) else ():
+            start, end = int(index.sample_start[i]), int(index.sample_end[i])
+            if hashlib.sha256(self._view[start:end]).digest() != index.sample_hash[i].tobytes():
+                raise ShardCorruptError(
+                    self.name,
+                    f"sample {i} does not match the hash in its index; the index belongs to other bytes "
+                    "(rebuild it with `datapipe index`) or the shard is damaged (check it with `datapipe verify`)",
+                    start,
+                )
+
+    def _require_index(self) -> ShardIndex:
+        if self.index is None:
+            raise ConfigError(
+                f"{self.name}: random access needs the shard's index; build it with `datapipe index {self.name}`"
+            )
+        return self.index
+
+    def __len__(self) -> int:
+        return len(self._require_index())
+
+    def __getitem__(self, i: int) -> Sample:
+        index = self._require_index()
+        n = len(index)
+        if not -n <= i < n:
+            raise IndexError(f"{self.name}: sample {i} out of range for {n} samples")
+        return self._read(i % n if n else i)
+
+    def __iter__(self) -> Iterator[Sample]:
+        if self.index is not None:
+            for i in range(len(self.index)):
+                yield self._read(i)
+        else:
+            for entry in self.scan():
+                yield entry.sample
+
+    def keys(self) -> list[str]:
+        """Every key in shard order (from the index when present, else by a scan)."""
+        if self.index is not None:
+            return self.index.keys()
+        return [entry.key for entry in self.scan()]
+
+    def build_index(self) -> ShardIndex:
+        """Scan the shard and build its index, hashing every sample span."""
+        builder = IndexBuilder(self.format_code)
+        view = self._view
+        for e in self.scan():
+            digest = hashlib.sha256(view[e.start : e.end]).digest()
+            builder.add(e.key, e.start, e.end, digest, e.members, (k for k in e.sample if k != KEY))
+        return builder.build(len(view))
+
+    @abstractmethod
+    def scan(self) -> Iterator[ScanEntry]:
+        """Walk the bytes from the start without an index, raising ShardCorruptError at bad bytes."""
+
+    @abstractmethod
+    def _read(self, i: int) -> Sample:
+        """Sample ``i`` (0 <= i < len) located through the index."""
+
+    def _payload(self, offset: int, size: int) -> bytes | memoryview:
+        view = self._view[offset : offset + size]
+        return bytes(view) if self.copy else view
+
+    def close(self) -> None:
+        """Release the buffer (an mmap stays open while sample views into it exist)."""
+        with contextlib.suppress(BufferError):
+            self._view.release()
+        release(self._buffer)
+
+    def __enter__(self) -> ShardReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,60 @@
+"""Maps a format name to its writer, reader and file extension."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from datapipe.errors import ConfigError
+from datapipe.formats.base import ShardReader, ShardWriter
+from datapipe.formats.tar.reader import TarShardReader
+from datapipe.formats.tar.writer import TarShardWriter
+from datapipe.formats.tfrecord.reader import TFRecordShardReader
+from datapipe.formats.tfrecord.writer import TFRecordShardWriter
+
+
+@dataclass(frozen=True)
+class ShardFormat:
+    """One shard format: its name, file extensions (first = what we write) and classes."""
+
+    name: str
+    extensions: tuple[str, ...]
+    writer: type[ShardWriter]
+    reader: type[ShardReader]
+
+    @property
+    def extension(self) -> str:
+        """The extension given to shards we write."""
+        return self.extensions[0]
+
+
+FORMATS = {
+    "webdataset": ShardFormat("webdataset", (".tar",), TarShardWriter, TarShardReader),
+    "tfrecord": ShardFormat(
+        "tfrecord", (".tfrecord", ".tfrecords", ".tfrec"), TFRecordShardWriter, TFRecordShardReader
+    ),
+}
+_ALIASES = {"tar": "webdataset", "wds": "webdataset", "tfrecords": "tfrecord"}
+_BY_CODE = {f.writer.format_code: f for f in FORMATS.values()}
+
+
+def get_format(name: str) -> ShardFormat:
+    """The format called ``name`` (or an alias such as 'tar'); ConfigError listing the choices."""
+    fmt = FORMATS.get(_ALIASES.get(name, name))
+    if fmt is None:
+        raise ConfigError(f"unknown shard format {name!r}; choose one of: {', '.join(FORMATS)}")
+    return fmt
+
+
+def format_for_code(code: int) -> ShardFormat | None:
+    """The format whose index code is ``code``, if any."""
+    return _BY_CODE.get(code)
+
+
+def format_for_path(path: str) -> ShardFormat:
+    """Guess a shard's format from its extension; ConfigError when the extension is unknown."""
+    lower = path.lower()
+    for fmt in FORMATS.values():
+        if lower.endswith(fmt.extensions):
+            return fmt
+    known = ", ".join(e for f in FORMATS.values() for e in f.extensions)
+    raise ConfigError(f"{path}: cannot tell the shard format from the name (known: {known}); pass --format")

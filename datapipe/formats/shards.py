@@ -1,0 +1,90 @@
+"""Shard files by path: write a shard with its index, open one for reading, (re)build an index."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from datapipe.errors import NotFoundError
+from datapipe.formats.base import ShardReader, WrittenShard
+from datapipe.formats.index import ShardIndex
+from datapipe.formats.registry import ShardFormat, format_for_path, get_format
+from datapipe.storage.local import atomic_write, map_file, release
+
+INDEX_SUFFIX = ".idx"
+
+
+def index_path(shard: str | os.PathLike[str]) -> Path:
+    """Where the index of ``shard`` lives: the shard's path plus '.idx'."""
+    return Path(f"{os.fspath(shard)}{INDEX_SUFFIX}")
+
+
+def _resolve(path: str | os.PathLike[str], fmt: str | ShardFormat | None) -> ShardFormat:
+    if isinstance(fmt, ShardFormat):
+        return fmt
+    return get_format(fmt) if fmt else format_for_path(os.fspath(path))
+
+
+def write_shard(
+    path: str | os.PathLike[str], samples: Iterable[Mapping[str, Any]], fmt: str | None = None, *, index: bool = True
+) -> WrittenShard:
+    """Write ``samples`` to a local shard file (and its index), each file atomically."""
+    shard_format = _resolve(path, fmt)
+    with atomic_write(path) as f:
+        writer = shard_format.writer(f, name=os.fspath(path))
+        for sample in samples:
+            writer.write(sample)
+        written = writer.finish()
+    if index:
+        write_index(path, written.index)
+    return written
+
+
+def write_index(shard: str | os.PathLike[str], index: ShardIndex) -> Path:
+    """Store ``index`` next to ``shard`` atomically; returns the index path."""
+    target = index_path(shard)
+    with atomic_write(target) as f:
+        f.write(index.to_bytes())
+    return target
+
+
+def read_index(shard: str | os.PathLike[str]) -> ShardIndex | None:
+    """The index stored next to ``shard``, or None when there is none."""
+    target = index_path(shard)
+    try:
+        data = map_file(target)
+    except NotFoundError:
+        return None
+    return ShardIndex.from_bytes(data, os.fspath(target))
+
+
+def open_shard(
+    path: str | os.PathLike[str],
+    fmt: str | None = None,
+    *,
+    index: bool | Literal["auto"] = "auto",
+    copy: bool = False,
+    verify_crc: bool = True,
+) -> ShardReader:
+    """Open a local shard through mmap. ``index='auto'`` uses ``<shard>.idx`` when it exists,
+    True requires it, False ignores it (sequential scan only)."""
+    shard_format = _resolve(path, fmt)
+    name = os.fspath(path)
+    shard_index = read_index(path) if index else None
+    if index is True and shard_index is None:
+        raise NotFoundError(f"{index_path(path)}: no index for this shard; build it with `datapipe index {name}`")
+    buffer = map_file(path)
+    try:
+        return shard_format.reader(buffer, name, shard_index, copy=copy, verify_crc=verify_crc)
+    except BaseException:
+        release(buffer)
+        raise
+
+
+def build_index(path: str | os.PathLike[str], fmt: str | None = None) -> tuple[Path, ShardIndex]:
+    """Scan a shard (ours or foreign) and store its index next to it."""
+    with open_shard(path, fmt, index=False) as reader:
+        built = reader.build_index()
+    return write_index(path, built), built

@@ -1,0 +1,1 @@
+"""WebDataset tar shards: deterministic ustar writer, mmap reader, header scanner for foreign tars."""

@@ -1,0 +1,139 @@
+"""Reads WebDataset tar shards: by index in O(1), or by scanning headers (foreign tars included).
+
+Scanning follows WebDataset's grouping rule: a member's key is its path up to the first '.'
+of the basename, the rest is the field; consecutive members with the same key form a sample.
+It never extracts anything. Skipped with a logged warning: links, devices, fifos and other
+non-regular members, absolute names and names with a '..' component. Skipped silently:
+directories, names without an extension, and WebDataset metadata names ('__*__').
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+
+from datapipe.errors import ShardCorruptError
+from datapipe.formats.base import KEY, Sample, ScanEntry, ShardReader
+from datapipe.formats.tar.headers import (
+    BLOCK,
+    DIRECTORY,
+    GNU_LONG_LINK,
+    GNU_LONG_NAME,
+    PAX,
+    PAX_GLOBAL,
+    REGULAR,
+    ZERO_BLOCK,
+    HeaderError,
+    parse_header,
+    parse_pax,
+)
+from datapipe.formats.tar.writer import TAR_FORMAT_CODE
+
+log = logging.getLogger(__name__)
+
+_KEY_AND_FIELD = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # exactly webdataset's base_plus_ext
+_META = re.compile(r"__[^/]*__($|/)")
+
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """(key, field) of a member name under WebDataset's rule, or None when it has no extension."""
+    match = _KEY_AND_FIELD.match(name)
+    return (match.group(1), match.group(2)) if match else None
+
+
+def unsafe_name(name: str) -> bool:
+    """Absolute names and '..' components: harmless to us (we never extract), suspicious in a dataset."""
+    return name.startswith("/") or ".." in name.split("/")
+
+
+class TarShardReader(ShardReader):
+    """Reader for tar shards; see the module docstring for what a scan skips."""
+
+    format_code = TAR_FORMAT_CODE
+
+    def _read(self, i: int) -> Sample:
+        index = self.index
+        assert index is not None
+        a, b = int(index.sample_members[i]), int(index.sample_members[i + 1])
+        sample: Sample = {KEY: index.key(i)}
+        fields = index.fields
+        for offset, size, fid in zip(
+            index.member_offset[a:b].tolist(),
+            index.member_size[a:b].tolist(),
+            index.member_field[a:b].tolist(),
+            strict=True,
+        ):
+            sample[fields[fid]] = self._payload(offset, size)
+        return sample
+
+    def _members(self) -> Iterator[tuple[int, str, int, int]]:
+        """(header offset, name, payload offset, size) of each regular member worth keeping."""
+        view, end = self._view, len(self._view)
+        pos = 0
+        long_name: str | None = None
+        pax: dict[str, str] = {}
+        first_header = 0  # where the current member's extended headers began
+        while True:
+            if pos + BLOCK > end:
+                what = "no end-of-archive marker" if pos == end else "a header cut short"
+                raise ShardCorruptError(self.name, f"truncated tar: {what}", pos)
+            block = bytes(view[pos : pos + BLOCK])
+            if block == ZERO_BLOCK:
+                return  # end of archive (a lone zero block at EOF is accepted, as GNU tar does)
+            try:
+                header = parse_header(block)
+                size = int(pax["size"]) if "size" in pax else header.size
+            except (HeaderError, ValueError) as e:
+                raise ShardCorruptError(self.name, f"bad tar header: {e}", pos) from None
+            data = pos + BLOCK
+            if size > end - data:
+                raise ShardCorruptError(
+                    self.name, f"member claims {size} bytes but only {end - data} remain in the file", pos
+                )
+            next_pos = data + size + (-size % BLOCK)
+            kind = header.typeflag
+            if not (long_name or pax):
+                first_header = pos
+            if kind in (PAX, GNU_LONG_NAME):
+                payload = bytes(view[data : data + size])
+                try:
+                    if kind == PAX:
+                        pax.update(parse_pax(payload))
+                    else:
+                        long_name = payload.rstrip(b"\x00").decode("utf-8", "surrogateescape")
+                except HeaderError as e:
+                    raise ShardCorruptError(self.name, f"bad extended header: {e}", pos) from None
+                pos = next_pos
+                continue
+            name = pax.get("path") or long_name or header.name.decode("utf-8", "surrogateescape")
+            pax, long_name = {}, None
+            if kind in REGULAR:
+                if unsafe_name(name):
+                    log.warning("%s: skipping member %r at byte %d: absolute or '..' name", self.name, name, pos)
+                else:
+                    yield first_header, name, data, size
+            elif kind not in (DIRECTORY, PAX_GLOBAL, GNU_LONG_LINK):
+                log.warning("%s: skipping non-regular member %r (type %r) at byte %d", self.name, name, kind, pos)
+            pos = next_pos
+
+    def scan(self) -> Iterator[ScanEntry]:
+        """Group regular members into samples by WebDataset's key rule."""
+        current: ScanEntry | None = None
+        for header_at, name, offset, size in self._members():
+            parts = split_name(name)
+            if parts is None or _META.match(name):
+                continue
+            key, field = parts
+            if current is not None and current.key != key:
+                yield current
+                current = None
+            if current is None:
+                current = ScanEntry(key, header_at, 0, {KEY: key})
+            if field in current.sample:
+                raise ShardCorruptError(self.name, f"sample {key!r} has field {field!r} twice", header_at)
+            current.sample[field] = self._payload(offset, size)
+            current.members.append((field, offset, size))
+            current.end = offset + size + (-size % BLOCK)
+        if current is not None:
+            yield current

@@ -1,0 +1,1 @@
+"""TFRecord shards: TensorFlow's CRC-framed records, each a tf.train.Example protobuf."""
