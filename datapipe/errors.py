@@ -56,3 +56,11 @@ class SampleError(DatapipeError):
     """A sample a shard format cannot store as given: a bad key, field name or value type."""
 
     exit_code = 7
+
+
+class IndexRequiredError(ConfigError, TypeError):
+    """Random access or len() on a shard opened without its index.
+
+    Also a TypeError, as len() of any unsized iterable is, so that ``list(reader)`` falls back
+    to plain iteration instead of failing.
+    """

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, ClassVar
 
-from datapipe.errors import ConfigError, SampleError, ShardCorruptError
+from datapipe.errors import ConfigError, IndexRequiredError, SampleError, ShardCorruptError
 from datapipe.formats.index import IndexBuilder, ShardIndex
 from datapipe.storage.local import Buffer, release
 
@@ -101,10 +101,10 @@ class ShardWriter(ABC):
         key = check_key(sample.get(KEY), allow_dots=self.allow_dots_in_keys)
         if key in self._keys:
             raise SampleError(f"{self.name}: sample key {key!r} appears twice in one shard")
-        fields = {check_field(k, key): v for k, v in sample.items() if k != KEY}
+        fields = dict(sorted((check_field(k, key), v) for k, v in sample.items() if k != KEY))
         start = self._pos
         sample_sha = hashlib.sha256()
-        members = self._write_sample(key, dict(sorted(fields.items())), sample_sha)
+        members = self._write_sample(key, fields, sample_sha)
         self._keys.add(key)
         self._index.add(key, start, self._pos, sample_sha.digest(), members, fields)
 
@@ -182,7 +182,7 @@ class ShardReader(ABC):
 
     def _require_index(self) -> ShardIndex:
         if self.index is None:
-            raise ConfigError(
+            raise IndexRequiredError(
                 f"{self.name}: random access needs the shard's index; build it with `datapipe index {self.name}`"
             )
         return self.index

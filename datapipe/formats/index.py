@@ -1,22 +1,9 @@
 """The random-access index of one shard: a little-endian binary sidecar ``<shard>.idx``.
 
-Layout (version 1; schemas/shard-index.md documents it for other tools). Every section starts
-on an 8-byte boundary and is zero-padded to one; n = samples, m = members, f = fields.
-
-    header   64 B   magic b"DPIDX\\0\\0\\0", u32 version, u32 format code (1 tar, 2 tfrecord),
-                    u64 shard size, u64 n, u64 m, u32 f, u32 flags (0),
-                    u64 key blob bytes, u64 field-name blob bytes
-    u64[n]          sample start: byte offset of the sample's first header/record
-    u64[n]          sample end: offset one past its last byte (padding included)
-    u8[n*32]        sha256 of each sample's bytes [start, end)
-    u64[n+1]        member ranges: sample i owns members [r[i], r[i+1])
-    u64[m]          member payload offset
-    u64[m]          member payload size
-    u32[m]          member field id (into the field names)
-    u64[n]          key ends: key i is key_blob[end[i-1]:end[i]]
-    u64[f]          field-name ends, likewise
-    bytes           key blob (UTF-8), field-name blob (UTF-8)
-    trailer  8 B    u32 crc32c of everything before it, u32 zero
+Layout: schemas/shard-index.md. In short: a 64-byte header (magic, version, format, shard
+size, counts), then per-sample spans, sha256s, key offsets and member ranges, per-member
+payload offsets, sizes and field ids, the key and field-name blobs, and a CRC32C trailer.
+Arrays are little-endian and 8-byte aligned, so they map straight into numpy.
 
 Members are the tar entries holding payloads; TFRecord shards have none (m = 0) because a
 record's features live inside its protobuf.
@@ -73,7 +60,7 @@ class ShardIndex:
     def keys(self) -> list[str]:
         """Every key, in shard order."""
         ends = self.key_ends.tolist()
-        starts = [0, *ends[:-1]]
+        starts = [0, *ends][:-1]
         blob = self.key_blob
         return [blob[a:b].decode("utf-8", "surrogateescape") for a, b in zip(starts, ends, strict=True)]
 
@@ -128,7 +115,7 @@ class ShardIndex:
         field_blob = bytes(sections[10])
         field_ends = u8(sections[8]).tolist()
         try:
-            names = tuple(field_blob[a:b].decode() for a, b in zip([0, *field_ends[:-1]], field_ends, strict=True))
+            names = tuple(field_blob[a:b].decode() for a, b in zip([0, *field_ends][:-1], field_ends, strict=True))
         except UnicodeDecodeError:
             raise ShardCorruptError(name, "field names in the index are not UTF-8") from None
         index = cls(

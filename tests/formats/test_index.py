@@ -1,0 +1,67 @@
+"""The index file: layout invariants, and refusal of damaged or foreign indexes."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sample_data import simple_samples
+
+from datapipe.errors import FormatVersionError, ShardCorruptError
+from datapipe.formats.index import MAGIC, ShardIndex
+from datapipe.formats.shards import index_path, open_shard, write_shard
+
+
+@pytest.fixture(scope="module")
+def index_bytes(tmp_path_factory) -> bytes:
+    path = tmp_path_factory.mktemp("idx") / "s.tar"
+    write_shard(path, simple_samples(25))
+    return index_path(path).read_bytes()
+
+
+def test_layout_is_little_endian_and_eight_byte_aligned(index_bytes):
+    assert index_bytes[:8] == MAGIC
+    version, code, shard_size, n = struct.unpack_from("<IIQQ", index_bytes, 8)
+    assert (version, code, n) == (1, 1, 25)
+    assert len(index_bytes) % 8 == 0
+    index = ShardIndex.from_bytes(index_bytes, "s.tar.idx")
+    assert index.shard_size == shard_size and len(index) == 25
+    assert index.fields == ("bin", "cls")
+    assert index.key(24) == "sample000024"
+
+
+def test_unknown_version_is_a_clear_error(index_bytes):
+    data = bytearray(index_bytes)
+    data[8:12] = struct.pack("<I", 99)
+    with pytest.raises(FormatVersionError, match="version 99"):
+        ShardIndex.from_bytes(bytes(data), "s.tar.idx")
+
+
+def test_not_an_index(index_bytes):
+    with pytest.raises(ShardCorruptError, match="magic"):
+        ShardIndex.from_bytes(b"x" * len(index_bytes), "s.tar.idx")
+
+
+@given(position=st.integers(12, 10**6), mask=st.integers(1, 255))
+def test_any_flipped_byte_is_caught(index_bytes, position, mask):
+    data = bytearray(index_bytes)
+    data[position % len(data)] ^= mask
+    with pytest.raises((ShardCorruptError, FormatVersionError), match="s.tar.idx"):
+        ShardIndex.from_bytes(bytes(data), "s.tar.idx")
+
+
+@given(cut=st.integers(0, 10**6))
+def test_truncated_index_is_caught(index_bytes, cut):
+    with pytest.raises(ShardCorruptError, match="s.tar.idx"):
+        ShardIndex.from_bytes(index_bytes[: cut % len(index_bytes)], "s.tar.idx")
+
+
+def test_damaged_index_file_named_when_opening_shard(tmp_path):
+    path = tmp_path / "s.tfrecord"
+    write_shard(path, simple_samples(5))
+    idx = index_path(path)
+    idx.write_bytes(idx.read_bytes()[:-3])
+    with pytest.raises(ShardCorruptError, match=str(idx)):
+        open_shard(path)

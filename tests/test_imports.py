@@ -1,0 +1,21 @@
+"""`import datapipe` stays light: no torch, dask, distributed or s3fs."""
+
+import subprocess
+import sys
+
+HEAVY = ("torch", "dask", "distributed", "s3fs")
+
+
+def test_import_datapipe_is_light():
+    code = f"import sys, datapipe; print([m for m in {HEAVY!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_formats_and_cli_do_not_pull_heavy_modules():
+    code = (
+        "import sys, datapipe.formats.shards, datapipe.cli.main; "
+        f"print([m for m in {HEAVY!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
