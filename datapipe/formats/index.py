@@ -104,8 +104,8 @@ class ShardIndex:
         if expected != len(data):
             raise ShardCorruptError(name, f"index is {len(data)} bytes but its header implies {expected}")
         body_end = len(data) - _TRAILER.size
-        (crc, _zero) = _TRAILER.unpack_from(data, body_end)
-        if crc32c.crc32c(data[:body_end]) != crc:
+        (crc, zero) = _TRAILER.unpack_from(data, body_end)
+        if crc32c.crc32c(data[:body_end]) != crc or zero != 0:
             raise ShardCorruptError(name, "index checksum mismatch; rebuild it with `datapipe index`")
         sections, pos = [], _HEADER.size
         for s in sizes:

@@ -259,3 +259,23 @@ def test_large_shard_is_mapped_not_read(tmp_path):
     write_shard(path, ({KEY: f"s{i}", "bin": os.urandom(1 << 16)} for i in range(400)))
     with open_shard(path) as reader:
         assert len(bytes(reader[399]["bin"])) == 1 << 16
+
+
+@given(data=st.data())
+def test_mangled_shards_fail_only_with_shard_corrupt_error(tmp_path_factory, fmt, data):
+    """Several flips, splices and a cut at once: reading ends normally or with ShardCorruptError."""
+    path = shard_path(tmp_path_factory.mktemp("fuzz"), fmt)
+    write_shard(path, simple_samples(6, size=data.draw(st.sampled_from([0, 10, 600]))), index=False)
+    raw = bytearray(path.read_bytes())
+    for _ in range(data.draw(st.integers(1, 6))):
+        at = data.draw(st.integers(0, max(len(raw) - 1, 0)))
+        if raw:
+            raw[at : at + 8] = data.draw(st.binary(min_size=1, max_size=8))
+    raw = raw[: data.draw(st.integers(0, len(raw)))]
+    path.write_bytes(raw)
+    try:
+        with open_shard(path, index=False) as reader:
+            for _ in reader:
+                pass
+    except ShardCorruptError as e:
+        assert str(path) in str(e)

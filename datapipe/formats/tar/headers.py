@@ -40,15 +40,16 @@ def _template() -> bytearray:
 
 
 _TEMPLATE = bytes(_template())
+_TEMPLATE_SUM = sum(_TEMPLATE) + 8 * ord(" ")  # the checksum counts its own field as spaces
 
 
 def _ustar(name: bytes, size: int, typeflag: bytes) -> bytes:
     block = bytearray(_TEMPLATE)
     block[0 : len(name)] = name
-    block[124:136] = b"%011o\x00" % size
+    size_field = b"%011o\x00" % size
+    block[124:136] = size_field
     block[156:157] = typeflag
-    block[148:156] = b"        "
-    block[148:156] = b"%06o\x00 " % sum(block)
+    block[148:156] = b"%06o\x00 " % (_TEMPLATE_SUM + sum(name) + sum(size_field) + typeflag[0])
     return bytes(block)
 
 
