@@ -32,10 +32,11 @@ def cli(verbose: bool) -> None:
 
 
 def _register() -> None:
-    from datapipe.cli import shards
+    from datapipe.cli import datasets, shards
 
-    cli.add_command(shards.inspect)
-    cli.add_command(shards.index)
+    for command in (shards.inspect, shards.index, datasets.ls, datasets.info, datasets.verify,
+                    datasets.tag, datasets.diff, datasets.gc):
+        cli.add_command(command)
 
 
 _register()

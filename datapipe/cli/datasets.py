@@ -1,0 +1,151 @@
+"""`datapipe ls|info|verify|tag|diff|gc`: look at and look after the versions in a store."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from datapipe.versioning.diff import diff_versions, sample_hashes
+from datapipe.versioning.gc import collect
+from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.store import Store, check_ref_name, open_dataset_url, parse_dataset_url
+from datapipe.versioning.verify import verify_version
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False))
+
+
+@click.command(name="ls")
+@click.argument("store_url", metavar="STORE", default="storage")
+@_JSON
+def ls(store_url: str, as_json: bool) -> None:
+    """List datasets, versions, tags, samples, size, creation time and parent in STORE."""
+    store = Store(store_url)
+    rows = []
+    for name in store.datasets():
+        tags: dict[str, list[str]] = {}
+        for ref, version in store.refs(name).items():
+            tags.setdefault(version, []).append(ref)
+        for version in store.versions(name):
+            m = store.manifest(name, version)
+            rows.append({"dataset": name, "version": version, "tags": sorted(tags.get(version, [])),
+                         "samples": m.samples, "bytes": m.bytes, "created_at": m.created_at, "parent": m.parent})
+    if as_json:
+        _echo_json(rows)
+        return
+    rows.sort(key=lambda r: (r["dataset"], r["created_at"]))
+    click.echo(f"{'DATASET':16} {'VERSION':12} {'TAGS':16} {'SAMPLES':>10} {'SIZE':>9}  {'CREATED':25} PARENT")
+    for r in rows:
+        click.echo(f"{r['dataset']:16} {r['version'][:12]:12} {','.join(r['tags']) or '-':16} {r['samples']:>10} "
+                   f"{_size(r['bytes']):>9}  {r['created_at']:25} {(r['parent'] or '-')[:12]}")
+
+
+def _summary(m: Manifest) -> dict[str, Any]:
+    sizes = sorted(s.bytes for s in m.shards)
+    return {
+        "version": m.version, "name": m.name, "parent": m.parent, "created_at": m.created_at, "host": m.host,
+        "shard_format": m.shard_format, "fields": m.fields, "samples": m.samples, "bytes": m.bytes,
+        "shards": {"count": len(sizes), "min_bytes": sizes[0] if sizes else 0,
+                   "median_bytes": sizes[len(sizes) // 2] if sizes else 0, "max_bytes": sizes[-1] if sizes else 0},
+        "stages": [vars(s) for s in m.stages], "rejected_rows": m.rejected_rows,
+        "lineage": {"sources": len(m.lineage.sources), "code": [vars(c) for c in m.lineage.code],
+                    "seed": m.lineage.seed, "environment": m.lineage.environment},
+    }
+
+
+@click.command()
+@click.argument("dataset")
+@_JSON
+def info(dataset: str, as_json: bool) -> None:
+    """Summarise the manifest of DATASET (STORE/NAME[@REF]): fields, shards, stage counts, lineage."""
+    _, _, m = open_dataset_url(dataset)
+    s = _summary(m)
+    if as_json:
+        _echo_json(s)
+        return
+    click.echo(f"{m.name}@{m.version[:12]}  ({m.version})")
+    click.echo(f"  created {m.created_at} on {m.host or '?'}, parent {(m.parent or '-')[:12]}")
+    click.echo(f"  {m.samples} samples in {s['shards']['count']} {m.shard_format} shards, {_size(m.bytes)} "
+               f"(shard sizes {_size(s['shards']['min_bytes'])} .. {_size(s['shards']['max_bytes'])})")
+    click.echo("  fields: " + (", ".join(f"{k}:{v}" for k, v in m.fields.items()) or "-"))
+    for st in m.stages:
+        click.echo(f"  stage {st.stage}: in {st.rows_in}, out {st.rows_out}, dropped {st.dropped}, "
+                   f"rejected {st.rejected}")
+    lin = m.lineage
+    click.echo(f"  lineage: {len(lin.sources)} source files, seed {lin.seed}, "
+               + ", ".join(f"{k} {v}" for k, v in sorted(lin.environment.items())))
+    for c in lin.code:
+        click.echo(f"  code: {c.module} sha256 {c.sha256[:12]}")
+
+
+@click.command()
+@click.argument("dataset")
+def verify(dataset: str) -> None:
+    """Re-hash every shard and index of DATASET against its manifest (exit 1 on any problem)."""
+    store, name, m = open_dataset_url(dataset)
+    problems = verify_version(store, name, m)
+    for p in problems:
+        click.echo(str(p))
+    if problems:
+        click.echo(f"error: {name}@{m.version[:12]}: {len(problems)} problem(s)", err=True)
+        sys.exit(1)
+    click.echo(f"{name}@{m.version[:12]}: {len(m.shards)} shards and indexes match the manifest")
+
+
+@click.command()
+@click.argument("dataset")
+@click.argument("tag")
+def tag(dataset: str, tag: str) -> None:
+    """Point TAG at the version DATASET names."""
+    store, name, m = open_dataset_url(dataset)
+    store.set_ref(name, check_ref_name(tag), m.version)
+    click.echo(f"{name}@{tag} -> {m.version[:12]}")
+
+
+@click.command()
+@click.argument("a")
+@click.argument("b")
+@_JSON
+def diff(a: str, b: str, as_json: bool) -> None:
+    """Samples added, removed and changed (by key and content hash) from version A to B."""
+    (sa, na, ma), (sb, nb, mb) = open_dataset_url(a), open_dataset_url(b)
+    d = diff_versions(sample_hashes(sa, na, ma), sample_hashes(sb, nb, mb))
+    if as_json:
+        _echo_json({"a": ma.version, "b": mb.version, **vars(d)})
+        return
+    click.echo(f"{na}@{ma.version[:12]} -> {nb}@{mb.version[:12]}: {len(d.added)} added, "
+               f"{len(d.removed)} removed, {len(d.changed)} changed, {d.unchanged} unchanged")
+    for mark, keys in (("+", d.added), ("-", d.removed), ("~", d.changed)):
+        for key in keys:
+            click.echo(f"{mark} {key}")
+
+
+@click.command()
+@click.argument("dataset")
+@click.option("--prune", is_flag=True, help="Also delete complete versions that no ref names.")
+def gc(dataset: str, prune: bool) -> None:
+    """Remove partial versions and temporary files of DATASET (STORE/NAME)."""
+    store_url, name, _ = parse_dataset_url(dataset)
+    report = collect(Store(store_url), name, prune=prune)
+    for path in report.removed:
+        click.echo(f"removed {path}")
+    for path in report.kept_live:
+        click.echo(f"kept {path} (its writer is still running)")
+    click.echo(f"{len(report.removed)} removed")
+
+
+

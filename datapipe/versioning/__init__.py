@@ -1,0 +1,1 @@
+"""Datasets as immutable versions: manifests, content-addressed ids, refs, verify and diff."""

@@ -1,0 +1,40 @@
+"""Compare two versions sample by sample, by key and content hash from the shard indexes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from datapipe.formats.index import ShardIndex
+from datapipe.storage.fs import read_bytes
+from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.store import VERSIONS, Store
+
+
+@dataclass(frozen=True)
+class VersionDiff:
+    """Keys added, removed and changed (same key, other content) from version a to version b."""
+
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+
+
+def sample_hashes(store: Store, name: str, manifest: Manifest) -> dict[str, bytes]:
+    """key -> sha256 of the sample's bytes, over every shard of a version."""
+    out: dict[str, bytes] = {}
+    for shard in manifest.shards:
+        path = store.path(name, VERSIONS, manifest.version, shard.index_path)
+        index = ShardIndex.from_bytes(read_bytes(store.fs, path), path)
+        out.update(zip(index.keys(), (h.tobytes() for h in index.sample_hash), strict=True))
+    return out
+
+
+def diff_versions(a: dict[str, bytes], b: dict[str, bytes]) -> VersionDiff:
+    """The difference between two key -> hash maps."""
+    common = a.keys() & b.keys()
+    changed = sorted(k for k in common if a[k] != b[k])
+    return VersionDiff(
+        added=sorted(b.keys() - a.keys()), removed=sorted(a.keys() - b.keys()),
+        changed=changed, unchanged=len(common) - len(changed),
+    )

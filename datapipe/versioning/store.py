@@ -1,0 +1,231 @@
+"""The dataset store on any fsspec URL, and the commit protocol that publishes a version.
+
+Layout (documented in README and schemas/manifest.schema.json):
+
+    STORE/NAME/versions/VERSION/shard-000000.tar      shards (or .tfrecord) and their .idx
+    STORE/NAME/versions/VERSION/manifest.json         written last: a version is complete iff it exists
+    STORE/NAME/versions/VERSION/rejected.parquet      quarantined rows, when there are any
+    STORE/NAME/versions/.partial-ID/                  a version being written (never listed)
+    STORE/NAME/refs/latest, STORE/NAME/refs/TAG       a version id and a newline
+
+Commit: shards into a partial directory, then moved under their version id (a rename on
+local disks), then manifest.json, then the ref, each written atomically. A crash leaves at
+worst a partial directory that ``gc`` removes; every ref names a complete version.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import socket
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from datapipe.errors import ConfigError, NotFoundError
+from datapipe.formats.registry import ShardFormat
+from datapipe.storage.fs import filesystem, open_atomic, put_atomic, read_bytes
+from datapipe.versioning.manifest import MANIFEST_NAME, Manifest, ShardEntry
+
+VERSIONS = "versions"
+REFS = "refs"
+LATEST = "latest"
+PARTIAL_PREFIX = ".partial-"
+OWNER_NAME = ".owner.json"
+INDEX_SUFFIX = ".idx"
+MIN_PREFIX = 6
+_REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_HEX = re.compile(r"^[0-9a-f]+$")
+
+
+def check_ref_name(ref: str) -> str:
+    """Tags and refs: letters, digits, '.', '_', '-'; not starting with a dot."""
+    if not _REF_NAME.match(ref):
+        raise ConfigError(f"invalid ref name {ref!r}: use letters, digits, '.', '_' and '-' (128 at most)")
+    return ref
+
+
+def check_dataset_name(name: str) -> str:
+    """Dataset names follow the ref rule, so they are safe as path components on every store."""
+    if not _REF_NAME.match(name):
+        raise ConfigError(f"invalid dataset name {name!r}: use letters, digits, '.', '_' and '-'")
+    return name
+
+
+def parse_dataset_url(url: str) -> tuple[str, str, str]:
+    """'STORE/NAME[@REF]' -> (store URL, name, ref or version prefix; 'latest' by default)."""
+    head, _, last = url.rstrip("/").rpartition("/")
+    if not last:
+        raise ConfigError(f"{url!r} is not a dataset URL: expected STORE/NAME[@REF], e.g. storage/digits@latest")
+    name, _, ref = last.partition("@")
+    return head or ".", check_dataset_name(name), ref or LATEST
+
+
+class Store:
+    """A dataset store rooted at ``url`` (a local path or any fsspec URL)."""
+
+    def __init__(self, url: str = "storage", storage_options: Mapping[str, Any] | None = None) -> None:
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self.fs, self.root = filesystem(url, self.storage_options)
+
+    def path(self, *parts: str) -> str:
+        """The filesystem path of ``parts`` below the store root."""
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    def _names(self, path: str) -> list[str]:
+        try:
+            entries = self.fs.ls(path, detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
+    def datasets(self) -> list[str]:
+        """Names of the datasets in this store."""
+        return [n for n in self._names(self.root) if self.fs.exists(self.path(n, VERSIONS))]
+
+    def versions(self, name: str) -> list[str]:
+        """Complete versions (with a manifest) of dataset ``name``."""
+        return [
+            v for v in self._names(self.path(name, VERSIONS))
+            if not v.startswith(".") and self.fs.exists(self.path(name, VERSIONS, v, MANIFEST_NAME))
+        ]
+
+    def refs(self, name: str) -> dict[str, str]:
+        """ref name -> version id."""
+        return {r: self.read_ref(name, r) for r in self._names(self.path(name, REFS)) if not r.startswith(".")}
+
+    def read_ref(self, name: str, ref: str) -> str | None:
+        """The version a ref names, or None when the ref does not exist."""
+        try:
+            return self.fs.cat_file(self.path(name, REFS, ref)).decode().strip()
+        except FileNotFoundError:
+            return None
+
+    def set_ref(self, name: str, ref: str, version: str) -> None:
+        """Point ``ref`` at a complete version (one atomic write)."""
+        check_ref_name(ref)
+        if version not in self.versions(name):
+            raise NotFoundError(f"{self.url}/{name}: no complete version {version}")
+        self.fs.makedirs(self.path(name, REFS), exist_ok=True)
+        put_atomic(self.fs, self.path(name, REFS, ref), f"{version}\n".encode())
+
+    def manifest(self, name: str, version: str) -> Manifest:
+        """The manifest of a version."""
+        where = self.path(name, VERSIONS, version, MANIFEST_NAME)
+        try:
+            data = read_bytes(self.fs, where)
+        except NotFoundError:
+            raise NotFoundError(f"{self.url}/{name}@{version}: no such version") from None
+        return Manifest.from_json(data, where)
+
+    def resolve(self, name: str, ref: str = LATEST) -> str:
+        """The version id that a ref, tag or unique version prefix (6+ hex digits) names."""
+        if not self.fs.exists(self.path(name, VERSIONS)):
+            known = ", ".join(self.datasets()) or "none"
+            raise NotFoundError(f"{self.url}: no dataset {name!r} (datasets here: {known})")
+        version = self.read_ref(name, ref) if _REF_NAME.match(ref) else None
+        if version is not None:
+            return version
+        refs = ", ".join(self.refs(name)) or "none"
+        if len(ref) >= MIN_PREFIX and _HEX.match(ref):
+            matches = [v for v in self.versions(name) if v.startswith(ref)]
+            if len(matches) == 1:
+                return matches[0]
+            if matches:
+                raise ConfigError(
+                    f"{self.url}/{name}@{ref} is ambiguous: it matches {', '.join(m[:16] for m in matches)}; "
+                    "give more digits"
+                )
+            raise NotFoundError(f"{self.url}/{name}: no version starting with {ref} (refs: {refs})")
+        raise NotFoundError(
+            f"{self.url}/{name}: no ref {ref!r} (refs: {refs}); a version prefix needs {MIN_PREFIX}+ hex digits"
+        )
+
+    def begin(self, name: str) -> VersionWriter:
+        """Start writing a new version of ``name``."""
+        return VersionWriter(self, check_dataset_name(name))
+
+
+def open_dataset_url(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Store, str, Manifest]:
+    """Resolve 'STORE/NAME[@REF]' to its store, name and manifest."""
+    store_url, name, ref = parse_dataset_url(url)
+    store = Store(store_url, storage_options)
+    return store, name, store.manifest(name, store.resolve(name, ref))
+
+
+def write_shard_file(fs: Any, directory: str, filename: str, samples: Iterable[Mapping[str, Any]],
+                     fmt: ShardFormat) -> ShardEntry:
+    """Write one shard and its index into ``directory`` of ``fs``; runs where the data is (a Dask worker)."""
+    import hashlib
+
+    path = f"{directory}/{filename}"
+    with open_atomic(fs, path) as f:
+        writer = fmt.writer(f, name=path)
+        for sample in samples:
+            writer.write(sample)
+        written = writer.finish()
+    index = written.index.to_bytes()
+    put_atomic(fs, path + INDEX_SUFFIX, index)
+    return ShardEntry(
+        path=filename, samples=written.samples, bytes=written.size, sha256=written.sha256,
+        index_path=filename + INDEX_SUFFIX, index_bytes=len(index), index_sha256=hashlib.sha256(index).hexdigest(),
+    )
+
+
+class VersionWriter:
+    """Stages one new version in a hidden partial directory; ``commit`` publishes it."""
+
+    def __init__(self, store: Store, name: str) -> None:
+        self.store = store
+        self.name = name
+        self.parent = store.read_ref(name, LATEST)
+        self.partial = store.path(name, VERSIONS, f"{PARTIAL_PREFIX}{uuid.uuid4().hex}")
+        store.fs.makedirs(self.partial, exist_ok=True)
+        owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}
+        put_atomic(store.fs, f"{self.partial}/{OWNER_NAME}", json.dumps(owner).encode())
+
+    @staticmethod
+    def shard_filename(number: int, fmt: ShardFormat) -> str:
+        """Name of shard ``number``: shard-000000.tar and so on."""
+        return f"shard-{number:06d}{fmt.extension}"
+
+    def write_shard(self, number: int, samples: Iterable[Mapping[str, Any]], fmt: ShardFormat) -> ShardEntry:
+        """Write shard ``number`` (and its index) into the partial directory."""
+        return write_shard_file(self.store.fs, self.partial, self.shard_filename(number, fmt), samples, fmt)
+
+    def commit(self, manifest: Manifest, refs: Iterable[str] = (LATEST,)) -> Manifest:
+        """Publish: move the shards under the version id, write the manifest, then the refs.
+
+        A version that already exists (same id) keeps its files and manifest; only refs move.
+        """
+        store, fs = self.store, self.store.fs
+        manifest = replace(manifest, name=self.name, parent=self.parent, created_at=_now(),
+                           host=socket.gethostname()).with_id()
+        final = store.path(self.name, VERSIONS, manifest.version)
+        if manifest.version in store.versions(self.name):
+            manifest = store.manifest(self.name, manifest.version)
+        else:
+            fs.makedirs(final, exist_ok=True)
+            for entry in manifest.shards:
+                for filename in (entry.path, entry.index_path):
+                    fs.mv(f"{self.partial}/{filename}", f"{final}/{filename}")
+            if manifest.rejected:
+                fs.mv(f"{self.partial}/{manifest.rejected}", f"{final}/{manifest.rejected}")
+            put_atomic(fs, f"{final}/{MANIFEST_NAME}", manifest.to_json())
+        self.abort()
+        for ref in refs:
+            store.set_ref(self.name, ref, manifest.version)
+        return manifest
+
+    def abort(self) -> None:
+        """Remove the partial directory and everything in it."""
+        if self.store.fs.exists(self.partial):
+            self.store.fs.rm(self.partial, recursive=True)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
