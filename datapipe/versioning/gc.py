@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import socket
@@ -36,10 +37,9 @@ def _writer_alive(store: Store, partial: str, now: float) -> bool:
         except PermissionError:
             return True
         return True
-    started = owner.get("started", "")
     try:
-        age = now - time.mktime(time.strptime(started[:19], "%Y-%m-%dT%H:%M:%S")) + time.timezone
-    except ValueError:
+        age = now - datetime.datetime.fromisoformat(owner["started"]).timestamp()
+    except (KeyError, TypeError, ValueError):
         return False
     return age < STALE_AFTER
 

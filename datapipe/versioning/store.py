@@ -16,6 +16,7 @@ worst a partial directory that ``gc`` removes; every ref names a complete versio
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -160,8 +161,6 @@ def open_dataset_url(url: str, storage_options: Mapping[str, Any] | None = None)
 def write_shard_file(fs: Any, directory: str, filename: str, samples: Iterable[Mapping[str, Any]],
                      fmt: ShardFormat) -> ShardEntry:
     """Write one shard and its index into ``directory`` of ``fs``; runs where the data is (a Dask worker)."""
-    import hashlib
-
     path = f"{directory}/{filename}"
     with open_atomic(fs, path) as f:
         writer = fmt.writer(f, name=path)

@@ -191,3 +191,12 @@ def test_cli_ls_info_tag_verify_diff_gc(tmp_path):
     out = run("info", "storage/digits@zzz", cwd=tmp_path)
     assert out.returncode == 3 and out.stderr.startswith("error: ") and "Traceback" not in out.stderr
     assert run("gc", "storage/digits", cwd=tmp_path).returncode == 0
+
+
+def test_gc_takes_old_partials_from_other_hosts_as_abandoned(store):
+    recent, old = store.begin("digits"), store.begin("digits")
+    for writer, started in ((recent, "2999-01-01T00:00:00+00:00"), (old, "2000-01-01T00:00:00+00:00")):
+        owner = {"host": "another-host", "pid": 1, "started": started}
+        store.fs.pipe_file(f"{writer.partial}/.owner.json", json.dumps(owner).encode())
+    report = collect(store, "digits")
+    assert report.removed == [old.partial] and report.kept_live == [recent.partial]
