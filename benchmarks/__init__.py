@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks (programs, not tests)."""
