@@ -7,10 +7,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from fsspec.implementations.local import LocalFileSystem
+
 from datapipe.errors import NotFoundError
 from datapipe.formats.base import ShardReader, WrittenShard
 from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import ShardFormat, format_for_path, get_format
+from datapipe.storage.fs import open_atomic, put_atomic
 from datapipe.storage.local import atomic_write, map_file, release
 
 INDEX_SUFFIX = ".idx"
@@ -27,19 +30,31 @@ def _resolve(path: str | os.PathLike[str], fmt: str | ShardFormat | None) -> Sha
     return get_format(fmt) if fmt else format_for_path(os.fspath(path))
 
 
+def write_shard_to(
+    fs: Any, path: str, samples: Iterable[Mapping[str, Any]], fmt: str | ShardFormat | None = None, *,
+    index: bool = True,
+) -> tuple[WrittenShard, bytes | None]:
+    """Write a shard and its index (PATH.idx) through any fsspec filesystem, each file atomically.
+
+    Returns what was written and the index bytes (None with ``index=False``).
+    """
+    shard_format = _resolve(path, fmt)
+    with open_atomic(fs, path) as f:
+        writer = shard_format.writer(f, name=path)
+        for sample in samples:
+            writer.write(sample)
+        written = writer.finish()
+    index_bytes = written.index.to_bytes() if index else None
+    if index_bytes is not None:
+        put_atomic(fs, path + INDEX_SUFFIX, index_bytes)
+    return written, index_bytes
+
+
 def write_shard(
     path: str | os.PathLike[str], samples: Iterable[Mapping[str, Any]], fmt: str | None = None, *, index: bool = True
 ) -> WrittenShard:
     """Write ``samples`` to a local shard file (and its index), each file atomically."""
-    shard_format = _resolve(path, fmt)
-    with atomic_write(path) as f:
-        writer = shard_format.writer(f, name=os.fspath(path))
-        for sample in samples:
-            writer.write(sample)
-        written = writer.finish()
-    if index:
-        write_index(path, written.index)
-    return written
+    return write_shard_to(LocalFileSystem(), os.fspath(path), samples, fmt, index=index)[0]
 
 
 def write_index(shard: str | os.PathLike[str], index: ShardIndex) -> Path:

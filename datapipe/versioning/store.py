@@ -28,7 +28,8 @@ from typing import Any
 
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.formats.registry import ShardFormat
-from datapipe.storage.fs import filesystem, open_atomic, put_atomic, read_bytes
+from datapipe.formats.shards import INDEX_SUFFIX, write_shard_to
+from datapipe.storage.fs import filesystem, put_atomic, read_bytes
 from datapipe.versioning.manifest import MANIFEST_NAME, Manifest, ShardEntry
 
 VERSIONS = "versions"
@@ -36,7 +37,6 @@ REFS = "refs"
 LATEST = "latest"
 PARTIAL_PREFIX = ".partial-"
 OWNER_NAME = ".owner.json"
-INDEX_SUFFIX = ".idx"
 MIN_PREFIX = 6
 _REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _HEX = re.compile(r"^[0-9a-f]+$")
@@ -161,14 +161,8 @@ def open_dataset_url(url: str, storage_options: Mapping[str, Any] | None = None)
 def write_shard_file(fs: Any, directory: str, filename: str, samples: Iterable[Mapping[str, Any]],
                      fmt: ShardFormat) -> ShardEntry:
     """Write one shard and its index into ``directory`` of ``fs``; runs where the data is (a Dask worker)."""
-    path = f"{directory}/{filename}"
-    with open_atomic(fs, path) as f:
-        writer = fmt.writer(f, name=path)
-        for sample in samples:
-            writer.write(sample)
-        written = writer.finish()
-    index = written.index.to_bytes()
-    put_atomic(fs, path + INDEX_SUFFIX, index)
+    written, index = write_shard_to(fs, f"{directory}/{filename}", samples, fmt)
+    assert index is not None
     return ShardEntry(
         path=filename, samples=written.samples, bytes=written.size, sha256=written.sha256,
         index_path=filename + INDEX_SUFFIX, index_bytes=len(index), index_sha256=hashlib.sha256(index).hexdigest(),
