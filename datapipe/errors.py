@@ -58,6 +58,12 @@ class SampleError(DatapipeError):
     exit_code = 7
 
 
+class BuildError(DatapipeError):
+    """A build that cannot finish: too many rejected rows, a user stage that raised, no samples left."""
+
+    exit_code = 8
+
+
 class IndexRequiredError(ConfigError, TypeError):
     """Random access or len() on a shard opened without its index.
 

@@ -32,9 +32,9 @@ def cli(verbose: bool) -> None:
 
 
 def _register() -> None:
-    from datapipe.cli import datasets, shards
+    from datapipe.cli import build, datasets, shards
 
-    for command in (shards.inspect, shards.index, datasets.ls, datasets.info, datasets.verify,
+    for command in (build.build, shards.inspect, shards.index, datasets.ls, datasets.info, datasets.verify,
                     datasets.tag, datasets.diff, datasets.gc):
         cli.add_command(command)
 

@@ -113,6 +113,16 @@ class ShardWriter(ABC):
         """Emit one sample (fields sorted by name), update ``sample_sha`` with every byte emitted,
         and return its (field, payload offset, payload size) members."""
 
+    @classmethod
+    @abstractmethod
+    def sample_size(cls, key: str, fields: Mapping[str, Any]) -> int:
+        """Bytes that ``write`` emits for this sample (fields already valid), without writing it.
+
+        The build plans shard boundaries with it before any shard is written.
+        """
+
+    end_size: ClassVar[int] = 0  # bytes ``finish`` appends after the last sample
+
     def _write_end(self) -> None:  # noqa: B027 - an optional hook, not an abstract method
         """Emit whatever closes the stream (the tar end-of-archive blocks); nothing by default."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from datapipe.errors import SampleError
@@ -38,6 +39,17 @@ class TarShardWriter(ShardWriter):
                     self._emit(part)
                     sample_sha.update(part)
         return members
+
+    end_size = len(END_OF_ARCHIVE)
+
+    @classmethod
+    def sample_size(cls, key: str, fields: Mapping[str, Any]) -> int:
+        """Header (pax included), payload and padding of every member."""
+        total = 0
+        for name, value in fields.items():
+            size = memoryview(value).nbytes
+            total += len(member_header(f"{key}.{name}", size)) + size + len(padding(size))
+        return total
 
     def _write_end(self) -> None:
         self._emit(END_OF_ARCHIVE)

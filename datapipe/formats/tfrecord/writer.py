@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from datapipe.formats.base import ShardWriter
@@ -16,6 +17,11 @@ class TFRecordShardWriter(ShardWriter):
 
     format_code = TFRECORD_FORMAT_CODE
     allow_dots_in_keys = True
+
+    @classmethod
+    def sample_size(cls, key: str, fields: Mapping[str, Any]) -> int:
+        """The serialised Example plus 16 bytes of framing (length, two CRCs)."""
+        return len(encode_example(key, dict(sorted(fields.items())))) + 16
 
     def _write_sample(self, key: str, fields: dict[str, Any], sample_sha: Any) -> list[tuple[str, int, int]]:
         record = frame(encode_example(key, fields))

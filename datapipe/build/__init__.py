@@ -1,0 +1,1 @@
+"""Build: pipeline config, Dask stages, shard plan, run."""

@@ -1,0 +1,391 @@
+"""The pipeline file: pydantic models of its YAML, loading with errors that name file, line and key."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import sys
+import types
+import typing
+import warnings
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from datapipe.errors import ConfigError, NotFoundError
+
+TypeName = Literal[
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64", "string", "bool",
+    "bytes",
+]
+TYPE_NAMES: tuple[str, ...] = typing.get_args(TypeName)
+STAGE_KINDS = ("dropna", "fillna", "filter", "dedupe", "cast", "map", "validate")
+# source.options keys that only change how the input is split (or reached), never a byte of output.
+EXECUTION_OPTIONS = frozenset({"blocksize", "files_per_partition", "row_groups_per_partition", "storage_options"})
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAP_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([KkMmGgTt][Ii]?[Bb]|[Bb])?\s*$"
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE_FORMS = ("an integer number of bytes or a string like '64MB', '512KiB', '1.5GB', '100 MB' "
+               "(KB/MB/GB/TB = powers of 1000, KiB/MiB/GiB/TiB = powers of 1024, B = bytes)")
+_FORBID = ConfigDict(extra="forbid", frozen=True)
+
+
+def parse_size(value: Any) -> int:
+    """A byte count from an int or a string like "64MB", "512KiB", "1.5GB", "100 MB"; ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"must be {_SIZE_FORMS}")
+    if isinstance(value, str):
+        if not re.match(SIZE_PATTERN, value):
+            raise ValueError(f"not a size: use {_SIZE_FORMS}")
+        number, unit = re.match(r"\s*([0-9.]+)\s*([A-Za-z]*)", value).groups()
+        exact = Decimal(number) * _SIZE_UNITS[unit.lower()]
+    else:
+        exact = Decimal(value)
+    if exact != exact.to_integral_value():
+        raise ValueError(f"must be a whole number of bytes, use {_SIZE_FORMS}")
+    if exact < 1:
+        raise ValueError("must be at least 1 byte")
+    return int(exact)
+
+
+ByteSize = Annotated[int, pydantic.BeforeValidator(parse_size), pydantic.WithJsonSchema({"anyOf": [
+    {"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]})]
+
+
+class SourceConfig(BaseModel):
+    """Where the raw rows come from: an fsspec URL or glob (relative to the pipeline file) and its format."""
+
+    model_config = _FORBID
+    path: str = Field(min_length=1)
+    format: Literal["csv", "parquet", "jsonl", "files"]
+    options: dict[str, Any] = {}
+
+
+class DropnaArgs(BaseModel):
+    """Drop rows with a null in any of ``columns`` (None: in any column)."""
+
+    model_config = _FORBID
+    columns: list[str] | None = None
+
+
+class FillnaArgs(BaseModel):
+    """Replace nulls: column -> scalar fill value."""
+
+    model_config = _FORBID
+    values: dict[str, Any]
+
+
+class DedupeArgs(BaseModel):
+    """Keep the first of rows equal in ``columns`` (None: in all columns)."""
+
+    model_config = _FORBID
+    columns: list[str] | None = None
+
+
+class ColumnRule(BaseModel):
+    """What a ``validate`` stage checks of one column; a row breaking any rule is rejected (quarantined)."""
+
+    model_config = _FORBID
+    type: TypeName | None = None
+    nullable: bool = True
+    min: float | None = None
+    max: float | None = None
+    values: list[Any] | None = None
+    pattern: str | None = None  # regex the whole value must match
+    min_length: int | None = Field(default=None, ge=0)
+    max_length: int | None = Field(default=None, ge=0)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise ValueError(f"not a valid regular expression: {e}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ColumnRule:
+        for low, high in (("min", "max"), ("min_length", "max_length")):
+            lo, hi = getattr(self, low), getattr(self, high)
+            if lo is not None and hi is not None and lo > hi:
+                raise ValueError(f"{low} is greater than {high}")
+        return self
+
+
+# A field named "validate" shadows the deprecated BaseModel.validate classmethod; the YAML key wins.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message='Field name "validate"', category=UserWarning)
+
+    class StageConfig(BaseModel):
+        """One cleaning stage, written in YAML as a mapping with exactly one key: its kind."""
+
+        model_config = ConfigDict(**_FORBID, json_schema_extra={"minProperties": 1, "maxProperties": 1})
+        dropna: DropnaArgs | None = None
+        fillna: FillnaArgs | None = None
+        filter: str | None = None
+        dedupe: DedupeArgs | None = None
+        cast: dict[str, TypeName] | None = None
+        map: str | None = None
+        validate: dict[str, ColumnRule] | None = None
+
+        @model_validator(mode="before")
+        @classmethod
+        def _one_key(cls, data: Any) -> Any:
+            known = ", ".join(STAGE_KINDS)
+            if isinstance(data, StageConfig):
+                return data
+            if not isinstance(data, dict) or len(data) != 1:
+                got = f"keys {', '.join(str(k) for k in data)}" if isinstance(data, dict) else repr(data)
+                raise ValueError(f"a stage is a mapping with exactly one key, got {got}; write one stage per list "
+                                 f"item, each one of: {known}")
+            (kind, args), = data.items()
+            if kind not in STAGE_KINDS:
+                raise PydanticCustomError("unknown_stage", "unknown stage '{key}'; use one of: {known}",
+                                          {"key": kind, "known": known})
+            if args is None:
+                if kind not in ("dropna", "fillna", "dedupe"):
+                    raise PydanticCustomError("stage_value", "'{key}' needs a value", {"key": kind})
+                return {kind: {}}
+            return data
+
+        @field_validator("filter")
+        @classmethod
+        def _expression(cls, value: str | None) -> str | None:
+            if value is not None:
+                try:
+                    ast.parse(value, mode="eval")
+                except SyntaxError as e:
+                    raise ValueError(f"not a valid expression ({e.msg}); write a Python/pandas expression over the "
+                                     "columns, e.g. \"label >= 0\"") from None
+            return value
+
+        @field_validator("map")
+        @classmethod
+        def _function_spec(cls, value: str | None) -> str | None:
+            if value is not None and not re.match(MAP_PATTERN, value):
+                raise ValueError("expected 'module.path:function', e.g. 'mypkg.clean:fix_rows'")
+            return value
+
+        @property
+        def kind(self) -> str:
+            """The stage's key: "dropna", "fillna", "filter", "dedupe", "cast", "map" or "validate"."""
+            return next(k for k in STAGE_KINDS if getattr(self, k) is not None)
+
+        @property
+        def args(self) -> Any:
+            """The stage's value: an args model, a string or a column mapping, as its kind says."""
+            return getattr(self, self.kind)
+
+        def canonical(self) -> dict[str, Any]:
+            """The stage as a one-key mapping {kind: args}, defaults left out, as it would be written in YAML."""
+            dumped = self.model_dump(mode="json", exclude_defaults=True, include={self.kind})
+            return {self.kind: dumped.get(self.kind, {})}
+
+
+class SampleConfig(BaseModel):
+    """How a row becomes a sample: the column giving ``__key__`` and field name -> column(s)."""
+
+    model_config = _FORBID
+    key: str = Field(min_length=1)
+    fields: dict[str, str | list[str]] = Field(json_schema_extra={"minProperties": 1})
+
+    @field_validator("fields")
+    @classmethod
+    def _field_names(cls, value: dict[str, str | list[str]]) -> dict[str, str | list[str]]:
+        if not value:
+            raise ValueError("needs at least one field, e.g. {png: image, cls: label}")
+        for name, columns in value.items():
+            if not name or "/" in name or name.startswith("__"):
+                raise ValueError(f"bad field name {name!r}: must be non-empty, without '/', not starting with '__'")
+            if isinstance(columns, list) and not columns:
+                raise ValueError(f"field {name!r} lists no columns")
+        return value
+
+
+class ShardConfig(BaseModel):
+    """How samples are cut into shard files."""
+
+    model_config = _FORBID
+    format: Literal["webdataset", "tfrecord"] = "webdataset"
+    max_bytes: ByteSize = 64 * 10**6
+    max_samples: int | None = Field(default=None, ge=1)
+    shuffle_seed: int | None = Field(default=None, ge=0)
+
+
+class Pipeline(BaseModel):
+    """A whole pipeline file: source, cleaning stages, sample layout and sharding."""
+
+    model_config = _FORBID
+    name: str = Field(json_schema_extra={"pattern": NAME_PATTERN})
+    source: SourceConfig
+    stages: list[StageConfig] = []
+    sample: SampleConfig
+    shards: ShardConfig = ShardConfig()
+    max_rejected: float = Field(default=0.01, ge=0, le=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.match(NAME_PATTERN, value):
+            raise ValueError("a name is 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        return value
+
+    def canonical(self) -> dict[str, Any]:
+        """The config as it goes into the version id: JSON types, without execution-only source options."""
+        data = self.model_dump(mode="json")
+        data["source"]["options"] = {k: v for k, v in data["source"]["options"].items() if k not in EXECUTION_OPTIONS}
+        data["stages"] = [stage.canonical() for stage in self.stages]
+        return data
+
+
+@dataclass(frozen=True)
+class LoadedPipeline:
+    """A parsed pipeline and where its file is (source paths are relative to ``base_dir``)."""
+
+    pipeline: Pipeline
+    path: str
+    base_dir: str
+
+
+def stage_path(i: int, kind: str) -> str:
+    """The label of stage ``i`` in counts, quarantine and messages: ``stages[2].filter``."""
+    return f"stages[{i}].{kind}"
+
+
+def load_pipeline(path: str | os.PathLike) -> LoadedPipeline:
+    """Read and validate a pipeline YAML file; NotFoundError if it is missing, ConfigError if it is wrong."""
+    where = os.fspath(path)
+    if not os.path.isfile(where):
+        raise NotFoundError(f"{where}: pipeline file not found; check the path")
+    try:
+        with open(where, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    absolute = os.path.abspath(where)
+    return LoadedPipeline(parse_pipeline(text, where), absolute, os.path.dirname(absolute))
+
+
+def parse_pipeline(text: str, where: str) -> Pipeline:
+    """Validate pipeline YAML ``text``; ``where`` names the file in messages. Every problem is one line of the error."""
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = ": ".join(p for p in (getattr(e, "context", None), getattr(e, "problem", None)) if p) or str(e)
+        start = getattr(e, "context_mark", None)
+        if start is not None and mark is not None and start.line != mark.line:
+            problem += f" (it starts on line {start.line + 1})"
+        raise ConfigError(f"{where}{line}: invalid YAML: {problem}; fix the syntax") from None
+    if data is None:
+        raise ConfigError(f"{where}: the file is empty; a pipeline needs at least name, source and sample")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}:1: the top level must be a mapping with keys {', '.join(Pipeline.model_fields)}")
+    lines: dict[tuple, int] = {}
+    problems = _node_lines(node, (), lines)
+    try:
+        pipeline = Pipeline.model_validate(data)
+    except pydantic.ValidationError as e:
+        problems += [_describe(err, lines) for err in e.errors(include_url=False)]
+    if problems:
+        merged: dict[tuple[int, str, str], list[str]] = {}  # pydantic reports each member of a union on its own
+        for line, path, msg, shown in problems:
+            merged.setdefault((line, path, shown), []).append(msg)
+        raise ConfigError("\n".join(f"{where}:{line}: {path}: {' or '.join(dict.fromkeys(msgs))}{shown}"
+                                    for (line, path, shown), msgs in sorted(merged.items())))
+    return pipeline
+
+
+def _node_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> list[tuple[int, str, str, str]]:
+    """Fill ``lines`` with key path -> 1-based line of the key (of the item, in lists); return duplicate keys."""
+    problems = []
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub, line = (*path, str(key.value)), key.start_mark.line + 1
+            if sub in lines:
+                problems.append((line, _dotted(sub), f"duplicate key (first on line {lines[sub]})", ""))
+            lines.setdefault(sub, line)
+            problems += _node_lines(value, sub, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines[(*path, i)] = item.start_mark.line + 1
+            problems += _node_lines(item, (*path, i), lines)
+    return problems
+
+
+def _dotted(path: tuple) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".") or "(top level)"
+
+
+def _describe(err: dict, lines: dict[tuple, int]) -> tuple[int, str, str, str]:
+    """(line, key path, message, shown input) for one pydantic error, its location mapped back onto the YAML."""
+    path: tuple = ()
+    loc = err["loc"]
+    for i, part in enumerate(loc):
+        # Parts not in the file are pydantic's union/key tags, except the name of a missing key.
+        hit = next((sub for sub in ((*path, part), (*path, str(part))) if sub in lines), None)
+        if hit is not None or (i == len(loc) - 1 and err["type"] == "missing"):
+            path = hit or (*path, str(part))
+    if err["type"] in ("unknown_stage", "stage_value"):
+        path = (*path, err["ctx"]["key"])
+    line = next((lines[path[:n]] for n in range(len(path), 0, -1) if path[:n] in lines), 1)
+    msg, shown = err["msg"].removeprefix("Value error, "), ""
+    if err["type"] == "missing":
+        msg = "required key is missing; add it"
+    elif err["type"] == "extra_forbidden":
+        allowed = _model_at(path[:-1])
+        msg = f"unknown key '{path[-1]}'" + (f"; use one of: {', '.join(allowed.model_fields)}" if allowed else "")
+    elif "[key]" in loc:
+        msg = "keys here must be strings; quote it"
+    elif isinstance(err.get("input"), (str, int, float, type(None))):
+        shown = repr(err["input"])
+        shown = f" (got {shown[:60] + '...' if len(shown) > 60 else shown})"
+    return line, _dotted(path), msg, shown
+
+
+def _model_at(path: tuple) -> type[BaseModel] | None:
+    """The model class that validates the mapping at ``path`` (for listing its keys), if any."""
+    tp: Any = Pipeline
+    for part in (*path, None):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+            tp = args[0] if len(args) == 1 else None
+        if part is None:
+            break
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            tp = tp.model_fields[part].annotation if part in tp.model_fields else None
+        elif typing.get_origin(tp) in (list, dict):
+            tp = typing.get_args(tp)[-1]
+        else:
+            return None
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def pipeline_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a pipeline file (``schemas/pipeline.schema.json`` holds a copy)."""
+    schema = Pipeline.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "datapipe pipeline"
+    return schema
+
+
+if __name__ == "__main__":
+    sys.stdout.write(json.dumps(pipeline_json_schema(), indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,149 @@
+"""Turns cleaned rows into samples: the key, and each field's value encoded for the shard format.
+
+Encoding, by the value's type (README "Field encoding"):
+
+    int, bool      tar: ASCII decimal (the .cls convention; bools as 0/1)   tfrecord: int64
+    float          tar: ASCII, shortest round-trip repr                    tfrecord: float
+    str            UTF-8                                                   tfrecord: bytes
+    bytes          as is                                                   tfrecord: bytes
+    numpy array    .npy bytes (dtype and shape kept)                       tfrecord: bytes (.npy)
+    list, dict     JSON (UTF-8, compact)                                   tfrecord: bytes (JSON)
+
+A field made of several columns is a JSON object of them. A missing value (None, NaN, NA) is
+not encoded: the row is quarantined, because a sample with a silently absent field breaks
+collation later.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from datapipe.errors import SampleError
+from datapipe.formats.base import check_field, check_key
+
+KINDS = ("int", "float", "str", "bytes", "npy", "json")
+
+
+class MissingValue(SampleError):
+    """A field's column holds no value for this row."""
+
+
+def is_missing(value: Any) -> bool:
+    """None, NaN, pandas NA/NaT: a value that is not there."""
+    if value is None:
+        return True
+    if isinstance(value, float | np.floating):
+        return math.isnan(value)
+    # pandas.NA and NaT compare as missing without importing pandas here
+    return type(value).__name__ in ("NAType", "NaTType")
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-ready copy of ``value``: numpy scalars and arrays become Python, bytes become base64, NA null."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [jsonable(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return jsonable(value.item())
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "base64:" + base64.b64encode(bytes(value)).decode()
+    if is_missing(value):
+        return None
+    if isinstance(value, str | int | float | bool):
+        return value
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(jsonable(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _npy(array: np.ndarray) -> bytes:
+    if array.dtype.hasobject:
+        raise SampleError("object arrays cannot be stored as .npy; convert them to a numeric dtype in a map stage")
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+    return buf.getvalue()
+
+
+def encode_value(value: Any, numeric: bool) -> tuple[Any, str]:
+    """(payload, kind) of one value. ``numeric`` keeps ints and floats as numbers (TFRecord features)."""
+    if is_missing(value):
+        raise MissingValue("no value")
+    if isinstance(value, bool | np.bool_):
+        return (int(value), "int") if numeric else (b"1" if value else b"0", "int")
+    if isinstance(value, int | np.integer):
+        return (int(value), "int") if numeric else (str(int(value)).encode(), "int")
+    if isinstance(value, float | np.floating):
+        return (float(value), "float") if numeric else (repr(float(value)).encode(), "float")
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape"), "str"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value), "bytes"
+    if isinstance(value, np.ndarray):
+        return _npy(value), "npy"
+    if isinstance(value, Mapping | Sequence):
+        return _json(value), "json"
+    if hasattr(value, "isoformat"):  # timestamps, dates
+        return value.isoformat().encode(), "str"
+    raise SampleError(f"cannot encode a value of type {type(value).__name__}; convert it in a map stage")
+
+
+class SampleEncoder:
+    """Builds samples from rows: ``fields`` maps a field name to a column or a list of columns."""
+
+    def __init__(self, key_column: str, fields: Mapping[str, str | Sequence[str]], *, numeric: bool,
+                 allow_dots_in_keys: bool) -> None:
+        self.key_column = key_column
+        self.fields = {name: (cols if isinstance(cols, str) else tuple(cols)) for name, cols in fields.items()}
+        self.numeric = numeric
+        self.allow_dots = allow_dots_in_keys
+
+    @property
+    def columns(self) -> list[str]:
+        """Every column a sample reads, the key first."""
+        cols = [self.key_column]
+        for spec in self.fields.values():
+            cols.extend([spec] if isinstance(spec, str) else spec)
+        return list(dict.fromkeys(cols))
+
+    def key_of(self, value: Any) -> str:
+        """The sample key for a key-column value, checked by the shard format's rule."""
+        if is_missing(value):
+            raise MissingValue(f"key column {self.key_column!r} has no value")
+        if isinstance(value, float | np.floating) and float(value).is_integer():
+            value = int(value)
+        key = value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+        return check_key(key, allow_dots=self.allow_dots)
+
+    def encode(self, row: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
+        """(key, encoded fields, kind of each field) of one row; SampleError says which field failed."""
+        key = self.key_of(row[self.key_column])
+        encoded: dict[str, Any] = {}
+        kinds: dict[str, str] = {}
+        for name, spec in self.fields.items():
+            check_field(name, key)
+            try:
+                if isinstance(spec, str):
+                    encoded[name], kinds[name] = encode_value(row[spec], self.numeric)
+                else:
+                    encoded[name], kinds[name] = _json({col: row[col] for col in spec}), "json"
+            except MissingValue:
+                raise MissingValue(
+                    f"field {name!r}: column {spec!r} has no value (add a dropna or fillna stage)"
+                ) from None
+            except (SampleError, ValueError, TypeError) as e:
+                raise SampleError(f"field {name!r}: {e}") from None
+        return key, encoded, kinds

@@ -1,0 +1,63 @@
+"""Lineage of a build: source files with their hashes, the user code a pipeline calls, tool versions."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+from datapipe.build.config import Pipeline
+from datapipe.build.sources import InputFile
+from datapipe.errors import ConfigError
+from datapipe.storage.fs import sha256_of
+from datapipe.versioning.manifest import CodeRef, SourceFile
+
+
+def hash_source(fs: Any, f: InputFile) -> SourceFile:
+    """Size and content hash of a source file: its etag on object stores, else its sha256 (a worker task)."""
+    return SourceFile(f.label, f.size, f"etag:{f.etag}" if f.etag else f"sha256:{sha256_of(fs, f.path)}")
+
+
+def _module_file(module: str, base_dir: str, where: str) -> str:
+    if base_dir not in sys.path:
+        sys.path.insert(0, base_dir)
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as e:
+        raise ConfigError(f"{where}: cannot find module {module!r} ({e})") from None
+    if spec is None or not spec.origin or not spec.has_location:
+        raise ConfigError(f"{where}: cannot find module {module!r} (looked in {base_dir} and the Python path)")
+    return spec.origin
+
+
+def code_files(pipeline: Pipeline, base_dir: str) -> dict[str, str]:
+    """module -> file of every module that a map stage calls."""
+    files = {}
+    for i, stage in enumerate(pipeline.stages):
+        if stage.kind == "map":
+            module = stage.args.partition(":")[0]
+            files[module] = _module_file(module, base_dir, f"stages[{i}].map")
+    return dict(sorted(files.items()))
+
+
+def code_refs(pipeline: Pipeline, base_dir: str) -> tuple[CodeRef, ...]:
+    """Every module a map stage calls, with the sha256 of its file."""
+    refs = []
+    for module, path in code_files(pipeline, base_dir).items():
+        with open(path, "rb") as f:
+            refs.append(CodeRef(module, hashlib.sha256(f.read()).hexdigest()))
+    return tuple(refs)
+
+
+def environment() -> dict[str, str]:
+    """Versions of the tools that made the bytes (kept out of the version id)."""
+    env = {"python": platform.python_version()}
+    for package in ("datapipe", "dask", "distributed", "pandas", "pyarrow", "numpy"):
+        try:
+            env[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            env[package] = "not installed"
+    return env

@@ -1,0 +1,179 @@
+"""What a Dask task does to one partition in each pass of a build.
+
+Passes recompute from the source instead of holding the data, so inputs larger than the
+cluster's memory stream through: one pass per dedupe stage (row hashes), a measure pass (counts,
+rejects, encoded sizes, key hashes), and a write pass (samples split by destination shard).
+Every pass runs the same deterministic code, so a row meets the same fate in each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from datapipe.build.config import Pipeline, stage_path
+from datapipe.build.encode import SampleEncoder
+from datapipe.build.quarantine import Reject, row_json
+from datapipe.build.readers import read_part
+from datapipe.build.sources import Part, SourcePlan
+from datapipe.build.stages import dedupe_hashes, run_stage
+from datapipe.errors import ConfigError, SampleError
+from datapipe.formats.registry import get_format
+from datapipe.versioning.manifest import ShardEntry, StageCounts
+from datapipe.versioning.store import write_shard_file
+
+SAMPLE_STAGE = "sample"
+SOURCE_STAGE = "source"
+
+Masks = Mapping[int, np.ndarray]  # stage number -> keep-mask of the rows reaching that dedupe
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """The picklable description of a build that every task receives."""
+
+    pipeline: Pipeline
+    base_dir: str
+    source: SourcePlan
+
+    def encoder(self) -> SampleEncoder:
+        """The sample encoder for this pipeline's fields and shard format."""
+        fmt = get_format(self.pipeline.shards.format)
+        return SampleEncoder(self.pipeline.sample.key, self.pipeline.sample.fields,
+                             numeric=fmt.name == "tfrecord", allow_dots_in_keys=fmt.writer.allow_dots_in_keys)
+
+
+@dataclass
+class Cleaned:
+    """A partition after the stages: its frame, per-stage counts and rejects."""
+
+    frame: pd.DataFrame
+    counts: list[StageCounts]
+    rejects: list[Reject]
+
+
+@dataclass
+class Measured:
+    """The measure pass's report on one partition: small enough to gather on the client."""
+
+    counts: list[StageCounts]
+    rejects: list[Reject]
+    sizes: np.ndarray
+    key_hashes: np.ndarray
+    kinds: dict[str, set[str]] = field(default_factory=dict)
+
+
+def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> Cleaned:
+    """Read ``part`` and run the stages before ``until`` (all of them when None)."""
+    raw = read_part(job.source, part)
+    frame = raw.frame
+    rejects = [Reject(SOURCE_STAGE, reason, row, data) for row, reason, data in raw.rejects]
+    counts = [StageCounts(SOURCE_STAGE, raw.rows_in, len(frame), 0, len(rejects))]
+    for i, stage in enumerate(job.pipeline.stages):
+        if i == until:
+            break
+        label = stage_path(i, stage.kind)
+        outcome = run_stage(stage, label, frame, job.base_dir, masks.get(i))
+        counts.append(StageCounts(label, len(frame), len(outcome.frame), outcome.dropped, len(outcome.rejected)))
+        rejects.extend(outcome.rejected)
+        frame = outcome.frame
+    return Cleaned(frame, counts, rejects)
+
+
+def dedupe_pass(job: BuildJob, part: Part, masks: Masks, stage: int) -> np.ndarray:
+    """Hashes of the dedupe columns of the rows that reach stage ``stage``."""
+    cleaned = clean(job, part, masks, until=stage)
+    args = job.pipeline.stages[stage].args
+    return dedupe_hashes(cleaned.frame, args.columns, stage_path(stage, "dedupe"))
+
+
+def _sample_columns(job: BuildJob, frame: pd.DataFrame, encoder: SampleEncoder) -> list[str]:
+    missing = [c for c in encoder.columns if c not in frame.columns]
+    if missing and len(frame):
+        where = "sample.key" if job.pipeline.sample.key in missing else "sample.fields"
+        raise ConfigError(f"{where}: no column {', '.join(map(repr, missing))} after the stages "
+                          f"(columns: {', '.join(map(str, frame.columns))})")
+    return encoder.columns
+
+
+def encode_rows(job: BuildJob, frame: pd.DataFrame) -> tuple[list[tuple[int, str, dict[str, Any], dict[str, str]]],
+                                                              list[Reject]]:
+    """(row id, key, fields, kinds) of every row that encodes, and a reject for every row that does not."""
+    encoder = job.encoder()
+    columns = _sample_columns(job, frame, encoder)
+    samples, rejects = [], []
+    if not len(frame):
+        return samples, rejects
+    for row, values in zip(frame.index, zip(*(frame[c].array for c in columns), strict=True), strict=True):
+        record = dict(zip(columns, values, strict=True))
+        try:
+            key, fields, kinds = encoder.encode(record)
+        except SampleError as e:
+            rejects.append(Reject(SAMPLE_STAGE, str(e), int(row), row_json(frame, row)))
+            continue
+        samples.append((int(row), key, fields, kinds))
+    return samples, rejects
+
+
+def key_hashes(keys: Sequence[str]) -> np.ndarray:
+    """128-bit hashes of sample keys, (n, 2) uint64."""
+    if not keys:
+        return np.zeros((0, 2), dtype=np.uint64)
+    series = pd.Series(list(keys), dtype=object)
+    a = pd.util.hash_pandas_object(series, index=False, hash_key="datapipe-keys-01").to_numpy()
+    b = pd.util.hash_pandas_object(series, index=False, hash_key="datapipe-keys-02").to_numpy()
+    return np.stack([a, b], axis=1).astype(np.uint64)
+
+
+def measure_pass(job: BuildJob, part: Part, masks: Masks) -> Measured:
+    """Counts, rejects, encoded size and key hash of every sample of ``part``."""
+    cleaned = clean(job, part, masks)
+    samples, rejects = encode_rows(job, cleaned.frame)
+    writer = get_format(job.pipeline.shards.format).writer
+    sizes = np.fromiter((writer.sample_size(key, fields) for _, key, fields, _ in samples), np.int64, len(samples))
+    kinds: dict[str, set[str]] = {}
+    for *_, sample_kinds in samples:
+        for name, kind in sample_kinds.items():
+            kinds.setdefault(name, set()).add(kind)
+    counts = [*cleaned.counts, StageCounts(SAMPLE_STAGE, len(cleaned.frame), len(samples), 0, len(rejects))]
+    return Measured(counts, cleaned.rejects + rejects, sizes, key_hashes([s[1] for s in samples]), kinds)
+
+
+def duplicates_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray) -> list[Reject]:
+    """Rejects for the samples whose key an earlier sample already has."""
+    cleaned = clean(job, part, masks)
+    samples, _ = encode_rows(job, cleaned.frame)
+    return [
+        Reject(SAMPLE_STAGE, f"duplicate sample key {key!r} (the first row with this key is kept)", row,
+               row_json(cleaned.frame, row))
+        for (row, key, _, _), keep in zip(samples, key_keep, strict=True) if not keep
+    ]
+
+
+def prepare_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray, positions: np.ndarray,
+                 shards: np.ndarray) -> dict[int, list[tuple[int, dict[str, Any]]]]:
+    """The samples of ``part`` grouped by destination shard, each with its output position."""
+    cleaned = clean(job, part, masks)
+    samples, _ = encode_rows(job, cleaned.frame)
+    kept = [s for s, keep in zip(samples, key_keep, strict=True) if keep]
+    if len(kept) != len(positions):
+        raise RuntimeError("the write pass saw other samples than the measure pass; stages must be deterministic")
+    out: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    for (_, key, fields, _), pos, shard in zip(kept, positions.tolist(), shards.tolist(), strict=True):
+        out.setdefault(shard, []).append((pos, {"__key__": key, **fields}))
+    return out
+
+
+def take_piece(prepared: dict[int, list[tuple[int, dict[str, Any]]]], shard: int) -> list[tuple[int, dict[str, Any]]]:
+    """The part of a prepared partition that goes to ``shard``."""
+    return prepared.get(shard, [])
+
+
+def write_shard_task(fs: Any, directory: str, filename: str, fmt_name: str, *pieces: list) -> ShardEntry:
+    """Write one shard from its pieces, in output order."""
+    samples = sorted((item for piece in pieces for item in piece), key=lambda item: item[0])
+    return write_shard_file(fs, directory, filename, (s for _, s in samples), get_format(fmt_name))

@@ -1,0 +1,56 @@
+"""The quarantine: every rejected row, with the stage and reason, kept as rejected.parquet.
+
+Columns: stage ('source', 'stages[3].validate', 'sample'), reason, source (the input file as
+named in the lineage), row (1-based row number in that file, the header not counted), data
+(the row as JSON when it was rejected, or the raw text of a line that could not be parsed).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from datapipe.build.encode import jsonable
+
+COLUMNS = ("stage", "reason", "source", "row", "data")
+
+
+@dataclass(frozen=True)
+class Reject:
+    """One rejected row of a partition; ``row`` is its id within the partition until placed in its file."""
+
+    stage: str
+    reason: str
+    row: int
+    data: str
+
+
+def row_json(frame: pd.DataFrame, row: Any) -> str:
+    """The row ``row`` of ``frame`` as a JSON object (bytes as base64, missing as null)."""
+    values = frame.loc[row]
+    return json.dumps({str(k): jsonable(v) for k, v in values.items()}, ensure_ascii=False, allow_nan=False)
+
+
+def rejects_of(frame: pd.DataFrame, stage: str, reasons: dict[Any, str]) -> list[Reject]:
+    """Rejects for the rows of ``frame`` named in ``reasons`` (row id -> reason)."""
+    return [Reject(stage, reason, int(row), row_json(frame, row)) for row, reason in reasons.items()]
+
+
+def quarantine_bytes(records: Iterable[tuple[Reject, str, int]]) -> bytes:
+    """rejected.parquet from (reject, source label, row number in that file) triples, in the given order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [(r.stage, r.reason, source, row, r.data) for r, source, row in records]
+    table = pa.table({
+        name: pa.array([r[i] for r in rows], type=pa.int64() if name == "row" else pa.string())
+        for i, name in enumerate(COLUMNS)
+    })
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()

@@ -1,0 +1,216 @@
+"""Reads one partition of the source into a pandas frame; rows that cannot be parsed are kept as rejects.
+
+Every frame is indexed by the row's position in its partition (0, 1, ...; raw rows, rejects
+included), which stays the row's identity through the stages and, plus the partition's offset,
+gives its row number in the source file for the quarantine.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from fsspec.utils import read_block
+
+from datapipe.build.schema import apply_schema
+from datapipe.build.sources import Part, SourcePlan
+from datapipe.errors import ConfigError, NotFoundError
+
+
+@dataclass
+class RawPart:
+    """A parsed partition: good rows, and (row id, reason, raw text) of the rows that failed to parse."""
+
+    frame: pd.DataFrame
+    rows_in: int
+    rejects: list[tuple[int, str, str]] = field(default_factory=list)
+
+
+def _open(plan: SourcePlan, path: str, label: str, compression: str | None = "infer") -> Any:
+    try:
+        return plan.fs.open(path, "rb", compression=compression)
+    except FileNotFoundError:
+        raise NotFoundError(f"{label}: the source file disappeared during the build") from None
+    except PermissionError:
+        raise ConfigError(f"{label}: cannot read the source file (permission denied)") from None
+
+
+def _block(plan: SourcePlan, part: Part) -> tuple[bytes, bytes]:
+    """(header line or b'', the partition's bytes without the header)."""
+    f = plan.files[part.file]
+    with _open(plan, f.path, f.label) as handle:
+        if part.length is None:
+            data = handle.read()
+            header = b""
+        else:
+            data = read_block(handle, part.start, part.length, delimiter=b"\n")
+            handle.seek(0)
+            header = handle.readline() if part.start else b""
+    return header, data
+
+
+def _with_schema(plan: SourcePlan, raw: RawPart, *, strings: bool) -> RawPart:
+    frame, bad = apply_schema(raw.frame, plan.schema, strings=strings)
+    if len(bad):
+        for row, reason in bad.items():
+            raw.rejects.append((int(row), reason, json.dumps(_row_text(raw.frame, row), ensure_ascii=False)))
+        frame = frame.drop(index=bad.index)
+    raw.frame = frame
+    return raw
+
+
+def _row_text(frame: pd.DataFrame, row: Any) -> dict[str, Any]:
+    return {str(k): (None if pd.isna(v) else str(v)) for k, v in frame.loc[row].items()}
+
+
+# CSV ---------------------------------------------------------------------------------------------
+
+
+def _csv_options(plan: SourcePlan) -> dict[str, Any]:
+    return {**plan.options, "dtype": str}
+
+
+def _csv_fast(data: bytes, options: dict[str, Any]) -> pd.DataFrame:
+    frame = pd.read_csv(io.BytesIO(data), **options)
+    frame.index = pd.RangeIndex(len(frame))
+    return frame
+
+
+def _csv_slow(data: bytes, options: dict[str, Any]) -> tuple[pd.DataFrame, list[tuple[int, str, str]], int]:
+    """Record by record with the csv module: bad records become rejects, the rest is parsed by pandas."""
+    encoding = options.get("encoding") or "utf-8"
+    delimiter = options.get("sep") or options.get("delimiter") or ","
+    quotechar = options.get("quotechar") or '"'
+    text = data.decode(encoding, "surrogateescape")
+    csv.field_size_limit(2**31 - 1)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quotechar=quotechar)
+    good, rows, rejects = io.StringIO(), [], []
+    writer = csv.writer(good, delimiter=delimiter, quotechar=quotechar, lineterminator="\n")
+    width, row = None, -1
+    while True:
+        try:
+            record = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            row += 1
+            rejects.append((row, f"malformed CSV ({e})", ""))
+            continue
+        if not record:
+            continue  # a blank line, as pandas skips it
+        if width is None:
+            width = len(record)
+            writer.writerow(record)
+            continue
+        row += 1
+        raw = delimiter.join(record)
+        if any("\udc80" <= ch <= "\udcff" for ch in raw):
+            rejects.append((row, f"invalid {encoding} bytes", raw.encode(encoding, "replace").decode(encoding)))
+        elif len(record) != width:
+            rejects.append((row, f"expected {width} fields, saw {len(record)}", raw))
+        else:
+            writer.writerow(record)
+            rows.append(row)
+    frame = pd.read_csv(io.StringIO(good.getvalue()), **{**options, "encoding": None})
+    frame.index = pd.Index(rows[: len(frame)], dtype="int64")
+    return frame, rejects, row + 1
+
+
+def read_csv_part(plan: SourcePlan, part: Part) -> RawPart:
+    """A CSV block: pandas' C parser when the block is clean, record by record when it is not."""
+    header, data = _block(plan, part)
+    if not (header + data).strip():
+        return RawPart(pd.DataFrame(), 0)
+    options = _csv_options(plan)
+    try:
+        frame = _csv_fast(header + data, options)
+        raw = RawPart(frame, len(frame))
+    except pd.errors.EmptyDataError:
+        return RawPart(pd.DataFrame(), 0)
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError):
+        frame, rejects, rows_in = _csv_slow(header + data, options)
+        raw = RawPart(frame, rows_in, rejects)
+    return _with_schema(plan, raw, strings=True)
+
+
+# JSON lines --------------------------------------------------------------------------------------
+
+
+def read_jsonl_part(plan: SourcePlan, part: Part) -> RawPart:
+    """One JSON object per line; a line that is not one is a reject."""
+    _, data = _block(plan, part)
+    records, rows, rejects = [], [], []
+    row = -1
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        row += 1
+        try:
+            record = json.loads(line)
+        except UnicodeDecodeError:
+            rejects.append((row, "invalid UTF-8", line.decode("utf-8", "replace")))
+            continue
+        except ValueError as e:
+            rejects.append((row, f"not valid JSON ({e})", line.decode("utf-8", "replace")))
+            continue
+        if not isinstance(record, dict):
+            rejects.append((row, f"expected a JSON object, got {type(record).__name__}", line.decode()))
+            continue
+        records.append(record)
+        rows.append(row)
+    frame = pd.DataFrame.from_records(records, index=pd.Index(rows, dtype="int64")) if records else pd.DataFrame()
+    known = [c for c in plan.schema if c in frame.columns]
+    frame = frame[known + sorted(c for c in frame.columns if c not in plan.schema)]
+    return _with_schema(plan, RawPart(frame, row + 1, rejects), strings=False)
+
+
+# Parquet and files -------------------------------------------------------------------------------
+
+
+def _nullable(arrow_type: Any) -> Any:
+    import pyarrow as pa
+
+    if pa.types.is_integer(arrow_type):
+        return pd.Int64Dtype()
+    if pa.types.is_boolean(arrow_type):
+        return pd.BooleanDtype()
+    return None
+
+
+def read_parquet_part(plan: SourcePlan, part: Part) -> RawPart:
+    """One row group, with integer and bool columns kept nullable (not turned into floats)."""
+    import pyarrow.parquet as pq
+
+    f = plan.files[part.file]
+    with _open(plan, f.path, f.label, compression=None) as handle:
+        try:
+            table = pq.ParquetFile(handle).read_row_group(part.row_group, **plan.options)
+        except Exception as e:  # pyarrow's error kinds vary by damage
+            raise ConfigError(f"{f.label}: row group {part.row_group} cannot be read ({e})") from None
+    frame = table.to_pandas(types_mapper=_nullable)
+    frame.index = pd.RangeIndex(len(frame))
+    return RawPart(frame, len(frame))
+
+
+def read_files_part(plan: SourcePlan, part: Part) -> RawPart:
+    """Columns path, name, parent and bytes, one row per file."""
+    rows = []
+    for i in part.members:
+        f = plan.files[i]
+        with _open(plan, f.path, f.label, compression=None) as handle:
+            content = handle.read()
+        parent, _, name = f.label.rpartition("/")
+        rows.append({"path": f.label, "name": name, "parent": parent.rpartition("/")[2], "bytes": content})
+    return RawPart(pd.DataFrame(rows, columns=["path", "name", "parent", "bytes"]), len(rows))
+
+
+READERS = {"csv": read_csv_part, "jsonl": read_jsonl_part, "parquet": read_parquet_part, "files": read_files_part}
+
+
+def read_part(plan: SourcePlan, part: Part) -> RawPart:
+    """Parse partition ``part`` of ``plan``."""
+    return READERS[plan.format](plan, part)

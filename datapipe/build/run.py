@@ -1,0 +1,283 @@
+"""`datapipe build`: plan the source, run the passes on Dask, plan the shards, write them, commit a version."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from datapipe.build.cluster import dashboard_link, dask_client
+from datapipe.build.config import LoadedPipeline
+from datapipe.build.lineage import code_refs, environment, hash_source
+from datapipe.build.partition import (
+    SAMPLE_STAGE,
+    BuildJob,
+    Measured,
+    dedupe_pass,
+    duplicates_pass,
+    measure_pass,
+    prepare_pass,
+    take_piece,
+    write_shard_task,
+)
+from datapipe.build.plan import (
+    first_occurrences,
+    output_positions,
+    shard_boundaries,
+    shards_of,
+    sizes_in_output_order,
+)
+from datapipe.build.progress import BuildProgress
+from datapipe.build.quarantine import Reject, quarantine_bytes
+from datapipe.build.sources import SourcePlan, plan_source
+from datapipe.errors import BuildError
+from datapipe.formats.registry import get_format
+from datapipe.storage.fs import put_atomic
+from datapipe.versioning.manifest import REJECTED_NAME, Lineage, Manifest, StageCounts
+from datapipe.versioning.store import LATEST, Store, VersionWriter, check_ref_name
+
+FAILED_QUARANTINE = "rejected"  # STORE/NAME/rejected/<time>-<id>.parquet: quarantine of builds that failed
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A committed build: its manifest and the dataset URL that pins it."""
+
+    manifest: Manifest
+    url: str
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON object `datapipe build --json` prints."""
+        m = self.manifest
+        return {
+            "name": m.name, "version": m.version, "url": self.url, "samples": m.samples, "shards": len(m.shards),
+            "bytes": m.bytes, "rejected": m.rejected_rows,
+            "stages": [{"stage": s.stage, "in": s.rows_in, "out": s.rows_out, "dropped": s.dropped,
+                        "rejected": s.rejected} for s in m.stages],
+        }
+
+
+def _in_process_only(fs: Any) -> bool:
+    """memory:// lives in one process: workers must be threads to see it."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol == "memory"
+
+
+class _Runner:
+    """Runs one pass (a list of dask.delayed tasks) on the client, reporting progress."""
+
+    def __init__(self, client: Any, progress: BuildProgress) -> None:
+        self.client = client
+        self.progress = progress
+
+    def __call__(self, phase: str, tasks: Sequence[Any]) -> list[Any]:
+        from distributed import as_completed
+        from distributed.client import FutureCancelledError
+        from distributed.scheduler import KilledWorker
+
+        self.progress.phase(phase, len(tasks))
+        futures = self.client.compute(list(tasks))
+        try:
+            for _ in as_completed(futures):
+                self.progress.advance(phase)
+            return self.client.gather(futures)
+        except (KilledWorker, FutureCancelledError) as e:
+            raise BuildError(f"{phase}: a Dask worker died while running this pass ({type(e).__name__}: {e}); "
+                             "check the workers' memory limit, then run the build again") from None
+
+
+def _sum_counts(measured: Sequence[Measured], duplicates: int) -> tuple[StageCounts, ...]:
+    totals: dict[str, list[int]] = {}
+    for m in measured:
+        for c in m.counts:
+            t = totals.setdefault(c.stage, [0, 0, 0, 0])
+            for i, v in enumerate((c.rows_in, c.rows_out, c.dropped, c.rejected)):
+                t[i] += v
+    if SAMPLE_STAGE in totals:
+        totals[SAMPLE_STAGE][1] -= duplicates
+        totals[SAMPLE_STAGE][3] += duplicates
+    return tuple(StageCounts(stage, *t) for stage, t in totals.items())
+
+
+def _placed(plan: SourcePlan, measured: Sequence[Measured],
+            rejects: Mapping[int, list[Reject]]) -> Iterator[tuple[Reject, str, int]]:
+    """Each reject with its source file and 1-based row number in that file, in source order."""
+    offsets: dict[int, int] = {}
+    for part, m in zip(plan.parts, measured, strict=True):
+        offset = offsets.get(part.file, 0)
+        offsets[part.file] = offset + m.counts[0].rows_in
+        for r in sorted(rejects.get(part.number, ()), key=lambda r: r.row):
+            if part.members:
+                yield r, plan.files[part.members[r.row]].label, 1
+            else:
+                yield r, plan.files[part.file].label, offset + r.row + 1
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+class _Build:
+    """The state of one build between passes."""
+
+    def __init__(self, loaded: LoadedPipeline, store: Store, run: _Runner, job: BuildJob) -> None:
+        self.loaded, self.store, self.run, self.job = loaded, store, run, job
+        self.pipeline = loaded.pipeline
+        self.parts = job.source.parts
+        self.masks: dict[int, list[np.ndarray]] = {}
+        # one copy of the job per worker instead of one per task (a 'files' plan lists every file)
+        [self.job_ref] = run.client.scatter([job], broadcast=True, hash=False)
+
+    def masks_of(self, part: int) -> dict[int, np.ndarray]:
+        return {stage: masks[part] for stage, masks in self.masks.items()}
+
+    def dedupe(self) -> None:
+        from dask import delayed
+
+        for i, stage in enumerate(self.pipeline.stages):
+            if stage.kind == "dedupe":
+                hashes = self.run(f"stages[{i}].dedupe", [
+                    delayed(dedupe_pass, pure=False)(self.job_ref, p, self.masks_of(p.number), i) for p in self.parts
+                ])
+                self.masks[i] = first_occurrences(hashes)
+
+    def measure(self) -> tuple[list[Measured], list[np.ndarray], dict[int, list[Reject]]]:
+        from dask import delayed
+
+        measured = self.run("clean and measure", [
+            delayed(measure_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in self.parts
+        ])
+        key_keep = first_occurrences([m.key_hashes for m in measured])
+        rejects = {p.number: list(m.rejects) for p, m in zip(self.parts, measured, strict=True)}
+        dup_parts = [p for p, keep in zip(self.parts, key_keep, strict=True) if not keep.all()]
+        if dup_parts:
+            found = self.run("duplicate keys", [
+                delayed(duplicates_pass, pure=False)(self.job_ref, p, self.masks_of(p.number), key_keep[p.number])
+                for p in dup_parts
+            ])
+            for p, dups in zip(dup_parts, found, strict=True):
+                rejects[p.number].extend(dups)
+        return measured, key_keep, rejects
+
+    def quarantine(self, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]) -> bytes:
+        return quarantine_bytes(_placed(self.job.source, measured, rejects))
+
+    def check_counts(self, stages: tuple[StageCounts, ...], measured: Sequence[Measured],
+                     rejects: Mapping[int, list[Reject]]) -> int:
+        """Fail before writing when nothing was read, nothing is left, or too much was rejected."""
+        rows_read = stages[0].rows_in
+        rejected = sum(s.rejected for s in stages)
+        counts = ", ".join(f"{s.stage}: {s.rows_in} in, {s.rows_out} out, {s.dropped} dropped, {s.rejected} rejected"
+                           for s in stages)
+        if rows_read == 0:
+            files = ", ".join(f.label for f in self.job.source.files[:5])
+            raise BuildError(f"source.path: no rows in {files}; the build needs at least one row")
+        if rejected and rejected > self.pipeline.max_rejected * rows_read:
+            path = self.store.path(self.pipeline.name, FAILED_QUARANTINE, f"{_now()}-{uuid.uuid4().hex[:8]}.parquet")
+            self.store.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            put_atomic(self.store.fs, path, self.quarantine(measured, rejects))
+            raise BuildError(
+                f"{rejected} of {rows_read} rows rejected ({rejected / rows_read:.2%}), over max_rejected "
+                f"{self.pipeline.max_rejected:.2%}; no version was made. Rejected rows with their reasons: "
+                f"{path}. Counts: {counts}"
+            )
+        samples = stages[-1].rows_out
+        if samples == 0:
+            raise BuildError(f"no samples left after the stages ({counts})")
+        return samples
+
+    def write(self, writer: VersionWriter, measured: Sequence[Measured], key_keep: Sequence[np.ndarray]) -> list:
+        from dask import delayed
+
+        shards_cfg = self.pipeline.shards
+        fmt = get_format(shards_cfg.format)
+        sizes = [m.sizes[keep] for m, keep in zip(measured, key_keep, strict=True)]
+        positions = output_positions([len(s) for s in sizes], shards_cfg.shuffle_seed)
+        bounds = shard_boundaries(sizes_in_output_order(sizes, positions), shards_cfg.max_bytes,
+                                  shards_cfg.max_samples, fmt.writer.end_size)
+        pieces: dict[int, list[Any]] = defaultdict(list)
+        for part, keep, pos in zip(self.parts, key_keep, positions, strict=True):
+            if not len(pos):
+                continue
+            dest = shards_of(pos, bounds)
+            masks = self.masks_of(part.number)
+            prepared = delayed(prepare_pass, pure=False)(self.job_ref, part, masks, keep, pos, dest)
+            for shard in np.unique(dest).tolist():
+                pieces[shard].append(delayed(take_piece, pure=False)(prepared, shard))
+        tasks = [
+            delayed(write_shard_task, pure=False)(self.store.fs, writer.partial,
+                                                  writer.shard_filename(s, fmt), fmt.name, *pieces[s])
+            for s in range(len(bounds) - 1)
+        ]
+        return self.run("write shards", tasks)
+
+
+def build(
+    loaded: LoadedPipeline,
+    store: Store,
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    tags: Iterable[str] = (),
+    client: Any = None,
+    progress: BuildProgress | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> BuildResult:
+    """Build ``loaded`` into a new version of ``store`` and point 'latest' (and ``tags``) at it.
+
+    ``client`` reuses an existing distributed Client (tests, notebooks); otherwise ``scheduler``
+    names a running Dask scheduler, or a LocalCluster of ``workers`` processes is started.
+    """
+    pipeline = loaded.pipeline
+    tags = [check_ref_name(t) for t in tags]
+    progress = progress or BuildProgress()
+    plan = plan_source(pipeline.source, loaded.base_dir, storage_options)
+    job = BuildJob(pipeline, loaded.base_dir, plan)
+    code = code_refs(pipeline, loaded.base_dir)
+    processes = not (_in_process_only(store.fs) or _in_process_only(plan.fs))
+    scope = contextlib.nullcontext(client) if client is not None else dask_client(workers, scheduler,
+                                                                                  processes=processes)
+    with scope as c:
+        progress.dashboard(dashboard_link(c))
+        run = _Runner(c, progress)
+        source_files = c.compute([_hash_task(plan.fs, f) for f in plan.files])
+        b = _Build(loaded, store, run, job)
+        b.dedupe()
+        measured, key_keep, rejects = b.measure()
+        stages = _sum_counts(measured, sum(int((~k).sum()) for k in key_keep))
+        b.check_counts(stages, measured, rejects)
+        writer = store.begin(pipeline.name)
+        try:
+            entries = b.write(writer, measured, key_keep)
+            rejected = sum(s.rejected for s in stages)
+            if rejected:
+                put_atomic(store.fs, f"{writer.partial}/{REJECTED_NAME}", b.quarantine(measured, rejects))
+            kinds: dict[str, set[str]] = defaultdict(set)
+            for m in measured:
+                for name, k in m.kinds.items():
+                    kinds[name] |= k
+            manifest = Manifest(
+                name=pipeline.name, shard_format=get_format(pipeline.shards.format).name,
+                fields={name: "|".join(sorted(kinds[name])) for name in sorted(kinds)},
+                shards=tuple(entries), stages=stages,
+                lineage=Lineage(pipeline=pipeline.canonical(), sources=tuple(c.gather(source_files)), code=code,
+                                seed=pipeline.shards.shuffle_seed, environment=environment()),
+                rejected=REJECTED_NAME if rejected else None, rejected_rows=rejected,
+            )
+            committed = writer.commit(manifest, (LATEST, *tags))
+        except BaseException:
+            writer.abort()
+            raise
+    return BuildResult(committed, f"{store.url.rstrip('/')}/{pipeline.name}@{committed.version}")
+
+
+def _hash_task(fs: Any, f: Any) -> Any:
+    from dask import delayed
+
+    return delayed(hash_source, pure=False)(fs, f)

@@ -1,0 +1,241 @@
+"""The cleaning stages, each a function of one partition's frame: rows kept, rows dropped, rows rejected.
+
+Dropped rows are counted (dropna, filter, dedupe, a map that removes rows); rejected rows go to
+the quarantine with a reason (cast, validate). ``dedupe`` is global: it needs every partition's
+keys first, so here it only applies a keep-mask that the run computed in an earlier pass.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from datapipe.build.config import ColumnRule, StageConfig
+from datapipe.build.quarantine import Reject, rejects_of
+from datapipe.errors import BuildError, ConfigError
+
+_INT_RANGES = {f"{p}{b}": (0 if p == "uint" else -(2 ** (b - 1)), 2**b - 1 if p == "uint" else 2 ** (b - 1) - 1)
+               for p in ("int", "uint") for b in (8, 16, 32, 64)}
+_FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {}
+
+
+@dataclass
+class StageOutcome:
+    """What one stage did to one partition."""
+
+    frame: pd.DataFrame
+    dropped: int = 0
+    rejected: list[Reject] = field(default_factory=list)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and math.isnan(value))
+
+
+def _columns(frame: pd.DataFrame, columns: list[str] | None, label: str) -> list[str]:
+    if columns is None:
+        return list(frame.columns)
+    unknown = [c for c in columns if c not in frame.columns]
+    if unknown:
+        raise ConfigError(f"{label}: no column {', '.join(map(repr, unknown))} (columns: {', '.join(frame.columns)})")
+    return list(columns)
+
+
+def dedupe_hashes(frame: pd.DataFrame, columns: list[str] | None, label: str) -> np.ndarray:
+    """A 128-bit hash per row of the dedupe columns, as an (n, 2) uint64 array in row order."""
+    cols = _columns(frame, columns, label)
+    if not len(frame):
+        return np.zeros((0, 2), dtype=np.uint64)
+    part = frame[cols].astype(object).where(frame[cols].notna(), None)
+    a = pd.util.hash_pandas_object(part, index=False, hash_key="datapipe-dedup-1").to_numpy()
+    b = pd.util.hash_pandas_object(part, index=False, hash_key="datapipe-dedup-2").to_numpy()
+    return np.stack([a, b], axis=1).astype(np.uint64)
+
+
+def load_function(spec: str, base_dir: str) -> Callable[..., Any]:
+    """Import 'module.path:function', looking in the pipeline file's directory first."""
+    cached = _FUNCTIONS.get((spec, base_dir))
+    if cached is not None:
+        return cached
+    module_name, _, name = spec.partition(":")
+    if base_dir not in sys.path:
+        sys.path.insert(0, base_dir)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"map {spec!r}: cannot import module {module_name!r} ({e}); it is looked up in "
+                          f"{base_dir} and on the Python path") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ConfigError(f"map {spec!r}: module {module_name!r} has no function {name!r}")
+    _FUNCTIONS[(spec, base_dir)] = fn
+    return fn
+
+
+def _dropna(frame: pd.DataFrame, args: Any, label: str) -> StageOutcome:
+    kept = frame.dropna(subset=_columns(frame, args.columns, label))
+    return StageOutcome(kept, len(frame) - len(kept))
+
+
+def _fillna(frame: pd.DataFrame, args: Any, label: str) -> StageOutcome:
+    frame = frame.copy()
+    for col, value in args.values.items():
+        _columns(frame, [col], label)
+        try:
+            frame[col] = frame[col].fillna(value)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{label}.values.{col}: cannot fill column {col!r} with {value!r} ({e})") from None
+    return StageOutcome(frame)
+
+
+def _filter(frame: pd.DataFrame, expr: str, label: str) -> StageOutcome:
+    if not len(frame):
+        return StageOutcome(frame)
+    try:
+        mask = frame.eval(expr)
+    except Exception as e:  # pandas raises many kinds for a bad expression
+        raise ConfigError(f"{label}: cannot evaluate {expr!r} ({type(e).__name__}: {e}); "
+                          f"columns: {', '.join(map(str, frame.columns))}") from None
+    if not isinstance(mask, pd.Series) or mask.dtype.kind not in "bO" and str(mask.dtype) != "boolean":
+        raise ConfigError(f"{label}: {expr!r} must give true or false per row, not {getattr(mask, 'dtype', mask)!r}")
+    keep = mask.fillna(False).astype(bool)
+    return StageOutcome(frame[keep], int((~keep).sum()))
+
+
+def _cast_value(value: Any, kind: str) -> Any:
+    if kind in _INT_RANGES:
+        if isinstance(value, bool | np.bool_):
+            raise ValueError("a bool is not an integer")
+        number = float(value) if isinstance(value, str) and not value.strip().lstrip("-").isdigit() else value
+        if isinstance(number, float | np.floating) and not float(number).is_integer():
+            raise ValueError(f"{value!r} is not a whole number")
+        integer = int(number)
+        low, high = _INT_RANGES[kind]
+        if not low <= integer <= high:
+            raise ValueError(f"{value!r} is outside the range of {kind}")
+        return integer
+    if kind in ("float32", "float64"):
+        return float(value)
+    if kind == "bool":
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text not in ("true", "false", "1", "0"):
+                raise ValueError(f"{value!r} is not a bool")
+            return text in ("true", "1")
+        if value not in (0, 1):
+            raise ValueError(f"{value!r} is not a bool")
+        return bool(value)
+    if kind == "bytes":
+        return value.encode() if isinstance(value, str) else bytes(value)
+    return value if isinstance(value, str) else str(value)
+
+
+_DTYPES = {**{k: k.capitalize().replace("Uint", "UInt") for k in _INT_RANGES}, "float32": "float32",
+           "float64": "float64", "bool": "boolean", "string": object, "bytes": object}
+
+
+def _cast(frame: pd.DataFrame, casts: dict[str, str], label: str) -> StageOutcome:
+    frame = frame.copy()
+    reasons: dict[Any, str] = {}
+    for col, kind in casts.items():
+        _columns(frame, [col], label)
+        values = []
+        for row, value in zip(frame.index, frame[col].array, strict=True):
+            if _missing(value):
+                values.append(None)
+                continue
+            try:
+                values.append(_cast_value(value, kind))
+            except (ValueError, TypeError, OverflowError) as e:
+                reasons.setdefault(row, f"column {col!r}: cannot cast to {kind}: {e}")
+                values.append(None)
+        series = pd.Series(values, index=frame.index, dtype=object)
+        frame[col] = series.astype(_DTYPES[kind]) if kind not in ("string", "bytes") else series
+    rejected = rejects_of(frame, label, reasons)
+    return StageOutcome(frame.drop(index=list(reasons)), rejected=rejected)
+
+
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    **{k: (lambda v: isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)) for k in _INT_RANGES},
+    "float32": lambda v: isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool),
+    "float64": lambda v: isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool | np.bool_),
+    "bytes": lambda v: isinstance(v, bytes | bytearray),
+}
+
+
+def _rule_failure(col: str, rule: ColumnRule, value: Any) -> str | None:
+    """Why ``value`` breaks ``rule``, or None."""
+    if _missing(value):
+        return None if rule.nullable else f"{col}: missing value (nullable: false)"
+    if isinstance(value, np.generic):
+        value = value.item()
+    if rule.type is not None and not _TYPE_CHECKS[rule.type](value):
+        return f"{col}: expected {rule.type}, got {type(value).__name__} {value!r}"
+    if rule.min is not None and not value >= rule.min:
+        return f"{col}: {value!r} is below min {rule.min:g}"
+    if rule.max is not None and not value <= rule.max:
+        return f"{col}: {value!r} is above max {rule.max:g}"
+    if rule.values is not None and value not in rule.values:
+        return f"{col}: {value!r} is not one of {rule.values!r}"
+    if rule.pattern is not None and not (isinstance(value, str) and re.fullmatch(rule.pattern, value)):
+        return f"{col}: {value!r} does not match pattern {rule.pattern!r}"
+    if rule.min_length is not None and len(value) < rule.min_length:
+        return f"{col}: length {len(value)} is below min_length {rule.min_length}"
+    if rule.max_length is not None and len(value) > rule.max_length:
+        return f"{col}: length {len(value)} is above max_length {rule.max_length}"
+    return None
+
+
+def _validate(frame: pd.DataFrame, rules: dict[str, ColumnRule], label: str) -> StageOutcome:
+    reasons: dict[Any, str] = {}
+    for col, rule in rules.items():
+        _columns(frame, [col], f"{label}.{col}")
+        for row, value in zip(frame.index, frame[col].array, strict=True):
+            if row in reasons:
+                continue
+            try:
+                why = _rule_failure(col, rule, value)
+            except TypeError as e:  # e.g. min on a string
+                why = f"{col}: {value!r} cannot be checked ({e})"
+            if why is not None:
+                reasons[row] = why
+    return StageOutcome(frame.drop(index=list(reasons)), rejected=rejects_of(frame, label, reasons))
+
+
+def _map(frame: pd.DataFrame, spec: str, label: str, base_dir: str) -> StageOutcome:
+    fn = load_function(spec, base_dir)
+    try:
+        result = fn(frame.copy())
+    except Exception as e:
+        raise BuildError(f"{label}: {spec} raised {type(e).__name__}: {e}") from e
+    if not isinstance(result, pd.DataFrame):
+        raise BuildError(f"{label}: {spec} must return a pandas DataFrame, not {type(result).__name__}")
+    if len(result) > len(frame) or not result.index.isin(frame.index).all() or result.index.has_duplicates:
+        raise BuildError(f"{label}: {spec} must return a subset of its input rows with their index kept "
+                         "(it may drop rows and change columns, not add rows or reset the index)")
+    return StageOutcome(result, len(frame) - len(result))
+
+
+def run_stage(stage: StageConfig, label: str, frame: pd.DataFrame, base_dir: str,
+              keep: np.ndarray | None = None) -> StageOutcome:
+    """Apply one stage to a partition. ``keep`` is the dedupe mask computed for this partition."""
+    kind, args = stage.kind, stage.args
+    if kind == "dedupe":
+        if keep is None or len(keep) != len(frame):
+            raise BuildError(f"{label}: this partition gave other rows than in the earlier pass; the stages before "
+                             "a dedupe (map functions in particular) must be deterministic")
+        return StageOutcome(frame[keep], int((~keep).sum()))
+    if kind == "map":
+        return _map(frame, args, label, base_dir)
+    handlers = {"dropna": _dropna, "fillna": _fillna, "filter": _filter, "cast": _cast, "validate": _validate}
+    return handlers[kind](frame, args, label)

@@ -1,0 +1,89 @@
+"""`datapipe build`: run a pipeline file and print the version it made."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+
+from datapipe.versioning.store import Store
+
+
+def _progress(rich_bars: bool) -> Any:
+    """A BuildProgress that draws rich bars on a terminal, or logs one line per pass otherwise."""
+    from datapipe.build.progress import BuildProgress
+
+    class LineProgress(BuildProgress):
+        def dashboard(self, link: str | None) -> None:
+            if link:
+                click.echo(f"dask dashboard: {link}", err=True)
+
+        def phase(self, name: str, total: int) -> None:
+            click.echo(f"{name}: {total} tasks", err=True)
+
+        def message(self, text: str) -> None:
+            click.echo(text, err=True)
+
+    if not rich_bars:
+        return LineProgress()
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    class BarProgress(LineProgress):
+        def __init__(self) -> None:
+            self.bars = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), transient=False)
+            self.tasks: dict[str, Any] = {}
+
+        def phase(self, name: str, total: int) -> None:
+            self.bars.start()
+            self.tasks[name] = self.bars.add_task(name, total=total)
+
+        def advance(self, name: str, done: int = 1) -> None:
+            self.bars.advance(self.tasks[name], done)
+
+    return BarProgress()
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    click.echo(f"{'stage':<24} {'in':>10} {'out':>10} {'dropped':>10} {'rejected':>10}")
+    for s in summary["stages"]:
+        click.echo(f"{s['stage']:<24} {s['in']:>10} {s['out']:>10} {s['dropped']:>10} {s['rejected']:>10}")
+    click.echo(f"{summary['samples']} samples in {summary['shards']} shards, {summary['bytes']} bytes; "
+               f"{summary['rejected']} rows quarantined")
+    click.echo(f"version {summary['version']}")
+    click.echo(summary["url"])
+
+
+@click.command()
+@click.argument("pipeline", type=click.Path(dir_okay=False))
+@click.option("--out", "store_url", default="storage", show_default=True, help="Store URL (a path or any fsspec URL).")
+@click.option("--workers", type=int, help="Dask worker processes of the embedded cluster [default: CPU count].")
+@click.option("--scheduler", help="Run on an existing Dask cluster: tcp://HOST:PORT of its scheduler.")
+@click.option("--tag", "tags", multiple=True, help="Also point this tag at the new version (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
+def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | None, tags: tuple[str, ...],
+          as_json: bool) -> None:
+    """Build PIPELINE (a YAML file) into a new version of its dataset."""
+    from datapipe.build.config import load_pipeline
+    from datapipe.build.run import build as run_build
+
+    loaded = load_pipeline(pipeline)
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        logging.getLogger("distributed").setLevel(logging.WARNING)  # its INFO lines drown the summary
+    progress = _progress(sys.stderr.isatty() and not as_json)
+    try:
+        result = run_build(loaded, Store(store_url), workers=workers, scheduler=scheduler, tags=tags,
+                           progress=progress)
+    finally:
+        bars = getattr(progress, "bars", None)
+        if bars is not None:
+            bars.stop()
+    summary = result.summary()
+    if as_json:
+        click.echo(json.dumps(summary, sort_keys=True))
+    else:
+        _print_summary(summary)
