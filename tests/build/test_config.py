@@ -164,7 +164,7 @@ def test_canonical_ignores_how_the_input_is_split_but_not_other_options():
         assert parse_pipeline(edited(5, f"  options: {options}"), "x.yaml").canonical() == base
     other = parse_pipeline(edited(5, "  options: {blocksize: 1MB, sep: ';'}"), "x.yaml").canonical()
     assert other["source"]["options"] == {"sep": ";"}
-    assert EXECUTION_OPTIONS == {"blocksize", "files_per_partition", "row_groups_per_partition"}
+    assert EXECUTION_OPTIONS == {"blocksize", "files_per_partition", "row_groups_per_partition", "storage_options"}
 
 
 @pytest.mark.parametrize("stage", ["dropna: {}", "dropna: null", "dropna:", "dropna: {columns: null}"])
