@@ -39,6 +39,7 @@ class BuildJob:
     pipeline: Pipeline
     base_dir: str
     source: SourcePlan
+    code: dict[str, str] = field(default_factory=dict)  # module of a map stage -> sha256 of its file
 
     def encoder(self) -> SampleEncoder:
         """The sample encoder for this pipeline's fields and shard format."""
@@ -77,7 +78,7 @@ def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> 
         if i == until:
             break
         label = stage_path(i, stage.kind)
-        outcome = run_stage(stage, label, frame, job.base_dir, masks.get(i))
+        outcome = run_stage(stage, label, frame, job.base_dir, masks.get(i), job.code)
         counts.append(StageCounts(label, len(frame), len(outcome.frame), outcome.dropped, len(outcome.rejected)))
         rejects.extend(outcome.rejected)
         frame = outcome.frame

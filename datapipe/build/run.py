@@ -238,8 +238,8 @@ def build(
     tags = [check_ref_name(t) for t in tags]
     progress = progress or BuildProgress()
     plan = plan_source(pipeline.source, loaded.base_dir, storage_options)
-    job = BuildJob(pipeline, loaded.base_dir, plan)
     code = code_refs(pipeline, loaded.base_dir)
+    job = BuildJob(pipeline, loaded.base_dir, plan, {ref.module: ref.sha256 for ref in code})
     processes = not (_in_process_only(store.fs) or _in_process_only(plan.fs))
     scope = contextlib.nullcontext(client) if client is not None else dask_client(workers, scheduler,
                                                                                   processes=processes)

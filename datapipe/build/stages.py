@@ -7,11 +7,12 @@ keys first, so here it only applies a keep-mask that the run computed in an earl
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import math
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ from datapipe.errors import BuildError, ConfigError
 
 _INT_RANGES = {f"{p}{b}": (0 if p == "uint" else -(2 ** (b - 1)), 2**b - 1 if p == "uint" else 2 ** (b - 1) - 1)
                for p in ("int", "uint") for b in (8, 16, 32, 64)}
-_FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {}
+_FUNCTIONS: dict[tuple[str, str, str | None], Callable[..., Any]] = {}
 
 
 @dataclass
@@ -60,23 +61,42 @@ def dedupe_hashes(frame: pd.DataFrame, columns: list[str] | None, label: str) ->
     return np.stack([a, b], axis=1).astype(np.uint64)
 
 
-def load_function(spec: str, base_dir: str) -> Callable[..., Any]:
-    """Import 'module.path:function', looking in the pipeline file's directory first."""
-    cached = _FUNCTIONS.get((spec, base_dir))
+def _file_sha256(module: Any) -> str | None:
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def load_function(spec: str, base_dir: str, sha256: str | None = None) -> Callable[..., Any]:
+    """Import 'module.path:function', looking in the pipeline file's directory first.
+
+    ``sha256`` is the hash of the module file the build recorded in its lineage: a long-lived
+    worker that imported an older file (or a same-named module of another pipeline) imports
+    it afresh rather than run stale code.
+    """
+    cached = _FUNCTIONS.get((spec, base_dir, sha256))
     if cached is not None:
         return cached
     module_name, _, name = spec.partition(":")
-    if base_dir not in sys.path:
-        sys.path.insert(0, base_dir)
+    if base_dir in sys.path:
+        sys.path.remove(base_dir)
+    sys.path.insert(0, base_dir)
     try:
         module = importlib.import_module(module_name)
+        if sha256 is not None and _file_sha256(module) != sha256:
+            for loaded in [m for m in sys.modules if m == module_name or m.startswith(module_name + ".")]:
+                del sys.modules[loaded]
+            importlib.invalidate_caches()
+            module = importlib.import_module(module_name)
     except ImportError as e:
         raise ConfigError(f"map {spec!r}: cannot import module {module_name!r} ({e}); it is looked up in "
                           f"{base_dir} and on the Python path") from None
     fn = getattr(module, name, None)
     if not callable(fn):
         raise ConfigError(f"map {spec!r}: module {module_name!r} has no function {name!r}")
-    _FUNCTIONS[(spec, base_dir)] = fn
+    _FUNCTIONS[(spec, base_dir, sha256)] = fn
     return fn
 
 
@@ -212,8 +232,8 @@ def _validate(frame: pd.DataFrame, rules: dict[str, ColumnRule], label: str) -> 
     return StageOutcome(frame.drop(index=list(reasons)), rejected=rejects_of(frame, label, reasons))
 
 
-def _map(frame: pd.DataFrame, spec: str, label: str, base_dir: str) -> StageOutcome:
-    fn = load_function(spec, base_dir)
+def _map(frame: pd.DataFrame, spec: str, label: str, base_dir: str, sha256: str | None) -> StageOutcome:
+    fn = load_function(spec, base_dir, sha256)
     try:
         result = fn(frame.copy())
     except Exception as e:
@@ -227,8 +247,12 @@ def _map(frame: pd.DataFrame, spec: str, label: str, base_dir: str) -> StageOutc
 
 
 def run_stage(stage: StageConfig, label: str, frame: pd.DataFrame, base_dir: str,
-              keep: np.ndarray | None = None) -> StageOutcome:
-    """Apply one stage to a partition. ``keep`` is the dedupe mask computed for this partition."""
+              keep: np.ndarray | None = None, code: Mapping[str, str] | None = None) -> StageOutcome:
+    """Apply one stage to a partition.
+
+    ``keep`` is the dedupe mask computed for this partition; ``code`` maps the modules of map
+    stages to the sha256 of their file as recorded in the lineage.
+    """
     kind, args = stage.kind, stage.args
     if kind == "dedupe":
         if keep is None or len(keep) != len(frame):
@@ -236,6 +260,6 @@ def run_stage(stage: StageConfig, label: str, frame: pd.DataFrame, base_dir: str
                              "a dedupe (map functions in particular) must be deterministic")
         return StageOutcome(frame[keep], int((~keep).sum()))
     if kind == "map":
-        return _map(frame, args, label, base_dir)
+        return _map(frame, args, label, base_dir, (code or {}).get(args.partition(":")[0]))
     handlers = {"dropna": _dropna, "fillna": _fillna, "filter": _filter, "cast": _cast, "validate": _validate}
     return handlers[kind](frame, args, label)

@@ -1,0 +1,313 @@
+"""`datapipe build` end to end on a real LocalCluster: every stage, every source format, accounting, quarantine."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from datapipe.errors import BuildError, ConfigError
+from datapipe.versioning.manifest import REJECTED_NAME
+
+
+def accounting_holds(manifest) -> None:
+    stages = manifest.stages
+    for s in stages:
+        assert s.rows_in == s.rows_out + s.dropped + s.rejected, s
+    for a, b in zip(stages, stages[1:]):
+        assert a.rows_out == b.rows_in
+    assert stages[-1].rows_out == manifest.samples
+    assert sum(s.rejected for s in stages) == manifest.rejected_rows
+    assert stages[0].rows_in == manifest.samples + sum(s.dropped + s.rejected for s in stages)
+
+
+def test_digits_example_through_the_cli(project):
+    pipeline = project.digits()
+    out = subprocess.run([sys.executable, "-m", "datapipe", "build", str(pipeline), "--out", str(project.store.url),
+                          "--workers", "2", "--json"], capture_output=True, text=True, cwd=project.root)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["samples"] == 1773 and summary["rejected"] == 7 and summary["shards"] > 1
+    by_stage = {s["stage"]: s for s in summary["stages"]}
+    assert by_stage["source"]["rejected"] == 1  # the malformed line
+    assert by_stage["stages[0].dropna"]["dropped"] == 12  # missing labels
+    assert by_stage["stages[3].dedupe"]["dropped"] == 9  # duplicate ids
+    assert by_stage["stages[6].validate"]["rejected"] == 6  # label 12
+    result_manifest = project.store.manifest("digits", summary["version"])
+    accounting_holds(result_manifest)
+    assert result_manifest.fields == {"cls": "int", "json": "json", "png": "bytes"}
+    quarantine = pd.read_parquet(project.store.path("digits", "versions", summary["version"], REJECTED_NAME))
+    assert len(quarantine) == 7
+    malformed = quarantine[quarantine.stage == "source"].iloc[0]
+    assert (malformed.source, malformed.row, malformed.reason) == ("raw/digits-0.csv", 41,
+                                                                    "expected 4 fields, saw 5")
+    assert set(quarantine[quarantine.stage != "source"].reason) == {"label: 12 is above max 9"}
+    verify = subprocess.run([sys.executable, "-m", "datapipe", "verify", summary["url"]], capture_output=True)
+    assert verify.returncode == 0
+
+
+def test_digits_samples_decode_and_tfrecord_twin_matches(project, dask_client):
+    project.digits()
+    wds = project.build("digits.yaml", client=dask_client)
+    tfr = project.build("digits_tfrecord.yaml", client=dask_client)
+    a, b = project.samples(wds), project.samples(tfr)
+    assert [s["__key__"] for s in a] == [s["__key__"] for s in b]
+    assert all(s["png"].startswith(b"\x89PNG") for s in a)
+    assert [int(s["cls"]) for s in a] == [int(s["cls"][0]) for s in b]
+    assert all(0 <= int(s["cls"]) <= 9 for s in a)
+    assert tfr.manifest.shard_format == "tfrecord" and tfr.manifest.stages == wds.manifest.stages
+
+
+def write_people(project, files: int = 3, rows: int = 400) -> None:
+    n = 0
+    for f in range(files):
+        lines = ["id,age,score,name"]
+        for _ in range(rows):
+            lines.append(f"p{n:05d},{n % 90},{(n * 37 % 1000) / 10},name {n}")
+            n += 1
+        project.write(f"raw/people-{f}.csv", "\n".join(lines) + "\n")
+
+
+PEOPLE = """\
+    name: people
+    source:
+      path: raw/people-*.csv
+      format: csv
+      options: {{blocksize: {blocksize}}}
+    stages:
+      - filter: "age >= 5"
+    sample:
+      key: id
+      fields: {{cls: age, txt: name, json: [age, score]}}
+    shards:
+      format: {fmt}
+      max_bytes: 20KB
+      shuffle_seed: {seed}
+    """
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_same_version_and_bytes_whatever_the_workers_and_blocksize(project, fmt):
+    write_people(project)
+    ids, shard_bytes = set(), set()
+    for workers, blocksize in [(1, "4KB"), (3, "4KB"), (1, "1MB"), (3, "1MB")]:
+        project.pipeline(PEOPLE.format(blocksize=blocksize, fmt=fmt, seed="null"))
+        result = project.build(workers=workers)
+        ids.add(result.manifest.version)
+        directory = project.store.path("people", "versions", result.manifest.version)
+        shard_bytes.add(tuple(open(os.path.join(directory, e.path), "rb").read() for e in result.manifest.shards))
+    assert len(ids) == 1 and len(shard_bytes) == 1
+    from datapipe.build.sources import plan_source
+    from datapipe.build.config import load_pipeline
+
+    project.pipeline(PEOPLE.format(blocksize="4KB", fmt=fmt, seed="null"))
+    parts = plan_source(load_pipeline(project.root / "pipeline.yaml").pipeline.source, str(project.root)).parts
+    assert len(parts) >= 2 * 3  # more than one partition per worker
+
+
+def test_shuffle_is_seeded_and_independent_of_partitioning(project, dask_client):
+    write_people(project)
+    keys = {}
+    for seed, blocksize in [("null", "1MB"), ("7", "1MB"), ("7", "4KB"), ("8", "1MB")]:
+        project.pipeline(PEOPLE.format(blocksize=blocksize, fmt="webdataset", seed=seed))
+        result = project.build(client=dask_client)
+        keys[(seed, blocksize)] = ([s["__key__"] for s in project.samples(result)], result.manifest.version)
+    plain, _ = keys[("null", "1MB")]
+    assert plain == sorted(plain)
+    assert keys[("7", "1MB")] == keys[("7", "4KB")]
+    assert keys[("7", "1MB")][0] != plain and sorted(keys[("7", "1MB")][0]) == plain
+    assert keys[("8", "1MB")][0] != keys[("7", "1MB")][0]
+
+
+def test_rebuild_makes_the_same_version_and_only_moves_refs(project, dask_client):
+    write_people(project, files=1, rows=50)
+    project.pipeline(PEOPLE.format(blocksize="1MB", fmt="webdataset", seed="null"))
+    first = project.build(client=dask_client)
+    shard = project.store.path("people", "versions", first.manifest.version, first.manifest.shards[0].path)
+    mtime = os.stat(shard).st_mtime_ns
+    again = project.build(client=dask_client, tags=["v1"])
+    assert again.manifest.version == first.manifest.version and os.stat(shard).st_mtime_ns == mtime
+    assert project.store.refs("people") == {"latest": first.manifest.version, "v1": first.manifest.version}
+
+
+def test_parquet_jsonl_and_files_sources(project, dask_client):
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(300)], "x": range(300), "blob": [bytes([i % 256]) * 3
+                                                                                         for i in range(300)]})
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pandas(frame), project.root / "t.parquet", row_group_size=64)
+    project.pipeline("""\
+        name: pq
+        source: {path: t.parquet, format: parquet}
+        sample: {key: id, fields: {cls: x, bin: blob}}
+        """)
+    result = project.build(client=dask_client)
+    samples = project.samples(result)
+    assert len(samples) == 300 and samples[5] == {"__key__": "r5", "cls": b"5", "bin": b"\x05" * 3}
+
+    project.write("raw/a.jsonl", '{"id": "j1", "v": [1, 2]}\n{"id": "j2", "v": {"k": 3}}\nnot json\n[1]\n'
+                                 '{"id": "j3", "v": null}\n')
+    project.pipeline("""\
+        name: js
+        source: {path: raw/*.jsonl, format: jsonl}
+        sample: {key: id, fields: {json: v}}
+        max_rejected: 1
+        """)
+    result = project.build(client=dask_client)
+    samples = project.samples(result)
+    assert [(s["__key__"], s["json"]) for s in samples] == [("j1", b"[1,2]"), ("j2", b'{"k":3}')]
+    stages = {s.stage: s for s in result.manifest.stages}
+    assert stages["source"].rejected == 2 and stages["sample"].rejected == 1  # j3 has no value
+    accounting_holds(result.manifest)
+
+    for cls in ("cat", "dog"):
+        for i in range(3):
+            project.write(f"images/{cls}/{i}.jpg", bytes([i]) * (10 + i))
+    project.pipeline("""\
+        name: pets
+        source: {path: "images/*/*.jpg", format: files, options: {files_per_partition: 2}}
+        stages:
+          - map: petcode:add_key
+        sample: {key: key, fields: {jpg: bytes, cls: parent}}
+        """)
+    project.write("petcode.py", "def add_key(df):\n    df = df.copy()\n"
+                                "    df['key'] = df['parent'] + '_' + df['name'].str.replace('.jpg', '')\n"
+                                "    return df\n")
+    result = project.build(client=dask_client)
+    samples = project.samples(result)
+    assert [s["__key__"] for s in samples] == ["cat_0", "cat_1", "cat_2", "dog_0", "dog_1", "dog_2"]
+    assert samples[4]["jpg"] == b"\x01" * 11 and samples[4]["cls"] == b"dog"
+    assert [s.path for s in result.manifest.lineage.sources][0] == "images/cat/0.jpg"
+
+
+def test_dirty_csv_is_quarantined_row_by_row(project, dask_client):
+    project.write("raw/d.csv", b'id,n\na,1\nb,2,3\nc,\xff\xfe\nd,x\ne,"5"\nf,6\n')
+    project.pipeline("""\
+        name: dirty
+        source: {path: raw/d.csv, format: csv, options: {dtype: {n: int64}}}
+        sample: {key: id, fields: {cls: n}}
+        max_rejected: 0.9
+        """)
+    result = project.build(client=dask_client)
+    assert [s["__key__"] for s in project.samples(result)] == ["a", "e", "f"]
+    quarantine = pd.read_parquet(project.store.path("dirty", "versions", result.manifest.version, REJECTED_NAME))
+    reasons = dict(zip(quarantine.row, quarantine.reason))
+    assert reasons[2] == "expected 2 fields, saw 3"
+    assert "invalid utf-8" in reasons[3].lower()
+    assert "'x' is not int64" in reasons[4]
+    accounting_holds(result.manifest)
+
+
+def test_column_types_come_from_the_first_mib_not_from_each_partition(project, dask_client):
+    rows = [f"k{i:05d},{i}" for i in range(3000)] + ["k99999,2.5"]
+    project.write("raw/n.csv", "id,n\n" + "\n".join(rows) + "\n")
+    project.pipeline("""\
+        name: typed
+        source: {path: raw/n.csv, format: csv, options: {blocksize: 8KB}}
+        sample: {key: id, fields: {cls: n}}
+        """)
+    result = project.build(client=dask_client)
+    assert result.manifest.fields == {"cls": "float"}  # 2.5 in the sample makes the column float64
+    assert project.samples(result)[1]["cls"] == b"1.0"  # in every partition, not only the last one
+
+
+def test_duplicate_sample_keys_are_quarantined_keeping_the_first(project, dask_client):
+    project.write("raw/a.csv", "id,v\nk1,1\nk2,2\nk1,3\n")
+    project.write("raw/b.csv", "id,v\nk2,4\nk3,5\n")
+    project.pipeline("""\
+        name: dups
+        source: {path: raw/*.csv, format: csv}
+        sample: {key: id, fields: {cls: v}}
+        max_rejected: 0.5
+        """)
+    result = project.build(client=dask_client)
+    assert [(s["__key__"], s["cls"]) for s in project.samples(result)] == [("k1", b"1"), ("k2", b"2"), ("k3", b"5")]
+    quarantine = pd.read_parquet(project.store.path("dups", "versions", result.manifest.version, REJECTED_NAME))
+    assert sorted(zip(quarantine.source, quarantine.row)) == [("raw/a.csv", 3), ("raw/b.csv", 1)]
+    assert all("duplicate sample key" in r for r in quarantine.reason)
+    accounting_holds(result.manifest)
+
+
+def test_too_many_rejects_fail_the_build_keep_the_quarantine_and_move_no_ref(project, dask_client):
+    project.write("raw/a.csv", "id,v\nk1,1\nk2,x\nk3,y\n")
+    project.pipeline("""\
+        name: strict
+        source: {path: raw/a.csv, format: csv, options: {dtype: {v: int64}}}
+        sample: {key: id, fields: {cls: v}}
+        max_rejected: 0.1
+        """)
+    with pytest.raises(BuildError, match=r"2 of 3 rows rejected .* over max_rejected 10.00%") as e:
+        project.build(client=dask_client)
+    path = str(e.value).split("reasons: ")[1].split(". Counts")[0]
+    assert len(pd.read_parquet(path)) == 2
+    assert project.store.refs("strict") == {} and project.store.versions("strict") == []
+
+
+def test_mistakes_found_while_running_name_the_field(project, dask_client):
+    project.write("raw/a.csv", "id,v\nk1,1\n")
+    project.pipeline("""\
+        name: bad
+        source: {path: raw/a.csv, format: csv}
+        stages:
+          - filter: "w > 1"
+        sample: {key: id, fields: {cls: v}}
+        """)
+    with pytest.raises(ConfigError, match=r"stages\[0\]\.filter: cannot evaluate 'w > 1'"):
+        project.build(client=dask_client)
+    project.pipeline("""\
+        name: bad
+        source: {path: raw/a.csv, format: csv}
+        sample: {key: id, fields: {cls: nope}}
+        """)
+    with pytest.raises(ConfigError, match=r"sample.fields: no column 'nope'"):
+        project.build(client=dask_client)
+    project.pipeline("""\
+        name: bad
+        source: {path: raw/missing-*.csv, format: csv}
+        sample: {key: id, fields: {cls: v}}
+        """)
+    with pytest.raises(Exception, match=r"source.path: 'raw/missing-\*.csv' matches no files"):
+        project.build(client=dask_client)
+    project.pipeline("""\
+        name: bad
+        source: {path: raw/a.csv, format: csv}
+        stages:
+          - map: nomodule_here:f
+        sample: {key: id, fields: {cls: v}}
+        """)
+    with pytest.raises(ConfigError, match=r"stages\[0\]\.map: cannot find module 'nomodule_here'"):
+        project.build(client=dask_client)
+
+
+def test_cli_errors_name_key_and_line_without_traceback(project):
+    project.pipeline("""\
+        name: bad
+        source: {path: raw/a.csv, format: csv}
+        sample: {key: id, fields: {cls: v}}
+        shards: {max_sample: 3}
+        """)
+    out = subprocess.run([sys.executable, "-m", "datapipe", "build", "pipeline.yaml"], capture_output=True,
+                         text=True, cwd=project.root)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "pipeline.yaml:4" in out.stderr and "shards.max_sample" in out.stderr
+
+
+def test_memory_store_builds_with_thread_workers(project):
+    import uuid
+
+    from datapipe.build.config import load_pipeline
+    from datapipe.build.run import build
+    from datapipe.versioning.store import Store
+
+    project.write("raw/a.csv", "id,v\nk1,1\nk2,2\n")
+    project.pipeline("""\
+        name: mem
+        source: {path: raw/a.csv, format: csv}
+        sample: {key: id, fields: {cls: v}}
+        """)
+    store = Store(f"memory://stores/{uuid.uuid4().hex}")
+    result = build(load_pipeline(project.root / "pipeline.yaml"), store, workers=2)
+    assert store.read_ref("mem", "latest") == result.manifest.version and result.manifest.samples == 2

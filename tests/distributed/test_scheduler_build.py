@@ -1,0 +1,73 @@
+"""A build on a real `dask scheduler` with two `dask worker` processes gives the same version as the local build."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[2]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """`dask scheduler` and `dask worker --nworkers 2` on 127.0.0.1; yields the scheduler address."""
+    scheduler_file = tmp_path / "scheduler.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    common = ["--no-dashboard"]
+    procs = [subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--scheduler-file", str(scheduler_file), *common],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = json.loads(scheduler_file.read_text())["address"]
+        procs.append(subprocess.Popen([str(BIN / "dask"), "worker", address, "--nworkers", "2", "--nthreads", "1",
+                                       "--host", "127.0.0.1", *common],
+                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        from distributed import Client
+
+        with Client(address, timeout="30s") as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+
+
+@pytest.mark.distributed
+def test_scheduler_build_matches_local_build(tmp_path, dask_cluster):
+    for name in ("digits.yaml", "digits_code.py"):
+        shutil.copy(REPO / "pipelines" / name, tmp_path / name)
+    subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(tmp_path / "raw")],
+                   check=True, capture_output=True)
+
+    def build(*args: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--json", *args],
+                             capture_output=True, text=True, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    remote = build("--out", "remote", "--scheduler", dask_cluster)
+    local = build("--out", "local", "--workers", "1")
+    assert remote["version"] == local["version"] and remote["samples"] == 1773
+    for shard in sorted((tmp_path / "local/digits/versions" / local["version"]).glob("shard-*")):
+        assert shard.read_bytes() == (tmp_path / "remote/digits/versions" / remote["version"] / shard.name).read_bytes()
+
+
+def test_unreachable_scheduler_is_a_clear_error(tmp_path):
+    shutil.copy(REPO / "pipelines" / "digits.yaml", tmp_path / "digits.yaml")
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "digits-0.csv").write_text("id,label,pixels,note\n")
+    shutil.copy(REPO / "pipelines" / "digits_code.py", tmp_path / "digits_code.py")
+    out = subprocess.run([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--scheduler",
+                          "tcp://127.0.0.1:9"], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 2 and "cannot connect to a Dask scheduler" in out.stderr and "Traceback" not in out.stderr
