@@ -16,7 +16,7 @@ def accounting_holds(manifest) -> None:
     stages = manifest.stages
     for s in stages:
         assert s.rows_in == s.rows_out + s.dropped + s.rejected, s
-    for a, b in zip(stages, stages[1:]):
+    for a, b in zip(stages, stages[1:], strict=False):
         assert a.rows_out == b.rows_in
     assert stages[-1].rows_out == manifest.samples
     assert sum(s.rejected for s in stages) == manifest.rejected_rows
@@ -99,8 +99,8 @@ def test_same_version_and_bytes_whatever_the_workers_and_blocksize(project, fmt)
         directory = project.store.path("people", "versions", result.manifest.version)
         shard_bytes.add(tuple(open(os.path.join(directory, e.path), "rb").read() for e in result.manifest.shards))
     assert len(ids) == 1 and len(shard_bytes) == 1
-    from datapipe.build.sources import plan_source
     from datapipe.build.config import load_pipeline
+    from datapipe.build.sources import plan_source
 
     project.pipeline(PEOPLE.format(blocksize="4KB", fmt=fmt, seed="null"))
     parts = plan_source(load_pipeline(project.root / "pipeline.yaml").pipeline.source, str(project.root)).parts
@@ -194,7 +194,7 @@ def test_dirty_csv_is_quarantined_row_by_row(project, dask_client):
     result = project.build(client=dask_client)
     assert [s["__key__"] for s in project.samples(result)] == ["a", "e", "f"]
     quarantine = pd.read_parquet(project.store.path("dirty", "versions", result.manifest.version, REJECTED_NAME))
-    reasons = dict(zip(quarantine.row, quarantine.reason))
+    reasons = dict(zip(quarantine.row, quarantine.reason, strict=False))
     assert reasons[2] == "expected 2 fields, saw 3"
     assert "invalid utf-8" in reasons[3].lower()
     assert "'x' is not int64" in reasons[4]
@@ -226,7 +226,7 @@ def test_duplicate_sample_keys_are_quarantined_keeping_the_first(project, dask_c
     result = project.build(client=dask_client)
     assert [(s["__key__"], s["cls"]) for s in project.samples(result)] == [("k1", b"1"), ("k2", b"2"), ("k3", b"5")]
     quarantine = pd.read_parquet(project.store.path("dups", "versions", result.manifest.version, REJECTED_NAME))
-    assert sorted(zip(quarantine.source, quarantine.row)) == [("raw/a.csv", 3), ("raw/b.csv", 1)]
+    assert sorted(zip(quarantine.source, quarantine.row, strict=False)) == [("raw/a.csv", 3), ("raw/b.csv", 1)]
     assert all("duplicate sample key" in r for r in quarantine.reason)
     accounting_holds(result.manifest)
 

@@ -19,7 +19,7 @@ sizes_st = st.lists(st.integers(1, 5000), max_size=300)
 def test_boundaries_cover_every_sample_once_within_limits(sizes, max_bytes, max_samples, end):
     bounds = shard_boundaries(np.array(sizes, dtype=np.int64), max_bytes, max_samples, end)
     assert bounds[0] == 0 and bounds[-1] == len(sizes) and (np.diff(bounds) > 0).all()
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    for a, b in zip(bounds[:-1], bounds[1:], strict=False):
         if max_samples is not None:
             assert b - a <= max_samples
         if b - a > 1:  # a shard of several samples fits; a single sample may be larger than the limit
@@ -46,7 +46,7 @@ def test_first_occurrences_keep_the_first_row_of_each_value_in_source_order(part
     flat_values = [v for p in parts for v in p]
     flat_keep = [bool(k) for m in masks for k in m]
     seen = set()
-    for value, keep in zip(flat_values, flat_keep):
+    for value, keep in zip(flat_values, flat_keep, strict=False):
         assert keep == (value not in seen)
         seen.add(value)
     assert [len(m) for m in masks] == [len(p) for p in parts]
