@@ -7,6 +7,7 @@ Layout (documented in README and schemas/manifest.schema.json):
     STORE/NAME/versions/VERSION/rejected.parquet      quarantined rows, when there are any
     STORE/NAME/versions/.partial-ID/                  a version being written (never listed)
     STORE/NAME/refs/latest, STORE/NAME/refs/TAG       a version id and a newline
+    STORE/NAME/rejected/TIME-ID.parquet               quarantine of a build that failed (kept for the user)
 
 Commit: shards into a partial directory, then moved under their version id (a rename on
 local disks), then manifest.json, then the ref, each written atomically. A crash leaves at

@@ -279,3 +279,13 @@ def test_mangled_shards_fail_only_with_shard_corrupt_error(tmp_path_factory, fmt
                 pass
     except ShardCorruptError as e:
         assert str(path) in str(e)
+
+
+@given(samples=sample_lists(allow_dots=False, max_samples=8, sizes=st.integers(0, 3000)))
+def test_sample_size_predicts_the_bytes_written(tmp_path_factory, samples):
+    """The build plans shard boundaries from sample_size before writing; it must be exact."""
+    for fmt in FORMATS.values():
+        path = shard_path(tmp_path_factory.mktemp("size"), fmt)
+        written = write_shard(path, samples)
+        predicted = sum(fmt.writer.sample_size(s[KEY], {k: v for k, v in s.items() if k != KEY}) for s in samples)
+        assert written.size == predicted + fmt.writer.end_size
