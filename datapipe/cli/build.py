@@ -61,7 +61,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
 @click.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False))
 @click.option("--out", "store_url", default="storage", show_default=True, help="Store URL (a path or any fsspec URL).")
-@click.option("--workers", type=int, help="Dask worker processes of the embedded cluster [default: CPU count].")
+@click.option("--workers", type=int, envvar="DATAPIPE_WORKERS",
+              help="Dask worker processes of the embedded cluster [default: CPU count; env DATAPIPE_WORKERS].")
 @click.option("--scheduler", help="Run on an existing Dask cluster: tcp://HOST:PORT of its scheduler.")
 @click.option("--tag", "tags", multiple=True, help="Also point this tag at the new version (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")

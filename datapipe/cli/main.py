@@ -32,10 +32,10 @@ def cli(verbose: bool) -> None:
 
 
 def _register() -> None:
-    from datapipe.cli import build, datasets, shards
+    from datapipe.cli import build, datasets, reproduce, shards
 
-    for command in (build.build, shards.inspect, shards.index, datasets.ls, datasets.info, datasets.verify,
-                    datasets.tag, datasets.diff, datasets.gc):
+    for command in (build.build, reproduce.dvc_stage, reproduce.check, shards.inspect, shards.index, datasets.ls,
+                    datasets.info, datasets.verify, datasets.tag, datasets.diff, datasets.gc):
         cli.add_command(command)
 
 

@@ -1,0 +1,83 @@
+"""`datapipe dvc` and `datapipe check`: track a pipeline with DVC, and prove a version can be rebuilt."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import tempfile
+
+import click
+
+from datapipe.errors import ConfigError
+from datapipe.versioning.compare import manifest_differences
+from datapipe.versioning.dvc import build_stage, find_repo, relative, update_dvc_yaml
+from datapipe.versioning.store import Store, open_dataset_url
+from datapipe.versioning.verify import verify_version
+
+_GLOB = re.compile(r"[*?\[]")
+
+
+def _source_dep(url: str) -> str:
+    """What DVC watches for a source: the file, or for a glob the directory above its first wildcard."""
+    if "://" in url or not _GLOB.search(url):
+        return url
+    head = url[: _GLOB.search(url).start()]
+    return os.path.dirname(head) or "."
+
+
+@click.command(name="dvc")
+@click.argument("pipeline", type=click.Path(dir_okay=False))
+@click.option("--out", "store_url", default="storage", show_default=True, help="Local store the stage builds into.")
+def dvc_stage(pipeline: str, store_url: str) -> None:
+    """Add or update the dvc.yaml stage that builds PIPELINE, so `dvc repro` rebuilds it when an input changes."""
+    from datapipe.build.config import load_pipeline
+    from datapipe.build.lineage import code_files
+    from datapipe.build.sources import source_url
+
+    if "://" in store_url:
+        raise ConfigError(f"--out {store_url}: DVC tracks a local store; push it to a DVC remote with `dvc push`")
+    loaded = load_pipeline(pipeline)
+    p = loaded.pipeline
+    root = find_repo(os.getcwd())
+    pipeline_rel = relative(loaded.path, root)
+    store_rel = relative(store_url, root)
+    deps = [pipeline_rel, relative(_source_dep(source_url(p.source, loaded.base_dir)), root),
+            *(relative(f, root) for f in code_files(p, loaded.base_dir).values())]
+    cmd = f"datapipe build {shlex.quote(pipeline_rel)} --out {shlex.quote(store_rel)}"
+    stage = re.sub(r"[^A-Za-z0-9_-]", "_", p.name)
+    path = update_dvc_yaml(root, stage, build_stage(cmd, deps, f"{store_rel}/{p.name}"))
+    click.echo(f"{relative(str(path), root)}: stage {stage!r}: {cmd}")
+    click.echo(f"  deps: {', '.join(deps)}")
+    click.echo(f"  outs: {store_rel}/{p.name} (persist)")
+    click.echo("run `dvc repro` to build, then commit dvc.yaml and dvc.lock")
+
+
+@click.command()
+@click.argument("pipeline", type=click.Path(dir_okay=False))
+@click.argument("dataset", required=False)
+@click.option("--out", "store_url", default="storage", show_default=True,
+              help="Store of the recorded version, when DATASET is not given (then STORE/NAME@latest).")
+@click.option("--workers", type=int, envvar="DATAPIPE_WORKERS", help="Dask workers of the rebuild.")
+@click.option("--scheduler", help="Rebuild on an existing Dask cluster.")
+@click.pass_context
+def check(ctx: click.Context, pipeline: str, dataset: str | None, store_url: str, workers: int | None,
+          scheduler: str | None) -> None:
+    """Rebuild PIPELINE into a temporary store and compare with DATASET; exit 1 naming what differs."""
+    from datapipe.build.config import load_pipeline
+    from datapipe.build.run import build
+
+    loaded = load_pipeline(pipeline)
+    store, name, recorded = open_dataset_url(dataset or f"{store_url.rstrip('/')}/{loaded.pipeline.name}")
+    problems = [f"stored {p}" for p in verify_version(store, name, recorded)]
+    with tempfile.TemporaryDirectory(prefix="datapipe-check-") as tmp:
+        rebuilt = build(loaded, Store(tmp), workers=workers, scheduler=scheduler).manifest
+    differences = [] if rebuilt.version == recorded.version else manifest_differences(recorded, rebuilt)
+    if not problems and not differences:
+        click.echo(f"reproducible: {name}@{recorded.version[:12]} rebuilds to the same version")
+        return
+    if differences:
+        click.echo(f"not reproducible: {name}@{recorded.version[:12]} rebuilds to {rebuilt.version[:12]}")
+    for line in problems + differences:
+        click.echo(f"  {line}")
+    ctx.exit(1)
