@@ -22,6 +22,8 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
     """
     from distributed import Client, LocalCluster
 
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        logging.getLogger("distributed").setLevel(logging.WARNING)  # its INFO lines drown a build's own output
     if scheduler:
         try:
             client = Client(scheduler, timeout="10s")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from typing import Any
 
@@ -73,8 +72,6 @@ def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | N
     from datapipe.build.run import build as run_build
 
     loaded = load_pipeline(pipeline)
-    if not logging.getLogger().isEnabledFor(logging.INFO):
-        logging.getLogger("distributed").setLevel(logging.WARNING)  # its INFO lines drown the summary
     progress = _progress(sys.stderr.isatty() and not as_json)
     try:
         result = run_build(loaded, Store(store_url), workers=workers, scheduler=scheduler, tags=tags,
