@@ -1,6 +1,25 @@
 """datapipe: build, version and stream sharded datasets for training.
 
-Importing this package stays light (no torch, dask or s3fs); each subpackage pulls in what it needs.
+Importing this package stays light (no torch, dask or s3fs); each subpackage pulls in what it
+needs. ``datapipe.open_dataset``, ``datapipe.Dataset`` and ``datapipe.Loader`` load on first use.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
+
+_LAZY = {
+    "open_dataset": ("datapipe.loader.dataset", "open_dataset"),
+    "Dataset": ("datapipe.loader.dataset", "Dataset"),
+    "Loader": ("datapipe.loader.loader", "Loader"),
+}
+__all__ = ["Dataset", "Loader", "__version__", "open_dataset"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'datapipe' has no attribute {name!r}")

@@ -1,0 +1,36 @@
+"""What produces a rank's batches: picklable, O(shards) in size, the same in every DataLoader worker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from datapipe.loader.collate import Decoder, collate
+from datapipe.loader.dataset import Dataset
+from datapipe.loader.schedule import BatchPlan, EpochOrder
+
+
+@dataclass(frozen=True)
+class BatchSource:
+    """Rank ``rank``'s batches of one epoch under ``plan``, read from ``dataset``."""
+
+    dataset: Dataset
+    plan: BatchPlan
+    rank: int
+    seed: int
+    epoch: int
+    shuffle: bool
+    block_shards: int
+    decoders: dict[str, Decoder]
+
+    def order(self) -> EpochOrder:
+        """The epoch's global order (built per process; holds one block's permutation at a time)."""
+        return EpochOrder(self.dataset.shard_sizes, self.seed, self.epoch, self.shuffle, self.block_shards)
+
+    def produce(self, steps: Iterable[int]) -> Iterator[dict[str, Any]]:
+        """The collated batches of ``steps`` (batch numbers after the plan's start), in order."""
+        order = self.order()
+        for step in steps:
+            shard_ids, local = order.locate(self.plan.positions(self.rank, step))
+            yield collate(self.dataset.read(shard_ids, local), self.decoders)

@@ -1,0 +1,125 @@
+"""A dataset version opened for reading: its manifest, and its shards mapped on demand with their indexes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from datapipe.errors import NotFoundError, ShardCorruptError
+from datapipe.formats.base import Sample, ShardReader
+from datapipe.formats.index import ShardIndex
+from datapipe.formats.registry import get_format
+from datapipe.storage.fs import is_local, read_bytes, sha256_of
+from datapipe.storage.local import map_file
+from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.store import VERSIONS, Store, open_dataset_url
+
+
+class Dataset:
+    """Random access to a version: ``len(ds)``, ``ds[i]`` (global index in storage order), ``ds.fields``.
+
+    Shards open lazily, through mmap on local disks (other filesystems read the shard whole until
+    the remote cache lands); the open readers are per process, never pickled.
+    """
+
+    def __init__(self, store: Store, name: str, manifest: Manifest, *, verify: bool = False) -> None:
+        self.store = store
+        self.name = name
+        self.manifest = manifest
+        self.verify = verify
+        self.format = get_format(manifest.shard_format)
+        self.shard_sizes = np.array([s.samples for s in manifest.shards], dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(self.shard_sizes)])
+        self._readers: dict[int, ShardReader] = {}
+
+    @property
+    def version(self) -> str:
+        """The version id."""
+        return self.manifest.version
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """Field name -> kind (int, float, str, bytes, npy, json) as the build recorded it."""
+        return dict(self.manifest.fields)
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.name}@{self.version[:12]}, {len(self)} samples, {len(self.shard_sizes)} shards)"
+
+    def shard_path(self, shard: int) -> str:
+        """Filesystem path of shard number ``shard``."""
+        return self.store.path(self.name, VERSIONS, self.version, self.manifest.shards[shard].path)
+
+    def check_shards(self) -> None:
+        """Fail now, naming the shard, when a shard or its index is missing (before workers start)."""
+        fs = self.store.fs
+        for i, entry in enumerate(self.manifest.shards):
+            for filename in (entry.path, entry.index_path):
+                path = self.store.path(self.name, VERSIONS, self.version, filename)
+                if not fs.exists(path):
+                    raise NotFoundError(f"{path}: missing from {self.name}@{self.version[:12]} (shard {i}); "
+                                        f"check the store with `datapipe verify {self.store.url}/{self.name}`")
+
+    def _open(self, shard: int) -> ShardReader:
+        entry = self.manifest.shards[shard]
+        fs, path = self.store.fs, self.shard_path(shard)
+        index_file = self.store.path(self.name, VERSIONS, self.version, entry.index_path)
+        try:
+            if is_local(fs):
+                buffer: Any = map_file(path)
+                index_bytes: Any = map_file(index_file)
+            else:
+                buffer, index_bytes = read_bytes(fs, path), read_bytes(fs, index_file)
+        except (NotFoundError, FileNotFoundError):
+            raise NotFoundError(f"{path}: shard {shard} of {self.name}@{self.version[:12]} is missing") from None
+        if len(buffer) != entry.bytes:
+            raise ShardCorruptError(path, f"{len(buffer)} bytes, the manifest says {entry.bytes}")
+        if self.verify and sha256_of(fs, path) != entry.sha256:
+            raise ShardCorruptError(path, "sha256 does not match the manifest; the shard was changed or damaged")
+        index = ShardIndex.from_bytes(index_bytes, index_file)
+        return self.format.reader(buffer, path, index)
+
+    def reader(self, shard: int) -> ShardReader:
+        """The open reader of shard ``shard`` (opened on first use in this process)."""
+        reader = self._readers.get(shard)
+        if reader is None:
+            reader = self._readers[shard] = self._open(shard)
+        return reader
+
+    def read(self, shard_ids: np.ndarray, local: np.ndarray) -> list[Sample]:
+        """Samples by (shard, index in shard); payloads are views into the mapped shards."""
+        return [self.reader(s)[i] for s, i in zip(shard_ids.tolist(), local.tolist(), strict=True)]
+
+    def __getitem__(self, i: int) -> Sample:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"sample {i} out of range for {n} samples")
+        i %= n
+        shard = int(np.searchsorted(self._starts, i, side="right") - 1)
+        sample = self.reader(shard)[i - int(self._starts[shard])]
+        return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in sample.items()}
+
+    def close(self) -> None:
+        """Release every mapped shard."""
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_readers"] = {}  # maps belong to one process
+        return state
+
+
+def open_dataset(url: str | Dataset, storage_options: Mapping[str, Any] | None = None, *,
+                 verify: bool = False) -> Dataset:
+    """Open 'STORE/NAME[@REF]' (a tag, 'latest' or a version prefix) for reading."""
+    if isinstance(url, Dataset):
+        return url
+    store, name, manifest = open_dataset_url(os.fspath(url), storage_options)
+    return Dataset(store, name, manifest, verify=verify)

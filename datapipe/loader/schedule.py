@@ -1,0 +1,139 @@
+"""The loader's schedules, as pure functions of shard sizes, a seed, an epoch and a world.
+
+Global order. One order of all samples per (seed, epoch), whatever the world size or worker
+count: the shards are permuted by (seed, epoch) and cut into blocks of ``block_shards``
+consecutive shards; the samples of a block are permuted together (a generator seeded by
+(seed, epoch, block)). A consumer therefore reads from the few shards of one block at a time
+(locality for the S3 cache), while samples of neighbouring shards are interleaved. Memory is
+O(shards) for the plan plus one block's permutation, computed when the block is reached; no
+array over all samples exists.
+
+Batches. Global batch g holds positions [g*G, (g+1)*G) of that order, G = world_size *
+batch_size; rank r takes the slice [g*G + r*B, g*G + (r+1)*B). Within a rank, batch steps are
+dealt round-robin to its DataLoader workers (step s to worker s % num_workers), which is the
+order a DataLoader yields them in. Every rank gets the same number of batches. drop_last=True
+drops the last N mod G samples of the epoch (fewer than G); "pad" fills the last global batch
+by wrapping around to the start of the epoch's order.
+
+Resumption. The state is the number of samples all ranks consumed in the epoch (``start``);
+the remaining positions [start, N) are dealt with whatever world resumes, so a different world
+size or worker count finishes the epoch with no sample repeated or skipped (up to the drop).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+DropLast = bool | Literal["pad"]
+DEFAULT_BLOCK_SHARDS = 4
+
+
+def _rng(*words: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([w & 0xFFFFFFFF for w in words])))
+
+
+@dataclass
+class EpochOrder:
+    """Maps positions of one epoch's global order to (shard, sample in shard)."""
+
+    shard_sizes: np.ndarray
+    seed: int = 0
+    epoch: int = 0
+    shuffle: bool = True
+    block_shards: int = DEFAULT_BLOCK_SHARDS
+    _cache: OrderedDict = field(default_factory=OrderedDict, repr=False)
+
+    def __post_init__(self) -> None:
+        sizes = np.asarray(self.shard_sizes, dtype=np.int64)
+        self.shard_sizes = sizes
+        n = len(sizes)
+        self.shard_order = _rng(self.seed, self.epoch, 0x5EED).permutation(n) if self.shuffle else np.arange(n)
+        permuted = sizes[self.shard_order]
+        self.shard_starts = np.concatenate([[0], np.cumsum(sizes)])  # in storage order
+        k = max(1, int(self.block_shards))
+        self.block_first = np.arange(0, n, k)  # index into shard_order of each block's first shard
+        ends = np.concatenate([[0], np.cumsum(permuted)])
+        self.block_starts = np.append(ends[self.block_first], ends[-1])
+        self._k = k
+
+    @property
+    def total(self) -> int:
+        """Samples in the epoch."""
+        return int(self.shard_starts[-1])
+
+    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """(shard ids, offsets into the block's concatenated samples) of block ``b``, permuted."""
+        cached = self._cache.get(b)
+        if cached is not None:
+            self._cache.move_to_end(b)
+            return cached
+        shards = self.shard_order[self.block_first[b] : self.block_first[b] + self._k]
+        sizes = self.shard_sizes[shards]
+        owner = np.repeat(np.arange(len(shards)), sizes)
+        local = np.arange(int(sizes.sum())) - np.repeat(np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+        if self.shuffle:
+            perm = _rng(self.seed, self.epoch, b + 1).permutation(len(owner))
+            owner, local = owner[perm], local[perm]
+        result = (shards[owner], local)
+        self._cache[b] = result
+        while len(self._cache) > 2:
+            self._cache.popitem(last=False)
+        return result
+
+    def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shard id, index within shard) of each epoch position (0 <= position < total)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        if not self.shuffle:  # storage order: arithmetic, no arrays over samples
+            shard_ids = np.searchsorted(self.shard_starts, positions, side="right") - 1
+            return shard_ids, positions - self.shard_starts[shard_ids]
+        shard_ids = np.empty(len(positions), dtype=np.int64)
+        local = np.empty(len(positions), dtype=np.int64)
+        blocks = np.searchsorted(self.block_starts, positions, side="right") - 1
+        for b in np.unique(blocks).tolist():
+            mask = blocks == b
+            shards, offsets = self._block(b)
+            i = positions[mask] - self.block_starts[b]
+            shard_ids[mask], local[mask] = shards[i], offsets[i]
+        return shard_ids, local
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Which epoch positions each rank's batch steps hold, from global position ``start`` on."""
+
+    total: int
+    batch_size: int
+    world_size: int = 1
+    drop_last: DropLast = True
+    start: int = 0
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per global batch (all ranks)."""
+        return self.batch_size * self.world_size
+
+    def num_batches(self) -> int:
+        """Batches every rank yields from ``start`` to the end of the epoch."""
+        remaining = max(self.total - self.start, 0)
+        if self.drop_last == "pad":
+            return -(-remaining // self.global_batch) if self.total else 0
+        return remaining // self.global_batch
+
+    def positions(self, rank: int, step: int) -> np.ndarray:
+        """Epoch positions of rank ``rank``'s batch ``step`` (0 = the first batch after ``start``)."""
+        base = self.start + step * self.global_batch + rank * self.batch_size
+        pos = np.arange(base, base + self.batch_size, dtype=np.int64)
+        return pos % self.total if self.drop_last == "pad" else pos
+
+    def position_after(self, steps: int) -> int:
+        """The global position once every rank has consumed ``steps`` batches."""
+        return min(self.start + steps * self.global_batch, self.total)
+
+
+def worker_steps(num_batches: int, worker: int, num_workers: int) -> range:
+    """The batch steps a DataLoader worker produces: every num_workers-th, starting at its id."""
+    return range(worker, num_batches, max(num_workers, 1))

@@ -1,0 +1,85 @@
+"""The torch adapter: ShardDataset (an IterableDataset of ready batches), DataLoader wiring, tensors, DDP world.
+
+The only module of datapipe that imports torch. Batches are collated inside the DataLoader
+workers and cross to the main process as tensors (shared memory), not as per-sample objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from datapipe.loader.batches import BatchSource
+from datapipe.loader.collate import Decoder
+from datapipe.loader.dataset import Dataset
+from datapipe.loader.prefetch import prefetch as prefetched
+from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, DropLast, worker_steps
+
+
+def distributed_world() -> tuple[int, int] | None:
+    """(rank, world size) of the initialised default process group, else None."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:
+    """Numeric numpy arrays become tensors (sharing memory); keys, strings and bytes stay lists."""
+    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) and v.dtype.kind in "biuf" else v
+            for k, v in batch.items()}
+
+
+class ShardDataset(IterableDataset):
+    """The batches of one rank and epoch, split across DataLoader workers round-robin by batch.
+
+    Use with ``DataLoader(ds, batch_size=None, num_workers=N)``; each item is a whole batch.
+    Build one with the same arguments as ``datapipe.Loader``, or let the Loader make it.
+    """
+
+    def __init__(self, dataset: str | Dataset, batch_size: int = 256, *, shuffle: bool = True, seed: int = 0,
+                 epoch: int = 0, rank: int | None = None, world_size: int | None = None, drop_last: DropLast = True,
+                 fields: Sequence[str] | None = None, decode: Mapping[str, Decoder] | None = None,
+                 prefetch: int = 4, block_shards: int = DEFAULT_BLOCK_SHARDS, position: int = 0) -> None:
+        from datapipe.loader.loader import Loader
+
+        loader = Loader(dataset, batch_size, shuffle, seed, rank, world_size, 0, prefetch, drop_last, fields, decode,
+                        block_shards=block_shards)
+        loader.epoch, loader.position = epoch, position
+        plan = loader.plan()
+        self.source = loader._source(plan)
+        self.num_batches = plan.num_batches()
+        self.prefetch = prefetch
+
+    @classmethod
+    def from_source(cls, source: BatchSource, num_batches: int, prefetch: int) -> ShardDataset:
+        """A ShardDataset over an existing batch source (what the Loader uses)."""
+        ds = cls.__new__(cls)
+        ds.source, ds.num_batches, ds.prefetch = source, num_batches, prefetch
+        return ds
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        steps = worker_steps(self.num_batches, worker, workers)
+        for batch in prefetched(self.source.produce(steps), self.prefetch):
+            yield to_tensors(batch)
+
+
+def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: int,
+            pin_memory: bool = False) -> Iterator[dict[str, Any]]:
+    """The rank's batches in order: in process (num_workers=0) or through a DataLoader."""
+    dataset = ShardDataset.from_source(source, num_batches, prefetch)
+    if num_workers == 0:
+        yield from dataset
+        return
+    loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, prefetch_factor=max(prefetch, 1),
+                        pin_memory=pin_memory, persistent_workers=False)
+    yield from loader
