@@ -22,6 +22,7 @@ def test_formats_and_cli_do_not_pull_heavy_modules():
 
 
 def test_the_loader_api_does_not_pull_torch_until_it_iterates():
-    code = f"import sys, datapipe; datapipe.Loader, datapipe.open_dataset; print([m for m in {HEAVY!r} if m in sys.modules])"
+    code = ("import sys, datapipe; datapipe.Loader, datapipe.open_dataset; "
+            f"print([m for m in {HEAVY!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
