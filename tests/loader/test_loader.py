@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from conftest import SIZES, make_dataset
+from sample_data import SIZES, make_dataset
 
 import datapipe
 from datapipe.errors import ConfigError, NotFoundError, ShardCorruptError
