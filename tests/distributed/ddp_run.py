@@ -1,10 +1,12 @@
-"""One rank of a DDP job for tests/distributed/test_ddp.py: read an epoch, maybe stop and save the loader state.
+"""One rank of a DDP job for tests/distributed/test_ddp.py: read an epoch, or save the loader state and die.
 
 Run under torchrun (gloo, CPU). Rank 0 writes the keys every rank saw, per batch, to --out.
 """
 
 import argparse
 import json
+import os
+import signal
 
 import torch.distributed as dist
 
@@ -17,9 +19,8 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--stop-after", type=int, default=None)
+    parser.add_argument("--kill-after", type=int, default=None, help="SIGKILL every rank after this many batches")
     parser.add_argument("--state-in")
-    parser.add_argument("--state-out")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     loader = datapipe.Loader(args.dataset, batch_size=args.batch_size, num_workers=args.workers, seed=11)
@@ -31,16 +32,16 @@ def main() -> None:
     for batch in loader:
         batches.append(batch["__key__"])
         dist.barrier()  # ranks in lock step, as gradient all-reduce keeps them
-        if args.stop_after is not None and len(batches) == args.stop_after:
-            break
+        if args.kill_after is not None and len(batches) == args.kill_after:
+            # what a checkpoint holds, then the job dies as a preempted node does: no cleanup, no exit code 0
+            with open(f"{args.out}.rank{dist.get_rank()}", "w") as f:
+                json.dump({"batches": batches, "state": loader.state_dict()}, f)
+            os.kill(os.getpid(), signal.SIGKILL)
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, {"rank": dist.get_rank(), "batches": batches, "state": loader.state_dict()})
     if dist.get_rank() == 0:
         with open(args.out, "w") as f:
             json.dump(everyone, f)
-        if args.state_out:
-            with open(args.state_out, "w") as f:
-                json.dump(loader.state_dict(), f)
     dist.destroy_process_group()
 
 

@@ -14,10 +14,13 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 TOTAL = sum(SIZES)
 
 
-def torchrun(ranks: int, *args: str) -> list[dict]:
+def torchrun(ranks: int, *args: str, killed: bool = False) -> list[dict]:
     out = Path(args[args.index("--out") + 1])
     proc = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node", str(ranks), str(SCRIPT), *args],
                           capture_output=True, text=True, timeout=300)
+    if killed:
+        assert proc.returncode != 0
+        return [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(ranks)]
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -33,10 +36,11 @@ def test_ddp_epoch_resume_and_elastic_resume(tmp_path):
     assert len(full[0]["batches"]) == len(full[1]["batches"]) == TOTAL // 8
     assert len(keys(full)) == len(set(keys(full))) and TOTAL - len(keys(full)) < 8
 
-    # killed after 3 batches, resumed by a new job from the saved state: the same remaining batches per rank
+    # killed (SIGKILL) after 3 batches, resumed by a new job from its state: the same remaining batches per rank
     state = tmp_path / "state.json"
-    first = torchrun(2, url, "--out", str(tmp_path / "first.json"), "--stop-after", "3", "--state-out", str(state))
-    assert json.loads(state.read_text())["position"] == 3 * 8
+    first = torchrun(2, url, "--out", str(tmp_path / "first.json"), "--kill-after", "3", killed=True)
+    assert first[0]["state"] == first[1]["state"] and first[0]["state"]["position"] == 3 * 8
+    state.write_text(json.dumps(first[0]["state"]))
     rest = torchrun(2, url, "--out", str(tmp_path / "rest.json"), "--state-in", str(state))
     for r in range(2):
         assert first[r]["batches"] + rest[r]["batches"] == full[r]["batches"]
