@@ -27,6 +27,7 @@ def held_out(key: str) -> bool:
 
 
 def model() -> nn.Module:
+    """Two convolutions and two linear layers: plenty for 8x8 digits."""
     return nn.Sequential(
         nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -35,6 +36,7 @@ def model() -> nn.Module:
 
 
 def images(batch: dict) -> torch.Tensor:
+    """The batch's PNGs, decoded by the loader, as float images in [0, 1] with a channel axis."""
     return batch["png"].float().unsqueeze(1) / 255.0
 
 
@@ -58,6 +60,7 @@ def evaluate(net: nn.Module, url: str) -> float:
 
 
 def main() -> None:
+    """Train, checkpoint every epoch, evaluate on rank 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset", help="e.g. storage/digits or storage/digits@TAG")
     parser.add_argument("--epochs", type=int, default=12)
