@@ -6,7 +6,7 @@ import contextlib
 import hashlib
 import unicodedata
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, ClassVar
 
@@ -214,6 +214,38 @@ class ShardReader(ABC):
         else:
             for entry in self.scan():
                 yield entry.sample
+
+    def gather(self, indices: Sequence[int], fields: Sequence[str]) -> tuple[list[str], dict[str, list[Any]]]:
+        """Keys and per-field payload lists of samples ``indices`` (index order), for batch collation.
+
+        SampleError names the first sample that lacks one of ``fields``. Formats whose index
+        knows member spans override this with array lookups instead of a dict per sample.
+        """
+        keys: list[str] = []
+        columns: dict[str, list[Any]] = {name: [] for name in fields}
+        for i in indices:
+            sample = self[int(i)]
+            keys.append(sample[KEY])
+            for name, column in columns.items():
+                if name not in sample:
+                    raise SampleError(f"{self.name}: sample {sample[KEY]!r} has no field {name!r}")
+                column.append(sample[name])
+        return keys, columns
+
+    def gather_keys(self, indices: Sequence[int]) -> list[str]:
+        """Keys of samples ``indices``."""
+        index = self._require_index()
+        return [index.key(int(i)) for i in indices]
+
+    def spans(self, indices: Sequence[int], field: str) -> tuple[Any, Any] | None:
+        """Payload (offsets, sizes) arrays of ``field`` within the buffer, or None when payloads are not
+        plain byte ranges of the file (TFRecord's live inside serialised protos)."""
+        return None
+
+    @property
+    def buffer(self) -> memoryview:
+        """The shard's bytes (for readers of ``spans``)."""
+        return self._view
 
     def keys(self) -> list[str]:
         """Every key in shard order (from the index when present, else by a scan)."""

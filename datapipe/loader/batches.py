@@ -33,4 +33,5 @@ class BatchSource:
         order = self.order()
         for step in steps:
             shard_ids, local = order.locate(self.plan.positions(self.rank, step))
-            yield collate(self.dataset.read(shard_ids, local), self.decoders)
+            keys, columns = self.dataset.read_columns(shard_ids, local, list(self.decoders))
+            yield collate(keys, columns, self.decoders)

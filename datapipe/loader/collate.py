@@ -2,8 +2,10 @@
 
 How a field is decoded follows the kind the build recorded in the manifest (int, float, str,
 bytes, npy, json), unless ``decode`` names another decoder for it: "int", "float", "str",
-"bytes", "json", "npy", "image" (PNG/JPEG -> uint8 array, needs Pillow), or any callable
-taking the field's payload bytes.
+"bytes", "json", "npy", "image" (PNG/JPEG -> uint8 array, needs Pillow), "ragged" (all
+payloads of the batch in one uint8 array, with int64 offsets: payload i is
+data[offsets[i]:offsets[i+1]]; two tensors per batch instead of a bytes object per sample),
+or any callable taking the field's payload bytes.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import ConfigError
-from datapipe.formats.base import KEY, Sample
+from datapipe.formats.base import KEY
+from datapipe.loader.columns import Column
 
 Decoder = str | Callable[[bytes], Any]
-DECODERS = ("int", "float", "str", "bytes", "json", "npy", "image")
+DECODERS = ("int", "float", "str", "bytes", "json", "npy", "image", "ragged")
 
 
 def _decode_image(data: bytes) -> np.ndarray:
@@ -47,8 +50,11 @@ def _numbers(payloads: Sequence[Any], dtype: type) -> np.ndarray:
     return np.array(b" ".join(payloads).split(), dtype=dtype)
 
 
-def decode_column(payloads: list[Any], decoder: Decoder) -> Any:
+def decode_column(column: Column, decoder: Decoder) -> Any:
     """Decode one field of a batch."""
+    if decoder == "ragged":
+        return column.ragged()
+    payloads = column.values()
     if callable(decoder):
         return [decoder(bytes(p)) for p in payloads]
     if decoder == "int":
@@ -83,14 +89,9 @@ def decoders_for(kinds: Mapping[str, str], fields: Sequence[str] | None,
     return out
 
 
-def collate(samples: Sequence[Sample], decoders: Mapping[str, Decoder]) -> dict[str, Any]:
-    """{'__key__': [str], field: array or list} for a batch of samples."""
-    batch: dict[str, Any] = {KEY: [s[KEY] for s in samples]}
+def collate(keys: list[str], columns: Mapping[str, Column], decoders: Mapping[str, Decoder]) -> dict[str, Any]:
+    """{'__key__': [str], field: array or list} from a batch's keys and per-field payloads."""
+    batch: dict[str, Any] = {KEY: keys}
     for name, decoder in decoders.items():
-        try:
-            payloads = [s[name] for s in samples]
-        except KeyError:
-            missing = next(s[KEY] for s in samples if name not in s)
-            raise ConfigError(f"sample {missing!r} has no field {name!r}; select fields with fields=[...]") from None
-        batch[name] = decode_column(payloads, decoder)
+        batch[name] = decode_column(columns[name], decoder)
     return batch

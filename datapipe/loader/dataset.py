@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from datapipe.errors import NotFoundError, ShardCorruptError
+from datapipe.errors import ConfigError, NotFoundError, SampleError, ShardCorruptError
 from datapipe.formats.base import Sample, ShardReader
 from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import get_format
+from datapipe.loader.columns import Column, batch_order
 from datapipe.storage.fs import is_local, read_bytes, sha256_of
 from datapipe.storage.local import map_file
 from datapipe.versioning.manifest import Manifest
@@ -94,6 +95,31 @@ class Dataset:
     def read(self, shard_ids: np.ndarray, local: np.ndarray) -> list[Sample]:
         """Samples by (shard, index in shard); payloads are views into the mapped shards."""
         return [self.reader(s)[i] for s, i in zip(shard_ids.tolist(), local.tolist(), strict=True)]
+
+    def read_columns(self, shard_ids: np.ndarray, local: np.ndarray,
+                     fields: Sequence[str]) -> tuple[list[str], dict[str, Column]]:
+        """Keys and per-field columns of a batch, in batch order, gathered shard by shard."""
+        n = len(shard_ids)
+        part_keys: list[str] = []
+        groups: list[np.ndarray] = []
+        columns = {name: Column(n) for name in fields}
+        order = np.argsort(shard_ids, kind="stable")
+        for group in np.split(order, np.flatnonzero(np.diff(shard_ids[order])) + 1) if n else ():
+            reader = self.reader(int(shard_ids[group[0]]))
+            rows = local[group]
+            groups.append(group)
+            try:
+                part_keys.extend(reader.gather_keys(rows))
+                for name, column in columns.items():
+                    spans = reader.spans(rows, name)
+                    if spans is not None:
+                        column.add_spans(group, reader.buffer, *spans)
+                    else:
+                        column.add_objects(group, reader.gather(rows, [name])[1][name])
+            except SampleError as e:
+                raise ConfigError(f"{e}; select the fields every sample has with fields=[...]") from None
+        keys = [part_keys[i] for i in batch_order(n, groups).tolist()] if n else []
+        return keys, columns
 
     def __getitem__(self, i: int) -> Sample:
         n = len(self)

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import Decoder
 from datapipe.loader.dataset import Dataset
+from datapipe.loader.packing import pack, unpack
 from datapipe.loader.prefetch import prefetch as prefetched
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, DropLast, worker_steps
 
@@ -28,10 +29,17 @@ def distributed_world() -> tuple[int, int] | None:
     return None
 
 
+def _tensor(value: Any) -> Any:
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return torch.from_numpy(value)
+    if isinstance(value, tuple):  # ragged (data, offsets)
+        return tuple(_tensor(v) for v in value)
+    return value
+
+
 def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:
     """Numeric numpy arrays become tensors (sharing memory); keys, strings and bytes stay lists."""
-    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) and v.dtype.kind in "biuf" else v
-            for k, v in batch.items()}
+    return {k: _tensor(v) for k, v in batch.items()}
 
 
 class ShardDataset(IterableDataset):
@@ -40,6 +48,8 @@ class ShardDataset(IterableDataset):
     Use with ``DataLoader(ds, batch_size=None, num_workers=N)``; each item is a whole batch.
     Build one with the same arguments as ``datapipe.Loader``, or let the Loader make it.
     """
+
+    packed = False  # Loader-internal: yield (one uint8 tensor, layout) per batch; see loader/packing.py
 
     def __init__(self, dataset: str | Dataset, batch_size: int = 256, *, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None, drop_last: DropLast = True,
@@ -56,10 +66,10 @@ class ShardDataset(IterableDataset):
         self.prefetch = prefetch
 
     @classmethod
-    def from_source(cls, source: BatchSource, num_batches: int, prefetch: int) -> ShardDataset:
+    def from_source(cls, source: BatchSource, num_batches: int, prefetch: int, packed: bool = False) -> ShardDataset:
         """A ShardDataset over an existing batch source (what the Loader uses)."""
         ds = cls.__new__(cls)
-        ds.source, ds.num_batches, ds.prefetch = source, num_batches, prefetch
+        ds.source, ds.num_batches, ds.prefetch, ds.packed = source, num_batches, prefetch, packed
         return ds
 
     def __len__(self) -> int:
@@ -70,16 +80,33 @@ class ShardDataset(IterableDataset):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         steps = worker_steps(self.num_batches, worker, workers)
         for batch in prefetched(self.source.produce(steps), self.prefetch):
-            yield to_tensors(batch)
+            if self.packed:
+                buffer, layout = pack(batch)
+                yield torch.from_numpy(buffer), layout
+            else:
+                yield to_tensors(batch)
 
 
 def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: int,
             pin_memory: bool = False) -> Iterator[dict[str, Any]]:
     """The rank's batches in order: in process (num_workers=0) or through a DataLoader."""
-    dataset = ShardDataset.from_source(source, num_batches, prefetch)
     if num_workers == 0:
-        yield from dataset
+        yield from ShardDataset.from_source(source, num_batches, prefetch)
         return
+    dataset = ShardDataset.from_source(source, num_batches, prefetch, packed=True)
     loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, prefetch_factor=max(prefetch, 1),
                         pin_memory=pin_memory, persistent_workers=False)
-    yield from loader
+    for buffer, layout in loader:
+        yield unpack(buffer, layout, _tensor_view)
+
+
+_DTYPES: dict[str, torch.dtype] = {}
+
+
+def _tensor_view(buffer: torch.Tensor, start: int, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """A view of the batch buffer with the given numpy dtype and shape."""
+    torch_dtype = _DTYPES.get(dtype)
+    if torch_dtype is None:
+        torch_dtype = _DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    count = int(np.prod(shape)) if shape else 1
+    return buffer[start : start + count * np.dtype(dtype).itemsize].view(torch_dtype).reshape(shape)

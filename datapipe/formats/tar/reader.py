@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from datapipe.errors import ShardCorruptError
+import numpy as np
+
+from datapipe.errors import SampleError, ShardCorruptError
 from datapipe.formats.base import KEY, Sample, ScanEntry, ShardReader
 from datapipe.formats.tar.headers import (
     BLOCK,
@@ -51,6 +54,46 @@ class TarShardReader(ShardReader):
     """Reader for tar shards; see the module docstring for what a scan skips."""
 
     format_code = TAR_FORMAT_CODE
+
+    def _member_table(self) -> tuple[np.ndarray, list[str]]:
+        """(samples x fields) member numbers, -1 where a sample lacks the field; built once per reader."""
+        table = getattr(self, "_table", None)
+        if table is None:
+            index = self._require_index()
+            counts = np.diff(index.sample_members.astype(np.int64))
+            owner = np.repeat(np.arange(len(index)), counts)
+            table = np.full((len(index), max(len(index.fields), 1)), -1, dtype=np.int64)
+            table[owner, index.member_field.astype(np.int64)] = np.arange(len(owner))
+            self._table = table
+            self._keys = np.array(index.keys(), dtype=object)
+        return table, self._keys
+
+    def gather_keys(self, indices: Sequence[int]) -> list[str]:
+        """Keys of samples ``indices`` (decoded once per reader)."""
+        _, keys = self._member_table()
+        return keys[np.asarray(indices, dtype=np.int64)].tolist()
+
+    def spans(self, indices: Sequence[int], field: str) -> tuple[np.ndarray, np.ndarray]:
+        """Payload (offsets, sizes) of ``field`` for samples ``indices``: array lookups in the index."""
+        index = self._require_index()
+        table, keys = self._member_table()
+        rows = np.asarray(indices, dtype=np.int64)
+        fid = index.fields.index(field) if field in index.fields else -1
+        members = table[rows, fid] if fid >= 0 else np.full(len(rows), -1)
+        if (members < 0).any():
+            missing = keys[int(rows[int(np.argmax(members < 0))])]
+            raise SampleError(f"{self.name}: sample {missing!r} has no field {field!r}")
+        return index.member_offset[members].astype(np.int64), index.member_size[members].astype(np.int64)
+
+    def gather(self, indices: Sequence[int], fields: Sequence[str]) -> tuple[list[str], dict[str, list[Any]]]:
+        """Array lookups in the index: one slice of the mapped shard per payload, no dict per sample."""
+        columns: dict[str, list[Any]] = {}
+        view = self._view
+        for name in fields:
+            offsets, sizes = self.spans(indices, name)
+            column = [view[a:b] for a, b in zip(offsets.tolist(), (offsets + sizes).tolist(), strict=True)]
+            columns[name] = [bytes(v) for v in column] if self.copy else column
+        return self.gather_keys(indices), columns
 
     def _read(self, i: int) -> Sample:
         index = self.index
