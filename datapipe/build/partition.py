@@ -16,12 +16,12 @@ import numpy as np
 import pandas as pd
 
 from datapipe.build.config import Pipeline, stage_path
-from datapipe.build.encode import SampleEncoder
+from datapipe.build.encode import EncodedRows, SampleEncoder, encode_columns
 from datapipe.build.quarantine import Reject, row_json
 from datapipe.build.readers import read_part
 from datapipe.build.sources import Part, SourcePlan
 from datapipe.build.stages import dedupe_hashes, run_stage
-from datapipe.errors import ConfigError, SampleError
+from datapipe.errors import BuildError, ConfigError
 from datapipe.formats.registry import get_format
 from datapipe.versioning.manifest import ShardEntry, StageCounts
 from datapipe.versioning.store import write_shard_file
@@ -101,23 +101,13 @@ def _sample_columns(job: BuildJob, frame: pd.DataFrame, encoder: SampleEncoder) 
     return encoder.columns
 
 
-def encode_rows(job: BuildJob, frame: pd.DataFrame) -> tuple[list[tuple[int, str, dict[str, Any], dict[str, str]]],
-                                                              list[Reject]]:
-    """(row id, key, fields, kinds) of every row that encodes, and a reject for every row that does not."""
+def encode_rows(job: BuildJob, frame: pd.DataFrame) -> tuple[EncodedRows, list[Reject]]:
+    """Every row that encodes (column-wise), and a reject for every row that does not."""
     encoder = job.encoder()
-    columns = _sample_columns(job, frame, encoder)
-    samples, rejects = [], []
-    if not len(frame):
-        return samples, rejects
-    for row, values in zip(frame.index, zip(*(frame[c].array for c in columns), strict=True), strict=True):
-        record = dict(zip(columns, values, strict=True))
-        try:
-            key, fields, kinds = encoder.encode(record)
-        except SampleError as e:
-            rejects.append(Reject(SAMPLE_STAGE, str(e), int(row), row_json(frame, row)))
-            continue
-        samples.append((int(row), key, fields, kinds))
-    return samples, rejects
+    _sample_columns(job, frame, encoder)
+    encoded = encode_columns(encoder, frame)
+    rejects = [Reject(SAMPLE_STAGE, reason, int(row), row_json(frame, row)) for row, reason in encoded.rejects.items()]
+    return encoded, rejects
 
 
 def key_hashes(keys: Sequence[str]) -> np.ndarray:
@@ -133,25 +123,21 @@ def key_hashes(keys: Sequence[str]) -> np.ndarray:
 def measure_pass(job: BuildJob, part: Part, masks: Masks) -> Measured:
     """Counts, rejects, encoded size and key hash of every sample of ``part``."""
     cleaned = clean(job, part, masks)
-    samples, rejects = encode_rows(job, cleaned.frame)
+    encoded, rejects = encode_rows(job, cleaned.frame)
     writer = get_format(job.pipeline.shards.format).writer
-    sizes = np.fromiter((writer.sample_size(key, fields) for _, key, fields, _ in samples), np.int64, len(samples))
-    kinds: dict[str, set[str]] = {}
-    for *_, sample_kinds in samples:
-        for name, kind in sample_kinds.items():
-            kinds.setdefault(name, set()).add(kind)
-    counts = [*cleaned.counts, StageCounts(SAMPLE_STAGE, len(cleaned.frame), len(samples), 0, len(rejects))]
-    return Measured(counts, cleaned.rejects + rejects, sizes, key_hashes([s[1] for s in samples]), kinds)
+    sizes = writer.sample_sizes(encoded.keys, encoded.fields)
+    counts = [*cleaned.counts, StageCounts(SAMPLE_STAGE, len(cleaned.frame), len(encoded.keys), 0, len(rejects))]
+    return Measured(counts, cleaned.rejects + rejects, sizes, key_hashes(encoded.keys), encoded.kinds)
 
 
 def duplicates_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray) -> list[Reject]:
     """Rejects for the samples whose key an earlier sample already has."""
     cleaned = clean(job, part, masks)
-    samples, _ = encode_rows(job, cleaned.frame)
+    encoded, _ = encode_rows(job, cleaned.frame)
     return [
         Reject(SAMPLE_STAGE, f"duplicate sample key {key!r} (the first row with this key is kept)", row,
                row_json(cleaned.frame, row))
-        for (row, key, _, _), keep in zip(samples, key_keep, strict=True) if not keep
+        for row, key, keep in zip(encoded.rows, encoded.keys, key_keep, strict=True) if not keep
     ]
 
 
@@ -159,13 +145,14 @@ def prepare_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray, 
                  shards: np.ndarray) -> dict[int, list[tuple[int, dict[str, Any]]]]:
     """The samples of ``part`` grouped by destination shard, each with its output position."""
     cleaned = clean(job, part, masks)
-    samples, _ = encode_rows(job, cleaned.frame)
-    kept = [s for s, keep in zip(samples, key_keep, strict=True) if keep]
+    encoded, _ = encode_rows(job, cleaned.frame)
+    kept = [s for s, keep in zip(encoded.samples(), key_keep, strict=True) if keep]
     if len(kept) != len(positions):
-        raise RuntimeError("the write pass saw other samples than the measure pass; stages must be deterministic")
+        raise BuildError("the write pass saw other samples than the measure pass; stages (map functions in "
+                         "particular) must be deterministic")
     out: dict[int, list[tuple[int, dict[str, Any]]]] = {}
-    for (_, key, fields, _), pos, shard in zip(kept, positions.tolist(), shards.tolist(), strict=True):
-        out.setdefault(shard, []).append((pos, {"__key__": key, **fields}))
+    for sample, pos, shard in zip(kept, positions.tolist(), shards.tolist(), strict=True):
+        out.setdefault(shard, []).append((pos, sample))
     return out
 
 

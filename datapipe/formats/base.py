@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import unicodedata
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,12 +21,14 @@ KEY = "__key__"
 Sample = dict[str, Any]
 
 
+# Unicode categories Cc (controls, NUL included) and Cs (lone surrogates), as one character class.
+_BAD_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
 def _bad_char(text: str) -> str | None:
     """The first NUL, control or lone-surrogate character of ``text`` (these cannot travel in a name)."""
-    for ch in text:
-        if ch == "\x00" or unicodedata.category(ch) in ("Cc", "Cs"):
-            return ch
-    return None
+    match = _BAD_CHARS.search(text)
+    return match.group() if match else None
 
 
 def check_key(key: object, *, allow_dots: bool) -> str:
@@ -120,6 +122,19 @@ class ShardWriter(ABC):
 
         The build plans shard boundaries with it before any shard is written.
         """
+
+    @classmethod
+    def sample_sizes(cls, keys: Sequence[str], fields: Mapping[str, Sequence[Any]]) -> Any:
+        """``sample_size`` of many samples given column-wise, as an int64 numpy array."""
+        import numpy as np
+
+        names = sorted(fields)
+        columns = [fields[n] for n in names]
+        return np.fromiter(
+            (cls.sample_size(key, dict(zip(names, values, strict=True)))
+             for key, *values in zip(keys, *columns, strict=True)),
+            dtype=np.int64, count=len(keys),
+        )
 
     end_size: ClassVar[int] = 0  # bytes ``finish`` appends after the last sample
 

@@ -289,3 +289,14 @@ def test_sample_size_predicts_the_bytes_written(tmp_path_factory, samples):
         written = write_shard(path, samples)
         predicted = sum(fmt.writer.sample_size(s[KEY], {k: v for k, v in s.items() if k != KEY}) for s in samples)
         assert written.size == predicted + fmt.writer.end_size
+
+
+@given(samples=sample_lists(allow_dots=False, max_samples=8, sizes=st.integers(0, 3000)))
+def test_sample_sizes_column_wise_equal_sample_size(samples):
+    for fmt in FORMATS.values():
+        names = sorted({n for s in samples for n in s if n != KEY})
+        complete = [s for s in samples if all(n in s for n in names)]
+        keys = [s[KEY] for s in complete]
+        columns = {n: [s[n] for s in complete] for n in names}
+        expected = [fmt.writer.sample_size(s[KEY], {n: s[n] for n in names}) for s in complete]
+        assert fmt.writer.sample_sizes(keys, columns).tolist() == expected

@@ -43,14 +43,13 @@ _TEMPLATE = bytes(_template())
 _TEMPLATE_SUM = sum(_TEMPLATE) + 8 * ord(" ")  # the checksum counts its own field as spaces
 
 
+_MODE_TO_SIZE, _MTIME, _AFTER_TYPEFLAG = _TEMPLATE[100:124], _TEMPLATE[136:148], _TEMPLATE[157:]
+
+
 def _ustar(name: bytes, size: int, typeflag: bytes) -> bytes:
-    block = bytearray(_TEMPLATE)
-    block[0 : len(name)] = name
     size_field = b"%011o\x00" % size
-    block[124:136] = size_field
-    block[156:157] = typeflag
-    block[148:156] = b"%06o\x00 " % (_TEMPLATE_SUM + sum(name) + sum(size_field) + typeflag[0])
-    return bytes(block)
+    checksum = b"%06o\x00 " % (_TEMPLATE_SUM + sum(name) + sum(size_field) + typeflag[0])
+    return b"".join((name.ljust(100, b"\x00"), _MODE_TO_SIZE, size_field, _MTIME, checksum, typeflag, _AFTER_TYPEFLAG))
 
 
 def _pax_record(key: str, value: str) -> bytes:

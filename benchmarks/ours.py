@@ -1,0 +1,84 @@
+"""datapipe, written through the versioned store and read through ``datapipe.Loader``.
+
+Readers return ``(samples, payload bytes, sum of first bytes)`` like the peers'. The ``bin``
+field is read with the "ragged" decoder when this datapipe has it (one uint8 tensor of the
+batch's payloads and int64 offsets), else as a list of bytes; ``DATAPIPE_BENCH_DECODE=bytes``
+forces the list.
+"""
+
+from __future__ import annotations
+
+import os
+
+from benchmarks.peers import BATCH, SHARD_BYTES, WORKERS, add, touch
+from benchmarks.workloads import Data
+
+NAME = "bench"
+
+
+def write(data: Data, out: str, fmt_name: str = "webdataset") -> None:
+    """Cut the samples into ~64 MB shards by exact encoded size, write them, commit one version."""
+    from datapipe.formats.registry import get_format
+    from datapipe.versioning.manifest import Manifest
+    from datapipe.versioning.store import Store
+
+    fmt = get_format(fmt_name)
+    size_of = fmt.writer.sample_size
+    writer = Store(out).begin(NAME)
+    entries, chunk, chunk_bytes = [], [], 0
+    for sample in data.samples:
+        size = size_of(sample["__key__"], {"bin": sample["bin"], "cls": sample["cls"]})
+        if chunk and chunk_bytes + size > SHARD_BYTES:
+            entries.append(writer.write_shard(len(entries), chunk, fmt))
+            chunk, chunk_bytes = [], 0
+        chunk.append(sample)
+        chunk_bytes += size
+    if chunk:
+        entries.append(writer.write_shard(len(entries), chunk, fmt))
+    writer.commit(Manifest(name=NAME, shard_format=fmt.name, fields={"cls": "int", "bin": "bytes"},
+                           shards=tuple(entries)))
+
+
+def url(out: str) -> str:
+    """The dataset URL of what ``write`` committed."""
+    return f"{out}/{NAME}"
+
+
+def shard_files(out: str) -> list[str]:
+    """The shard files of the committed version (for the cat / memmap floors)."""
+    from datapipe.versioning.store import open_dataset_url
+
+    store, name, manifest = open_dataset_url(url(out))
+    base = store.path(name, "versions", manifest.version)
+    return [f"{base}/{s.path}" for s in manifest.shards]
+
+
+def decode_mode() -> str:
+    """'ragged' when datapipe has that decoder (and it is not switched off), else 'bytes'."""
+    if os.environ.get("DATAPIPE_BENCH_DECODE", "ragged") == "bytes":
+        return "bytes"
+    from datapipe.loader import collate
+
+    return "ragged" if "ragged" in collate.DECODERS else "bytes"
+
+
+def _touch_ragged(column) -> tuple[int, int, int]:
+    values, offsets = column
+    starts = offsets[:-1]
+    return len(starts), int(offsets[-1] - offsets[0]), int(values[starts].sum())
+
+
+def read(out: str, num_workers: int) -> list[int]:
+    """``datapipe.Loader(url, batch_size=256, num_workers=N, shuffle=False, decode=...)``, every batch touched."""
+    import datapipe
+
+    mode = decode_mode()
+    loader = datapipe.Loader(url(out), batch_size=BATCH, num_workers=num_workers, shuffle=False,
+                             decode={"bin": mode} if mode == "ragged" else None)
+    total = [0, 0, 0]
+    for batch in loader:
+        add(total, _touch_ragged(batch["bin"]) if mode == "ragged" else touch(batch["bin"]))
+    return total
+
+
+READERS = {"one": lambda out: read(out, 0), "loader": lambda out: read(out, WORKERS)}

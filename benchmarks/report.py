@@ -1,0 +1,186 @@
+"""The results as a table (markdown, printed and saved), results.json and a PNG chart."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+
+TOOLS = ["datapipe", "wds", "wds-int", "mds", "litdata", "litdata-bw"]
+LABELS = {"datapipe": "datapipe", "wds": "WebDataset", "wds-int": "WebDataset int mtime", "mds": "Mosaic MDS",
+          "litdata": "LitData optimize", "litdata-bw": "LitData BinaryWriter"}
+
+
+def rate(n: float) -> str:
+    """12.3k, 1.2M, 950."""
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.1f}{suffix}" if v < 100 else f"{v:.0f}{suffix}"
+    return f"{n:.0f}"
+
+
+def bandwidth(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e9:.2f} GB/s" if bytes_per_s >= 1e9 else f"{bytes_per_s / 1e6:.0f} MB/s"
+
+
+# figure: (label, higher is better, value(workload result, tool) -> float | None, format)
+Figure = tuple[str, bool, Callable[[dict, str], float | None], Callable[[float], str]]
+
+
+def _write(w: dict, tool: str, per: str) -> float | None:
+    r = w["tools"].get(tool, {}).get("write")
+    if not r:
+        return None
+    return (w["samples"] if per == "samples" else w["payload_bytes"]) / r["seconds"]
+
+
+def _read(w: dict, tool: str, mode: str, per: str) -> float | None:
+    r = w["tools"].get(tool, {}).get("read", {}).get(mode)
+    if not r:
+        return None
+    return (r["samples"] if per == "samples" else r["bytes"]) / r["seconds"]
+
+
+def _rss(w: dict, tool: str, mode: str) -> float | None:
+    r = w["tools"].get(tool, {}).get("read", {}).get(mode)
+    return None if not r else r["rss_mb"] + r["child_rss_mb"]
+
+
+def _disk(w: dict, tool: str) -> float | None:
+    r = w["tools"].get(tool, {}).get("write")
+    return None if not r else r["disk_bytes"] / w["payload_bytes"]
+
+
+def _build(w: dict, tool: str, workers: int) -> float | None:
+    if tool != "datapipe":
+        return None
+    runs = [b for b in w.get("build", []) if b["workers"] == workers]
+    return w["samples"] / runs[0]["seconds"] if runs else None
+
+
+FIGURES: list[Figure] = [
+    ("write, samples/s", True, lambda w, t: _write(w, t, "samples"), rate),
+    ("write, payload MB/s", True, lambda w, t: _write(w, t, "bytes"), bandwidth),
+    ("disk / payload", False, _disk, lambda v: f"{v:.2f}x"),
+    ("read 1 process, samples/s", True, lambda w, t: _read(w, t, "one", "samples"), rate),
+    ("read 1 process, payload MB/s", True, lambda w, t: _read(w, t, "one", "bytes"), bandwidth),
+    ("read 1 process by ds[i], samples/s", True, lambda w, t: _read(w, t, "index", "samples"), rate),
+    ("read DataLoader 2 workers, samples/s", True, lambda w, t: _read(w, t, "loader", "samples"), rate),
+    ("read DataLoader 2 workers, payload MB/s", True, lambda w, t: _read(w, t, "loader", "bytes"), bandwidth),
+    ("peak RSS 1 process, MB", False, lambda w, t: _rss(w, t, "one"), lambda v: f"{v:.0f}"),
+    ("peak RSS DataLoader (main + worker), MB", False, lambda w, t: _rss(w, t, "loader"), lambda v: f"{v:.0f}"),
+    ("datapipe build, 1 Dask worker, samples/s", True, lambda w, t: _build(w, t, 1), rate),
+    ("datapipe build, 2 Dask workers, samples/s", True, lambda w, t: _build(w, t, 2), rate),
+]
+
+
+def _floor_rows(w: dict) -> list[list[str]]:
+    rows = []
+    per_sample = w["tools"]["datapipe"]["write"]["disk_bytes"] / w["samples"]
+    for mode, label in (("cat", "floor: cat datapipe shards (8 MB reads)"),
+                        ("memmap", "floor: numpy sum over np.memmap of the shards")):
+        r = w.get("floor", {}).get(mode)
+        if r:
+            bps = r["bytes"] / r["seconds"]
+            rows.append([label, f"{bandwidth(bps)} = {rate(bps / per_sample)} samples/s"] + [""] * len(TOOLS))
+    return rows
+
+
+def table(w: dict) -> list[list[str]]:
+    """Rows of [figure, one cell per tool, datapipe / best peer]."""
+    rows = []
+    for label, higher, value, fmt in FIGURES:
+        values = {t: value(w, t) for t in TOOLS}
+        if all(v is None for v in values.values()):
+            continue
+        cells = [fmt(values[t]) if values[t] is not None else "—" for t in TOOLS]
+        peers = {t: v for t, v in values.items() if t != "datapipe" and v is not None}
+        ratio = "—"
+        if values["datapipe"] is not None and peers:
+            best = (max if higher else min)(peers, key=peers.get)
+            ratio = f"{values['datapipe'] / peers[best]:.2f}x {LABELS[best]}"
+        rows.append([label, *cells, ratio])
+    return rows + _floor_rows(w)
+
+
+def markdown(results: dict) -> str:
+    """The whole table, one block per workload, in markdown."""
+    header = ["figure", *(LABELS[t] for t in TOOLS), "datapipe / best peer"]
+    out = []
+    for w in results["workloads"].values():
+        out += [f"**{w['describe']}**", "", "| " + " | ".join(header) + " |",
+                "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(row) + " |" for row in table(w)]
+        out += [""]
+    m = results["machine"]
+    out.append(f"{m['date']}, {m['cpu']}, {m['cores']} cores, {m['ram_gib']:.0f} GiB RAM, Python {m['python']}, "
+               f"torch {m['torch']}; load average {m['load_before']} before, {m['load_after']} after; "
+               + ", ".join(f"{k} {v}" for k, v in m["versions"].items()))
+    return "\n".join(out)
+
+
+def check(results: dict) -> list[str]:
+    """Readers that did not see every sample (datapipe drops the last partial batch: N mod 256)."""
+    problems = []
+    for w in results["workloads"].values():
+        for tool, r in w["tools"].items():
+            for mode, m in r.get("read", {}).items():
+                expected = w["samples"] - (w["samples"] % 256 if tool == "datapipe" else 0)
+                if m["samples"] != expected:
+                    problems.append(f"{w['workload']} {tool} {mode}: read {m['samples']} samples, expected {expected}")
+    return problems
+
+
+def chart(results: dict, path: str) -> None:
+    """Log-scale bars: write / read 1 process / read DataLoader per tool, one panel per workload."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = list(results["workloads"].values())
+    fig, axes = plt.subplots(1, len(workloads) + 1, figsize=(6 * len(workloads) + 5, 5))
+    groups = [("write", lambda w, t: _write(w, t, "samples")),
+              ("read, 1 process", lambda w, t: _read(w, t, "one", "samples")),
+              ("read, DataLoader", lambda w, t: _read(w, t, "loader", "samples"))]
+    width = 0.8 / len(TOOLS)
+    for ax, w in zip(axes, workloads, strict=False):
+        for i, tool in enumerate(TOOLS):
+            xs, ys = [], []
+            for g, (_, value) in enumerate(groups):
+                v = value(w, tool)
+                if v:
+                    xs.append(g + (i - len(TOOLS) / 2 + 0.5) * width)
+                    ys.append(v)
+            ax.bar(xs, ys, width, label=LABELS[tool])
+        ax.set_xticks(range(len(groups)), [g for g, _ in groups])
+        ax.set_yscale("log")
+        ax.set_ylabel("samples/s (log)")
+        ax.set_title(w["describe"], fontsize=9)
+    ax = axes[-1]
+    for i, tool in enumerate(TOOLS):
+        ys = [_rss(w, tool, "loader") or 0 for w in workloads]
+        ax.bar([g + (i - len(TOOLS) / 2 + 0.5) * width for g in range(len(workloads))], ys, width,
+               label=LABELS[tool])
+    ax.set_xticks(range(len(workloads)), [w["workload"] for w in workloads])
+    ax.set_ylabel("peak RSS, DataLoader main + worker (MB)")
+    ax.set_title("memory", fontsize=9)
+    axes[0].legend(fontsize=8)
+    m = results["machine"]
+    fig.suptitle(f"datapipe vs peers, {m['date']}, {m['cores']} cores ({m['cpu']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def save(results: dict, out: str) -> dict[str, str]:
+    """results.json, results.md and results.png in ``out``; returns their paths."""
+    os.makedirs(out, exist_ok=True)
+    paths = {k: os.path.join(out, f"results.{k}") for k in ("json", "md", "png")}
+    with open(paths["json"], "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True)
+    with open(paths["md"], "w") as f:
+        f.write(markdown(results) + "\n")
+    chart(results, paths["png"])
+    return paths

@@ -1,0 +1,149 @@
+"""datapipe against WebDataset, MosaicML Streaming and LitData, in one run on one machine (issue 6).
+
+    python -m benchmarks.run [--quick] [--workdir DIR] [--out DIR]
+
+For each workload (W1: 200,000 x 1 KiB, W2: 10,000 x 100 KiB; a tenth with --quick): write it
+from memory with every tool, read each result back in a fresh process (one process, then a
+DataLoader with 2 workers), measure the cat and memmap floors on datapipe's shards and time
+``datapipe build`` from Parquet with 1 and 2 Dask workers. Prints the table and writes
+results.json, results.md and results.png to --out. See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+
+from benchmarks import building, measure, ours, report
+from benchmarks.peers import PEERS
+from benchmarks.workloads import Data, Workload, generate, workloads
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+READ_MODES = {"datapipe": ["one", "loader"], **{name: list(p[2]) for name, p in PEERS.items()}}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    ram = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal")) / 2**20
+    versions = {}
+    for dist in ("datapipe", "torch", "numpy", "webdataset", "mosaicml-streaming", "litdata", "dask", "pyarrow"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "missing"
+    return {"date": datetime.date.today().isoformat(), "cpu": cpu, "cores": os.cpu_count(), "ram_gib": ram,
+            "machine": platform.machine(), "python": platform.python_version(), "torch": versions["torch"],
+            "versions": versions, "load_before": _load()}
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def disk_bytes(path: str) -> int:
+    return sum(os.path.getsize(f) for f in measure.files_under(path))
+
+
+def write_all(data: Data, workdir: str) -> dict:
+    """Write the samples with every tool; {tool: {"write": {seconds, disk_bytes}}}."""
+    writers = {"datapipe": ours.write, **{name: p[1] for name, p in PEERS.items()}}
+    tools = {}
+    for tool, write in writers.items():
+        out = os.path.join(workdir, tool)
+        shutil.rmtree(out, ignore_errors=True)
+        gc.collect()
+        t = time.perf_counter()
+        write(data, out)
+        seconds = time.perf_counter() - t
+        tools[tool] = {"write": {"seconds": seconds, "disk_bytes": disk_bytes(out)}, "read": {}}
+        log(f"  write {tool}: {seconds:.2f}s, {data.workload.samples / seconds:,.0f} samples/s")
+        if not READ_MODES.get(tool):
+            shutil.rmtree(out)
+    return tools
+
+
+def read_one(tool: str, mode: str, path: str, timeout: float) -> dict:
+    """One measurement in a fresh interpreter, after reading the files once (warm page cache)."""
+    measure.warm(measure.files_under(path))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.measure", tool, mode, path], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"measure {tool} {mode} {path} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_workload(w: Workload, workdir: str, timeout: float) -> dict:
+    log(w.describe())
+    data = generate(w)
+    result = {"workload": w.name, "describe": w.describe(), "samples": w.samples, "payload_size": w.payload,
+              "payload_bytes": data.payload_bytes, "tools": write_all(data, workdir)}
+    pipeline = building.prepare(data, os.path.join(workdir, "source"))
+    del data
+    gc.collect()
+    for tool, modes in READ_MODES.items():
+        for mode in modes:
+            r = read_one(tool, mode, os.path.join(workdir, tool), timeout)
+            result["tools"][tool]["read"][mode] = r
+            log(f"  read {tool} {mode}: {r['samples'] / r['seconds']:,.0f} samples/s, "
+                f"{r['bytes'] / r['seconds'] / 1e6:,.0f} MB/s, RSS {r['rss_mb']:.0f}+{r['child_rss_mb']:.0f} MB")
+    result["floor"] = {}
+    for mode in ("cat", "memmap"):
+        r = read_one("floor", mode, os.path.join(workdir, "datapipe"), timeout)
+        result["floor"][mode] = r
+        log(f"  floor {mode}: {r['bytes'] / r['seconds'] / 1e9:.2f} GB/s")
+    result["build"] = []
+    for workers in (1, 2):
+        b = building.build(pipeline, os.path.join(workdir, "built"), workers, timeout)
+        result["build"].append(b)
+        log(f"  build, {workers} worker(s): {b['seconds']:.1f}s, {w.samples / b['seconds']:,.0f} samples/s")
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a tenth of the samples (a smoke run, < 2 minutes)")
+    parser.add_argument("--workdir", help="where the datasets go (kept); default: a temporary directory, removed")
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"),
+                        help="where results.json/.md/.png go [benchmarks/results]")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for one measurement")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    results = {"quick": args.quick, "machine": machine(), "workloads": {}}
+    tmp = None if args.workdir else tempfile.mkdtemp(prefix="datapipe-bench-")
+    workdir = args.workdir or tmp
+    try:
+        for w in workloads(args.quick):
+            results["workloads"][w.name] = run_workload(w, os.path.join(workdir, w.name), args.timeout)
+            if tmp:
+                shutil.rmtree(os.path.join(workdir, w.name))
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    results["machine"]["load_after"] = _load()
+    results["machine"]["datapipe_decode"] = ours.decode_mode()
+    results["seconds"] = time.perf_counter() - start
+    print(report.markdown(results))
+    for problem in report.check(results):
+        print(f"warning: {problem}")
+    paths = report.save(results, args.out)
+    log(f"done in {results['seconds']:.0f}s; wrote {', '.join(paths.values())}")
+
+
+if __name__ == "__main__":
+    main()
