@@ -8,6 +8,7 @@ from typing import Any
 
 from datapipe.loader.collate import Decoder, collate
 from datapipe.loader.dataset import Dataset
+from datapipe.loader.download import Downloader, first_uses
 from datapipe.loader.schedule import BatchPlan, EpochOrder
 
 
@@ -23,6 +24,12 @@ class BatchSource:
     shuffle: bool
     block_shards: int
     decoders: dict[str, Decoder]
+    download_ahead: int = 0
+
+    def _shards(self, order: EpochOrder, steps: Iterable[int]) -> Iterator[list[int]]:
+        for step in steps:
+            shard_ids, _ = order.locate(self.plan.positions(self.rank, step))
+            yield list(dict.fromkeys(shard_ids.tolist()))
 
     def order(self) -> EpochOrder:
         """The epoch's global order (built per process; holds one block's permutation at a time)."""
@@ -31,7 +38,22 @@ class BatchSource:
     def produce(self, steps: Iterable[int]) -> Iterator[dict[str, Any]]:
         """The collated batches of ``steps`` (batch numbers after the plan's start), in order."""
         order = self.order()
-        for step in steps:
-            shard_ids, local = order.locate(self.plan.positions(self.rank, step))
-            keys, columns = self.dataset.read_columns(shard_ids, local, list(self.decoders))
-            yield collate(keys, columns, self.decoders)
+        steps = list(steps)
+        downloader = None
+        if self.download_ahead and self.dataset.cache is not None:
+            downloader = Downloader(self.dataset, first_uses(self._shards(self.order(), steps)),
+                                    self.download_ahead)
+        opened: set[int] = set()
+        try:
+            for step in steps:
+                shard_ids, local = order.locate(self.plan.positions(self.rank, step))
+                if downloader is not None:
+                    for shard in dict.fromkeys(shard_ids.tolist()):
+                        if shard not in opened:
+                            opened.add(shard)
+                            downloader.consumed()
+                keys, columns = self.dataset.read_columns(shard_ids, local, list(self.decoders))
+                yield collate(keys, columns, self.decoders)
+        finally:
+            if downloader is not None:
+                downloader.close()

@@ -13,7 +13,8 @@ from datapipe.formats.base import Sample, ShardReader
 from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import get_format
 from datapipe.loader.columns import Column, batch_order
-from datapipe.storage.fs import is_local, read_bytes, sha256_of
+from datapipe.storage.cache import CachedFile, ShardCache
+from datapipe.storage.fs import is_local, sha256_of
 from datapipe.storage.local import map_file
 from datapipe.versioning.manifest import Manifest
 from datapipe.versioning.store import VERSIONS, Store, open_dataset_url
@@ -26,11 +27,14 @@ class Dataset:
     the remote cache lands); the open readers are per process, never pickled.
     """
 
-    def __init__(self, store: Store, name: str, manifest: Manifest, *, verify: bool = False) -> None:
+    def __init__(self, store: Store, name: str, manifest: Manifest, *, verify: bool = False,
+                 cache: ShardCache | None = None) -> None:
         self.store = store
         self.name = name
         self.manifest = manifest
         self.verify = verify
+        self.cache = cache if cache is not None or is_local(store.fs) else ShardCache()
+        self._held: dict[int, tuple[CachedFile, CachedFile]] = {}
         self.format = get_format(manifest.shard_format)
         self.shard_sizes = np.array([s.samples for s in manifest.shards], dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self.shard_sizes)])
@@ -58,32 +62,52 @@ class Dataset:
 
     def check_shards(self) -> None:
         """Fail now, naming the shard, when a shard or its index is missing (before workers start)."""
-        fs = self.store.fs
+        directory = self.store.path(self.name, VERSIONS, self.version)
+        try:
+            present = {p.rstrip("/").rsplit("/", 1)[-1] for p in self.store.fs.ls(directory, detail=False)}
+        except FileNotFoundError:
+            present = set()
         for i, entry in enumerate(self.manifest.shards):
             for filename in (entry.path, entry.index_path):
-                path = self.store.path(self.name, VERSIONS, self.version, filename)
-                if not fs.exists(path):
-                    raise NotFoundError(f"{path}: missing from {self.name}@{self.version[:12]} (shard {i}); "
-                                        f"check the store with `datapipe verify {self.store.url}/{self.name}`")
+                if filename not in present:
+                    raise NotFoundError(f"{directory}/{filename}: missing from {self.name}@{self.version[:12]} "
+                                        f"(shard {i}); check the store with "
+                                        f"`datapipe verify {self.store.url}/{self.name}`")
 
     def _open(self, shard: int) -> ShardReader:
         entry = self.manifest.shards[shard]
         fs, path = self.store.fs, self.shard_path(shard)
         index_file = self.store.path(self.name, VERSIONS, self.version, entry.index_path)
         try:
-            if is_local(fs):
+            if self.cache is None:
                 buffer: Any = map_file(path)
                 index_bytes: Any = map_file(index_file)
-            else:
-                buffer, index_bytes = read_bytes(fs, path), read_bytes(fs, index_file)
+            else:  # remote: a verified local copy, mapped like a local shard
+                held = self.fetch(shard)
+                self._held[shard] = held
+                buffer, index_bytes = map_file(held[0].path), map_file(held[1].path)
         except (NotFoundError, FileNotFoundError):
             raise NotFoundError(f"{path}: shard {shard} of {self.name}@{self.version[:12]} is missing") from None
         if len(buffer) != entry.bytes:
             raise ShardCorruptError(path, f"{len(buffer)} bytes, the manifest says {entry.bytes}")
-        if self.verify and sha256_of(fs, path) != entry.sha256:
+        if self.verify and self.cache is None and sha256_of(fs, path) != entry.sha256:
             raise ShardCorruptError(path, "sha256 does not match the manifest; the shard was changed or damaged")
         index = ShardIndex.from_bytes(index_bytes, index_file)
         return self.format.reader(buffer, path, index)
+
+    def fetch(self, shard: int) -> tuple[CachedFile, CachedFile]:
+        """The cached, verified local copies of a remote shard and its index (held until closed)."""
+        assert self.cache is not None
+        entry = self.manifest.shards[shard]
+        base = self.store.path(self.name, VERSIONS, self.version)
+        data = self.cache.open(self.store.fs, f"{base}/{entry.path}", entry.sha256, entry.bytes)
+        try:
+            index = self.cache.open(self.store.fs, f"{base}/{entry.index_path}", entry.index_sha256,
+                                    entry.index_bytes)
+        except BaseException:
+            data.close()
+            raise
+        return data, index
 
     def reader(self, shard: int) -> ShardReader:
         """The open reader of shard ``shard`` (opened on first use in this process)."""
@@ -135,17 +159,27 @@ class Dataset:
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
+        for held in self._held.values():
+            for cached in held:
+                cached.close()
+        self._held.clear()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_readers"] = {}  # maps belong to one process
+        state["_readers"], state["_held"] = {}, {}  # maps and locks belong to one process
         return state
 
 
 def open_dataset(url: str | Dataset, storage_options: Mapping[str, Any] | None = None, *,
-                 verify: bool = False) -> Dataset:
-    """Open 'STORE/NAME[@REF]' (a tag, 'latest' or a version prefix) for reading."""
+                 verify: bool = False, cache_dir: str | os.PathLike[str] | None = None,
+                 cache_limit: int | None = None) -> Dataset:
+    """Open 'STORE/NAME[@REF]' (a tag, 'latest' or a version prefix) for reading.
+
+    Shards of a remote store (s3://, ...) are read through a local cache in ``cache_dir``
+    (default: $DATAPIPE_CACHE or ~/.cache/datapipe/shards) kept under ``cache_limit`` bytes.
+    """
     if isinstance(url, Dataset):
         return url
     store, name, manifest = open_dataset_url(os.fspath(url), storage_options)
-    return Dataset(store, name, manifest, verify=verify)
+    cache = None if is_local(store.fs) else ShardCache(cache_dir, cache_limit)
+    return Dataset(store, name, manifest, verify=verify, cache=cache)

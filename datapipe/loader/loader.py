@@ -60,6 +60,9 @@ class Loader:
         verify: bool = False,
         pin_memory: bool = False,
         storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
+        download_ahead: int = 2,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
@@ -70,7 +73,9 @@ class Loader:
             raise ConfigError("num_workers and prefetch must be >= 0, block_shards >= 1")
         if num_workers and not _torch_available():
             raise ConfigError("num_workers > 0 needs torch (pip install 'datapipe[torch]'), or use num_workers=0")
-        self.dataset = open_dataset(dataset, storage_options, verify=verify)
+        self.dataset = open_dataset(dataset, storage_options, verify=verify, cache_dir=cache_dir,
+                                    cache_limit=cache_limit)
+        self.download_ahead = download_ahead
         self.dataset.check_shards()
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.world = resolve_world(rank, world_size, os.environ)
@@ -95,7 +100,7 @@ class Loader:
 
     def _source(self, plan: BatchPlan) -> BatchSource:
         return BatchSource(self.dataset, plan, self.world.rank, self.seed, self.epoch, self.shuffle,
-                           self.block_shards, self.decoders)
+                           self.block_shards, self.decoders, self.download_ahead)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         plan = self.plan()

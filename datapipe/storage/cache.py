@@ -1,0 +1,193 @@
+"""A local cache of remote shards, shared by the processes of one machine through file locks.
+
+Layout: CACHE/<sha256 prefix>-<name> holds a verified copy, CACHE/<entry>.meta marks it as
+downloaded by this cache (eviction touches nothing else), CACHE/<entry>.lock is the entry's
+lock file. Readers hold a shared lock while a shard is open; a download holds the exclusive
+lock, writes CACHE/<entry>.tmp-<host>-<pid>-<id>, checks its sha256 against the manifest and
+renames it into place. Eviction deletes least recently used entries nobody has locked until
+the cache is under its byte limit. Temporary files of crashed downloads are removed when a
+cache opens (their exclusive lock died with their process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from datapipe.errors import ConfigError, NotFoundError, ShardCorruptError
+from datapipe.storage.retry import RetryPolicy, with_retries
+
+log = logging.getLogger(__name__)
+CHUNK = 8 << 20
+_TEMP = re.compile(r"^(?P<entry>.+)\.tmp-[^/]+$")
+
+
+def default_cache_dir(env: dict[str, str] | os._Environ[str] = os.environ) -> Path:
+    """$DATAPIPE_CACHE, else $XDG_CACHE_HOME/datapipe/shards, else ~/.cache/datapipe/shards."""
+    if env.get("DATAPIPE_CACHE"):
+        return Path(env["DATAPIPE_CACHE"])
+    base = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "datapipe" / "shards"
+
+
+@dataclass
+class CachedFile:
+    """A verified local copy, locked (shared) against eviction until ``close``."""
+
+    path: Path
+    _lock: Any
+
+    def close(self) -> None:
+        """Let eviction have the file again."""
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self) -> CachedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _where(fs: Any, path: str) -> str:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return f"{protocol}://{path}"
+
+
+class ShardCache:
+    """Downloads remote files once per machine, verified, and keeps the cache under ``limit`` bytes."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None, limit: int | None = None,
+                 retry: RetryPolicy | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else default_cache_dir()
+        self.limit = limit
+        self.retry = retry or RetryPolicy()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"cache_dir {self.directory}: cannot create it ({e})") from None
+        self.cleanup()
+
+    def _entry(self, path: str, sha256: str) -> str:
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", path.rsplit("/", 1)[-1])[-80:]
+        return f"{sha256[:24]}-{name}"  # content-addressed: versions that share a shard share its copy
+
+    @contextlib.contextmanager
+    def _locked(self, entry: str, mode: int) -> Iterator[Any]:
+        handle = open(self.directory / f"{entry}.lock", "a+b")  # noqa: SIM115 - held beyond this block on success
+        try:
+            fcntl.flock(handle, mode)
+            yield handle
+        except BaseException:
+            handle.close()
+            raise
+
+    def open(self, fs: Any, path: str, sha256: str, size: int) -> CachedFile:
+        """The local copy of ``path`` (downloading it if needed), locked against eviction until closed."""
+        entry = self._entry(path, sha256)
+        final = self.directory / entry
+        with self._locked(entry, fcntl.LOCK_SH) as handle:
+            if final.exists() and final.stat().st_size == size:
+                os.utime(self.directory / f"{entry}.meta")  # most recently used
+                return CachedFile(final, handle)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(handle, fcntl.LOCK_EX)  # one download per machine; the others wait here
+            if not (final.exists() and final.stat().st_size == size):
+                with_retries(lambda: self._download(fs, path, sha256, size, final), f"download {_where(fs, path)}",
+                             self.retry)
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            os.utime(self.directory / f"{entry}.meta")
+            cached = CachedFile(final, handle)
+        self.evict()
+        return cached
+
+    def _download(self, fs: Any, path: str, sha256: str, size: int, final: Path) -> None:
+        where = _where(fs, path)
+        temp = final.with_name(f"{final.name}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        digest = hashlib.sha256()
+        try:
+            with fs.open(path, "rb") as src, open(temp, "wb") as dst:
+                while chunk := src.read(CHUNK):
+                    digest.update(chunk)
+                    dst.write(chunk)
+            if temp.stat().st_size != size or digest.hexdigest() != sha256:
+                raise ShardCorruptError(where, f"downloaded {temp.stat().st_size} bytes whose sha256 does not match "
+                                        f"the manifest ({size} bytes); the object was changed or damaged")
+            os.replace(temp, final)
+            meta = {"url": where, "sha256": sha256, "size": size, "downloaded": time.time()}
+            (self.directory / f"{final.name}.meta").write_text(json.dumps(meta))
+        except FileNotFoundError:
+            raise NotFoundError(f"{where}: no such object ({_bucket_and_key(path)})") from None
+        except PermissionError as e:
+            raise ConfigError(f"{where}: access denied ({_bucket_and_key(path)}): {e}; check the credentials "
+                              "and the storage_options") from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
+
+    def entries(self) -> list[tuple[float, int, str]]:
+        """(last use, bytes, entry) of every complete entry this cache downloaded."""
+        out = []
+        for meta in self.directory.glob("*.meta"):
+            entry = meta.name[: -len(".meta")]
+            with contextlib.suppress(FileNotFoundError):
+                out.append((meta.stat().st_mtime, (self.directory / entry).stat().st_size, entry))
+        return sorted(out)
+
+    def size(self) -> int:
+        """Bytes held by complete entries."""
+        return sum(size for _, size, _ in self.entries())
+
+    def evict(self) -> None:
+        """Delete least recently used entries that no process has open until under the limit."""
+        if self.limit is None:
+            return
+        entries = self.entries()
+        total = sum(size for _, size, _ in entries)
+        for _, size, entry in entries:
+            if total <= self.limit:
+                return
+            with open(self.directory / f"{entry}.lock", "a+b") as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # open by a reader, or being downloaded
+                (self.directory / f"{entry}.meta").unlink(missing_ok=True)
+                (self.directory / entry).unlink(missing_ok=True)
+                total -= size
+        if total > self.limit:
+            log.warning("cache %s holds %d bytes, over its limit of %d: the rest is in use", self.directory, total,
+                        self.limit)
+
+    def cleanup(self) -> None:
+        """Remove temporary files of downloads whose process died (nobody holds their entry's lock)."""
+        for temp in self.directory.glob("*.tmp-*"):
+            match = _TEMP.match(temp.name)
+            if not match:
+                continue
+            with open(self.directory / f"{match['entry']}.lock", "a+b") as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live download
+                temp.unlink(missing_ok=True)
+
+
+def _bucket_and_key(path: str) -> str:
+    bucket, _, key = path.partition("/")
+    return f"bucket {bucket!r}, key {key!r}"
