@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from datapipe.cli.options import storage_options
 from datapipe.versioning.store import Store
 
 
@@ -74,8 +75,8 @@ def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | N
     loaded = load_pipeline(pipeline)
     progress = _progress(sys.stderr.isatty() and not as_json)
     try:
-        result = run_build(loaded, Store(store_url), workers=workers, scheduler=scheduler, tags=tags,
-                           progress=progress)
+        result = run_build(loaded, Store(store_url, storage_options()), workers=workers, scheduler=scheduler,
+                           tags=tags, progress=progress)
     finally:
         bars = getattr(progress, "bars", None)
         if bars is not None:

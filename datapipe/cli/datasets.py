@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from datapipe.cli.options import storage_options
 from datapipe.versioning.diff import diff_versions, sample_hashes
 from datapipe.versioning.gc import collect
 from datapipe.versioning.manifest import Manifest
@@ -34,7 +35,7 @@ def _echo_json(data: Any) -> None:
 @_JSON
 def ls(store_url: str, as_json: bool) -> None:
     """List datasets, versions, tags, samples, size, creation time and parent in STORE."""
-    store = Store(store_url)
+    store = Store(store_url, storage_options())
     rows = []
     for name in store.datasets():
         tags: dict[str, list[str]] = {}
@@ -72,7 +73,7 @@ def _summary(m: Manifest) -> dict[str, Any]:
 @_JSON
 def info(dataset: str, as_json: bool) -> None:
     """Summarise the manifest of DATASET (STORE/NAME[@REF]): fields, shards, stage counts, lineage."""
-    _, _, m = open_dataset_url(dataset)
+    _, _, m = open_dataset_url(dataset, storage_options())
     s = _summary(m)
     if as_json:
         _echo_json(s)
@@ -96,7 +97,7 @@ def info(dataset: str, as_json: bool) -> None:
 @click.argument("dataset")
 def verify(dataset: str) -> None:
     """Re-hash every shard and index of DATASET against its manifest (exit 1 on any problem)."""
-    store, name, m = open_dataset_url(dataset)
+    store, name, m = open_dataset_url(dataset, storage_options())
     problems = verify_version(store, name, m)
     for p in problems:
         click.echo(str(p))
@@ -111,7 +112,7 @@ def verify(dataset: str) -> None:
 @click.argument("tag")
 def tag(dataset: str, tag: str) -> None:
     """Point TAG at the version DATASET names."""
-    store, name, m = open_dataset_url(dataset)
+    store, name, m = open_dataset_url(dataset, storage_options())
     store.set_ref(name, check_ref_name(tag), m.version)
     click.echo(f"{name}@{tag} -> {m.version[:12]}")
 
@@ -122,7 +123,7 @@ def tag(dataset: str, tag: str) -> None:
 @_JSON
 def diff(a: str, b: str, as_json: bool) -> None:
     """Samples added, removed and changed (by key and content hash) from version A to B."""
-    (sa, na, ma), (sb, nb, mb) = open_dataset_url(a), open_dataset_url(b)
+    (sa, na, ma), (sb, nb, mb) = (open_dataset_url(url, storage_options()) for url in (a, b))
     d = diff_versions(sample_hashes(sa, na, ma), sample_hashes(sb, nb, mb))
     if as_json:
         _echo_json({"a": ma.version, "b": mb.version, **vars(d)})
@@ -140,7 +141,7 @@ def diff(a: str, b: str, as_json: bool) -> None:
 def gc(dataset: str, prune: bool) -> None:
     """Remove partial versions and temporary files of DATASET (STORE/NAME)."""
     store_url, name, _ = parse_dataset_url(dataset)
-    report = collect(Store(store_url), name, prune=prune)
+    report = collect(Store(store_url, storage_options()), name, prune=prune)
     for path in report.removed:
         click.echo(f"removed {path}")
     for path in report.kept_live:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from datapipe import __version__
+from datapipe.cli.options import parse_storage_options
 from datapipe.errors import DatapipeError
 
 
@@ -26,9 +27,15 @@ class DatapipeGroup(click.Group):
 @click.group(cls=DatapipeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="datapipe")
 @click.option("-v", "--verbose", is_flag=True, help="Log progress and skipped members.")
-def cli(verbose: bool) -> None:
+@click.option("-o", "--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="fsspec storage option for s3:// and other stores (repeatable; values are JSON when they parse, "
+                   "e.g. -o anon=true -o endpoint_url=http://127.0.0.1:9000). Credentials come from the "
+                   "usual environment; they are never printed or stored.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool, storage_options: tuple[str, ...]) -> None:
     """Build, version and stream sharded datasets for model training."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s: %(message)s")
+    ctx.obj = {"storage_options": parse_storage_options(storage_options)}
 
 
 def _register() -> None:

@@ -9,6 +9,7 @@ import tempfile
 
 import click
 
+from datapipe.cli.options import storage_options
 from datapipe.errors import ConfigError
 from datapipe.versioning.compare import manifest_differences
 from datapipe.versioning.dvc import build_stage, find_repo, relative, update_dvc_yaml
@@ -68,7 +69,8 @@ def check(ctx: click.Context, pipeline: str, dataset: str | None, store_url: str
     from datapipe.build.run import build
 
     loaded = load_pipeline(pipeline)
-    store, name, recorded = open_dataset_url(dataset or f"{store_url.rstrip('/')}/{loaded.pipeline.name}")
+    url = dataset or f"{store_url.rstrip('/')}/{loaded.pipeline.name}"
+    store, name, recorded = open_dataset_url(url, storage_options())
     problems = [f"stored {p}" for p in verify_version(store, name, recorded)]
     with tempfile.TemporaryDirectory(prefix="datapipe-check-") as tmp:
         rebuilt = build(loaded, Store(tmp), workers=workers, scheduler=scheduler).manifest

@@ -72,7 +72,17 @@ class Store:
     def __init__(self, url: str = "storage", storage_options: Mapping[str, Any] | None = None) -> None:
         self.url = url
         self.storage_options = dict(storage_options or {})
-        self.fs, self.root = filesystem(url, self.storage_options)
+        self._fs, self.root = filesystem(url, self.storage_options)
+        self._pid = os.getpid()
+
+    @property
+    def fs(self) -> Any:
+        """The store's filesystem; made anew in a forked child (async filesystems such as s3fs are not
+        fork-safe, and DataLoader workers are forks)."""
+        if self._pid != os.getpid():
+            self._fs, _ = filesystem(self.url, self.storage_options)
+            self._pid = os.getpid()
+        return self._fs
 
     def path(self, *parts: str) -> str:
         """The filesystem path of ``parts`` below the store root."""

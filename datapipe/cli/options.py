@@ -1,0 +1,29 @@
+"""Options shared by the commands: fsspec storage options given with -o KEY=VALUE on the root command."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+
+def parse_storage_options(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """KEY=VALUE pairs as a dict; a VALUE that is valid JSON is decoded (true, 3, {...})."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r}: expected KEY=VALUE", param_hint="-o/--storage-option")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
+def storage_options() -> dict[str, Any]:
+    """The -o options of the running command (empty outside the CLI)."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return dict((obj or {}).get("storage_options", {}))

@@ -1,0 +1,97 @@
+"""The shard cache on its own: verified downloads, sharing between processes, eviction, crash cleanup."""
+
+import fcntl
+import hashlib
+import multiprocessing
+import os
+import uuid
+
+import fsspec
+import pytest
+
+from datapipe.errors import NotFoundError, ShardCorruptError
+from datapipe.storage.cache import ShardCache
+
+
+@pytest.fixture
+def remote():
+    fs = fsspec.filesystem("memory")
+    root = f"/cache-test-{uuid.uuid4().hex}"
+    files = {}
+    for i in range(6):
+        data = os.urandom(1000 + i)
+        fs.pipe(f"{root}/shard-{i}.tar", data)
+        files[i] = (f"{root}/shard-{i}.tar", hashlib.sha256(data).hexdigest(), len(data))
+    return fs, files
+
+
+def test_download_once_verified_then_served_from_disk(tmp_path, remote):
+    fs, files = remote
+    cache = ShardCache(tmp_path)
+    path, sha, size = files[0]
+    with cache.open(fs, path, sha, size) as cached:
+        assert cached.path.read_bytes() == fs.cat(path)
+    fs.rm(path)  # gone from the remote: the cached copy still serves
+    with cache.open(fs, path, sha, size) as cached:
+        assert cached.path.stat().st_size == size
+
+
+def test_a_changed_object_is_refused_and_leaves_nothing(tmp_path, remote):
+    fs, files = remote
+    path, sha, size = files[1]
+    fs.pipe(path, b"x" * size)
+    with pytest.raises(ShardCorruptError, match="sha256 does not match the manifest"):
+        ShardCache(tmp_path).open(fs, path, sha, size)
+    assert not [p for p in tmp_path.iterdir() if not p.name.endswith(".lock")]
+
+
+def test_a_missing_object_is_a_clear_error(tmp_path, remote):
+    fs, _ = remote
+    with pytest.raises(NotFoundError, match="no such object"):
+        ShardCache(tmp_path).open(fs, "/nowhere/shard-9.tar", "0" * 64, 10)
+
+
+def test_eviction_keeps_the_limit_spares_open_entries_and_foreign_files(tmp_path, remote):
+    fs, files = remote
+    (tmp_path / "notes.txt").write_text("mine, not the cache's")
+    cache = ShardCache(tmp_path, limit=2500)
+    held = cache.open(fs, *files[0])
+    for i in range(1, 6):
+        cache.open(fs, *files[i]).close()
+        assert cache.size() <= 2500 or held.path.exists()
+    assert held.path.exists()  # in use: never evicted
+    assert cache.size() <= 2500 + files[0][2]
+    held.close()
+    cache.evict()
+    assert cache.size() <= 2500 and (tmp_path / "notes.txt").exists()
+
+
+def _hold_exclusive(lock_path, ready, release):
+    with open(lock_path, "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        ready.set()
+        release.wait(30)
+
+
+def test_crashed_download_leftovers_are_cleaned_but_live_ones_are_not(tmp_path, remote):
+    fs, files = remote
+    path, sha, size = files[2]
+    entry = ShardCache(tmp_path)._entry(path, sha)
+    dead = tmp_path / f"{entry}.tmp-otherhost-12345-deadbeef"
+    dead.write_bytes(b"half a shard")
+    live_entry = ShardCache(tmp_path)._entry(*files[3][:2])
+    live = tmp_path / f"{live_entry}.tmp-thishost-1-cafe"
+    live.write_bytes(b"being written")
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_exclusive, args=(tmp_path / f"{live_entry}.lock", ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        ShardCache(tmp_path)  # opening a cache cleans up
+        assert not dead.exists() and live.exists()
+    finally:
+        release.set()
+        holder.join(30)
+    with ShardCache(tmp_path).open(fs, path, sha, size) as cached:
+        assert cached.path.read_bytes() == fs.cat(path)
