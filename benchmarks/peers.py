@@ -120,7 +120,7 @@ def _mds_dataset(path: str, batch_size: int | None = None):
 
 def mds_read_one(path: str) -> list[int]:
     total = [0, 0, 0]
-    for sample in _mds_dataset(path):
+    for sample in _mds_dataset(path, BATCH):
         b = sample["bin"]
         total[0] += 1
         total[1] += len(b)
@@ -130,7 +130,7 @@ def mds_read_one(path: str) -> list[int]:
 
 def mds_read_index(path: str) -> list[int]:
     """Random access, ``ds[i]`` for every i in order (no iterator threads)."""
-    ds = _mds_dataset(path)
+    ds = _mds_dataset(path, BATCH)
     total = [0, 0, 0]
     for i in range(len(ds)):
         b = ds[i]["bin"]
@@ -223,3 +223,14 @@ PEERS: dict[str, tuple[str, Callable[[Data, str], None] | None, dict[str, Callab
     "litdata": ("LitData optimize", litdata_write, {"one": litdata_read_one, "loader": litdata_read_loader}),
     "litdata-bw": ("LitData BinaryWriter", litdata_binary_write, {}),
 }
+
+
+def import_all() -> None:
+    """Import every peer (and datapipe's writer) now, so that no write timing includes an import."""
+    patch_torchvision()
+    import litdata  # noqa: F401
+    import streaming  # noqa: F401
+    import webdataset  # noqa: F401
+    from litdata.streaming.writer import BinaryWriter  # noqa: F401
+
+    import datapipe.versioning.store  # noqa: F401

@@ -47,6 +47,11 @@ def _rss(w: dict, tool: str, mode: str) -> float | None:
     return None if not r else r["rss_mb"] + r["child_rss_mb"]
 
 
+def _anon(w: dict, tool: str, mode: str) -> float | None:
+    r = w["tools"].get(tool, {}).get("read", {}).get(mode)
+    return None if not r or "anon_peak_mb" not in r else r["anon_peak_mb"]
+
+
 def _disk(w: dict, tool: str) -> float | None:
     r = w["tools"].get(tool, {}).get("write")
     return None if not r else r["disk_bytes"] / w["payload_bytes"]
@@ -69,6 +74,7 @@ FIGURES: list[Figure] = [
     ("read DataLoader 2 workers, samples/s", True, lambda w, t: _read(w, t, "loader", "samples"), rate),
     ("read DataLoader 2 workers, payload MB/s", True, lambda w, t: _read(w, t, "loader", "bytes"), bandwidth),
     ("peak RSS 1 process, MB", False, lambda w, t: _rss(w, t, "one"), lambda v: f"{v:.0f}"),
+    ("peak private memory (RssAnon) 1 process, MB", False, lambda w, t: _anon(w, t, "one"), lambda v: f"{v:.0f}"),
     ("peak RSS DataLoader (main + worker), MB", False, lambda w, t: _rss(w, t, "loader"), lambda v: f"{v:.0f}"),
     ("datapipe build, 1 Dask worker, samples/s", True, lambda w, t: _build(w, t, 1), rate),
     ("datapipe build, 2 Dask workers, samples/s", True, lambda w, t: _build(w, t, 2), rate),
@@ -76,14 +82,19 @@ FIGURES: list[Figure] = [
 
 
 def _floor_rows(w: dict) -> list[list[str]]:
+    """The floors in the datapipe column; the last column: datapipe's one-process read (disk bytes/s) over it."""
     rows = []
-    per_sample = w["tools"]["datapipe"]["write"]["disk_bytes"] / w["samples"]
+    disk = w["tools"]["datapipe"]["write"]["disk_bytes"]
+    one = _read(w, "datapipe", "one", "samples")
     for mode, label in (("cat", "floor: cat datapipe shards (8 MB reads)"),
                         ("memmap", "floor: numpy sum over np.memmap of the shards")):
         r = w.get("floor", {}).get(mode)
         if r:
             bps = r["bytes"] / r["seconds"]
-            rows.append([label, f"{bandwidth(bps)} = {rate(bps / per_sample)} samples/s"] + [""] * len(TOOLS))
+            floor_rate = bps / (disk / w["samples"])
+            ratio = f"read 1 process = {one / floor_rate:.2f}x" if one else "—"
+            rows.append([label, f"{bandwidth(bps)} = {rate(floor_rate)} samples/s"] + [""] * (len(TOOLS) - 1)
+                        + [ratio])
     return rows
 
 
@@ -116,7 +127,9 @@ def markdown(results: dict) -> str:
     m = results["machine"]
     out.append(f"{m['date']}, {m['cpu']}, {m['cores']} cores, {m['ram_gib']:.0f} GiB RAM, Python {m['python']}, "
                f"torch {m['torch']}; load average {m['load_before']} before, {m['load_after']} after; "
-               + ", ".join(f"{k} {v}" for k, v in m["versions"].items()))
+               + ", ".join(f"{k} {v}" for k, v in m["versions"].items())
+               + f"; datapipe reads bin with decode={m.get('datapipe_decode', '?')!r}"
+               + (f"; whole run {results['seconds']:.0f} s" if "seconds" in results else ""))
     return "\n".join(out)
 
 
@@ -166,10 +179,11 @@ def chart(results: dict, path: str) -> None:
     ax.set_xticks(range(len(workloads)), [w["workload"] for w in workloads])
     ax.set_ylabel("peak RSS, DataLoader main + worker (MB)")
     ax.set_title("memory", fontsize=9)
-    axes[0].legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(TOOLS), fontsize=8)
     m = results["machine"]
     fig.suptitle(f"datapipe vs peers, {m['date']}, {m['cores']} cores ({m['cpu']})", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

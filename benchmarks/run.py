@@ -14,18 +14,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from importlib import metadata
 
 from benchmarks import building, measure, ours, report
-from benchmarks.peers import PEERS
+from benchmarks.measure import Readers
+from benchmarks.peers import PEERS, import_all
 from benchmarks.workloads import Data, Workload, generate, workloads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,18 +76,13 @@ def write_all(data: Data, workdir: str) -> dict:
     return tools
 
 
-def read_one(tool: str, mode: str, path: str, timeout: float) -> dict:
-    """One measurement in a fresh interpreter, after reading the files once (warm page cache)."""
+def read_one(readers: Readers, tool: str, mode: str, path: str, timeout: float) -> dict:
+    """One measurement in a fresh reader process, after reading the files once (warm page cache)."""
     measure.warm(measure.files_under(path))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.measure", tool, mode, path], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"measure {tool} {mode} {path} exited {done.returncode}:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return readers.read(tool, mode, path, timeout)
 
 
-def run_workload(w: Workload, workdir: str, timeout: float) -> dict:
+def run_workload(readers: Readers, w: Workload, workdir: str, timeout: float) -> dict:
     log(w.describe())
     data = generate(w)
     result = {"workload": w.name, "describe": w.describe(), "samples": w.samples, "payload_size": w.payload,
@@ -98,13 +92,13 @@ def run_workload(w: Workload, workdir: str, timeout: float) -> dict:
     gc.collect()
     for tool, modes in READ_MODES.items():
         for mode in modes:
-            r = read_one(tool, mode, os.path.join(workdir, tool), timeout)
+            r = read_one(readers, tool, mode, os.path.join(workdir, tool), timeout)
             result["tools"][tool]["read"][mode] = r
             log(f"  read {tool} {mode}: {r['samples'] / r['seconds']:,.0f} samples/s, "
                 f"{r['bytes'] / r['seconds'] / 1e6:,.0f} MB/s, RSS {r['rss_mb']:.0f}+{r['child_rss_mb']:.0f} MB")
     result["floor"] = {}
     for mode in ("cat", "memmap"):
-        r = read_one("floor", mode, os.path.join(workdir, "datapipe"), timeout)
+        r = read_one(readers, "floor", mode, os.path.join(workdir, "datapipe"), timeout)
         result["floor"][mode] = r
         log(f"  floor {mode}: {r['bytes'] / r['seconds'] / 1e9:.2f} GB/s")
     result["build"] = []
@@ -128,10 +122,13 @@ def main(argv: list[str] | None = None) -> None:
     tmp = None if args.workdir else tempfile.mkdtemp(prefix="datapipe-bench-")
     workdir = args.workdir or tmp
     try:
-        for w in workloads(args.quick):
-            results["workloads"][w.name] = run_workload(w, os.path.join(workdir, w.name), args.timeout)
-            if tmp:
-                shutil.rmtree(os.path.join(workdir, w.name))
+        with Readers(ROOT) as readers:
+            import_all()  # the peers' writers, while the reader servers import theirs
+            readers.wait_ready()
+            for w in workloads(args.quick):
+                results["workloads"][w.name] = run_workload(readers, w, os.path.join(workdir, w.name), args.timeout)
+                if tmp:
+                    shutil.rmtree(os.path.join(workdir, w.name))
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
