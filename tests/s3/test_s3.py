@@ -163,3 +163,17 @@ def test_a_download_killed_midway_leaves_nothing_a_restart_trips_over(s3, tmp_pa
     assert not list(cache_dir.glob("*.tmp-*"))
     with cache.open(s3fs.S3FileSystem(), key, sha, len(data)) as cached:
         assert hashlib.sha256(cached.path.read_bytes()).hexdigest() == sha
+
+
+def test_concurrent_builders_into_one_s3_store_leave_only_complete_versions(digits_on_s3):
+    env, store, work = digits_on_s3["env"], digits_on_s3["store"], digits_on_s3["dir"]
+    shutil.copy(REPO / "pipelines" / "digits_tfrecord.yaml", work / "digits_tfrecord.yaml")
+    procs = [subprocess.Popen([sys.executable, "-m", "datapipe", "build", name, "--out", store, "--workers", "1",
+                               "--json"], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name in ("digits_tfrecord.yaml", "digits.yaml")]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in results]
+    versions = [json.loads(out.splitlines()[-1])["version"] for out, _ in results]
+    assert versions[1] == digits_on_s3["summary"]["version"]  # the same inputs: the same version, only the ref moved
+    for name in ("digits-tfrecord", "digits"):
+        assert cli(env, "verify", f"{store}/{name}").returncode == 0
