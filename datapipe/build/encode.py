@@ -182,7 +182,7 @@ def _fast_keys(series: Any, allow_dots: bool) -> list[str] | None:
     if series.dtype.kind in "iu":
         keys = series.astype(str)
     elif series.dtype.kind in "OT" or isinstance(series.dtype, pd.StringDtype):
-        if series.isna().any() or not series.map(type).eq(str).all():
+        if series.isna().any() or not all(type(v) is str for v in series.tolist()):
             return None
         keys = series
     else:
@@ -217,6 +217,8 @@ def _fast_payloads(series: Any, numeric: bool) -> tuple[list[Any], str] | None:
 def encode_columns(encoder: SampleEncoder, frame: Any) -> EncodedRows:
     """Encode every row of ``frame`` (indexed by row id) column by column; exact per-row fallback where needed."""
     row_ids = frame.index.tolist()
+    if not row_ids:
+        return EncodedRows([], [], {name: [] for name in encoder.fields}, {}, {})
     fast_keys = _fast_keys(frame[encoder.key_column], encoder.allow_dots)
     fast: dict[str, tuple[list[Any], str]] = {}
     for name, spec in encoder.fields.items():

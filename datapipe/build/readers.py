@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,38 +81,60 @@ def _csv_fast(data: bytes, options: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
+def _logical_records(text: str, quotechar: str) -> Iterator[tuple[str, bool]]:
+    """(record text, quotes closed) per logical record: physical lines joined while a quote is open.
+
+    A quote still open at the end of the block is reported on its first line alone, and reading
+    goes on from the next line, so one stray quote costs one row instead of the rest of the file.
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    i = 0
+    while i < len(lines):
+        j, record = i, lines[i]
+        while record.count(quotechar) % 2 and j + 1 < len(lines):
+            j += 1
+            record += "\n" + lines[j]
+        if record.count(quotechar) % 2:
+            yield lines[i], False
+            i += 1
+        else:
+            yield record, True
+            i = j + 1
+
+
 def _csv_slow(data: bytes, options: dict[str, Any]) -> tuple[pd.DataFrame, list[tuple[int, str, str]], int]:
-    """Record by record with the csv module: bad records become rejects, the rest is parsed by pandas."""
+    """Record by record: bad records become rejects (with their text), the rest is parsed by pandas."""
     encoding = options.get("encoding") or "utf-8"
     delimiter = options.get("sep") or options.get("delimiter") or ","
     quotechar = options.get("quotechar") or '"'
     text = data.decode(encoding, "surrogateescape")
     csv.field_size_limit(2**31 - 1)
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quotechar=quotechar)
     good, rows, rejects = io.StringIO(), [], []
     writer = csv.writer(good, delimiter=delimiter, quotechar=quotechar, lineterminator="\n")
     width, row = None, -1
-    while True:
-        try:
-            record = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as e:
-            row += 1
-            rejects.append((row, f"malformed CSV ({e})", ""))
-            continue
-        if not record:
+    for raw, closed in _logical_records(text, quotechar):
+        if not raw.strip():
             continue  # a blank line, as pandas skips it
-        if width is None:
+        shown = raw.encode(encoding, "surrogateescape").decode(encoding, "replace")
+        try:
+            record = next(csv.reader([raw], delimiter=delimiter, quotechar=quotechar, strict=True)) if closed else None
+        except csv.Error as e:
+            record, why = None, f"malformed CSV ({e})"
+        else:
+            why = "a quote that is never closed"
+        if width is None and record is not None:
             width = len(record)
             writer.writerow(record)
             continue
         row += 1
-        raw = delimiter.join(record)
-        if any("\udc80" <= ch <= "\udcff" for ch in raw):
-            rejects.append((row, f"invalid {encoding} bytes", raw.encode(encoding, "replace").decode(encoding)))
+        if record is None:
+            rejects.append((row, why, shown))
+        elif any("\udc80" <= ch <= "\udcff" for ch in raw):
+            rejects.append((row, f"invalid {encoding} bytes", shown))
         elif len(record) != width:
-            rejects.append((row, f"expected {width} fields, saw {len(record)}", raw))
+            rejects.append((row, f"expected {width} fields, saw {len(record)}", shown))
         else:
             writer.writerow(record)
             rows.append(row)

@@ -7,6 +7,7 @@ the blocksize. That is what lets the sample order and the shard bytes ignore par
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -158,7 +159,10 @@ def _sample_schema(fmt: str, sample: bytes, options: dict[str, Any]) -> dict[str
         return {}
     if fmt == "csv":
         try:
-            frame = pd.read_csv(io.BytesIO(sample), on_bad_lines="skip", encoding_errors="replace", **options)
+            try:
+                frame = pd.read_csv(io.BytesIO(sample), on_bad_lines="skip", encoding_errors="replace", **options)
+            except pd.errors.ParserError:  # e.g. an unclosed quote: infer from the records that parse
+                frame = pd.read_csv(io.StringIO(_well_formed(sample, options)), **options)
         except pd.errors.EmptyDataError:
             return {}
         except (ValueError, TypeError) as e:
@@ -173,6 +177,23 @@ def _sample_schema(fmt: str, sample: bytes, options: dict[str, Any]) -> dict[str
         if isinstance(record, dict):
             records.append(record)
     return infer_schema(pd.DataFrame.from_records(records)) if records else {}
+
+
+def _well_formed(sample: bytes, options: dict[str, Any]) -> str:
+    """The header and the records of a CSV sample that have as many fields as the header."""
+    delimiter = options.get("sep") or options.get("delimiter") or ","
+    text = sample.decode(options.get("encoding") or "utf-8", "replace")
+    csv.field_size_limit(2**31 - 1)
+    records = []
+    try:
+        for record in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter):
+            if record and (not records or len(record) == len(records[0])):
+                records.append(record)
+    except csv.Error:
+        pass
+    out = io.StringIO()
+    csv.writer(out, delimiter=delimiter, lineterminator="\n").writerows(records)
+    return out.getvalue()
 
 
 def plan_source(source: SourceConfig, base_dir: str, storage_options: Mapping[str, Any] | None = None,

@@ -1,0 +1,42 @@
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[2]
+
+
+def datapipe_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "datapipe", *args], cwd=cwd, capture_output=True, text=True,
+                         env=env, timeout=timeout)
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    return out
+
+
+def last_json(out: subprocess.CompletedProcess) -> dict:
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def digits_project(tmp_path) -> Path:
+    """A copy of the digits example with its raw data."""
+    for name in ("digits.yaml", "digits_tfrecord.yaml", "digits_code.py"):
+        shutil.copy(REPO / "pipelines" / name, tmp_path / name)
+    subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(tmp_path / "raw")],
+                   check=True, capture_output=True)
+    return tmp_path
+
+
+def leftovers(store: Path) -> list[str]:
+    """Partial versions and temporary files anywhere in a store."""
+    return sorted(str(p.relative_to(store)) for p in store.rglob("*")
+                  if p.name.startswith(".partial-") or ".tmp" in p.name)
+
+
+def crash_moments(default: int) -> int:
+    """How many kill moments a crash sweep tries: DATAPIPE_CRASH_MOMENTS, else ``default``."""
+    return int(os.environ.get("DATAPIPE_CRASH_MOMENTS", default))
