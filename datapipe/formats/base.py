@@ -12,7 +12,7 @@ from typing import Any, BinaryIO, ClassVar
 
 from datapipe.errors import ConfigError, IndexRequiredError, SampleError, ShardCorruptError
 from datapipe.formats.index import IndexBuilder, ShardIndex
-from datapipe.storage.local import Buffer, release
+from datapipe.storage.local import Buffer, drop_pages, release
 
 KEY = "__key__"
 
@@ -288,6 +288,10 @@ class ShardReader(ABC):
     def _payload(self, offset: int, size: int) -> bytes | memoryview:
         view = self._view[offset : offset + size]
         return bytes(view) if self.copy else view
+
+    def drop_pages(self) -> None:
+        """Give back the resident pages of a mapped shard (reads map them again from the page cache)."""
+        drop_pages(self._buffer)
 
     def close(self) -> None:
         """Release the buffer (an mmap stays open while sample views into it exist)."""

@@ -53,7 +53,11 @@ class BatchSource:
                             opened.add(shard)
                             downloader.consumed()
                 keys, columns = self.dataset.read_columns(shard_ids, local, list(self.decoders))
-                yield collate(keys, columns, self.decoders)
+                batch = collate(keys, columns, self.decoders)
+                del columns
+                for shard in set(shard_ids.tolist()):  # resident memory: one batch, not every shard read so far
+                    self.dataset.reader(shard).drop_pages()
+                yield batch
         finally:
             if downloader is not None:
                 downloader.close()

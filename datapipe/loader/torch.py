@@ -21,6 +21,8 @@ from datapipe.loader.packing import pack, unpack
 from datapipe.loader.prefetch import prefetch as prefetched
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, DropLast, worker_steps
 
+PIPE_LIMIT = 4 << 20  # bytes of a packed batch up to which workers pickle it rather than share memory
+
 
 def distributed_world() -> tuple[int, int] | None:
     """(rank, world size) of the initialised default process group, else None."""
@@ -82,7 +84,9 @@ class ShardDataset(IterableDataset):
         for batch in prefetched(self.source.produce(steps), self.prefetch):
             if self.packed:
                 buffer, layout = pack(batch)
-                yield torch.from_numpy(buffer), layout
+                # small batches travel faster pickled through the worker's pipe than as a shared-memory
+                # tensor (a socket round trip per tensor to pass its file descriptor); big ones the other way
+                yield (buffer if buffer.nbytes < PIPE_LIMIT else torch.from_numpy(buffer)), layout
             else:
                 yield to_tensors(batch)
 
@@ -95,9 +99,14 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
         return
     dataset = ShardDataset.from_source(source, num_batches, prefetch, packed=True)
     loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, prefetch_factor=max(prefetch, 1),
-                        pin_memory=pin_memory, persistent_workers=False)
+                        pin_memory=pin_memory, persistent_workers=False, collate_fn=_as_is)
     for buffer, layout in loader:
-        yield unpack(buffer, layout, _tensor_view)
+        yield unpack(torch.from_numpy(buffer) if isinstance(buffer, np.ndarray) else buffer, layout, _tensor_view)
+
+
+def _as_is(batch: Any) -> Any:
+    """The DataLoader's collate_fn: batches are collated already (its default walks every key of the batch)."""
+    return batch
 
 
 _DTYPES: dict[str, torch.dtype] = {}

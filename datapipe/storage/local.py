@@ -62,3 +62,15 @@ def release(buffer: Buffer) -> None:
     if isinstance(buffer, mmap.mmap):
         with contextlib.suppress(BufferError):
             buffer.close()
+
+
+def drop_pages(buffer: Buffer) -> None:
+    """Unmap the pages of a mapped file from this process (they stay in the page cache).
+
+    Keeps a reader's resident memory at what one batch touches, however many shards it has
+    open; touching the bytes again maps them back from the page cache.
+    """
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    if isinstance(buffer, mmap.mmap) and advice is not None and not buffer.closed:
+        with contextlib.suppress(OSError, ValueError):
+            buffer.madvise(advice)
