@@ -125,8 +125,9 @@ def markdown(results: dict) -> str:
         out += ["| " + " | ".join(row) + " |" for row in table(w)]
         out += [""]
     m = results["machine"]
-    out.append(f"{m['date']}, {m['cpu']}, {m['cores']} cores, {m['ram_gib']:.0f} GiB RAM, Python {m['python']}, "
-               f"torch {m['torch']}; load average {m['load_before']} before, {m['load_after']} after; "
+    out.append(f"{m['date']}, datapipe at {m.get('git', '?')}, {m['cpu']}, {m['cores']} cores, "
+               f"{m['ram_gib']:.0f} GiB RAM, Python {m['python']}, torch {m['torch']}; "
+               f"load average {m['load_before']} before, {m['load_after']} after; "
                + ", ".join(f"{k} {v}" for k, v in m["versions"].items())
                + f"; datapipe reads bin with decode={m.get('datapipe_decode', '?')!r}"
                + (f"; whole run {results['seconds']:.0f} s" if "seconds" in results else ""))

@@ -17,6 +17,7 @@ import gc
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +48,19 @@ def machine() -> dict:
             versions[dist] = "missing"
     return {"date": datetime.date.today().isoformat(), "cpu": cpu, "cores": os.cpu_count(), "ram_gib": ram,
             "machine": platform.machine(), "python": platform.python_version(), "torch": versions["torch"],
-            "versions": versions, "load_before": _load()}
+            "versions": versions, "load_before": _load(), "git": _git()}
+
+
+def _git() -> str:
+    """The commit the run measured, '+dirty' when datapipe/ has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "datapipe"], cwd=ROOT, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 def _load() -> str:
