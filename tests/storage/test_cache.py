@@ -7,6 +7,7 @@ import os
 import uuid
 
 import fsspec
+import fsspec.implementations.local
 import pytest
 
 from datapipe.errors import NotFoundError, ShardCorruptError
@@ -95,3 +96,39 @@ def test_crashed_download_leftovers_are_cleaned_but_live_ones_are_not(tmp_path, 
         holder.join(30)
     with ShardCache(tmp_path).open(fs, path, sha, size) as cached:
         assert cached.path.read_bytes() == fs.cat(path)
+
+
+class CountingFS(fsspec.implementations.local.LocalFileSystem):
+    """A 'remote' that records every open for reading in a log file (shared by forked processes)."""
+
+    log_path = None
+
+    def _open(self, path, mode="rb", **kw):
+        with open(self.log_path, "a") as log:
+            log.write(f"{path}\n")
+        return super()._open(path, mode, **kw)
+
+
+def _open_in_child(cache_dir, path, sha, size, start):
+    start.wait(30)
+    ShardCache(cache_dir).open(CountingFS(), path, sha, size).close()
+
+
+def test_processes_sharing_a_cache_download_each_shard_once(tmp_path):
+
+    data = os.urandom(8 << 20)
+    remote = tmp_path / "remote.tar"
+    remote.write_bytes(data)
+    CountingFS.log_path = tmp_path / "opens.log"
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Event()
+    procs = [ctx.Process(target=_open_in_child, args=(tmp_path / "cache", str(remote),
+                                                      hashlib.sha256(data).hexdigest(), len(data), start))
+             for _ in range(4)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert CountingFS.log_path.read_text().splitlines() == [str(remote)]
