@@ -98,8 +98,13 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
         yield from ShardDataset.from_source(source, num_batches, prefetch)
         return
     dataset = ShardDataset.from_source(source, num_batches, prefetch, packed=True)
+    # A remote store's client (s3fs: an event loop thread, connection pools, their locks) must not be
+    # forked from a process that is using it: a lock held at the fork stays held in the worker. Workers
+    # of remote datasets start from a clean forkserver instead; local ones fork, which is faster.
+    context = "forkserver" if source.dataset.cache is not None else None
     loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, prefetch_factor=max(prefetch, 1),
-                        pin_memory=pin_memory, persistent_workers=False, collate_fn=_as_is)
+                        pin_memory=pin_memory, persistent_workers=False, collate_fn=_as_is,
+                        multiprocessing_context=context)
     for buffer, layout in loader:
         yield unpack(torch.from_numpy(buffer) if isinstance(buffer, np.ndarray) else buffer, layout, _tensor_view)
 

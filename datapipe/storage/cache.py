@@ -101,20 +101,44 @@ class ShardCache:
         """The local copy of ``path`` (downloading it if needed), locked against eviction until closed."""
         entry = self._entry(path, sha256)
         final = self.directory / entry
+
+        def complete() -> bool:
+            return final.exists() and final.stat().st_size == size
+
         with self._locked(entry, fcntl.LOCK_SH) as handle:
-            if final.exists() and final.stat().st_size == size:
-                os.utime(self.directory / f"{entry}.meta")  # most recently used
-                return CachedFile(final, handle)
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            fcntl.flock(handle, fcntl.LOCK_EX)  # one download per machine; the others wait here
-            if not (final.exists() and final.stat().st_size == size):
-                with_retries(lambda: self._download(fs, path, sha256, size, final), f"download {_where(fs, path)}",
-                             self.retry)
-            fcntl.flock(handle, fcntl.LOCK_SH)
-            os.utime(self.directory / f"{entry}.meta")
+            if not complete():
+                self._download_once(handle, lambda: with_retries(
+                    lambda: self._download(fs, path, sha256, size, final), f"download {_where(fs, path)}",
+                    self.retry), complete)
+            os.utime(self.directory / f"{entry}.meta")  # most recently used
             cached = CachedFile(final, handle)
         self.evict()
         return cached
+
+    @staticmethod
+    def _download_once(handle: Any, download: Any, complete: Any) -> None:
+        """Download under the exclusive lock unless another process finishes first; leave ``handle`` shared.
+
+        The exclusive lock is only tried, never waited for: readers hold the shared lock for as
+        long as a shard is open, so waiting for exclusive could wait for them forever.
+        """
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # someone downloads it, or reads a copy that is complete by now
+                fcntl.flock(handle, fcntl.LOCK_SH)  # waits for a download to end, not for readers
+                if complete():
+                    return
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                time.sleep(0.05)
+                continue
+            try:
+                if not complete():
+                    download()
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_SH)
+            return
 
     def _download(self, fs: Any, path: str, sha256: str, size: int, final: Path) -> None:
         where = _where(fs, path)
