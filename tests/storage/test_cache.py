@@ -109,26 +109,30 @@ class CountingFS(fsspec.implementations.local.LocalFileSystem):
         return super()._open(path, mode, **kw)
 
 
-def _open_in_child(cache_dir, path, sha, size, start):
+def _open_in_child(cache_dir, path, sha, size, start, all_open):
     start.wait(30)
-    ShardCache(cache_dir).open(CountingFS(), path, sha, size).close()
+    cached = ShardCache(cache_dir).open(CountingFS(), path, sha, size)
+    all_open.wait()  # every process holds its copy open at once, as DataLoader workers reading it do
+    cached.close()
 
 
-def test_processes_sharing_a_cache_download_each_shard_once(tmp_path):
+def test_processes_sharing_a_cache_download_each_shard_once_and_never_wait_on_each_other(tmp_path):
 
     data = os.urandom(8 << 20)
     remote = tmp_path / "remote.tar"
     remote.write_bytes(data)
     CountingFS.log_path = tmp_path / "opens.log"
     ctx = multiprocessing.get_context("fork")
-    start = ctx.Event()
+    start, all_open = ctx.Event(), ctx.Barrier(4, timeout=60)
     procs = [ctx.Process(target=_open_in_child, args=(tmp_path / "cache", str(remote),
-                                                      hashlib.sha256(data).hexdigest(), len(data), start))
+                                                      hashlib.sha256(data).hexdigest(), len(data), start, all_open))
              for _ in range(4)]
     for p in procs:
         p.start()
     start.set()
     for p in procs:
-        p.join(60)
+        p.join(90)
+        if p.is_alive():  # stuck on a lock: fail, do not hang
+            p.terminate()
     assert [p.exitcode for p in procs] == [0, 0, 0, 0]
     assert CountingFS.log_path.read_text().splitlines() == [str(remote)]
