@@ -48,6 +48,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=50_000)
     parser.add_argument("--payload", type=int, default=1024)
     args = parser.parse_args()
+    import torch  # noqa: F401 - imported before timing: the loader imports it on its first epoch
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     import boto3
     from moto.server import ThreadedMotoServer
