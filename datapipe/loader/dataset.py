@@ -116,10 +116,6 @@ class Dataset:
             reader = self._readers[shard] = self._open(shard)
         return reader
 
-    def read(self, shard_ids: np.ndarray, local: np.ndarray) -> list[Sample]:
-        """Samples by (shard, index in shard); payloads are views into the mapped shards."""
-        return [self.reader(s)[i] for s, i in zip(shard_ids.tolist(), local.tolist(), strict=True)]
-
     def read_columns(self, shard_ids: np.ndarray, local: np.ndarray,
                      fields: Sequence[str]) -> tuple[list[str], dict[str, Column]]:
         """Keys and per-field columns of a batch, in batch order, gathered shard by shard."""
