@@ -131,8 +131,12 @@ class _Build:
         self.pipeline = loaded.pipeline
         self.parts = job.source.parts
         self.masks: dict[int, list[np.ndarray]] = {}
-        # one copy of the job per worker instead of one per task (a 'files' plan lists every file)
-        [self.job_ref] = run.client.scatter([job], broadcast=True, hash=False)
+        # One copy of the job per worker instead of one per task (a 'files' plan lists every file).
+        # Persisted as a graph literal, not scattered: the scheduler can re-create it when the
+        # worker holding it dies, where lost scattered data fails the build.
+        from dask import delayed
+
+        self.job_ref = run.client.persist(delayed(job, name=f"build-job-{uuid.uuid4().hex}"))
 
     def masks_of(self, part: int) -> dict[int, np.ndarray]:
         return {stage: masks[part] for stage, masks in self.masks.items()}
