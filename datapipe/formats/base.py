@@ -10,6 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, ClassVar
 
+import numpy as np
+
 from datapipe.errors import ConfigError, IndexRequiredError, SampleError, ShardCorruptError
 from datapipe.formats.index import IndexBuilder, ShardIndex
 from datapipe.storage.local import Buffer, drop_pages, release
@@ -247,10 +249,16 @@ class ShardReader(ABC):
                 column.append(sample[name])
         return keys, columns
 
+    def key_array(self) -> np.ndarray:
+        """Every key of the shard, as ``ShardIndex.key_array`` gives them (built once per reader)."""
+        keys = getattr(self, "_keys", None)
+        if keys is None:
+            keys = self._keys = self._require_index().key_array()
+        return keys
+
     def gather_keys(self, indices: Sequence[int]) -> list[str]:
         """Keys of samples ``indices``."""
-        index = self._require_index()
-        return [index.key(int(i)) for i in indices]
+        return self.key_array()[np.asarray(indices, dtype=np.int64)].tolist()
 
     def spans(self, indices: Sequence[int], field: str) -> tuple[Any, Any] | None:
         """Payload (offsets, sizes) arrays of ``field`` within the buffer, or None when payloads are not

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from datapipe.loader.collate import Decoder, collate
 from datapipe.loader.dataset import Dataset
 from datapipe.loader.download import Downloader, first_uses
+from datapipe.loader.pool import BufferPool
 from datapipe.loader.schedule import BatchPlan, EpochOrder
 
 
@@ -35,8 +36,12 @@ class BatchSource:
         """The epoch's global order (built per process; holds one block's permutation at a time)."""
         return EpochOrder(self.dataset.shard_sizes, self.seed, self.epoch, self.shuffle, self.block_shards)
 
-    def produce(self, steps: Iterable[int]) -> Iterator[dict[str, Any]]:
-        """The collated batches of ``steps`` (batch numbers after the plan's start), in order."""
+    def produce(self, steps: Iterable[int], finish: Callable[[dict[str, Any]], Any] | None = None) -> Iterator[Any]:
+        """The collated batches of ``steps`` (batch numbers after the plan's start), in order.
+
+        ``finish`` (e.g. ``packing.pack``) turns each batch into what is yielded while its shards are
+        still mapped; its batches keep ragged fields as ``collate.Ragged``, gathered by ``finish``.
+        """
         order = self.order()
         steps = list(steps)
         downloader = None
@@ -44,6 +49,7 @@ class BatchSource:
             downloader = Downloader(self.dataset, first_uses(self._shards(self.order(), steps)),
                                     self.download_ahead)
         opened: set[int] = set()
+        pool = BufferPool()
         try:
             for step in steps:
                 shard_ids, local = order.locate(self.plan.positions(self.rank, step))
@@ -53,7 +59,9 @@ class BatchSource:
                             opened.add(shard)
                             downloader.consumed()
                 keys, columns = self.dataset.read_columns(shard_ids, local, list(self.decoders))
-                batch = collate(keys, columns, self.decoders)
+                batch: Any = collate(keys, columns, self.decoders, defer=finish is not None, allocate=pool.allocate)
+                if finish is not None:
+                    batch = finish(batch)
                 del columns
                 for shard in set(shard_ids.tolist()):  # resident memory: one batch, not every shard read so far
                     self.dataset.reader(shard).drop_pages()

@@ -13,13 +13,13 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from datapipe.errors import ConfigError
 from datapipe.formats.base import KEY
-from datapipe.loader.columns import Column
+from datapipe.loader.columns import Allocate, Column
 
 Decoder = str | Callable[[bytes], Any]
 DECODERS = ("int", "float", "str", "bytes", "json", "npy", "image", "ragged")
@@ -50,10 +50,20 @@ def _numbers(payloads: Sequence[Any], dtype: type) -> np.ndarray:
     return np.array(b" ".join(payloads).split(), dtype=dtype)
 
 
-def decode_column(column: Column, decoder: Decoder) -> Any:
-    """Decode one field of a batch."""
+class Ragged(NamedTuple):
+    """A "ragged" field whose payloads are not copied yet: ``packing.pack`` gathers them into its buffer."""
+
+    column: Column
+
+
+def decode_column(column: Column, decoder: Decoder, defer: bool = False, allocate: Allocate | None = None) -> Any:
+    """Decode one field of a batch (a ragged one only as ``Ragged`` with ``defer``, else into ``allocate``'s array)."""
     if decoder == "ragged":
-        return column.ragged()
+        return Ragged(column) if defer else column.ragged(allocate)
+    if decoder == "int":
+        labels = column.integers()  # vectorised for ASCII digits; else per payload below
+        if labels is not None:
+            return labels
     payloads = column.values()
     if callable(decoder):
         return [decoder(bytes(p)) for p in payloads]
@@ -89,9 +99,13 @@ def decoders_for(kinds: Mapping[str, str], fields: Sequence[str] | None,
     return out
 
 
-def collate(keys: list[str], columns: Mapping[str, Column], decoders: Mapping[str, Decoder]) -> dict[str, Any]:
-    """{'__key__': [str], field: array or list} from a batch's keys and per-field payloads."""
+def collate(keys: list[str], columns: Mapping[str, Column], decoders: Mapping[str, Decoder],
+            defer: bool = False, allocate: Allocate | None = None) -> dict[str, Any]:
+    """{'__key__': [str], field: array or list} from a batch's keys and per-field payloads.
+
+    With ``defer``, ragged fields stay ``Ragged`` until packed (their bytes are copied once, into the packed buffer).
+    """
     batch: dict[str, Any] = {KEY: keys}
     for name, decoder in decoders.items():
-        batch[name] = decode_column(columns[name], decoder)
+        batch[name] = decode_column(columns[name], decoder, defer, allocate)
     return batch

@@ -38,6 +38,8 @@ def resolve_world(rank: int | None, world_size: int | None, env: Mapping[str, st
     from_env = world_from_env(env)
     return World(*from_env) if from_env else World()
 
+PREFETCH_BYTES = 64 << 20  # bound on the bytes of batches prepared ahead, per process
+
 
 class Loader:
     """Iterate batches of a dataset version for this rank; see README "Loading" for the order and guarantees."""
@@ -98,6 +100,16 @@ class Loader:
         """Batches this rank still yields in the current epoch (the same on every rank)."""
         return self.plan().num_batches()
 
+    def prefetch_depth(self) -> int:
+        """Batches prepared ahead per process: ``prefetch``, fewer when they would pass PREFETCH_BYTES.
+
+        Every batch in flight holds its own buffer; a new one costs page faults, a reused one does not.
+        """
+        if not self.prefetch:
+            return 0
+        sample_bytes = sum(s.bytes for s in self.dataset.manifest.shards) / max(len(self.dataset), 1)
+        return int(min(self.prefetch, max(1, PREFETCH_BYTES // max(sample_bytes * self.batch_size, 1))))
+
     def _source(self, plan: BatchPlan) -> BatchSource:
         return BatchSource(self.dataset, plan, self.world.rank, self.seed, self.epoch, self.shuffle,
                            self.block_shards, self.decoders, self.download_ahead)
@@ -109,9 +121,9 @@ class Loader:
         if _torch_available():
             from datapipe.loader.torch import iterate
 
-            batches = iterate(source, n, self.num_workers, self.prefetch, self.pin_memory)
+            batches = iterate(source, n, self.num_workers, self.prefetch_depth(), self.pin_memory)
         else:
-            batches = prefetched(source.produce(range(n)), self.prefetch)
+            batches = prefetched(source.produce(range(n)), self.prefetch_depth())
         consumed = 0
         try:
             for batch in batches:

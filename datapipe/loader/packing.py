@@ -12,8 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from datapipe.loader.collate import Ragged
+
 ALIGN = 64
 Layout = list[tuple[str, str, Any]]  # (name, "array" | "tuple" | "object", spec or value)
+Allocate = Callable[[int], tuple[Any, np.ndarray]]  # nbytes -> (the buffer to hand on, a uint8 numpy view of it)
 
 
 def _align(n: int) -> int:
@@ -24,30 +27,52 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.dtype.kind in "biuf"
 
 
-def pack(batch: dict[str, Any]) -> tuple[np.ndarray, Layout]:
-    """(buffer, layout): numeric arrays (and tuples of them) copied into ``buffer``, other values in ``layout``."""
+def _heap(nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+    buffer = np.empty(nbytes, dtype=np.uint8)
+    return buffer, buffer
+
+
+def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout]:
+    """(buffer, layout): numeric arrays (and tuples of them) copied into one buffer, other values in ``layout``.
+
+    ``allocate(nbytes)`` gives (what to return as the buffer, a uint8 numpy view to fill): shared
+    memory, say. ``Ragged`` fields are gathered straight into it, so their payloads are copied once.
+    """
     layout: Layout = []
     arrays: list[tuple[int, np.ndarray]] = []
+    ragged: list[tuple[int, int, Ragged]] = []  # (data start, offsets start, field)
     total = 0
 
-    def place(array: np.ndarray) -> tuple[int, str, tuple[int, ...]]:
+    def place(nbytes: int, dtype: str, shape: tuple[int, ...]) -> tuple[int, str, tuple[int, ...]]:
         nonlocal total
         start = total
-        arrays.append((start, array))
-        total = _align(start + array.nbytes)
-        return start, array.dtype.str, array.shape
+        total = _align(start + nbytes)
+        return start, dtype, shape
+
+    def place_array(array: np.ndarray) -> tuple[int, str, tuple[int, ...]]:
+        spec = place(array.nbytes, array.dtype.str, array.shape)
+        arrays.append((spec[0], array))
+        return spec
 
     for name, value in batch.items():
         if _numeric(value):
-            layout.append((name, "array", place(value)))
+            layout.append((name, "array", place_array(value)))
         elif isinstance(value, tuple) and value and all(_numeric(v) for v in value):
-            layout.append((name, "tuple", [place(v) for v in value]))
+            layout.append((name, "tuple", [place_array(v) for v in value]))
+        elif isinstance(value, Ragged):
+            n, size = value.column.n, int(value.column.sizes().sum())
+            specs = [place(size, "|u1", (size,)), place(8 * (n + 1), np.dtype(np.int64).str, (n + 1,))]
+            ragged.append((specs[0][0], specs[1][0], value))
+            layout.append((name, "tuple", specs))
         else:
             layout.append((name, "object", value))
-    buffer = np.empty(total, dtype=np.uint8)
+    handle, buffer = allocate(total)
     for start, array in arrays:
         buffer[start : start + array.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    return buffer, layout
+    for data_start, offsets_start, field in ragged:
+        _, bounds = field.column.ragged(lambda nbytes, at=data_start: buffer[at : at + nbytes])
+        buffer[offsets_start : offsets_start + bounds.nbytes] = bounds.view(np.uint8)
+    return handle, layout
 
 
 def unpack(buffer: Any, layout: Layout, view: Callable[[Any, int, str, tuple[int, ...]], Any]) -> dict[str, Any]:

@@ -81,14 +81,22 @@ class ShardDataset(IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         steps = worker_steps(self.num_batches, worker, workers)
-        for batch in prefetched(self.source.produce(steps), self.prefetch):
-            if self.packed:
-                buffer, layout = pack(batch)
-                # small batches travel faster pickled through the worker's pipe than as a shared-memory
-                # tensor (a socket round trip per tensor to pass its file descriptor); big ones the other way
-                yield (buffer if buffer.nbytes < PIPE_LIMIT else torch.from_numpy(buffer)), layout
-            else:
+        if self.packed:
+            yield from prefetched(self.source.produce(steps, lambda batch: pack(batch, _batch_buffer)), self.prefetch)
+        else:
+            for batch in prefetched(self.source.produce(steps), self.prefetch):
                 yield to_tensors(batch)
+
+
+def _batch_buffer(nbytes: int) -> tuple[Any, np.ndarray]:
+    """Where a worker packs a batch: small batches travel faster pickled through the worker's pipe than
+    as a shared-memory tensor (a socket round trip per tensor to pass its file descriptor); big ones are
+    packed straight into shared memory, which the DataLoader then passes on without another copy."""
+    if nbytes < PIPE_LIMIT:
+        buffer = np.empty(nbytes, dtype=np.uint8)
+        return buffer, buffer
+    tensor = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(nbytes))
+    return tensor, tensor.numpy()
 
 
 def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: int,

@@ -161,3 +161,29 @@ def test_numpy_batches_without_torch_conversion_of_lists(toy):
     batch = next(iter(datapipe.Loader(toy, batch_size=4, num_workers=0, decode={"cls": "str"})))
     assert batch["cls"] == [k[-1] for k in batch["__key__"]]
     assert isinstance(np.asarray(batch["__key__"]), np.ndarray)
+
+
+@pytest.mark.parametrize("payload", [64, 600 << 10], ids=["one size", "shared memory"])
+def test_ragged_batches_are_the_same_in_process_and_from_workers(tmp_path, payload):
+    # 600 KiB payloads make 4.8 MB batches: workers pack those straight into shared memory
+    from datapipe.formats.registry import get_format
+    from datapipe.loader.torch import PIPE_LIMIT
+    from datapipe.versioning.manifest import Manifest
+    from datapipe.versioning.store import Store
+
+    assert 8 * payload > PIPE_LIMIT or payload < 1024
+    writer = Store(str(tmp_path)).begin("fixed")
+    samples = [{"__key__": f"s{i:04d}", "cls": str(i).encode(), "bin": bytes([i % 251]) * payload} for i in range(40)]
+    shards = tuple(writer.write_shard(s, samples[s * 10 : s * 10 + 10], get_format("webdataset")) for s in range(4))
+    writer.commit(Manifest(name="fixed", shard_format="webdataset", fields={"bin": "bytes", "cls": "int"},
+                           shards=shards))
+    runs = {}
+    for workers in (0, 2):
+        loader = datapipe.Loader(f"{tmp_path}/fixed", batch_size=8, num_workers=workers, decode={"bin": "ragged"})
+        runs[workers] = [(b["__key__"], b["cls"].tolist(), b["bin"][0].numpy().tobytes(), b["bin"][1].tolist())
+                         for b in loader]
+    assert runs[0] == runs[2] and len(runs[0]) == 5
+    for keys, labels, data, offsets in runs[0]:
+        assert labels == [int(k[1:]) for k in keys]
+        assert [data[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == \
+            [bytes([n % 251]) * payload for n in labels]

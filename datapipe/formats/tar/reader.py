@@ -55,7 +55,7 @@ class TarShardReader(ShardReader):
 
     format_code = TAR_FORMAT_CODE
 
-    def _member_table(self) -> tuple[np.ndarray, list[str]]:
+    def _member_table(self) -> np.ndarray:
         """(samples x fields) member numbers, -1 where a sample lacks the field; built once per reader."""
         table = getattr(self, "_table", None)
         if table is None:
@@ -65,23 +65,17 @@ class TarShardReader(ShardReader):
             table = np.full((len(index), max(len(index.fields), 1)), -1, dtype=np.int64)
             table[owner, index.member_field.astype(np.int64)] = np.arange(len(owner))
             self._table = table
-            self._keys = np.array(index.keys(), dtype=object)
-        return table, self._keys
-
-    def gather_keys(self, indices: Sequence[int]) -> list[str]:
-        """Keys of samples ``indices`` (decoded once per reader)."""
-        _, keys = self._member_table()
-        return keys[np.asarray(indices, dtype=np.int64)].tolist()
+        return table
 
     def spans(self, indices: Sequence[int], field: str) -> tuple[np.ndarray, np.ndarray]:
         """Payload (offsets, sizes) of ``field`` for samples ``indices``: array lookups in the index."""
         index = self._require_index()
-        table, keys = self._member_table()
+        table = self._member_table()
         rows = np.asarray(indices, dtype=np.int64)
         fid = index.fields.index(field) if field in index.fields else -1
         members = table[rows, fid] if fid >= 0 else np.full(len(rows), -1)
         if (members < 0).any():
-            missing = keys[int(rows[int(np.argmax(members < 0))])]
+            missing = index.key(int(rows[int(np.argmax(members < 0))]))
             raise SampleError(f"{self.name}: sample {missing!r} has no field {field!r}")
         return index.member_offset[members].astype(np.int64), index.member_size[members].astype(np.int64)
 

@@ -1,0 +1,125 @@
+"""Batch gathers over mapped shards: each fast path (one size, big payloads, ASCII digits) equals the plain one."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from datapipe.formats.index import ShardIndex
+from datapipe.loader.collate import Ragged, decode_column
+from datapipe.loader.columns import BIG_PAYLOAD, Column
+from datapipe.loader.packing import numpy_view, pack, unpack
+from datapipe.loader.pool import MIN_POOLED, BufferPool
+
+
+def spread(payloads: list[bytes], gap: int = 37) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """A 'shard': the payloads with junk between them, and their offsets and sizes."""
+    rng = np.random.default_rng(len(payloads))
+    blob, offsets = bytearray(), []
+    for p in payloads:
+        blob += rng.bytes(gap)
+        offsets.append(len(blob))
+        blob += p
+    blob += rng.bytes(gap)
+    return bytes(blob), np.array(offsets, dtype=np.int64), np.array([len(p) for p in payloads], dtype=np.int64)
+
+
+def column_over_two_shards(payloads: list[bytes], seed: int = 0) -> Column:
+    """A column whose samples come from two shards, interleaved in batch order (as a shuffled batch is)."""
+    n = len(payloads)
+    slots = np.random.default_rng(seed).permutation(n)
+    column = Column(n)
+    for part in (slots[: n // 2], slots[n // 2 :]):
+        buffer, offsets, sizes = spread([payloads[i] for i in part])
+        column.add_spans(part, memoryview(buffer), offsets, sizes)
+    return column
+
+
+@pytest.mark.parametrize("sizes", [[64] * 40, [BIG_PAYLOAD + 5] * 6, [3, 0, 70, 1, 9, 200, 5, 5], [0, 0, 0]],
+                         ids=["one size", "big", "mixed", "empty"])
+def test_ragged_gathers_every_payload_in_batch_order(sizes):
+    rng = np.random.default_rng(1)
+    payloads = [rng.bytes(s) for s in sizes]
+    column = column_over_two_shards(payloads)
+    data, offsets = column.ragged()
+    assert offsets.tolist() == np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    assert [bytes(data[a:b]) for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == payloads
+    assert [bytes(v) for v in column.values()] == payloads
+
+
+def test_ragged_fills_the_array_it_is_given():
+    payloads = [bytes([i]) * 50 for i in range(10)]
+    target = np.zeros(1000, dtype=np.uint8)
+    data, _ = column_over_two_shards(payloads).ragged(lambda n: target[100 : 100 + n])
+    assert np.shares_memory(data, target) and bytes(target[100:600]) == b"".join(payloads)
+
+
+@pytest.mark.parametrize("labels", [[b"0", b"7", b"12", b"999999999999999999", b"3"], [b"5"] * 9])
+def test_ascii_integers_parse_as_a_digit_matrix(labels):
+    column = column_over_two_shards(labels)
+    assert column.integers().tolist() == [int(v) for v in labels]
+    assert decode_column(column, "int").tolist() == [int(v) for v in labels]
+
+
+@pytest.mark.parametrize("labels", [[b"1", b"-2"], [b"1", b" 2"], [b"1", b""], [b"1" * 19], [b"1", b"2.5"]])
+def test_other_numbers_fall_back_to_the_general_parser(labels):
+    column = column_over_two_shards(labels)
+    assert column.integers() is None
+    if all(v.strip() for v in labels) and b"." not in b"".join(labels):
+        assert decode_column(column, "int").tolist() == [int(v) for v in labels]
+
+
+def test_objects_fall_back_too():
+    column = Column(2)
+    column.add_objects(np.array([1, 0]), [b"ab", b"c"])
+    assert column.integers() is None
+    data, offsets = column.ragged()
+    assert bytes(data) == b"cab" and offsets.tolist() == [0, 1, 3]
+
+
+def index_with_keys(keys: list[str]) -> ShardIndex:
+    blob = "".join(keys).encode()
+    n = len(keys)
+    ends = np.cumsum([len(k.encode()) for k in keys]).astype(np.uint64)
+    none, nothing = np.zeros(n, np.uint64), np.zeros(0, np.uint64)
+    return ShardIndex(format_code=1, shard_size=0, sample_start=none, sample_end=none,
+                      sample_hash=np.zeros((n, 32), np.uint8), sample_members=np.zeros(n + 1, np.uint64),
+                      member_offset=nothing, member_size=nothing, member_field=np.zeros(0, np.uint32),
+                      key_ends=ends, key_blob=blob, fields=())
+
+
+@pytest.mark.parametrize("keys,fixed", [
+    (["s0001", "s0002", "s0003"], True),
+    (["a", "bb", "c"], False),          # lengths differ
+    (["ab", "cd", "ef", "g", "hij"], False),  # same total as equal widths would give, ends differ
+    (["é1", "é2"], False),              # not ASCII
+    (["a\x00", "bb"], False),           # NUL would be stripped by fixed-width bytes
+])
+def test_key_arrays_are_fixed_width_only_when_that_is_exact(keys, fixed):
+    array = index_with_keys(keys).key_array()
+    assert array.tolist() == keys and (array.dtype.kind == "U") == fixed
+
+
+def test_pack_gathers_deferred_ragged_fields_into_its_buffer():
+    payloads = [bytes([i]) * (i * 3) for i in range(12)]
+    column = column_over_two_shards(payloads, seed=3)
+    batch = {"__key__": list("abcdefghijkl"), "cls": np.arange(12), "bin": Ragged(column)}
+    buffer, layout = pack(batch)
+    back = unpack(buffer, layout, numpy_view)
+    data, offsets = back["bin"]
+    assert np.shares_memory(data, buffer) and back["cls"].tolist() == list(range(12))
+    assert [bytes(data[a:b]) for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == payloads
+
+
+def test_pool_reuses_a_buffer_only_once_its_batch_is_gone():
+    pool = BufferPool(keep=2)
+    first = pool.allocate(MIN_POOLED)
+    address = first.__array_interface__["data"][0]
+    held = pool.allocate(MIN_POOLED)  # ``first`` is still referenced: a new buffer
+    assert not np.shares_memory(first, held)
+    del first
+    again = pool.allocate(MIN_POOLED)
+    assert again.__array_interface__["data"][0] == address
+    assert not np.shares_memory(again, held)
+    small = pool.allocate(100)
+    assert len(small) == 100 and sys.getrefcount(small) == 2  # small ones are not pooled
