@@ -1,7 +1,16 @@
 """The torch adapter: ShardDataset (an IterableDataset of ready batches), DataLoader wiring, tensors, DDP world.
 
 The only module of datapipe that imports torch. Batches are collated inside the DataLoader
-workers and cross to the main process as tensors (shared memory), not as per-sample objects.
+workers and cross to the main process as one packed buffer each (loader/packing.py), not as
+per-sample objects: pickled through the worker's pipe when small, else in shared memory.
+
+Shared-memory segments are reused (``WorkerSegments``, ``Releases``): a fresh one costs a page
+fault per 4 KiB page on its first write (about 1 GB/s on our VMs), more than gathering the
+payloads into it. So each worker keeps ``SLOTS`` segments. A batch names its (worker, slot);
+the training process watches the batch's storage through a weak reference and, once every
+tensor over it is gone, clears the slot's flag in a small table shared with the workers; the
+worker then packs a later batch into the same segment. With every slot still held (a consumer
+keeping batches), a worker packs into a fresh segment that is not pooled.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from datapipe.loader.batches import BatchSource
@@ -22,6 +32,59 @@ from datapipe.loader.prefetch import prefetch as prefetched
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, DropLast, worker_steps
 
 PIPE_LIMIT = 4 << 20  # bytes of a packed batch up to which workers pickle it rather than share memory
+SLOTS = 8  # segments per worker: its prefetch queue, the DataLoader's, the batch in use, and slack
+Slot = tuple[int, int] | None  # (worker, slot), or None for a buffer that is not pooled
+
+
+def new_segment(nbytes: int) -> torch.Tensor:
+    """A uint8 tensor over a new shared-memory segment (sent to another process without a copy)."""
+    return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(nbytes, 1)))[:nbytes]
+
+
+def slot_table(workers: int) -> torch.Tensor:
+    """The (workers x SLOTS) busy flags, in shared memory; made before the workers start."""
+    return torch.zeros((workers, SLOTS), dtype=torch.uint8).share_memory_()
+
+
+class WorkerSegments:
+    """One worker's pool: ``allocate`` gives a segment whose slot the training process has released."""
+
+    def __init__(self, table: torch.Tensor, worker: int) -> None:
+        self.busy = table.numpy()[worker]
+        self.worker = worker
+        self.segments: list[torch.Tensor | None] = [None] * SLOTS
+
+    def allocate(self, nbytes: int) -> tuple[tuple[torch.Tensor, Slot], np.ndarray]:
+        """((tensor to send, its slot), a numpy view to fill) for a batch of ``nbytes`` bytes."""
+        for slot in np.flatnonzero(self.busy == 0).tolist():
+            segment = self.segments[slot]
+            if segment is None or not nbytes <= segment.numel() <= 2 * nbytes:
+                segment = self.segments[slot] = new_segment(nbytes)
+            self.busy[slot] = 1
+            view = segment[:nbytes]
+            return (view, (self.worker, slot)), view.numpy()
+        segment = new_segment(nbytes)
+        return (segment, None), segment.numpy()
+
+
+class Releases:
+    """The training process's side: frees a slot once nothing refers to its batch's storage any more."""
+
+    def __init__(self, table: torch.Tensor) -> None:
+        self.busy = table.numpy()
+        self.pending: list[tuple[StorageWeakRef, tuple[int, int]]] = []
+
+    def track(self, tensor: Any, slot: Slot) -> None:
+        """Watch a received batch buffer; released slots are collected on each call."""
+        still = []
+        for ref, (worker, index) in self.pending:
+            if ref.expired():
+                self.busy[worker, index] = 0
+            else:
+                still.append((ref, (worker, index)))
+        self.pending = still
+        if slot is not None:
+            self.pending.append((StorageWeakRef(tensor.untyped_storage()), slot))
 
 
 def distributed_world() -> tuple[int, int] | None:
@@ -51,7 +114,8 @@ class ShardDataset(IterableDataset):
     Build one with the same arguments as ``datapipe.Loader``, or let the Loader make it.
     """
 
-    packed = False  # Loader-internal: yield (one uint8 tensor, layout) per batch; see loader/packing.py
+    packed = False  # Loader-internal: yield (one uint8 buffer, layout, slot) per batch; see loader/packing.py
+    slots: torch.Tensor | None = None  # Loader-internal: the shared-memory slot table (loader/shared_memory.py)
 
     def __init__(self, dataset: str | Dataset, batch_size: int = 256, *, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None, drop_last: DropLast = True,
@@ -82,21 +146,23 @@ class ShardDataset(IterableDataset):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         steps = worker_steps(self.num_batches, worker, workers)
         if self.packed:
-            yield from prefetched(self.source.produce(steps, lambda batch: pack(batch, _batch_buffer)), self.prefetch)
+            segments = WorkerSegments(self.slots, worker) if self.slots is not None else None
+
+            def allocate(nbytes: int) -> tuple[Any, np.ndarray]:
+                # small batches travel faster pickled through the worker's pipe than as a shared-memory
+                # tensor (a socket round trip per tensor to pass its file descriptor); big ones are packed
+                # straight into shared memory, which the DataLoader passes on without another copy
+                if nbytes < PIPE_LIMIT or segments is None:
+                    buffer = np.empty(nbytes, dtype=np.uint8)
+                    return (buffer, None), buffer
+                return segments.allocate(nbytes)
+
+            for (buffer, slot), layout in prefetched(self.source.produce(steps, lambda b: pack(b, allocate)),
+                                                     self.prefetch):
+                yield buffer, layout, slot
         else:
             for batch in prefetched(self.source.produce(steps), self.prefetch):
                 yield to_tensors(batch)
-
-
-def _batch_buffer(nbytes: int) -> tuple[Any, np.ndarray]:
-    """Where a worker packs a batch: small batches travel faster pickled through the worker's pipe than
-    as a shared-memory tensor (a socket round trip per tensor to pass its file descriptor); big ones are
-    packed straight into shared memory, which the DataLoader then passes on without another copy."""
-    if nbytes < PIPE_LIMIT:
-        buffer = np.empty(nbytes, dtype=np.uint8)
-        return buffer, buffer
-    tensor = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(nbytes))
-    return tensor, tensor.numpy()
 
 
 def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: int,
@@ -106,6 +172,8 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
         yield from ShardDataset.from_source(source, num_batches, prefetch)
         return
     dataset = ShardDataset.from_source(source, num_batches, prefetch, packed=True)
+    dataset.slots = slot_table(num_workers)
+    releases = Releases(dataset.slots)
     # A remote store's client (s3fs: an event loop thread, connection pools, their locks) must not be
     # forked from a process that is using it: a lock held at the fork stays held in the worker. Workers
     # of remote datasets start from a clean forkserver instead; local ones fork, which is faster.
@@ -113,7 +181,8 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
     loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, prefetch_factor=max(prefetch, 1),
                         pin_memory=pin_memory, persistent_workers=False, collate_fn=_as_is,
                         multiprocessing_context=context)
-    for buffer, layout in loader:
+    for buffer, layout, slot in loader:
+        releases.track(buffer, slot)
         yield unpack(torch.from_numpy(buffer) if isinstance(buffer, np.ndarray) else buffer, layout, _tensor_view)
 
 

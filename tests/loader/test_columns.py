@@ -123,3 +123,42 @@ def test_pool_reuses_a_buffer_only_once_its_batch_is_gone():
     assert not np.shares_memory(again, held)
     small = pool.allocate(100)
     assert len(small) == 100 and sys.getrefcount(small) == 2  # small ones are not pooled
+
+
+def test_a_worker_reuses_a_segment_once_its_slot_is_released():
+    from datapipe.loader.torch import SLOTS, WorkerSegments, slot_table
+
+    table = slot_table(2)
+    worker = WorkerSegments(table, 1)
+    (sent, slot), view = worker.allocate(1000)
+    assert slot == (1, 0) and table[1, 0] == 1 and np.shares_memory(view, sent.numpy())
+    (other, other_slot), _ = worker.allocate(1000)  # slot 0 is busy
+    assert other_slot == (1, 1) and other.data_ptr() != sent.data_ptr()
+    table[1, 0] = 0  # what the training process does once the batch is gone
+    (again, again_slot), _ = worker.allocate(900)
+    assert again_slot == (1, 0) and again.data_ptr() == sent.data_ptr()
+    table[1, 0] = 0
+    (bigger, bigger_slot), _ = worker.allocate(5000)  # a free segment too small for the batch is replaced
+    assert bigger_slot == (1, 0) and bigger.numel() == 5000 and bigger.data_ptr() != sent.data_ptr()
+    for _ in range(SLOTS):  # every slot busy: fresh segments, not pooled
+        (extra, extra_slot), _ = worker.allocate(100)
+    assert extra_slot is None and table[0].sum() == 0
+
+
+def test_the_training_process_releases_a_slot_when_the_batch_storage_dies():
+    import torch
+
+    from datapipe.loader.torch import Releases, slot_table
+
+    table = slot_table(1)
+    table[0, 3] = 1
+    releases = Releases(table)
+    received = torch.zeros(64, dtype=torch.uint8)
+    releases.track(received, (0, 3))
+    view = received[8:16].view(torch.int64)  # a view of the batch keeps its storage alive
+    del received
+    releases.track(torch.zeros(1), None)
+    assert table[0, 3] == 1
+    del view
+    releases.track(torch.zeros(1), None)
+    assert table[0, 3] == 0

@@ -163,27 +163,37 @@ def test_numpy_batches_without_torch_conversion_of_lists(toy):
     assert isinstance(np.asarray(batch["__key__"]), np.ndarray)
 
 
-@pytest.mark.parametrize("payload", [64, 600 << 10], ids=["one size", "shared memory"])
-def test_ragged_batches_are_the_same_in_process_and_from_workers(tmp_path, payload):
-    # 600 KiB payloads make 4.8 MB batches: workers pack those straight into shared memory
+def fixed_size_dataset(root, payload: int, n: int) -> str:
     from datapipe.formats.registry import get_format
-    from datapipe.loader.torch import PIPE_LIMIT
     from datapipe.versioning.manifest import Manifest
     from datapipe.versioning.store import Store
 
-    assert 8 * payload > PIPE_LIMIT or payload < 1024
-    writer = Store(str(tmp_path)).begin("fixed")
-    samples = [{"__key__": f"s{i:04d}", "cls": str(i).encode(), "bin": bytes([i % 251]) * payload} for i in range(40)]
-    shards = tuple(writer.write_shard(s, samples[s * 10 : s * 10 + 10], get_format("webdataset")) for s in range(4))
+    writer = Store(str(root)).begin("fixed")
+    samples = [{"__key__": f"s{i:04d}", "cls": str(i).encode(), "bin": bytes([i % 251]) * payload} for i in range(n)]
+    shards = tuple(writer.write_shard(s, samples[s * 10 : s * 10 + 10], get_format("webdataset"))
+                   for s in range(n // 10))
     writer.commit(Manifest(name="fixed", shard_format="webdataset", fields={"bin": "bytes", "cls": "int"},
                            shards=shards))
-    runs = {}
-    for workers in (0, 2):
-        loader = datapipe.Loader(f"{tmp_path}/fixed", batch_size=8, num_workers=workers, decode={"bin": "ragged"})
-        runs[workers] = [(b["__key__"], b["cls"].tolist(), b["bin"][0].numpy().tobytes(), b["bin"][1].tolist())
-                         for b in loader]
-    assert runs[0] == runs[2] and len(runs[0]) == 5
-    for keys, labels, data, offsets in runs[0]:
-        assert labels == [int(k[1:]) for k in keys]
-        assert [data[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == \
-            [bytes([n % 251]) * payload for n in labels]
+    return f"{root}/fixed"
+
+
+def ragged_contents(batch) -> tuple:
+    data, offsets = batch["bin"][0].numpy().tobytes(), batch["bin"][1].tolist()
+    return batch["__key__"], batch["cls"].tolist(), [data[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["pickled", "shared memory"])
+def test_ragged_batches_are_the_same_in_process_and_from_workers(tmp_path, monkeypatch, shared):
+    # with a tiny PIPE_LIMIT every batch is packed into a worker's shared-memory segments, and
+    # 20 batches over 2 workers reuse each segment once the loop below has dropped its batch
+    if shared:
+        monkeypatch.setattr("datapipe.loader.torch.PIPE_LIMIT", 1024)
+    url = fixed_size_dataset(tmp_path, 4096, 160)
+    runs = {w: [ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=w,
+                                                            decode={"bin": "ragged"})] for w in (0, 2)}
+    assert runs[0] == runs[2] and len(runs[0]) == 20
+    for keys, labels, payloads in runs[0]:
+        assert labels == [int(k[1:]) for k in keys] and payloads == [bytes([n % 251]) * 4096 for n in labels]
+    # a consumer that keeps every batch: no segment is reused under it
+    kept = list(datapipe.Loader(url, batch_size=8, num_workers=2, decode={"bin": "ragged"}))
+    assert [ragged_contents(b) for b in kept] == runs[0]
