@@ -16,8 +16,8 @@ from benchmarks.workloads import Data
 NAME = "bench"
 
 
-def write(data: Data, out: str, fmt_name: str = "webdataset") -> None:
-    """Write ~64 MB shards through the store's VersionWriter and commit one version.
+def write(data: Data, out: str, fmt_name: str = "webdataset", shard_bytes: int = SHARD_BYTES) -> None:
+    """Write ~64 MB shards (``shard_bytes``) through the store's VersionWriter and commit one version.
 
     Every sample of a workload has the same size, so the samples per shard come from the
     exact encoded size of the first one (no per-sample size call, which ``datapipe build``'s
@@ -29,7 +29,7 @@ def write(data: Data, out: str, fmt_name: str = "webdataset") -> None:
 
     fmt = get_format(fmt_name)
     first = data.samples[0]
-    per_shard = max(1, SHARD_BYTES // fmt.writer.sample_size(first["__key__"], {"bin": first["bin"],
+    per_shard = max(1, shard_bytes // fmt.writer.sample_size(first["__key__"], {"bin": first["bin"],
                                                                                   "cls": first["cls"]}))
     writer = Store(out).begin(NAME)
     entries = [writer.write_shard(i, data.samples[start:start + per_shard], fmt)

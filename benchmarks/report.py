@@ -112,7 +112,18 @@ def table(w: dict) -> list[list[str]]:
             best = (max if higher else min)(peers, key=peers.get)
             ratio = f"{values['datapipe'] / peers[best]:.2f}x {LABELS[best]}"
         rows.append([label, *cells, ratio])
-    return rows + _floor_rows(w)
+    return rows + _many_shards_rows(w) + _floor_rows(w)
+
+
+def _many_shards_rows(w: dict) -> list[list[str]]:
+    """datapipe's one-process read of the same samples in 10x as many shards: its peak RSS over the 1x figure."""
+    many, one = w.get("rss_10x_shards"), w["tools"]["datapipe"].get("read", {}).get("one")
+    if not many or not one:
+        return []
+    rss = many["rss_mb"] + many["child_rss_mb"]
+    cells = [f"{rss:.0f} MB RSS, {rate(many['samples'] / many['seconds'])} samples/s"] + [""] * (len(TOOLS) - 1)
+    return [["datapipe 1 process, 10x as many shards", *cells,
+             f"RSS {rss / (one['rss_mb'] + one['child_rss_mb']):.2f}x of 1x shards"]]
 
 
 def markdown(results: dict) -> str:

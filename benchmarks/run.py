@@ -109,6 +109,13 @@ def run_workload(readers: Readers, w: Workload, workdir: str, timeout: float) ->
             result["tools"][tool]["read"][mode] = r
             log(f"  read {tool} {mode}: {r['samples'] / r['seconds']:,.0f} samples/s, "
                 f"{r['bytes'] / r['seconds'] / 1e6:,.0f} MB/s, RSS {r['rss_mb']:.0f}+{r['child_rss_mb']:.0f} MB")
+    if w.name == "w1":  # memory must not grow with the shard count: the same samples in 10x as many shards
+        many = os.path.join(workdir, "datapipe-10x-shards")
+        ours.write(generate(w), many, shard_bytes=ours.SHARD_BYTES // 10)
+        r = read_one(readers, "datapipe", "one", many, timeout)
+        result["rss_10x_shards"] = r
+        log(f"  read datapipe one, 10x shards: {r['samples'] / r['seconds']:,.0f} samples/s, RSS {r['rss_mb']:.0f} MB")
+        shutil.rmtree(many)
     result["floor"] = {}
     for mode in ("cat", "memmap"):
         r = read_one(readers, "floor", mode, os.path.join(workdir, "datapipe"), timeout)

@@ -22,6 +22,7 @@ from datapipe.build.readers import read_part
 from datapipe.build.sources import Part, SourcePlan
 from datapipe.build.stages import dedupe_hashes, run_stage
 from datapipe.errors import BuildError, ConfigError
+from datapipe.formats.encoded import EncodedSamples, in_output_order
 from datapipe.formats.registry import get_format
 from datapipe.versioning.manifest import ShardEntry, StageCounts
 from datapipe.versioning.store import write_shard_file
@@ -30,6 +31,7 @@ SAMPLE_STAGE = "sample"
 SOURCE_STAGE = "source"
 
 Masks = Mapping[int, np.ndarray]  # stage number -> keep-mask of the rows reaching that dedupe
+Piece = tuple[np.ndarray, EncodedSamples]  # the output positions of a partition's samples for one shard, encoded
 
 
 @dataclass(frozen=True)
@@ -142,26 +144,31 @@ def duplicates_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarra
 
 
 def prepare_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray, positions: np.ndarray,
-                 shards: np.ndarray) -> dict[int, list[tuple[int, dict[str, Any]]]]:
-    """The samples of ``part`` grouped by destination shard, each with its output position."""
+                 shards: np.ndarray) -> dict[int, Piece]:
+    """The samples of ``part``, encoded for the shard format and grouped by destination shard, with their
+    output positions: blocks of bytes that cross to the shard's writer, not a dict per sample."""
     cleaned = clean(job, part, masks)
     encoded, _ = encode_rows(job, cleaned.frame)
-    kept = [s for s, keep in zip(encoded.samples(), key_keep, strict=True) if keep]
-    if len(kept) != len(positions):
+    keep = np.flatnonzero(key_keep)
+    if len(keep) != len(positions):
         raise BuildError("the write pass saw other samples than the measure pass; stages (map functions in "
                          "particular) must be deterministic")
-    out: dict[int, list[tuple[int, dict[str, Any]]]] = {}
-    for sample, pos, shard in zip(kept, positions.tolist(), shards.tolist(), strict=True):
-        out.setdefault(shard, []).append((pos, sample))
+    writer = get_format(job.pipeline.shards.format).writer
+    out: dict[int, Piece] = {}
+    for shard in np.unique(shards).tolist():
+        rows = keep[shards == shard].tolist()
+        block = writer.encode_samples([encoded.keys[r] for r in rows],
+                                      {name: [values[r] for r in rows] for name, values in encoded.fields.items()})
+        out[shard] = (positions[shards == shard], block)
     return out
 
 
-def take_piece(prepared: dict[int, list[tuple[int, dict[str, Any]]]], shard: int) -> list[tuple[int, dict[str, Any]]]:
+def take_piece(prepared: dict[int, Piece], shard: int) -> Piece | None:
     """The part of a prepared partition that goes to ``shard``."""
-    return prepared.get(shard, [])
+    return prepared.get(shard)
 
 
-def write_shard_task(fs: Any, directory: str, filename: str, fmt_name: str, *pieces: list) -> ShardEntry:
+def write_shard_task(fs: Any, directory: str, filename: str, fmt_name: str, *pieces: Piece | None) -> ShardEntry:
     """Write one shard from its pieces, in output order."""
-    samples = sorted((item for piece in pieces for item in piece), key=lambda item: item[0])
-    return write_shard_file(fs, directory, filename, (s for _, s in samples), get_format(fmt_name))
+    blocks = in_output_order([p for p in pieces if p is not None])
+    return write_shard_file(fs, directory, filename, blocks, get_format(fmt_name))

@@ -11,6 +11,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from datapipe.errors import NotFoundError
 from datapipe.formats.base import ShardReader, WrittenShard
+from datapipe.formats.encoded import EncodedSamples
 from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import ShardFormat, format_for_path, get_format
 from datapipe.storage.fs import open_atomic, put_atomic
@@ -36,13 +37,18 @@ def write_shard_to(
 ) -> tuple[WrittenShard, bytes | None]:
     """Write a shard and its index (PATH.idx) through any fsspec filesystem, each file atomically.
 
+    ``samples`` may hold blocks of ``EncodedSamples`` (written as they are) among sample dicts.
+
     Returns what was written and the index bytes (None with ``index=False``).
     """
     shard_format = _resolve(path, fmt)
     with open_atomic(fs, path) as f:
         writer = shard_format.writer(f, name=path)
         for sample in samples:
-            writer.write(sample)
+            if isinstance(sample, EncodedSamples):
+                writer.write_encoded(sample)
+            else:
+                writer.write(sample)
         written = writer.finish()
     index_bytes = written.index.to_bytes() if index else None
     if index_bytes is not None:

@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from hashlib import sha256
 from typing import Any
 
 import numpy as np
 
 from datapipe.errors import SampleError
 from datapipe.formats.base import ShardWriter
-from datapipe.formats.tar.headers import BLOCK, END_OF_ARCHIVE, MAX_USTAR_SIZE, member_header, padding
+from datapipe.formats.encoded import EncodedSamples
+from datapipe.formats.index import HASH_SIZE
+from datapipe.formats.tar.headers import (
+    _TEMPLATE as _USTAR_TEMPLATE,
+)
+from datapipe.formats.tar.headers import (
+    _TEMPLATE_SUM,
+    BLOCK,
+    END_OF_ARCHIVE,
+    MAX_USTAR_SIZE,
+    member_header,
+    padding,
+)
 
 TAR_FORMAT_CODE = 1
 _PADDING = [bytes(n) for n in range(BLOCK)]
@@ -71,6 +84,60 @@ class TarShardWriter(ShardWriter):
         for i in np.flatnonzero(~plain).tolist():  # long or non-ASCII names, huge payloads: pax headers
             total[i] = cls.sample_size(keys[i], {name: payloads[i] for name, payloads in fields.items()})
         return total
+
+    @classmethod
+    def encode_samples(cls, keys: Sequence[str], fields: Mapping[str, Sequence[Any]]) -> EncodedSamples:
+        """Column-wise: headers of plain ustar members built as one numpy array, payloads copied into place.
+
+        Samples that need pax headers (long or non-ASCII names, huge payloads) take the general path.
+        """
+        names = sorted(fields)
+        n, f = len(keys), len(names)
+        if not n or not f or not all(isinstance(p, bytes) for name in names for p in fields[name]):
+            return super().encode_samples(keys, fields)
+        key_bytes = [k.encode("utf-8", "surrogateescape") for k in keys]
+        key_len = np.fromiter(map(len, key_bytes), dtype=np.int64, count=n)
+        sizes = np.stack([np.fromiter(map(len, fields[name]), dtype=np.int64, count=n) for name in names], axis=1)
+        name_len = key_len[:, None] + 1 + np.array([len(name.encode()) for name in names])
+        if (name_len > 100).any() or (sizes > MAX_USTAR_SIZE).any() or not all(
+                name.isascii() for name in names) or not b"".join(key_bytes).isascii():
+            return super().encode_samples(keys, fields)
+        # member j of sample i is row i * f + j; each is a header block, the payload, zero padding
+        spans = BLOCK + sizes.reshape(-1) + (-sizes.reshape(-1) % BLOCK)
+        ends = np.cumsum(spans)
+        header_at = ends - spans
+        total = int(ends[-1])
+        data = bytearray(total)
+        flat = np.frombuffer(data, dtype=np.uint8)
+        headers = flat.reshape(-1, BLOCK)[header_at // BLOCK]  # a copy: filled here, then put in place
+        headers[:] = np.frombuffer(_USTAR_TEMPLATE, dtype=np.uint8)
+        blob = np.frombuffer(b"".join([b"%s.%s" % (k, name.encode()) for k in key_bytes for name in names]),
+                             dtype=np.uint8)
+        lengths = name_len.reshape(-1)
+        starts = np.cumsum(lengths) - lengths
+        headers.reshape(-1)[np.repeat(np.arange(n * f) * BLOCK - starts, lengths) + np.arange(len(blob))] = blob
+        size_digits = (sizes.reshape(-1, 1) >> (3 * np.arange(10, -1, -1))) & 7
+        headers[:, 124:135] = size_digits + ord("0")
+        headers[:, 156] = ord("0")
+        checksum = (_TEMPLATE_SUM + ord("0") + np.add.reduceat(blob.astype(np.int64), starts)
+                    + (size_digits + ord("0")).sum(axis=1))
+        headers[:, 148:154] = ((checksum[:, None] >> (3 * np.arange(5, -1, -1))) & 7) + ord("0")
+        headers[:, 154], headers[:, 155] = 0, ord(" ")
+        flat.reshape(-1, BLOCK)[header_at // BLOCK] = headers
+        payload_at = (header_at + BLOCK).tolist()
+        for i, name in enumerate(names):
+            for at, payload in zip(payload_at[i::f], fields[name], strict=True):
+                data[at : at + len(payload)] = payload
+        bounds = np.concatenate([[0], ends[f - 1 :: f]]).astype(np.int64)
+        view = memoryview(data)
+        hashes = b"".join([sha256(view[a:b]).digest() for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(),
+                                                                       strict=True)])
+        return EncodedSamples(
+            data=data, bounds=bounds, hashes=np.frombuffer(hashes, dtype=np.uint8).reshape(n, HASH_SIZE),
+            member_counts=np.full(n, f, dtype=np.int64), member_offset=header_at + BLOCK,
+            member_size=sizes.reshape(-1), member_field=np.tile(np.arange(f), n), fields=tuple(names),
+            key_blob=b"".join(key_bytes), key_ends=np.cumsum(key_len),
+        )
 
     def _write_end(self) -> None:
         self._emit(END_OF_ARCHIVE)

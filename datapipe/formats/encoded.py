@@ -1,0 +1,107 @@
+"""Samples already encoded for one shard format: their bytes back to back, with the index rows that describe them.
+
+A build encodes each partition's samples where the partition is (in parallel, column-wise where
+the format allows) and moves these blocks, not per-sample dicts, to the task that writes a shard;
+the writer appends a block with one write and array appends (``ShardWriter.write_encoded``).
+The bytes are exactly what ``ShardWriter.write`` would emit for the same samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from datapipe.formats.index import HASH_SIZE
+
+
+@dataclass(frozen=True, eq=False)
+class EncodedSamples:
+    """``n`` encoded samples: sample i is ``data[bounds[i]:bounds[i + 1]]``; member offsets are relative to ``data``."""
+
+    data: bytes | bytearray
+    bounds: np.ndarray  # int64, n + 1
+    hashes: np.ndarray  # uint8 (n, 32): sha256 of each sample's bytes
+    member_counts: np.ndarray  # int64, n
+    member_offset: np.ndarray  # int64, m: payload offsets within data
+    member_size: np.ndarray  # int64, m
+    member_field: np.ndarray  # int64, m: positions in ``fields``
+    fields: tuple[str, ...]
+    key_blob: bytes  # the UTF-8 keys back to back
+    key_ends: np.ndarray  # int64, n
+
+    def __len__(self) -> int:
+        return len(self.member_counts)
+
+    def take(self, order: np.ndarray) -> EncodedSamples:
+        """The samples at positions ``order``, in that order (one copy of their bytes)."""
+        order = np.asarray(order, dtype=np.int64)
+        view = memoryview(self.data)
+        starts, ends = self.bounds[:-1][order], self.bounds[1:][order]
+        data = bytearray().join([view[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)])
+        sizes = ends - starts
+        bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        first_member = np.concatenate([[0], np.cumsum(self.member_counts)])[:-1]
+        counts = self.member_counts[order]
+        members = _ranges(first_member[order], counts)
+        shift = np.repeat(bounds[:-1] - starts, counts)  # each payload moves with its sample
+        key_starts = np.concatenate([[0], self.key_ends[:-1]])
+        key_view = memoryview(self.key_blob)
+        keys = b"".join([key_view[a:b] for a, b in zip(key_starts[order].tolist(), self.key_ends[order].tolist(),
+                                                        strict=True)])
+        return EncodedSamples(
+            data=data, bounds=bounds, hashes=self.hashes[order], member_counts=counts,
+            member_offset=self.member_offset[members] + shift, member_size=self.member_size[members],
+            member_field=self.member_field[members], fields=self.fields, key_blob=keys,
+            key_ends=np.cumsum(self.key_ends[order] - key_starts[order]).astype(np.int64),
+        )
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The concatenation of range(s, s + c) for each start and count."""
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(counts)
+    return np.repeat(starts - (ends - counts), counts) + np.arange(total)
+
+
+def in_output_order(pieces: Sequence[tuple[np.ndarray, EncodedSamples]]) -> list[EncodedSamples]:
+    """Blocks whose samples, written in this order, follow the output positions given with each piece.
+
+    Unshuffled builds give runs of consecutive positions: the pieces are only sorted. A shuffled
+    build interleaves its pieces' samples, which are gathered into one block in position order.
+    """
+    pieces = sorted((p for p in pieces if len(p[1])), key=lambda p: int(p[0][0]))
+    positions = [pos for pos, _ in pieces]
+    if all((np.diff(pos) > 0).all() for pos in positions) and all(
+        a[-1] < b[0] for a, b in zip(positions, positions[1:], strict=False)
+    ):
+        return [block for _, block in pieces]
+    merged = _concat([block for _, block in pieces])
+    return [merged.take(np.argsort(np.concatenate(positions), kind="stable"))]
+
+
+def _concat(blocks: Sequence[EncodedSamples]) -> EncodedSamples:
+    """One block holding ``blocks`` back to back (same fields in each)."""
+    if len(blocks) == 1:
+        return blocks[0]
+    fields = blocks[0].fields
+    if any(b.fields != fields for b in blocks):
+        raise ValueError("blocks with different field lists cannot be merged")
+    data_starts = np.cumsum([0] + [len(b.data) for b in blocks])[:-1]
+    key_starts = np.cumsum([0] + [len(b.key_blob) for b in blocks])[:-1]
+    return EncodedSamples(
+        data=b"".join(b.data for b in blocks),
+        bounds=np.concatenate([b.bounds[:-1] + s for b, s in zip(blocks, data_starts, strict=True)]
+                              + [[data_starts[-1] + len(blocks[-1].data)]]).astype(np.int64),
+        hashes=np.concatenate([b.hashes for b in blocks]).reshape(-1, HASH_SIZE),
+        member_counts=np.concatenate([b.member_counts for b in blocks]),
+        member_offset=np.concatenate([b.member_offset + s for b, s in zip(blocks, data_starts, strict=True)]),
+        member_size=np.concatenate([b.member_size for b in blocks]),
+        member_field=np.concatenate([b.member_field for b in blocks]),
+        fields=fields,
+        key_blob=b"".join(b.key_blob for b in blocks),
+        key_ends=np.concatenate([b.key_ends + s for b, s in zip(blocks, key_starts, strict=True)]),
+    )
