@@ -132,6 +132,23 @@ def measure_pass(job: BuildJob, part: Part, masks: Masks) -> Measured:
     return Measured(counts, cleaned.rejects + rejects, sizes, key_hashes(encoded.keys), encoded.kinds)
 
 
+def encode_pass(job: BuildJob, part: Part, masks: Masks) -> tuple[Measured, EncodedSamples]:
+    """The measure pass that also keeps every sample of ``part`` encoded, so that the write pass
+    does not read and clean the source again (used when the encoded dataset fits in memory)."""
+    cleaned = clean(job, part, masks)
+    encoded, rejects = encode_rows(job, cleaned.frame)
+    block = get_format(job.pipeline.shards.format).writer.encode_samples(encoded.keys, encoded.fields)
+    counts = [*cleaned.counts, StageCounts(SAMPLE_STAGE, len(cleaned.frame), len(encoded.keys), 0, len(rejects))]
+    measured = Measured(counts, cleaned.rejects + rejects, np.diff(block.bounds), key_hashes(encoded.keys),
+                        encoded.kinds)
+    return measured, block
+
+
+def measured_of(result: tuple[Measured, EncodedSamples]) -> Measured:
+    """The small half of ``encode_pass``'s result, for the client (the block stays on its worker)."""
+    return result[0]
+
+
 def duplicates_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray) -> list[Reject]:
     """Rejects for the samples whose key an earlier sample already has."""
     cleaned = clean(job, part, masks)
@@ -149,18 +166,20 @@ def prepare_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray, 
     output positions: blocks of bytes that cross to the shard's writer, not a dict per sample."""
     cleaned = clean(job, part, masks)
     encoded, _ = encode_rows(job, cleaned.frame)
+    block = get_format(job.pipeline.shards.format).writer.encode_samples(encoded.keys, encoded.fields)
+    return split_pass((Measured([], [], np.zeros(0), np.zeros(0)), block), key_keep, positions, shards)
+
+
+def split_pass(result: tuple[Measured, EncodedSamples], key_keep: np.ndarray, positions: np.ndarray,
+               shards: np.ndarray) -> dict[int, Piece]:
+    """An encoded partition's kept samples (``key_keep``) grouped by destination shard, with their positions."""
+    block = result[1]
     keep = np.flatnonzero(key_keep)
-    if len(keep) != len(positions):
+    if len(block) != len(key_keep) or len(keep) != len(positions):
         raise BuildError("the write pass saw other samples than the measure pass; stages (map functions in "
                          "particular) must be deterministic")
-    writer = get_format(job.pipeline.shards.format).writer
-    out: dict[int, Piece] = {}
-    for shard in np.unique(shards).tolist():
-        rows = keep[shards == shard].tolist()
-        block = writer.encode_samples([encoded.keys[r] for r in rows],
-                                      {name: [values[r] for r in rows] for name, values in encoded.fields.items()})
-        out[shard] = (positions[shards == shard], block)
-    return out
+    return {shard: (positions[shards == shard], block.take(keep[shards == shard]))
+            for shard in np.unique(shards).tolist()}
 
 
 def take_piece(prepared: dict[int, Piece], shard: int) -> Piece | None:

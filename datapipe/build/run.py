@@ -21,8 +21,11 @@ from datapipe.build.partition import (
     Measured,
     dedupe_pass,
     duplicates_pass,
+    encode_pass,
     measure_pass,
+    measured_of,
     prepare_pass,
+    split_pass,
     take_piece,
     write_shard_task,
 )
@@ -126,11 +129,13 @@ def _now() -> str:
 class _Build:
     """The state of one build between passes."""
 
-    def __init__(self, loaded: LoadedPipeline, store: Store, run: _Runner, job: BuildJob) -> None:
+    def __init__(self, loaded: LoadedPipeline, store: Store, run: _Runner, job: BuildJob, keep_encoded: bool) -> None:
         self.loaded, self.store, self.run, self.job = loaded, store, run, job
         self.pipeline = loaded.pipeline
         self.parts = job.source.parts
         self.masks: dict[int, list[np.ndarray]] = {}
+        self.keep_encoded = keep_encoded
+        self.encoded: list[Any] = []  # with keep_encoded: per partition, the persisted (Measured, block)
         # One copy of the job per worker instead of one per task (a 'files' plan lists every file).
         # Persisted as a graph literal, not scattered: the scheduler can re-create it when the
         # worker holding it dies, where lost scattered data fails the build.
@@ -154,9 +159,15 @@ class _Build:
     def measure(self) -> tuple[list[Measured], list[np.ndarray], dict[int, list[Reject]]]:
         from dask import delayed
 
-        measured = self.run("clean and measure", [
-            delayed(measure_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in self.parts
-        ])
+        if self.keep_encoded:  # the blocks stay on the workers; only their Measured halves come here
+            self.encoded = self.run.client.persist([
+                delayed(encode_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in self.parts
+            ])
+            measured = self.run("clean, encode and measure", [delayed(measured_of)(e) for e in self.encoded])
+        else:
+            measured = self.run("clean and measure", [
+                delayed(measure_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in self.parts
+            ])
         key_keep = first_occurrences([m.key_hashes for m in measured])
         rejects = {p.number: list(m.rejects) for p, m in zip(self.parts, measured, strict=True)}
         dup_parts = [p for p, keep in zip(self.parts, key_keep, strict=True) if not keep.all()]
@@ -210,8 +221,11 @@ class _Build:
             if not len(pos):
                 continue
             dest = shards_of(pos, bounds)
-            masks = self.masks_of(part.number)
-            prepared = delayed(prepare_pass, pure=False)(self.job_ref, part, masks, keep, pos, dest)
+            if self.keep_encoded:
+                prepared = delayed(split_pass, pure=False)(self.encoded[part.number], keep, pos, dest)
+            else:
+                prepared = delayed(prepare_pass, pure=False)(self.job_ref, part, self.masks_of(part.number), keep,
+                                                             pos, dest)
             for shard in np.unique(dest).tolist():
                 pieces[shard].append(delayed(take_piece, pure=False)(prepared, shard))
         tasks = [
@@ -219,7 +233,9 @@ class _Build:
                                                   writer.shard_filename(s, fmt), fmt.name, *pieces[s])
             for s in range(len(bounds) - 1)
         ]
-        return self.run("write shards", tasks)
+        entries = self.run("write shards", tasks)
+        self.encoded = []  # frees the blocks on the workers
+        return entries
 
 
 def build(
@@ -232,11 +248,15 @@ def build(
     client: Any = None,
     progress: BuildProgress | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    keep_encoded: bool | None = None,
 ) -> BuildResult:
     """Build ``loaded`` into a new version of ``store`` and point 'latest' (and ``tags``) at it.
 
     ``client`` reuses an existing distributed Client (tests, notebooks); otherwise ``scheduler``
     names a running Dask scheduler, or a LocalCluster of ``workers`` processes is started.
+    ``keep_encoded``: whether the workers hold the encoded samples between the measure and the
+    write pass instead of reading the source twice; by default, when they fit (``fits_in_memory``).
+    The result is the same either way.
     """
     pipeline = loaded.pipeline
     tags = [check_ref_name(t) for t in tags]
@@ -251,7 +271,8 @@ def build(
         progress.dashboard(dashboard_link(c))
         run = _Runner(c, progress)
         source_files = c.compute([_hash_task(plan.fs, f) for f in plan.files])
-        b = _Build(loaded, store, run, job)
+        keep = fits_in_memory(c, plan) if keep_encoded is None else keep_encoded
+        b = _Build(loaded, store, run, job, keep)
         b.dedupe()
         measured, key_keep, rejects = b.measure()
         stages = _sum_counts(measured, sum(int((~k).sum()) for k in key_keep))
@@ -279,6 +300,21 @@ def build(
             writer.abort()
             raise
     return BuildResult(committed, f"{store.url.rstrip('/')}/{pipeline.name}@{committed.version}")
+
+
+KEEP_FRACTION = 0.25  # of the workers' memory that encoded samples may take between passes
+ENCODED_PER_SOURCE_BYTE = 4  # a guess on the safe side: tar framing and decompressed Parquet
+
+
+def fits_in_memory(client: Any, plan: SourcePlan) -> bool:
+    """Whether the encoded dataset (guessed from the source's size) fits in KEEP_FRACTION of the workers' memory.
+
+    Larger inputs stream: the write pass reads and cleans each partition again instead.
+    """
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info().get("workers", {}).values()]
+    if not limits or 0 in limits:  # no limit known: do not guess
+        return False
+    return ENCODED_PER_SOURCE_BYTE * sum(f.size for f in plan.files) <= KEEP_FRACTION * sum(limits)
 
 
 def _hash_task(fs: Any, f: Any) -> Any:

@@ -123,7 +123,7 @@ class ShardWriter(ABC):
         if self._finished is not None:
             raise RuntimeError(f"{self.name}: write_encoded() after finish()")
         start = self._pos
-        self._emit(block.data)
+        self._emit(memoryview(block.data).cast("B"))
         self._index.add_encoded(block, start)
 
     @classmethod

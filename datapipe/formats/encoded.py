@@ -8,8 +8,9 @@ The bytes are exactly what ``ShardWriter.write`` would emit for the same samples
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from datapipe.formats.index import HASH_SIZE
 class EncodedSamples:
     """``n`` encoded samples: sample i is ``data[bounds[i]:bounds[i + 1]]``; member offsets are relative to ``data``."""
 
-    data: bytes | bytearray
+    data: bytes | bytearray | memoryview  # or any buffer (a PickleBuffer after a move between processes)
     bounds: np.ndarray  # int64, n + 1
     hashes: np.ndarray  # uint8 (n, 32): sha256 of each sample's bytes
     member_counts: np.ndarray  # int64, n
@@ -34,9 +35,31 @@ class EncodedSamples:
     def __len__(self) -> int:
         return len(self.member_counts)
 
+    def __reduce__(self) -> tuple:
+        # the bytes as an out-of-band buffer: Dask moves them between workers without a pickle copy,
+        # and a block that is a view of a bigger one (``take`` of a run) is copied only when it moves
+        values = [getattr(self, f.name) for f in fields(self)]
+        values[0] = pickle.PickleBuffer(self.data)
+        return EncodedSamples, tuple(values)
+
+    def _run(self, a: int, b: int) -> EncodedSamples:
+        """Samples ``a`` to ``b - 1``: slices, no per-sample work."""
+        first_member = int(self.member_counts[:a].sum())
+        members = slice(first_member, first_member + int(self.member_counts[a:b].sum()))
+        start, key_start = int(self.bounds[a]), int(self.key_ends[a - 1]) if a else 0
+        return EncodedSamples(
+            data=memoryview(self.data)[start : int(self.bounds[b])], bounds=self.bounds[a : b + 1] - start,
+            hashes=self.hashes[a:b], member_counts=self.member_counts[a:b],
+            member_offset=self.member_offset[members] - start, member_size=self.member_size[members],
+            member_field=self.member_field[members], fields=self.fields,
+            key_blob=self.key_blob[key_start : int(self.key_ends[b - 1])], key_ends=self.key_ends[a:b] - key_start,
+        )
+
     def take(self, order: np.ndarray) -> EncodedSamples:
         """The samples at positions ``order``, in that order (one copy of their bytes)."""
         order = np.asarray(order, dtype=np.int64)
+        if len(order) and (np.diff(order) == 1).all():  # a run of consecutive samples: slices
+            return self._run(int(order[0]), int(order[-1]) + 1)
         view = memoryview(self.data)
         starts, ends = self.bounds[:-1][order], self.bounds[1:][order]
         data = bytearray().join([view[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)])
@@ -90,12 +113,12 @@ def _concat(blocks: Sequence[EncodedSamples]) -> EncodedSamples:
     fields = blocks[0].fields
     if any(b.fields != fields for b in blocks):
         raise ValueError("blocks with different field lists cannot be merged")
-    data_starts = np.cumsum([0] + [len(b.data) for b in blocks])[:-1]
+    data_starts = np.cumsum([0] + [memoryview(b.data).nbytes for b in blocks])[:-1]
     key_starts = np.cumsum([0] + [len(b.key_blob) for b in blocks])[:-1]
     return EncodedSamples(
         data=b"".join(b.data for b in blocks),
         bounds=np.concatenate([b.bounds[:-1] + s for b, s in zip(blocks, data_starts, strict=True)]
-                              + [[data_starts[-1] + len(blocks[-1].data)]]).astype(np.int64),
+                              + [[data_starts[-1] + memoryview(blocks[-1].data).nbytes]]).astype(np.int64),
         hashes=np.concatenate([b.hashes for b in blocks]).reshape(-1, HASH_SIZE),
         member_counts=np.concatenate([b.member_counts for b in blocks]),
         member_offset=np.concatenate([b.member_offset + s for b, s in zip(blocks, data_starts, strict=True)]),

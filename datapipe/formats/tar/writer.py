@@ -109,21 +109,19 @@ class TarShardWriter(ShardWriter):
         total = int(ends[-1])
         data = bytearray(total)
         flat = np.frombuffer(data, dtype=np.uint8)
-        headers = flat.reshape(-1, BLOCK)[header_at // BLOCK]  # a copy: filled here, then put in place
-        headers[:] = np.frombuffer(_USTAR_TEMPLATE, dtype=np.uint8)
+        blocks, rows = flat.reshape(-1, BLOCK), header_at // BLOCK
+        blocks[rows] = np.frombuffer(_USTAR_TEMPLATE, dtype=np.uint8)  # then each header's own fields:
         blob = np.frombuffer(b"".join([b"%s.%s" % (k, name.encode()) for k in key_bytes for name in names]),
                              dtype=np.uint8)
         lengths = name_len.reshape(-1)
         starts = np.cumsum(lengths) - lengths
-        headers.reshape(-1)[np.repeat(np.arange(n * f) * BLOCK - starts, lengths) + np.arange(len(blob))] = blob
-        size_digits = (sizes.reshape(-1, 1) >> (3 * np.arange(10, -1, -1))) & 7
-        headers[:, 124:135] = size_digits + ord("0")
-        headers[:, 156] = ord("0")
-        checksum = (_TEMPLATE_SUM + ord("0") + np.add.reduceat(blob.astype(np.int64), starts)
-                    + (size_digits + ord("0")).sum(axis=1))
-        headers[:, 148:154] = ((checksum[:, None] >> (3 * np.arange(5, -1, -1))) & 7) + ord("0")
-        headers[:, 154], headers[:, 155] = 0, ord(" ")
-        flat.reshape(-1, BLOCK)[header_at // BLOCK] = headers
+        flat[np.repeat(header_at - starts, lengths) + np.arange(len(blob))] = blob  # name
+        size_digits = ((sizes.reshape(-1, 1) >> (3 * np.arange(10, -1, -1))) & 7) + ord("0")
+        blocks[rows, 124:135] = size_digits  # size: 11 octal digits and the template's NUL
+        blocks[rows, 156] = ord("0")  # typeflag: regular file
+        checksum = _TEMPLATE_SUM + ord("0") + np.add.reduceat(blob.astype(np.int64), starts) + size_digits.sum(axis=1)
+        blocks[rows, 148:156] = np.concatenate([((checksum[:, None] >> (3 * np.arange(5, -1, -1))) & 7) + ord("0"),
+                                                np.broadcast_to([0, ord(" ")], (len(rows), 2))], axis=1)
         payload_at = (header_at + BLOCK).tolist()
         for i, name in enumerate(names):
             for at, payload in zip(payload_at[i::f], fields[name], strict=True):
