@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,13 +55,14 @@ class BuildResult:
 
     manifest: Manifest
     url: str
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time: cluster start, each pass, total
 
     def summary(self) -> dict[str, Any]:
         """The JSON object `datapipe build --json` prints."""
         m = self.manifest
         return {
             "name": m.name, "version": m.version, "url": self.url, "samples": m.samples, "shards": len(m.shards),
-            "bytes": m.bytes, "rejected": m.rejected_rows,
+            "bytes": m.bytes, "rejected": m.rejected_rows, "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "stages": [{"stage": s.stage, "in": s.rows_in, "out": s.rows_out, "dropped": s.dropped,
                         "rejected": s.rejected} for s in m.stages],
         }
@@ -78,6 +80,7 @@ class _Runner:
     def __init__(self, client: Any, progress: BuildProgress) -> None:
         self.client = client
         self.progress = progress
+        self.seconds: dict[str, float] = {}
 
     def __call__(self, phase: str, tasks: Sequence[Any]) -> list[Any]:
         from distributed import as_completed
@@ -85,11 +88,14 @@ class _Runner:
         from distributed.scheduler import KilledWorker
 
         self.progress.phase(phase, len(tasks))
+        start = time.perf_counter()
         futures = self.client.compute(list(tasks))
         try:
             for _ in as_completed(futures):
                 self.progress.advance(phase)
-            return self.client.gather(futures)
+            results = self.client.gather(futures)
+            self.seconds[phase] = time.perf_counter() - start
+            return results
         except (KilledWorker, FutureCancelledError) as e:
             raise BuildError(f"{phase}: a Dask worker died while running this pass ({type(e).__name__}: {e}); "
                              "check the workers' memory limit, then run the build again") from None
@@ -258,6 +264,7 @@ def build(
     write pass instead of reading the source twice; by default, when they fit (``fits_in_memory``).
     The result is the same either way.
     """
+    started = time.perf_counter()
     pipeline = loaded.pipeline
     tags = [check_ref_name(t) for t in tags]
     progress = progress or BuildProgress()
@@ -270,6 +277,7 @@ def build(
     with scope as c:
         progress.dashboard(dashboard_link(c))
         run = _Runner(c, progress)
+        run.seconds["start"] = time.perf_counter() - started  # planning the source and starting the cluster
         source_files = c.compute([_hash_task(plan.fs, f) for f in plan.files])
         keep = fits_in_memory(c, plan) if keep_encoded is None else keep_encoded
         b = _Build(loaded, store, run, job, keep)
@@ -299,7 +307,8 @@ def build(
         except BaseException:
             writer.abort()
             raise
-    return BuildResult(committed, f"{store.url.rstrip('/')}/{pipeline.name}@{committed.version}")
+    return BuildResult(committed, f"{store.url.rstrip('/')}/{pipeline.name}@{committed.version}",
+                       {**run.seconds, "total": time.perf_counter() - started})
 
 
 KEEP_FRACTION = 0.25  # of the workers' memory that encoded samples may take between passes

@@ -54,6 +54,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
         click.echo(f"{s['stage']:<24} {s['in']:>10} {s['out']:>10} {s['dropped']:>10} {s['rejected']:>10}")
     click.echo(f"{summary['samples']} samples in {summary['shards']} shards, {summary['bytes']} bytes; "
                f"{summary['rejected']} rows quarantined")
+    seconds = dict(summary.get("seconds", {}))
+    if "total" in seconds:
+        total = seconds.pop("total")
+        click.echo(f"{total:.1f} s: " + ", ".join(f"{phase} {s:.1f} s" for phase, s in seconds.items()))
     click.echo(f"version {summary['version']}")
     click.echo(summary["url"])
 

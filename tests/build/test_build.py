@@ -30,6 +30,9 @@ def test_digits_example_through_the_cli(project):
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["samples"] == 1773 and summary["rejected"] == 7 and summary["shards"] > 1
+    seconds = summary["seconds"]  # where the wall time went: start-up, each pass, the whole build
+    assert {"start", "write shards", "total"} <= set(seconds) and seconds["total"] >= sum(
+        v for k, v in seconds.items() if k != "total") > 0
     by_stage = {s["stage"]: s for s in summary["stages"]}
     assert by_stage["source"]["rejected"] == 1  # the malformed line
     assert by_stage["stages[0].dropna"]["dropped"] == 12  # missing labels
