@@ -163,15 +163,15 @@ def test_numpy_batches_without_torch_conversion_of_lists(toy):
     assert isinstance(np.asarray(batch["__key__"]), np.ndarray)
 
 
-def fixed_size_dataset(root, payload: int, n: int) -> str:
+def fixed_size_dataset(root, payload: int, n: int, per_shard: int = 10) -> str:
     from datapipe.formats.registry import get_format
     from datapipe.versioning.manifest import Manifest
     from datapipe.versioning.store import Store
 
     writer = Store(str(root)).begin("fixed")
     samples = [{"__key__": f"s{i:04d}", "cls": str(i).encode(), "bin": bytes([i % 251]) * payload} for i in range(n)]
-    shards = tuple(writer.write_shard(s, samples[s * 10 : s * 10 + 10], get_format("webdataset"))
-                   for s in range(n // 10))
+    shards = tuple(writer.write_shard(s, samples[s * per_shard : (s + 1) * per_shard], get_format("webdataset"))
+                   for s in range(n // per_shard))
     writer.commit(Manifest(name="fixed", shard_format="webdataset", fields={"bin": "bytes", "cls": "int"},
                            shards=shards))
     return f"{root}/fixed"
@@ -197,3 +197,29 @@ def test_ragged_batches_are_the_same_in_process_and_from_workers(tmp_path, monke
     # a consumer that keeps every batch: no segment is reused under it
     kept = list(datapipe.Loader(url, batch_size=8, num_workers=2, decode={"bin": "ragged"}))
     assert [ragged_contents(b) for b in kept] == runs[0]
+
+
+def test_scattered_samples_of_a_shuffled_batch_are_read_by_pread(tmp_path, monkeypatch):
+    # 4 shards of 200 samples: a shuffled batch of 8 takes ~2 samples per shard, far apart
+    url = fixed_size_dataset(tmp_path, 100, 800, per_shard=200)
+    calls = []
+    real = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: calls.append(offset) or real(fd, buffers, offset))
+    loader = datapipe.Loader(url, batch_size=8, num_workers=0, decode={"bin": "ragged"}, block_shards=80)
+    batches = [ragged_contents(b) for b in loader]
+    assert len(calls) > 400  # one read per sample for most of them (a lone sample goes through the map)
+    seen = []
+    for keys, labels, payloads in batches:
+        assert labels == [int(k[1:]) for k in keys] and payloads == [bytes([n % 251]) * 100 for n in labels]
+        seen += keys
+    assert sorted(seen) == [f"s{i:04d}" for i in range(800)] and seen != sorted(seen)
+
+
+def test_a_shard_cut_short_while_open_is_named(tmp_path):
+    url = fixed_size_dataset(tmp_path, 100, 800, per_shard=200)
+    ds = datapipe.open_dataset(url)
+    rows, shard = np.array([0, 50, 120, 199]), np.zeros(4, dtype=np.int64)  # scattered: read by pread
+    ds.read_columns(shard, rows, ["bin"])  # opens shard 0
+    os.truncate(ds.shard_path(0), 4096)
+    with pytest.raises(ShardCorruptError, match="shard-000000"):
+        ds.read_columns(shard, rows, ["bin"])
