@@ -94,12 +94,17 @@ class Column:
             width = int(sizes.max())
             if not 1 <= sizes.min() <= width <= _MAX_DIGITS or int(offsets.max()) + width > len(source):
                 return None
-            digits = _windows(source, width)[offsets].astype(np.int64) - ord("0")
+            digits = _windows(source, width)[offsets] - np.uint8(ord("0"))  # non-digits wrap above 9
+            if width == int(sizes.min()):  # one width (labels 0-9, say): no masking
+                if (digits > 9).any():
+                    return None
+                values[slots] = digits @ 10 ** np.arange(width - 1, -1, -1)
+                continue
             inside = np.arange(width) < sizes[:, None]
-            if not ((digits >= 0) & (digits <= 9) | ~inside).all():
+            if ((digits > 9) & inside).any():
                 return None
             powers = np.where(inside, 10 ** np.clip(sizes[:, None] - 1 - np.arange(width), 0, None), 0)
-            values[slots] = (digits * powers).sum(axis=1)
+            values[slots] = (digits.astype(np.int64) * powers).sum(axis=1)
         return values
 
 
