@@ -7,7 +7,7 @@ import hashlib
 import io
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, ClassVar
 
@@ -113,6 +113,39 @@ class ShardWriter(ABC):
         members = self._write_sample(key, fields, sample_sha)
         self._keys.add(key)
         self._index.add(key, start, self._pos, sample_sha.digest(), members, fields)
+
+    def write_many(self, samples: Iterable[Mapping[str, Any] | EncodedSamples], chunk: int = 4096) -> None:
+        """Append samples (and encoded blocks) in order: what ``write`` does to each, with the same checks,
+        but runs of samples with the same fields are encoded column-wise by ``encode_samples``."""
+        if type(self).encode_samples.__func__ is ShardWriter.encode_samples.__func__:  # type: ignore[attr-defined]
+            for sample in samples:  # no faster encoder than writing one by one
+                self.write_encoded(sample) if isinstance(sample, EncodedSamples) else self.write(sample)
+            return
+        run: list[tuple[str, Mapping[str, Any]]] = []
+        names: list[str] = []
+        for sample in samples:
+            if isinstance(sample, EncodedSamples):
+                self._write_run(run, names)
+                run = []
+                self.write_encoded(sample)
+                continue
+            if self._finished is not None:
+                raise RuntimeError(f"{self.name}: write() after finish()")
+            key = check_key(sample.get(KEY), allow_dots=self.allow_dots_in_keys)
+            if key in self._keys:
+                raise SampleError(f"{self.name}: sample key {key!r} appears twice in one shard")
+            fields = sorted(check_field(k, key) for k in sample if k != KEY)
+            if fields != names or len(run) >= chunk:
+                self._write_run(run, names)
+                run, names = [], fields
+            self._keys.add(key)
+            run.append((key, sample))
+        self._write_run(run, names)
+
+    def _write_run(self, run: list[tuple[str, Mapping[str, Any]]], names: list[str]) -> None:
+        if run:
+            keys = [key for key, _ in run]
+            self.write_encoded(self.encode_samples(keys, {n: [s[n] for _, s in run] for n in names}))
 
     def write_encoded(self, block: EncodedSamples) -> None:
         """Append samples that ``encode_samples`` encoded: one write, index rows appended as arrays.

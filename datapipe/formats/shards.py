@@ -11,7 +11,6 @@ from fsspec.implementations.local import LocalFileSystem
 
 from datapipe.errors import NotFoundError
 from datapipe.formats.base import ShardReader, WrittenShard
-from datapipe.formats.encoded import EncodedSamples
 from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import ShardFormat, format_for_path, get_format
 from datapipe.storage.fs import open_atomic, put_atomic
@@ -44,11 +43,7 @@ def write_shard_to(
     shard_format = _resolve(path, fmt)
     with open_atomic(fs, path) as f:
         writer = shard_format.writer(f, name=path)
-        for sample in samples:
-            if isinstance(sample, EncodedSamples):
-                writer.write_encoded(sample)
-            else:
-                writer.write(sample)
+        writer.write_many(samples)
         written = writer.finish()
     index_bytes = written.index.to_bytes() if index else None
     if index_bytes is not None:

@@ -79,3 +79,25 @@ def test_pieces_go_into_the_shard_in_output_position_order(fmt):
                   for a, b in ((60, 90), (0, 25), (25, 60))]
     blocks = in_output_order(unshuffled)
     assert len(blocks) == 3 and written(fmt, blocks) == written(fmt, samples(keys, fields))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_write_many_is_write_one_by_one(fmt):
+    keys, fields = columns(50, 4, fmt)
+    items = samples(keys, fields)
+    items[20] = {k: v for k, v in items[20].items() if k != "txt"}  # another field set starts a new run
+    block = get_format(fmt).writer.encode_samples([f"z{i}" for i in range(3)], {n: v[:3] for n, v in fields.items()})
+    out = io.BytesIO()
+    writer = get_format(fmt).writer(out)
+    writer.write_many([*items[:30], block, *items[30:]], chunk=7)
+    assert (out.getvalue(), writer.finish().index.to_bytes()) == written(fmt, [*items[:30], block, *items[30:]])
+
+
+def test_write_many_refuses_a_key_twice_and_bad_values():
+    from datapipe.errors import SampleError
+
+    writer = get_format("webdataset").writer(io.BytesIO())
+    with pytest.raises(SampleError, match="twice"):
+        writer.write_many([{KEY: "a", "x": b"1"}, {KEY: "b", "x": b"2"}, {KEY: "a", "x": b"3"}])
+    with pytest.raises(SampleError, match="stores bytes"):
+        get_format("webdataset").writer(io.BytesIO()).write_many([{KEY: "a", "x": 5}])
