@@ -12,6 +12,8 @@ from datapipe.loader.download import Downloader, first_uses
 from datapipe.loader.pool import BufferPool
 from datapipe.loader.schedule import BatchPlan, EpochOrder
 
+DROP_BYTES = 8 << 20  # a batch source unmaps the shard pages it has read once they add up to this
+
 
 @dataclass(frozen=True)
 class BatchSource:
@@ -36,11 +38,13 @@ class BatchSource:
         """The epoch's global order (built per process; holds one block's permutation at a time)."""
         return EpochOrder(self.dataset.shard_sizes, self.seed, self.epoch, self.shuffle, self.block_shards)
 
-    def produce(self, steps: Iterable[int], finish: Callable[[dict[str, Any]], Any] | None = None) -> Iterator[Any]:
+    def produce(self, steps: Iterable[int], finish: Callable[[dict[str, Any]], Any] | None = None,
+                defer_ragged: bool = False) -> Iterator[Any]:
         """The collated batches of ``steps`` (batch numbers after the plan's start), in order.
 
-        ``finish`` (e.g. ``packing.pack``) turns each batch into what is yielded while its shards are
-        still mapped; its batches keep ragged fields as ``collate.Ragged``, gathered by ``finish``.
+        ``finish`` turns each batch into what is yielded (tensors, say), in this thread and while its
+        shards are still mapped; with ``defer_ragged``, ragged fields stay ``collate.Ragged`` for
+        ``finish`` (``packing.pack``) to gather straight into its buffer.
         """
         order = self.order()
         steps = list(steps)
@@ -50,6 +54,9 @@ class BatchSource:
                                     self.download_ahead)
         opened: set[int] = set()
         pool = BufferPool()
+        mapped: set[int] = set()
+        unmapped_bytes = 0
+        sample_bytes = sum(s.bytes for s in self.dataset.manifest.shards) / max(len(self.dataset), 1)
         try:
             for step in steps:
                 shard_ids, local = order.locate(self.plan.positions(self.rank, step))
@@ -59,12 +66,18 @@ class BatchSource:
                             opened.add(shard)
                             downloader.consumed()
                 keys, columns = self.dataset.read_columns(shard_ids, local, list(self.decoders))
-                batch: Any = collate(keys, columns, self.decoders, defer=finish is not None, allocate=pool.allocate)
+                batch: Any = collate(keys, columns, self.decoders, defer=defer_ragged, allocate=pool.allocate)
                 if finish is not None:
                     batch = finish(batch)
                 del columns
-                for shard in set(shard_ids.tolist()):  # resident memory: one batch, not every shard read so far
-                    self.dataset.reader(shard).drop_pages()
+                # resident memory: the pages of the last few MB read, not of every shard read so far
+                mapped.update(shard_ids.tolist())
+                unmapped_bytes += len(shard_ids) * sample_bytes
+                if unmapped_bytes >= DROP_BYTES:
+                    for shard in mapped:
+                        self.dataset.reader(shard).drop_pages()
+                    mapped.clear()
+                    unmapped_bytes = 0
                 yield batch
         finally:
             if downloader is not None:

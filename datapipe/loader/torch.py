@@ -160,12 +160,11 @@ class ShardDataset(IterableDataset):
                     return (buffer, None), buffer
                 return segments.allocate(nbytes)
 
-            for (buffer, slot), layout in prefetched(self.source.produce(steps, lambda b: pack(b, allocate)),
+            for (buffer, slot), layout in prefetched(self.source.produce(steps, lambda b: pack(b, allocate), True),
                                                      self.prefetch):
                 yield buffer, layout, slot
         else:
-            for batch in prefetched(self.source.produce(steps), self.prefetch):
-                yield to_tensors(batch)
+            yield from prefetched(self.source.produce(steps, to_tensors), self.prefetch)  # tensors made ahead too
 
 
 def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: int,
