@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 Allocate = Callable[[int], np.ndarray]  # nbytes -> a writable uint8 array of that length
 
@@ -110,8 +109,11 @@ class Column:
 
 def _windows(source: Any, width: int) -> np.ndarray:
     """Every ``width``-byte window of ``source`` as rows of a 2-D view (row i starts at byte i); no copy."""
-    flat = np.frombuffer(source, dtype=np.uint8)
-    return as_strided(flat, shape=(len(flat) - width + 1, width), strides=(1, 1), writeable=False)
+    # np.ndarray over the buffer, not numpy's as_strided: the same view for a tenth of the Python overhead
+    size = memoryview(source).nbytes
+    view = np.ndarray((size - width + 1, width), dtype=np.uint8, buffer=source, strides=(1, 1))
+    view.flags.writeable = False
+    return view
 
 
 def batch_order(n: int, slots: list[np.ndarray]) -> np.ndarray:
