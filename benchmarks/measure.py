@@ -20,7 +20,8 @@ already warm), the sum of the first bytes (a cross-check) and peak RSS in MB:
 
 TOOL is datapipe, a peer name (benchmarks.peers.PEERS) or "floor"; MODE is one (one process),
 loader (torch DataLoader, 2 workers, batch 256), index (Mosaic's ds[i]), or for the floor,
-cat (read the shard files in 8 MB chunks) and memmap (numpy sum over an np.memmap of each shard).
+cat (read the shard files in 8 MB chunks), memmap (numpy sum over an np.memmap of each shard) and
+copy (every byte copied through an np.memmap into a reused 25 MiB buffer).
 PATH is the tool's output directory (for the floor: the datapipe store).
 """
 
@@ -79,6 +80,25 @@ def memmap_sum(files: list[str]) -> list[int]:
     return [0, nbytes, acc & 0xFFFF]
 
 
+COPY_CHUNK = 25 * 2**20  # about one W2 batch
+
+
+def memmap_copy(files: list[str]) -> list[int]:
+    """Copy every byte of each shard through np.memmap into one reused buffer (25 MiB at a time): the
+    least that delivering payloads into batch arrays costs, as a copy reads and writes every byte."""
+    out = np.empty(COPY_CHUNK, dtype=np.uint8)
+    nbytes = acc = 0
+    for path in files:
+        mm = np.memmap(path, dtype=np.uint8, mode="r")
+        for start in range(0, len(mm), COPY_CHUNK):
+            part = mm[start : start + COPY_CHUNK]
+            out[: len(part)] = part
+            acc += int(out[0])
+        nbytes += len(mm)
+        del mm
+    return [0, nbytes, acc & 0xFFFF]
+
+
 FAMILIES = {"datapipe": "datapipe", "floor": "floor", "wds": "wds", "wds-int": "wds", "mds": "mds",
             "litdata": "litdata"}
 
@@ -91,7 +111,7 @@ def reader(tool: str, mode: str, path: str) -> Callable[[], list[int]]:
     if tool == "floor":
         from benchmarks.ours import shard_files
         files = shard_files(path)
-        return lambda: {"cat": cat, "memmap": memmap_sum}[mode](files)
+        return lambda: {"cat": cat, "memmap": memmap_sum, "copy": memmap_copy}[mode](files)
     from benchmarks.peers import PEERS
     return lambda: PEERS[tool][2][mode](path)
 

@@ -96,7 +96,8 @@ def _floor_rows(w: dict) -> list[list[str]]:
     disk = w["tools"]["datapipe"]["write"]["disk_bytes"]
     one = _read(w, "datapipe", "one", "samples")
     for mode, label in (("cat", "floor: cat datapipe shards (8 MB reads)"),
-                        ("memmap", "floor: numpy sum over np.memmap of the shards")):
+                        ("memmap", "floor: numpy sum over np.memmap of the shards"),
+                        ("copy", "floor: numpy copy from np.memmap into a reused 25 MiB buffer")):
         r = w.get("floor", {}).get(mode)
         if r:
             bps = r["bytes"] / r["seconds"]

@@ -133,7 +133,7 @@ def run_workload(readers: Readers, w: Workload, workdir: str, timeout: float, re
         log(f"  read datapipe one, 10x shards: {r['samples'] / r['seconds']:,.0f} samples/s, RSS {r['rss_mb']:.0f} MB")
         shutil.rmtree(many)
     result["floor"] = {}
-    for mode in ("cat", "memmap"):
+    for mode in ("cat", "memmap", "copy"):
         r = read_one(readers, "floor", mode, os.path.join(workdir, "datapipe"), timeout)
         result["floor"][mode] = r
         log(f"  floor {mode}: {r['bytes'] / r['seconds'] / 1e9:.2f} GB/s")
