@@ -37,7 +37,9 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
     dashboard = ":0" if importlib.util.find_spec("bokeh") else None
     with LocalCluster(
         n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=processes,
-        dashboard_address=dashboard, silence_logs=logging.ERROR,
+        # workers log recoverable trouble (a peer that died mid-transfer) as ERROR with a traceback; Dask
+        # recomputes what was lost, and what cannot be recovered reaches the user as a BuildError
+        dashboard_address=dashboard, silence_logs=logging.CRITICAL,
     ) as cluster, Client(cluster) as client:
         yield client
 

@@ -167,13 +167,18 @@ def prepare_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray, 
     cleaned = clean(job, part, masks)
     encoded, _ = encode_rows(job, cleaned.frame)
     block = get_format(job.pipeline.shards.format).writer.encode_samples(encoded.keys, encoded.fields)
-    return split_pass((Measured([], [], np.zeros(0), np.zeros(0)), block), key_keep, positions, shards)
+    return split_block(block, key_keep, positions, shards)
 
 
 def split_pass(result: tuple[Measured, EncodedSamples], key_keep: np.ndarray, positions: np.ndarray,
                shards: np.ndarray) -> dict[int, Piece]:
+    """``split_block`` of the block that ``encode_pass`` kept on its worker."""
+    return split_block(result[1], key_keep, positions, shards)
+
+
+def split_block(block: EncodedSamples, key_keep: np.ndarray, positions: np.ndarray,
+                shards: np.ndarray) -> dict[int, Piece]:
     """An encoded partition's kept samples (``key_keep``) grouped by destination shard, with their positions."""
-    block = result[1]
     keep = np.flatnonzero(key_keep)
     if len(block) != len(key_keep) or len(keep) != len(positions):
         raise BuildError("the write pass saw other samples than the measure pass; stages (map functions in "
