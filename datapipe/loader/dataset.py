@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from datapipe.versioning.store import VERSIONS, Store, open_dataset_url
 
 SPARSE = 8  # a shard's samples in a batch that spread over more than SPARSE x their bytes are read by pread
 SMALL_SAMPLE = 64 << 10  # ... when they average under this (bigger samples fault in few pages each)
+OPEN_FDS = 64  # descriptors kept open for those reads, most recently used
 
 
 class Dataset:
@@ -42,7 +44,8 @@ class Dataset:
         self.shard_sizes = np.array([s.samples for s in manifest.shards], dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self.shard_sizes)])
         self._readers: dict[int, ShardReader] = {}
-        self._fds: dict[int, int] = {}  # shard -> open descriptor, for reads of scattered samples
+        self._paths: dict[int, str] = {}  # shard -> the local file its reader maps
+        self._fds: OrderedDict[int, int] = OrderedDict()  # the last OPEN_FDS shards read by pread, open
 
     @property
     def version(self) -> str:
@@ -91,7 +94,7 @@ class Dataset:
                 self._held[shard] = held
                 local, index_bytes = held[0].path, map_file(held[1].path)
             buffer: Any = map_file(local)
-            self._fds[shard] = os.open(local, os.O_RDONLY)
+            self._paths[shard] = local
         except (NotFoundError, FileNotFoundError):
             raise NotFoundError(f"{path}: shard {shard} of {self.name}@{self.version[:12]} is missing") from None
         if len(buffer) != entry.bytes:
@@ -160,19 +163,32 @@ class Dataset:
         Through the map, each scattered sample faults in its pages, and those pages must be unmapped
         again after the batch to bound resident memory: 3-4x slower than the reads (benchmarks/README.md).
         """
-        index, fd = reader.index, self._fds.get(shard)
-        if index is None or fd is None or len(rows) < 2:
+        index = reader.index
+        if index is None or shard not in self._paths or len(rows) < 2:
             return None
         starts, ends = index.sample_start[rows].astype(np.int64), index.sample_end[rows].astype(np.int64)
         need = int((ends - starts).sum())
         if int(ends.max() - starts.min()) <= SPARSE * need or need > SMALL_SAMPLE * len(rows):
             return None
+        fd = self._descriptor(shard)
         copy = memoryview(np.empty(need, dtype=np.uint8))
         at = np.cumsum(ends - starts) - (ends - starts)
         for to, start, end in zip(at.tolist(), starts.tolist(), ends.tolist(), strict=True):
             if os.preadv(fd, [copy[to : to + end - start]], start) != end - start:
                 raise ShardCorruptError(reader.name, "shorter than its index says; it changed while being read", start)
         return copy, at - starts
+
+    def _descriptor(self, shard: int) -> int:
+        """An open descriptor of the shard's local file; at most OPEN_FDS stay open (a dataset may have
+        more shards than the process may open files)."""
+        fd = self._fds.get(shard)
+        if fd is None:
+            fd = self._fds[shard] = os.open(self._paths[shard], os.O_RDONLY)
+            if len(self._fds) > OPEN_FDS:
+                os.close(self._fds.popitem(last=False)[1])
+        else:
+            self._fds.move_to_end(shard)
+        return fd
 
     def __getitem__(self, i: int) -> Sample:
         n = len(self)
@@ -191,6 +207,7 @@ class Dataset:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        self._paths.clear()
         for held in self._held.values():
             for cached in held:
                 cached.close()
@@ -198,7 +215,8 @@ class Dataset:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_readers"], state["_held"], state["_fds"] = {}, {}, {}  # maps, locks, descriptors: one process
+        state["_readers"], state["_held"], state["_paths"] = {}, {}, {}  # maps, locks, descriptors: one process
+        state["_fds"] = OrderedDict()
         return state
 
 
