@@ -126,8 +126,11 @@ def measure_pass(job: BuildJob, part: Part, masks: Masks) -> Measured:
     """Counts, rejects, encoded size and key hash of every sample of ``part``."""
     cleaned = clean(job, part, masks)
     encoded, rejects = encode_rows(job, cleaned.frame)
-    writer = get_format(job.pipeline.shards.format).writer
-    sizes = writer.sample_sizes(encoded.keys, encoded.fields)
+    sizes = get_format(job.pipeline.shards.format).writer.sample_sizes(encoded.keys, encoded.fields)
+    return _measured(cleaned, encoded, rejects, sizes)
+
+
+def _measured(cleaned: Cleaned, encoded: EncodedRows, rejects: list[Reject], sizes: np.ndarray) -> Measured:
     counts = [*cleaned.counts, StageCounts(SAMPLE_STAGE, len(cleaned.frame), len(encoded.keys), 0, len(rejects))]
     return Measured(counts, cleaned.rejects + rejects, sizes, key_hashes(encoded.keys), encoded.kinds)
 
@@ -138,10 +141,7 @@ def encode_pass(job: BuildJob, part: Part, masks: Masks) -> tuple[Measured, Enco
     cleaned = clean(job, part, masks)
     encoded, rejects = encode_rows(job, cleaned.frame)
     block = get_format(job.pipeline.shards.format).writer.encode_samples(encoded.keys, encoded.fields)
-    counts = [*cleaned.counts, StageCounts(SAMPLE_STAGE, len(cleaned.frame), len(encoded.keys), 0, len(rejects))]
-    measured = Measured(counts, cleaned.rejects + rejects, np.diff(block.bounds), key_hashes(encoded.keys),
-                        encoded.kinds)
-    return measured, block
+    return _measured(cleaned, encoded, rejects, np.diff(block.bounds)), block
 
 
 def measured_of(result: tuple[Measured, EncodedSamples]) -> Measured:
