@@ -36,6 +36,11 @@ def _rng(*words: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([w & 0xFFFFFFFF for w in words])))
 
 
+def block_permutation(seed: int, epoch: int, block: int, n: int) -> np.ndarray:
+    """The order in which block ``block``'s ``n`` samples (its shards' samples, concatenated) are read."""
+    return _rng(seed, epoch, block + 1).permutation(n)
+
+
 @dataclass
 class EpochOrder:
     """Maps positions of one epoch's global order to (shard, sample in shard)."""
@@ -76,7 +81,7 @@ class EpochOrder:
         owner = np.repeat(np.arange(len(shards)), sizes)
         local = np.arange(int(sizes.sum())) - np.repeat(np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
         if self.shuffle:
-            perm = _rng(self.seed, self.epoch, b + 1).permutation(len(owner))
+            perm = block_permutation(self.seed, self.epoch, b, len(owner))
             owner, local = owner[perm], local[perm]
         result = (shards[owner], local)
         self._cache[b] = result
