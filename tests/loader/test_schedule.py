@@ -64,23 +64,33 @@ def test_workers_are_dealt_batches_round_robin(n, workers):
     assert interleaved == list(range(n))
 
 
-@given(shard_sizes, worlds, batch_sizes, st.integers(0, 30), worlds, batch_sizes)
-def test_resumption_is_exact_and_elastic(sizes, world, batch, done, new_world, new_batch):
+@given(shard_sizes, worlds, batch_sizes, st.integers(0, 30), worlds, batch_sizes, st.sampled_from([True, "pad"]),
+       st.integers(0, 4))
+def test_resumption_is_exact_and_elastic(sizes, world, batch, done, new_world, new_batch, drop_last, workers):
     total = sum(sizes)
-    plan = BatchPlan(total, batch, world)
+    plan = BatchPlan(total, batch, world, drop_last)
     done = min(done, plan.num_batches())
     position = plan.position_after(done)
-    # same world: the resumed plan's steps are the uninterrupted plan's next steps
-    resumed = BatchPlan(total, batch, world, start=position)
+    # same world: the resumed plan's steps are the uninterrupted plan's next steps, dealt to any number of workers
+    resumed = BatchPlan(total, batch, world, drop_last, start=position)
     assert resumed.num_batches() == plan.num_batches() - done
+    dealt = sorted(s for w in range(max(workers, 1)) for s in worker_steps(resumed.num_batches(), w, workers))
+    assert dealt == list(range(resumed.num_batches()))
     for rank in range(world):
-        for step in range(resumed.num_batches()):
+        for step in dealt:
             assert (resumed.positions(rank, step) == plan.positions(rank, done + step)).all()
-    # another world: the rest of the epoch exactly once, nothing consumed before seen again
-    elastic = BatchPlan(total, new_batch, new_world, start=position)
-    rest = [p for r in range(new_world) for s in range(elastic.num_batches()) for p in elastic.positions(r, s)]
-    assert sorted(rest) == list(range(position, position + len(rest)))
-    assert total - position - len(rest) < new_world * new_batch
+    # another world: the rest of the epoch exactly once, nothing consumed before seen again (except as pad)
+    elastic = BatchPlan(total, new_batch, new_world, drop_last, start=position)
+    # in global order (step by step, rank by rank)
+    rest = [p for s in range(elastic.num_batches()) for r in range(new_world) for p in elastic.positions(r, s)]
+    assert len(rest) == elastic.num_batches() * new_world * new_batch
+    if drop_last is True:
+        assert rest == list(range(position, position + len(rest)))
+        assert total - position - len(rest) < new_world * new_batch
+    else:
+        assert rest[: total - position] == list(range(position, total))  # all of the rest, once
+        assert len(rest) - (total - position) < new_world * new_batch  # then the pad, from the start of the order
+        assert all(p < total for p in rest)
 
 
 def mixing(order: EpochOrder, shard_size: int) -> tuple[float, float, float]:
