@@ -1,17 +1,28 @@
-"""kill -9 `datapipe build` at moments spread over the build, and kill Dask workers under it: every ref
-still names a complete version that verifies, no partial version is listed, a rerun gives the same
-version id, and gc removes every leftover."""
+"""kill -9 `datapipe build` in every phase of the commit protocol, and kill Dask workers under it: every ref
+still names a complete version that verifies, no partial version is listed, a rerun gives the same version id,
+and gc removes every leftover.
+
+Random kill moments alone miss the commit: on a small build the partial version appears at ~75% of the wall
+time and the shards, the manifest and the ref are written in well under a second. So most kills are triggered
+by what the store shows, polled in a tight loop (before the partial directory exists, once it exists, after the
+first shard, after the n-th shard, once the manifest exists but before the ref moved), and the rest land at
+random moments. Each trial reports the phase its kill actually landed in (a kill is never instant).
+"""
 
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
-from conftest import crash_moments, datapipe_cli, last_json, leftovers
+from conftest import REPO, crash_moments, datapipe_cli, last_json, leftovers
 
 
 def start_build(project, store, *extra):
@@ -21,46 +32,203 @@ def start_build(project, store, *extra):
 
 
 def kill_group(proc) -> None:
-    """SIGKILL the build and everything it started (its Dask scheduler lives in it; workers die with it)."""
+    """SIGKILL the build and everything it started (its Dask scheduler lives in it; the workers are in its group).
+
+    Waits until no process of the group is left, so nothing writes into the store while the test looks at it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait(60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"processes of build group {proc.pid} survived SIGKILL")
 
 
-def store_is_consistent(project, store) -> list[str]:
+@dataclass
+class StoreState:
+    """What a store of the digits dataset shows at one instant."""
+
+    partial: bool = False  # a .partial-* directory exists
+    shards: int = 0  # shard files (final names) in the partial directories
+    version_dirs: int = 0  # version directories, with or without a manifest
+    manifests: int = 0  # version directories with a manifest
+    ref: bool = False  # refs/latest exists
+    temporaries: list[str] = field(default_factory=list)
+
+
+SHARD = re.compile(r"^shard-\d{6}\.(tar|tfrecord)$")
+
+
+def look(store: Path) -> StoreState:
+    """One pass over the store with os.scandir: cheap enough to poll in a tight loop."""
+    state = StoreState()
+    versions = store / "digits" / "versions"
+    try:
+        entries = list(os.scandir(versions))
+    except FileNotFoundError:
+        return state
+    for entry in entries:
+        if entry.name.startswith(".partial-"):
+            state.partial = True
+            try:
+                state.shards += sum(1 for e in os.scandir(entry.path) if SHARD.match(e.name))
+            except FileNotFoundError:
+                pass
+        elif not entry.name.startswith("."):
+            state.version_dirs += 1
+            state.manifests += os.path.exists(os.path.join(entry.path, "manifest.json"))
+    state.ref = os.path.exists(store / "digits" / "refs" / "latest")
+    return state
+
+
+def landed(state: StoreState) -> str:
+    """The phase of the build a kill landed in, read from what it left."""
+    if state.ref:
+        return "after the ref moved"
+    if state.manifests:
+        return "manifest written, ref not moved"
+    if state.version_dirs:
+        return "shards moved under the version id, no manifest"
+    if state.partial:
+        return f"partial version with {state.shards} shards"
+    return "before the partial version existed"
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """When each phase began in an undisturbed build, in seconds from its start."""
+
+    partial: float
+    first_shard: float
+    manifest: float
+    total: float
+    shards: int
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The digits project, the version id of an undisturbed build and that build's timeline (it is watched the
+    same way the kills are triggered)."""
+    project = tmp_path_factory.mktemp("digits")
+    for name in ("digits.yaml", "digits_tfrecord.yaml", "digits_code.py"):
+        shutil.copy(REPO / "pipelines" / name, project / name)
+    subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(project / "raw")],
+                   check=True, capture_output=True)
+    store = project / "reference-store"
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--out", str(store),
+                             "--workers", "2", "--json"], cwd=project, stdout=subprocess.PIPE, text=True)
+    seen: dict[str, float] = {}
+    shards = 0
+    while proc.poll() is None:
+        state, now = look(store), time.monotonic() - start
+        shards = max(shards, state.shards)
+        for phase, reached in (("partial", state.partial), ("first_shard", state.shards > 0),
+                               ("manifest", state.manifests > 0)):
+            if reached:
+                seen.setdefault(phase, now)
+        time.sleep(0.001)
+    out, _ = proc.communicate()
+    assert proc.returncode == 0
+    version = json.loads(out.strip().splitlines()[-1])["version"]
+    summary = json.loads(out.strip().splitlines()[-1])
+    timeline = Timeline(partial=seen["partial"], first_shard=seen.get("first_shard", seen["partial"]),
+                        manifest=seen.get("manifest", seen["partial"]), total=time.monotonic() - start,
+                        shards=summary["shards"])
+    print(f"\nreference build: {timeline}")
+    return project, version, timeline
+
+
+TRIGGERS = ["random moment before the partial version", "partial version exists", "first shard written",
+            "n-th shard written", "manifest exists", "random moment"]
+
+
+def kill_when(proc, store: Path, trigger: str, timeline: Timeline, rng: random.Random, n: int) -> None:
+    """Poll the store in a tight loop and SIGKILL the build when ``trigger`` holds (or it has ended)."""
+    start = time.monotonic()
+    if trigger == "random moment before the partial version":
+        at = rng.uniform(0.1, 0.9) * timeline.partial
+    elif trigger == "random moment":
+        at = rng.uniform(0.05, 1.0) * timeline.total
+    else:
+        at = None
+    while proc.poll() is None:
+        if at is not None:
+            if time.monotonic() - start >= at:
+                break
+            time.sleep(0.005)
+            continue
+        state = look(store)
+        if (trigger == "partial version exists" and state.partial
+                or trigger == "first shard written" and state.shards >= 1
+                or trigger == "n-th shard written" and state.shards >= n
+                or trigger == "manifest exists" and state.manifests):
+            break
+    kill_group(proc)
+
+
+def consistent(project, store, reference_version) -> list[str]:
+    """ls lists only complete versions (no partial); every ref names one that `datapipe verify` accepts."""
     listed = json.loads(datapipe_cli("ls", str(store), "--json", cwd=project).stdout or "[]")
+    versions = [r["version"] for r in listed]
+    assert all(v == reference_version for v in versions), versions  # anything listed is the whole version
+    assert not any("partial" in json.dumps(r) for r in listed)
     refs_dir = store / "digits" / "refs"
     for ref in refs_dir.iterdir() if refs_dir.exists() else ():
-        version = ref.read_text().strip()
-        assert version in {r["version"] for r in listed}, f"ref {ref.name} names an unlisted version"
-        assert datapipe_cli("verify", f"{store}/digits@{ref.name}", cwd=project).returncode == 0
-    return [r["version"] for r in listed]
+        if ref.name.startswith("."):
+            continue  # a temporary file of an interrupted ref write: not a ref (gc removes it)
+        assert ref.read_text().strip() in versions, f"ref {ref.name} names an unlisted version"
+        out = datapipe_cli("verify", f"{store}/digits@{ref.name}", cwd=project)
+        assert out.returncode == 0, out.stdout + out.stderr
+    return versions
 
 
 @pytest.mark.slow
-def test_kill_9_at_random_moments_leaves_only_complete_versions(digits_project, tmp_path):
-    reference = last_json(datapipe_cli("build", "digits.yaml", "--out", str(tmp_path / "ref"), "--workers", "2",
-                                       "--json", cwd=digits_project))["version"]
-    start = time.monotonic()
-    datapipe_cli("build", "digits.yaml", "--out", str(tmp_path / "timing"), "--workers", "2", cwd=digits_project)
-    duration = time.monotonic() - start
-    store = tmp_path / "store"
+def test_kill_9_in_every_phase_leaves_only_complete_versions(reference, tmp_path):
+    project, version, timeline = reference
     rng = random.Random(8)
-    moments = sorted(rng.uniform(0.05, 1.0) * duration for _ in range(crash_moments(5)))
-    for moment in moments:
-        proc = start_build(digits_project, store)
-        time.sleep(moment)
-        kill_group(proc)
-        for version in store_is_consistent(digits_project, store):
-            assert version == reference  # anything listed is the whole, verified version
-    rerun = last_json(datapipe_cli("build", "digits.yaml", "--out", str(store), "--workers", "2", "--json",
-                                   cwd=digits_project))
-    assert rerun["version"] == reference
-    assert datapipe_cli("gc", f"{store}/digits", cwd=digits_project).returncode == 0
-    assert leftovers(store) == []
-    assert store_is_consistent(digits_project, store) == [reference]
+    moments = crash_moments(5)
+    report = []
+    for i in range(moments):
+        trigger = TRIGGERS[i % len(TRIGGERS)]
+        # the n-th shard: the middle one first, then spread over the write pass
+        n = max(1, (timeline.shards // 2 + 7 * (i // len(TRIGGERS))) % timeline.shards)
+        store = tmp_path / f"store-{i}"
+        kill_when(start_build(project, store), store, trigger, timeline, rng, n)
+        state = look(store)
+        left = leftovers(store)
+        phase = landed(state)
+        consistent(project, store, version)
+        if state.partial and not state.ref:
+            assert left, f"{phase}: the killed build left nothing for gc"
+        rerun = datapipe_cli("build", "digits.yaml", "--out", str(store), "--workers", "2", "--json", cwd=project)
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        assert last_json(rerun)["version"] == version
+        gc = datapipe_cli("gc", f"{store}/digits", cwd=project)
+        assert gc.returncode == 0, gc.stderr
+        removed = [line.removeprefix("removed ") for line in gc.stdout.splitlines() if line.startswith("removed ")]
+        if left:
+            assert removed, f"{phase}: gc removed nothing, though {left} were left"
+        for path in left:  # each leftover went, itself or with the directory holding it
+            assert any(str(store / path) == r or str(store / path).startswith(r + "/") for r in removed), path
+        assert leftovers(store) == []
+        assert consistent(project, store, version) == [version]
+        assert (store / "digits" / "refs" / "latest").read_text().strip() == version
+        report.append((trigger, phase, len(left), len(removed)))
+        shutil.rmtree(store)
+    print("\ntrigger | landed in | leftovers | gc removed")
+    for row in report:
+        print(" | ".join(map(str, row)))
+    landed_phases = {phase for _, phase, _, _ in report}
+    if moments >= 5:  # the sweep reached the commit, not only the passes before it
+        assert any(p.startswith("partial version with") and p != "partial version with 0 shards"
+                   for p in landed_phases), landed_phases
 
 
 KILLER = '''
@@ -78,16 +246,29 @@ def pixels_then_die(frame):
 
 
 @pytest.mark.parametrize("always", [False, True])
-def test_a_dask_worker_killed_mid_build(digits_project, tmp_path, always):
-    (digits_project / "killer.py").write_text(KILLER.format(marker="killed-once", always=always))
-    pipeline = (digits_project / "digits.yaml").read_text().replace("digits_code:pixels_to_png",
-                                                                    "killer:pixels_then_die")
-    (digits_project / "digits.yaml").write_text(pipeline)
+def test_a_dask_worker_killed_mid_build(reference, tmp_path, always):
+    """A store that already holds a version: a build whose worker dies either fails clearly and moves no ref,
+    or recovers and moves the ref to a complete version; the old version stays intact either way."""
+    project, version, _ = reference
+    work = tmp_path / "project"
+    shutil.copytree(project, work, ignore=shutil.ignore_patterns("*store*", "__pycache__"))
     store = tmp_path / "store"
-    out = datapipe_cli("build", "digits.yaml", "--out", str(store), "--workers", "2", "--json", cwd=digits_project)
+    shutil.copytree(project / "reference-store", store)
+    assert (store / "digits" / "refs" / "latest").read_text().strip() == version
+    (work / "killer.py").write_text(KILLER.format(marker="killed-once", always=always))
+    pipeline = (work / "digits.yaml").read_text().replace("digits_code:pixels_to_png", "killer:pixels_then_die")
+    (work / "digits.yaml").write_text(pipeline)
+    out = datapipe_cli("build", "digits.yaml", "--out", str(store), "--workers", "2", "--json", cwd=work)
+    latest = (store / "digits" / "refs" / "latest").read_text().strip()
     if always:  # every try dies: a clear failure, and no ref moves
         assert out.returncode == 8 and "a Dask worker died" in out.stderr
-        assert not (store / "digits" / "refs").exists() or not list((store / "digits" / "refs").iterdir())
-    else:  # Dask reruns the lost task on a fresh worker: the build recovers
+        assert latest == version
+        assert [r["version"] for r in json.loads(datapipe_cli("ls", str(store), "--json", cwd=work).stdout)] \
+            == [version]
+    else:  # Dask reruns the lost task on a fresh worker: the build recovers and the ref moves to its version
         assert out.returncode == 0, out.stderr
-        assert datapipe_cli("verify", f"{store}/digits", cwd=digits_project).returncode == 0
+        new = last_json(out)["version"]
+        assert new != version and latest == new  # other code, another version
+        assert datapipe_cli("verify", f"{store}/digits@latest", cwd=work).returncode == 0
+    assert datapipe_cli("verify", f"{store}/digits@{version[:12]}", cwd=work).returncode == 0  # the old one
+    assert leftovers(store) == []  # a failed build removes its partial version itself
