@@ -28,16 +28,25 @@ class ShardCorruptError(DatapipeError):
     """A shard or index whose bytes cannot be what a writer produced.
 
     ``shard`` names the file and ``offset`` the byte where reading stopped (None when
-    the problem is not at one place, e.g. a size mismatch).
+    the problem is not at one place, e.g. a size mismatch). Built from one argument, that
+    is the whole message (torch's DataLoader rebuilds a worker's exception from its text).
     """
 
     exit_code = 4
 
-    def __init__(self, shard: str, message: str, offset: int | None = None) -> None:
+    def __init__(self, shard: str, message: str | None = None, offset: int | None = None) -> None:
         self.shard = shard
+        self.message = message
         self.offset = offset
+        if message is None:
+            super().__init__(shard)
+            return
         where = f" at byte {offset}" if offset is not None else ""
         super().__init__(f"{shard}{where}: {message}")
+
+    def __reduce__(self) -> tuple:
+        # pickled with the arguments it was made from (and its notes), so it crosses processes as itself
+        return type(self), (self.shard, self.message, self.offset), self.__dict__
 
 
 class FormatVersionError(DatapipeError):

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import fcntl
 import math
+import pickle
+import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -26,6 +28,7 @@ import torch.distributed as dist
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from datapipe.errors import DatapipeError
 from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import Decoder
 from datapipe.loader.dataset import Dataset
@@ -37,6 +40,18 @@ PIPE_LIMIT = 4 << 20  # bytes of a packed batch up to which workers pickle it ra
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
 SLOTS = 8  # segments per worker: its prefetch queue, the DataLoader's, the batch in use, and slack
 Slot = tuple[int, int] | None  # (worker, slot), or None for a buffer that is not pooled
+
+
+class WorkerFailure:
+    """A datapipe error of a worker, sent as an item so that the training process raises it as itself.
+
+    (The DataLoader would re-raise it as RuntimeError("Caught ShardCorruptError ...") with the worker's traceback as
+    text; the Loader raises the original class, with its attributes, and that traceback as a note.)
+    """
+
+    def __init__(self, error: DatapipeError, worker: int) -> None:
+        error.add_note(f"raised in DataLoader worker {worker}:\n{traceback.format_exc().rstrip()}")
+        self.error = error
 
 
 def new_segment(nbytes: int) -> torch.Tensor:
@@ -160,9 +175,14 @@ class ShardDataset(IterableDataset):
                     return (buffer, None), buffer
                 return segments.allocate(nbytes)
 
-            for (buffer, slot), layout in prefetched(self.source.produce(steps, lambda b: pack(b, allocate), True),
-                                                     self.prefetch):
-                yield buffer, layout, slot
+            try:
+                for (buffer, slot), layout in prefetched(self.source.produce(steps, lambda b: pack(b, allocate), True),
+                                                         self.prefetch):
+                    yield buffer, layout, slot
+            except DatapipeError as e:
+                if info is None or not _picklable(e):
+                    raise
+                yield WorkerFailure(e, worker), None, None
         else:
             yield from prefetched(self.source.produce(steps, to_tensors), self.prefetch)  # tensors made ahead too
 
@@ -186,6 +206,8 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
     batches = iter(loader)
     _widen_pipe(getattr(batches, "_worker_result_queue", None))
     for buffer, layout, slot in batches:
+        if isinstance(buffer, WorkerFailure):
+            raise buffer.error
         releases.track(buffer, slot)
         yield unpack(torch.from_numpy(buffer) if isinstance(buffer, np.ndarray) else buffer, layout, _tensor_view)
 
@@ -197,6 +219,14 @@ def _widen_pipe(queue: Any) -> None:
         fcntl.fcntl(queue._reader.fileno(), F_SETPIPE_SZ, 1 << 20)  # the default cap for unprivileged users
     except (AttributeError, OSError):  # not Linux, another torch, or a capped /proc/sys/fs/pipe-max-size
         pass
+
+
+def _picklable(error: BaseException) -> bool:
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # an error the DataLoader must wrap after all
+        return False
+    return True
 
 
 def _as_is(batch: Any) -> Any:

@@ -143,9 +143,8 @@ def test_a_corrupt_shard_fails_in_the_main_process_naming_it(toy):
     with open(path, "r+b") as f:  # same size, other bytes: the index no longer matches
         f.seek(600)
         f.write(b"\xff" * 8)
-    with pytest.raises(Exception, match=r"shard-000002\.tar") as e:
+    with pytest.raises(ShardCorruptError, match=r"shard-000002\.tar"):  # the worker's error, as itself
         list(datapipe.Loader(toy, batch_size=4, num_workers=2, shuffle=False))
-    assert "ShardCorruptError" in f"{type(e.value).__name__} {e.value}"
     with pytest.raises(ShardCorruptError, match="sha256 does not match the manifest"):
         list(datapipe.Loader(toy, batch_size=4, num_workers=0, shuffle=False, verify=True))
 

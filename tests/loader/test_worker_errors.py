@@ -1,0 +1,45 @@
+"""A datapipe error raised in a DataLoader worker reaches the training process as itself: same class, same shard."""
+
+import os
+import pickle
+
+import pytest
+from torch.utils.data import DataLoader
+
+import datapipe
+from datapipe.errors import ConfigError, ShardCorruptError
+from datapipe.loader.torch import ShardDataset
+
+
+def corrupt(url: str, shard: int) -> str:
+    path = datapipe.open_dataset(url).shard_path(shard)
+    with open(path, "r+b") as f:  # same size, other bytes: the index no longer matches the tar headers
+        f.seek(600)
+        f.write(b"\xff" * 8)
+    return os.path.basename(path)
+
+
+def test_datapipe_errors_survive_pickling_with_their_attributes():
+    e = ShardCorruptError("s/shard-1.tar", "bad header", 1536)
+    e.add_note("in DataLoader worker 1")
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is ShardCorruptError and str(back) == str(e) == "s/shard-1.tar at byte 1536: bad header"
+    assert (back.shard, back.offset, back.__notes__) == ("s/shard-1.tar", 1536, ["in DataLoader worker 1"])
+    config = pickle.loads(pickle.dumps(ConfigError("batch_size must be at least 1")))
+    assert type(config) is ConfigError and str(config) == "batch_size must be at least 1"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_corrupt_shard_in_a_worker_raises_shard_corrupt_error_in_the_training_process(toy, workers):
+    name = corrupt(toy, 2)
+    with pytest.raises(ShardCorruptError, match=name) as raised:
+        list(datapipe.Loader(toy, batch_size=4, num_workers=workers, shuffle=False))
+    assert raised.value.shard.endswith(name)
+    if workers:
+        assert any("DataLoader worker" in note for note in raised.value.__notes__)
+
+
+def test_a_users_own_dataloader_gets_the_same_class_too(toy):
+    name = corrupt(toy, 2)
+    with pytest.raises(ShardCorruptError, match=name):
+        list(DataLoader(ShardDataset(toy, batch_size=4, shuffle=False), batch_size=None, num_workers=2))
