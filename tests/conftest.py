@@ -1,6 +1,20 @@
-import os
+"""Settings and checks shared by every test directory.
 
+Every manifest a test leaves in a store (under its tmp_path, in memory:// or under any other
+pytest temporary directory, CLI subprocess builds included) is validated against
+schemas/manifest.schema.json when the test ends; a test that breaks manifests on purpose is
+marked ``broken_manifests``.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import jsonschema
+import pytest
 from hypothesis import HealthCheck, settings
+
+pytest_plugins = ["pytester"]
 
 # CI runs the whole suite on 2 cores: keep the default sweep modest, allow a longer one on demand.
 settings.register_profile(
@@ -11,3 +25,88 @@ settings.register_profile(
 )
 settings.register_profile("long", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+MANIFEST_SCHEMA_PATH = Path(__file__).parents[1] / "schemas" / "manifest.schema.json"
+_VALIDATOR = jsonschema.Draft202012Validator(json.loads(MANIFEST_SCHEMA_PATH.read_text()))
+_checked: set[str] = set()  # manifest files already validated (or exempt) in this session
+_MEMORY_BEFORE = pytest.StashKey[dict]()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "broken_manifests: the test writes manifests that break the schema on purpose (not validated)"
+    )
+
+
+def manifest_problems(data: bytes, where: str) -> list[str]:
+    """Why a stored manifest breaks the schema or the store layout (empty when it is valid)."""
+    try:
+        manifest = json.loads(data)
+    except ValueError as e:
+        return [f"{where}: not JSON ({e})"]
+    problems = [f"{where}: {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+                for e in _VALIDATOR.iter_errors(manifest)]
+    directory = where.replace("\\", "/").rsplit("/", 2)[-2]
+    if isinstance(manifest, dict) and manifest.get("version") != directory:
+        problems.append(f"{where}: version {manifest.get('version')!r} is not its directory's name {directory!r}")
+    return problems
+
+
+def _local_manifests(root: Path) -> list[Path]:
+    """manifest.json files of store versions (STORE/NAME/versions/VERSION/manifest.json) below root."""
+    found = []
+    for directory, _, files in os.walk(root):
+        if "manifest.json" in files and Path(directory).parent.name == "versions":
+            found.append(Path(directory) / "manifest.json")
+    return sorted(found)
+
+
+def _memory_manifests() -> dict[str, bytes]:
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    return {path: bytes(f.getbuffer()) for path, f in list(MemoryFileSystem.store.items())
+            if path.endswith("/manifest.json") and path.rsplit("/", 3)[-3] == "versions"}
+
+
+def _check_local(root: Path, exempt: bool) -> list[str]:
+    problems = []
+    for path in _local_manifests(root):
+        if str(path) in _checked:
+            continue
+        _checked.add(str(path))
+        if not exempt:
+            problems += manifest_problems(path.read_bytes(), str(path))
+    return problems
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    item.stash[_MEMORY_BEFORE] = _memory_manifests()  # before fixtures run: they may write manifests too
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """When a test has passed, validate the manifests it wrote in its tmp_path and in memory://."""
+    result = yield
+    exempt = item.get_closest_marker("broken_manifests") is not None
+    problems = []
+    for root in (item.funcargs.get("tmp_path"), getattr(item.funcargs.get("pytester"), "path", None)):
+        if root is not None:
+            problems += _check_local(root, exempt)
+    if not exempt:
+        before = item.stash.get(_MEMORY_BEFORE, {})
+        problems += [p for path, data in _memory_manifests().items() if before.get(path) != data
+                     for p in manifest_problems(data, f"memory://{path.lstrip('/')}")]
+    if problems:
+        pytest.fail("manifests that break schemas/manifest.schema.json:\n" + "\n".join(problems), pytrace=False)
+    return result
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_manifests_follow_the_schema(tmp_path_factory):
+    """At the end, the manifests of session- and module-scoped temporary directories too."""
+    yield
+    problems = _check_local(tmp_path_factory.getbasetemp(), exempt=False)
+    if problems:
+        pytest.fail("manifests that break schemas/manifest.schema.json:\n" + "\n".join(problems), pytrace=False)

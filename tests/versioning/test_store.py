@@ -70,6 +70,7 @@ def test_dataset_urls_resolve_refs_tags_and_prefixes(store):
         open_dataset_url(f"{base}/cats")
 
 
+@pytest.mark.broken_manifests  # copies of one manifest under made-up version ids
 def test_ambiguous_prefix_lists_candidates(store):
     m = commit(store, two_shards())
     manifest = store.fs.cat_file(store.path("digits", "versions", m.version, "manifest.json"))
@@ -138,6 +139,7 @@ def test_diff_by_sample(store):
     assert (d.added, d.removed, d.changed, d.unchanged) == (["extra"], ["sample000000"], ["sample000005"], 28)
 
 
+@pytest.mark.broken_manifests
 def test_unknown_manifest_version_is_a_clear_error(store):
     m = commit(store, two_shards())
     path = store.path("digits", "versions", m.version, "manifest.json")
