@@ -1,0 +1,89 @@
+"""Resource bounds: the loader's memory does not grow with the number of shards it iterates, and a build of an
+input larger than the memory given to its Dask workers completes (streaming the partitions, spilling) with every
+row accounted for. The measured figures are printed (run with -s) for tests/reliability/README.md."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from sample_data import payload
+
+from datapipe.formats.registry import get_format
+from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.store import Store
+
+SAMPLES_PER_SHARD = 500
+SAMPLE_BYTES = 8 << 10  # 4 MB shards
+FEW_SHARDS = 8
+
+
+def make_shards(root, shards: int, name: str) -> str:
+    """A version of ``shards`` shards of the same shape (500 samples of 8 KiB each); returns its URL."""
+    store = Store(str(root))
+    fmt = get_format("webdataset")
+    writer = store.begin(name)
+    blobs = [payload(SAMPLE_BYTES, seed) for seed in range(16)]
+    entries = []
+    for s in range(shards):
+        samples = ({"__key__": f"s{s:05d}-{i:05d}", "cls": str(i % 10).encode(), "bin": blobs[(s + i) % 16]}
+                   for i in range(SAMPLES_PER_SHARD))
+        entries.append(writer.write_shard(s, samples, fmt))
+    writer.commit(Manifest(name=name, shard_format="webdataset", fields={"bin": "bytes", "cls": "int"},
+                           shards=tuple(entries)))
+    return f"{root}/{name}"
+
+
+READER = textwrap.dedent("""
+    import json, resource, sys, threading
+    import datapipe
+
+    def status_mb(field):
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
+
+    url, workers = sys.argv[1], int(sys.argv[2])
+    loader = datapipe.Loader(url, batch_size=256, shuffle=True, seed=3, num_workers=workers, drop_last="pad")
+    peak, done = [status_mb("RssAnon")], threading.Event()
+
+    def sample():
+        while not done.wait(0.01):
+            peak.append(status_mb("RssAnon"))
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    keys = set()
+    for batch in loader:
+        keys.update(batch["__key__"])
+    done.set()
+    watcher.join()
+    del loader
+    print(json.dumps({"samples": len(keys), "anon_peak_mb": max(peak), "hwm_mb": status_mb("VmHWM"),
+                      "children_hwm_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+""")
+
+
+def read_in_subprocess(url: str, workers: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", READER, url, str(workers)], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["in-process", "2-workers"])
+def test_loader_memory_does_not_grow_with_10x_more_shards(tmp_path_factory, workers):
+    root = tmp_path_factory.getbasetemp() / "shards-10x"
+    if not (root / "many").exists():
+        make_shards(root, FEW_SHARDS, "few")
+        make_shards(root, 10 * FEW_SHARDS, "many")
+    few = read_in_subprocess(f"{root}/few", workers)
+    many = read_in_subprocess(f"{root}/many", workers)
+    data_mb = 10 * FEW_SHARDS * SAMPLES_PER_SHARD * SAMPLE_BYTES / 2**20
+    print(f"\nloader, {workers} workers: {FEW_SHARDS} shards {few} | {10 * FEW_SHARDS} shards ({data_mb:.0f} MB) "
+          f"{many}")
+    assert few["samples"] == FEW_SHARDS * SAMPLES_PER_SHARD and many["samples"] == 10 * few["samples"]
+    # 9x more bytes went through: memory that grew with them (kept pages, per-shard buffers) would show as
+    # hundreds of MB. Allowed: the indexes of 10x as many samples and allocator noise.
+    for figure in ("anon_peak_mb", "hwm_mb", "children_hwm_mb"):
+        assert many[figure] <= few[figure] * 1.1 + 24, (figure, few, many)
