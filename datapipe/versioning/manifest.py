@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields, replace
+import re
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from datapipe.errors import ConfigError, FormatVersionError
+from datapipe.errors import ConfigError, FormatVersionError, IntegrityError
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -138,29 +139,113 @@ class Manifest:
                 f"{where}: manifest format version {version!r} is not supported (this datapipe reads "
                 f"version {FORMAT_VERSION}); upgrade datapipe"
             )
-        try:
-            return _manifest_from_dict(raw)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(f"{where}: malformed manifest ({type(e).__name__}: {e})") from None
+        return _manifest_from_dict(raw, where)
 
 
-def _build(kind: type, raw: dict[str, Any]) -> Any:
-    names = {f.name for f in fields(kind)}
-    return kind(**{k: v for k, v in raw.items() if k in names})
+class _Malformed(Exception):
+    """A field of a manifest with the wrong type or value (``field`` is its dotted path)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"field {field!r}: {problem}")
 
 
-def _manifest_from_dict(raw: dict[str, Any]) -> Manifest:
-    lineage = raw.get("lineage", {})
-    return _build(Manifest, {
-        **raw,
-        "shards": tuple(_build(ShardEntry, s) for s in raw["shards"]),
-        "stages": tuple(_build(StageCounts, s) for s in raw.get("stages", ())),
-        "lineage": _build(Lineage, {
-            **lineage,
-            "sources": tuple(_build(SourceFile, s) for s in lineage.get("sources", ())),
-            "code": tuple(_build(CodeRef, c) for c in lineage.get("code", ())),
-        }),
-    })
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_FILE_NAME = re.compile(r"^[^/\\]+$")
+
+# name -> (type, required) per record; "sha256" and "file" are strings with a pattern, "count" a non-negative int
+_SPEC: dict[str, dict[str, tuple[str, bool]]] = {
+    "manifest": {
+        "format_version": ("int", True), "name": ("str", True), "version": ("sha256", True),
+        "parent": ("sha256?", False), "shard_format": ("str", True), "fields": ("dict[str]", True),
+        "shards": ("list[shard]", True), "stages": ("list[stage]", False), "lineage": ("lineage", False),
+        "rejected": ("file?", False), "rejected_rows": ("count", False), "created_at": ("str", False),
+        "host": ("str", False), "samples": ("count", False), "bytes": ("count", False),
+    },
+    "shard": {
+        "path": ("file", True), "samples": ("count", True), "bytes": ("count", True), "sha256": ("sha256", True),
+        "index_path": ("file", True), "index_bytes": ("count", True), "index_sha256": ("sha256", True),
+    },
+    "stage": {"stage": ("str", True), "rows_in": ("count", True), "rows_out": ("count", True),
+              "dropped": ("count", False), "rejected": ("count", False)},
+    "lineage": {"pipeline": ("dict", False), "sources": ("list[source]", False), "code": ("list[code]", False),
+                "seed": ("int?", False), "environment": ("dict[str]", False)},
+    "source": {"path": ("str", True), "size": ("count", True), "hash": ("str", True)},
+    "code": {"module": ("str", True), "sha256": ("sha256", True)},
+}
+_KINDS = {"shard": ShardEntry, "stage": StageCounts, "lineage": Lineage, "source": SourceFile, "code": CodeRef}
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
+def _convert(kind: str, value: Any, where: str) -> Any:
+    """``value`` checked against ``kind`` and turned into the model's type; _Malformed naming ``where``."""
+    if kind.endswith("?"):
+        return None if value is None else _convert(kind[:-1], value, where)
+    if kind in ("int", "count"):
+        if not isinstance(value, int) or isinstance(value, bool) or (kind == "count" and value < 0):
+            raise _Malformed(where, f"expected {'a non-negative ' if kind == 'count' else 'an '}integer, "
+                                    f"got {_describe(value)}")
+        return value
+    if kind in ("str", "sha256", "file"):
+        if not isinstance(value, str):
+            raise _Malformed(where, f"expected a string, got {_describe(value)}")
+        if kind == "sha256" and not _HEX64.match(value):
+            raise _Malformed(where, f"expected 64 lowercase hex digits (a sha256), got {value[:80]!r}")
+        if kind == "file" and (not _FILE_NAME.match(value) or value in (".", "..")):
+            raise _Malformed(where, f"expected a file name inside the version directory, got {value[:80]!r}")
+        return value
+    if kind.startswith("dict"):
+        if not isinstance(value, dict):
+            raise _Malformed(where, f"expected an object, got {_describe(value)}")
+        if kind == "dict[str]":
+            for key, item in value.items():
+                _convert("str", item, f"{where}.{key}")
+        return value
+    if kind.startswith("list["):
+        if not isinstance(value, list):
+            raise _Malformed(where, f"expected a list, got {_describe(value)}")
+        return tuple(_convert(kind[5:-1], item, f"{where}[{i}]") for i, item in enumerate(value))
+    return _record(kind, value, where)
+
+
+def _record(kind: str, raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise _Malformed(where, f"expected an object, got {_describe(raw)}")
+    spec, prefix = _SPEC[kind], f"{where}." if where else ""
+    values = {}
+    for name, (field_kind, required) in spec.items():
+        if name in raw:
+            values[name] = _convert(field_kind, raw[name], prefix + name)
+        elif required:
+            raise _Malformed(prefix + name, "missing")
+    unknown = sorted(set(raw) - set(spec))
+    if unknown:
+        raise _Malformed(prefix + unknown[0], f"not a {kind} field (known: {', '.join(spec)})")
+    if kind == "manifest":
+        for total in ("samples", "bytes"):  # totals, recomputed from the shards
+            values.pop(total, None)
+        return Manifest(**values)
+    return _KINDS[kind](**values)
+
+
+def _manifest_from_dict(raw: dict[str, Any], where: str = "manifest") -> Manifest:
+    """A manifest from parsed JSON; every wrong or missing field is an IntegrityError naming ``where`` and it."""
+    try:
+        manifest = _record("manifest", raw, "")
+    except _Malformed as e:
+        raise IntegrityError(f"{where}: malformed manifest: {e}; the file was edited or damaged "
+                             "(restore it from a copy, or delete its version directory and build again)") from None
+    for total in ("samples", "bytes"):
+        if total in raw and raw[total] != getattr(manifest, total):
+            raise IntegrityError(f"{where}: malformed manifest: field {total!r} is {raw[total]} but the shards "
+                                 f"add up to {getattr(manifest, total)}; the file was edited or damaged")
+    if (manifest.rejected is None) != (manifest.rejected_rows == 0):
+        raise IntegrityError(f"{where}: malformed manifest: field 'rejected' is {manifest.rejected!r} but "
+                             f"'rejected_rows' is {manifest.rejected_rows}; the file was edited or damaged")
+    return manifest
 
 
 def canonical_json(data: Any) -> bytes:
