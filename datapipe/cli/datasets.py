@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from datapipe.cli.options import storage_options
+from datapipe.errors import ConfigError, NotFoundError
 from datapipe.versioning.diff import diff_versions, sample_hashes
 from datapipe.versioning.gc import collect
 from datapipe.versioning.manifest import Manifest
@@ -97,14 +98,18 @@ def info(dataset: str, as_json: bool) -> None:
 @click.argument("dataset")
 def verify(dataset: str) -> None:
     """Re-hash every shard and index of DATASET against its manifest (exit 1 on any problem)."""
-    store, name, m = open_dataset_url(dataset, storage_options())
-    problems = verify_version(store, name, m)
+    store_url, name, ref = parse_dataset_url(dataset)
+    store = Store(store_url, storage_options())
+    version = store.resolve(name, ref)
+    m = store.manifest(name, version)
+    problems = verify_version(store, name, m, version)
     for p in problems:
         click.echo(str(p))
     if problems:
         click.echo(f"error: {name}@{m.version[:12]}: {len(problems)} problem(s)", err=True)
         sys.exit(1)
-    click.echo(f"{name}@{m.version[:12]}: {len(m.shards)} shards and indexes match the manifest")
+    click.echo(f"{name}@{m.version[:12]}: the manifest and its {len(m.shards)} shards and indexes match"
+               + (f", {m.rejected} present" if m.rejected else ""))
 
 
 @click.command()
@@ -141,12 +146,19 @@ def diff(a: str, b: str, as_json: bool) -> None:
 def gc(dataset: str, prune: bool) -> None:
     """Remove partial versions and temporary files of DATASET (STORE/NAME)."""
     store_url, name, _ = parse_dataset_url(dataset)
-    report = collect(Store(store_url, storage_options()), name, prune=prune)
+    if "@" in dataset.rstrip("/").rsplit("/", 1)[-1]:
+        raise ConfigError(f"{dataset}: gc cleans a whole dataset; give STORE/NAME without @REF")
+    store = Store(store_url, storage_options())
+    if name not in store.datasets():
+        inner = Store(dataset, storage_options()).datasets()
+        if inner:
+            raise ConfigError(f"{dataset} is a store, not a dataset: gc cleans one dataset at a time; name one of "
+                              + ", ".join(f"{dataset.rstrip('/')}/{d}" for d in inner))
+        known = ", ".join(store.datasets()) or "none"
+        raise NotFoundError(f"{store.url}: no dataset {name!r} (datasets here: {known}); give STORE/NAME")
+    report = collect(store, name, prune=prune)
     for path in report.removed:
         click.echo(f"removed {path}")
     for path in report.kept_live:
         click.echo(f"kept {path} (its writer is still running)")
     click.echo(f"{len(report.removed)} removed")
-
-
-
