@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from fsspec.utils import read_block
 
@@ -41,16 +42,28 @@ def _open(plan: SourcePlan, path: str, label: str, compression: str | None = "in
 
 
 def _block(plan: SourcePlan, part: Part) -> tuple[bytes, bytes]:
-    """(header line or b'', the partition's bytes without the header)."""
+    """(the file's first record for a block after the first, else b''; the block's bytes).
+
+    The first record is a CSV file's header (prepended to the block), or, without a header row,
+    what says how many fields a record has. Exact parts were cut between records by the quote
+    scan; others at the first newline after their nominal start.
+    """
     f = plan.files[part.file]
+    header = b""
     with _open(plan, f.path, f.label) as handle:
         if part.length is None:
             data = handle.read()
-            header = b""
+        elif part.exact:
+            handle.seek(part.start)
+            data = handle.read(part.length)
+            if part.header:
+                handle.seek(0)
+                header = handle.read(part.header)
         else:
             data = read_block(handle, part.start, part.length, delimiter=b"\n")
-            handle.seek(0)
-            header = handle.readline() if part.start else b""
+            if part.start and plan.format == "csv":
+                handle.seek(0)
+                header = handle.readline()
     return header, data
 
 
@@ -104,8 +117,45 @@ def _logical_records(text: str, quotechar: str) -> Iterator[tuple[str, bool]]:
             i = j + 1
 
 
-def _csv_slow(data: bytes, options: dict[str, Any]) -> tuple[pd.DataFrame, list[tuple[int, str, str]], int]:
-    """Record by record: bad records become rejects (with their text), the rest is parsed by pandas."""
+def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray:
+    """The number of fields of each non-blank record of ``data``, where records end at newlines
+    outside quotes and fields at separators outside quotes (the record model of the slow path and
+    of the quote scan that cut the file), computed with numpy."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if not len(raw):
+        return np.zeros(0, dtype=np.int64)
+    newline, delims = raw == 10, raw == sep
+    if quote is not None:
+        quotes = raw == quote
+        if quotes.any():  # a uint8 sum wraps at 256, an even number, so the parity survives
+            outside = (np.cumsum(quotes, dtype=np.uint8) & 1) == 0
+            newline &= outside
+            delims &= outside
+    starts = np.concatenate([[0], np.flatnonzero(newline) + 1])
+    starts = starts[starts < len(raw)]
+    nonblank = np.logical_or.reduceat(~np.isin(raw, _BLANK), starts)
+    return (np.add.reduceat(delims, starts, dtype=np.int64) + 1)[nonblank]
+
+
+_BLANK = np.frombuffer(b" \t\r\n", dtype=np.uint8)
+
+
+def _agrees(frame: pd.DataFrame, fields: np.ndarray, width: int | None, has_header: bool) -> bool:
+    """Whether pandas read the records the slow path would: one row per record, each with ``width``
+    fields (pandas pads a short row with missing values, where the slow path quarantines it)."""
+    if has_header:
+        width, fields = (int(fields[0]), fields[1:]) if len(fields) else (width, fields)
+    return len(frame) == len(fields) and bool((fields == width).all())
+
+
+def _csv_slow(data: bytes, options: dict[str, Any], has_header: bool = True,
+              width: int | None = None) -> tuple[pd.DataFrame, list[tuple[int, str, str]], int]:
+    """Record by record: bad records become rejects (with their text), the rest is parsed by pandas.
+
+    Records end at newlines outside quotes, as the quote scan that cut the file assumed. Without a
+    header row, ``width`` (the fields of the file's first record, or of ``names``) is the number
+    of fields every record must have.
+    """
     encoding = options.get("encoding") or "utf-8"
     delimiter = options.get("sep") or options.get("delimiter") or ","
     quotechar = options.get("quotechar") or '"'
@@ -113,7 +163,7 @@ def _csv_slow(data: bytes, options: dict[str, Any]) -> tuple[pd.DataFrame, list[
     csv.field_size_limit(2**31 - 1)
     good, rows, rejects = io.StringIO(), [], []
     writer = csv.writer(good, delimiter=delimiter, quotechar=quotechar, lineterminator="\n")
-    width, row = None, -1
+    row = -1
     for raw, closed in _logical_records(text, quotechar):
         if not raw.strip():
             continue  # a blank line, as pandas skips it
@@ -124,11 +174,13 @@ def _csv_slow(data: bytes, options: dict[str, Any]) -> tuple[pd.DataFrame, list[
             record, why = None, f"malformed CSV ({e})"
         else:
             why = "a quote that is never closed"
-        if width is None and record is not None:
+        if width is None and record is not None and has_header:
             width = len(record)
             writer.writerow(record)
             continue
         row += 1
+        if width is None and record is not None:  # no header row, and the file's first record not known
+            width = len(record)
         if record is None:
             rejects.append((row, why, shown))
         elif any("\udc80" <= ch <= "\udcff" for ch in raw):
@@ -138,24 +190,47 @@ def _csv_slow(data: bytes, options: dict[str, Any]) -> tuple[pd.DataFrame, list[
         else:
             writer.writerow(record)
             rows.append(row)
+    if not rows and not has_header:
+        return pd.DataFrame(index=pd.Index([], dtype="int64")), rejects, row + 1
     frame = pd.read_csv(io.StringIO(good.getvalue()), **{**options, "encoding": None})
     frame.index = pd.Index(rows[: len(frame)], dtype="int64")
     return frame, rejects, row + 1
 
 
+def _no_header_width(plan: SourcePlan, first: bytes, data: bytes, sep: int) -> int | None:
+    """Without a header row: the fields every record must have (of ``names``, or of the file's first record)."""
+    names = plan.options.get("names")
+    if names is not None:
+        return len(names)
+    fields = record_fields(first or data, sep, plan.quote)
+    return int(fields[0]) if len(fields) else None
+
+
 def read_csv_part(plan: SourcePlan, part: Part) -> RawPart:
-    """A CSV block: pandas' C parser when the block is clean, record by record when it is not."""
-    header, data = _block(plan, part)
-    if not (header + data).strip():
+    """A CSV block: pandas' C parser when the block is clean, record by record when it is not.
+
+    Clean means that pandas read one row per record with the file's number of fields, records
+    and fields found as the quote scan found them (``record_fields``); where a stray quote or a
+    short row makes them differ, the block is read record by record, so that the rows and the
+    quarantine never depend on where the blocks were cut.
+    """
+    first, data = _block(plan, part)
+    text = first + data if plan.has_header else data
+    if not text.strip():
         return RawPart(pd.DataFrame(), 0)
     options = _csv_options(plan)
+    sep = options.get("sep") or options.get("delimiter") or ","
+    checked = part.length is not None and len(sep.encode()) == 1  # a file read whole is never cut
+    width = _no_header_width(plan, first, data, sep.encode()[0]) if checked and not plan.has_header else None
     try:
-        frame = _csv_fast(header + data, options)
+        frame = _csv_fast(text, options)
+        if checked and not _agrees(frame, record_fields(text, sep.encode()[0], plan.quote), width, plan.has_header):
+            raise pd.errors.ParserError("the records are not all whole")
         raw = RawPart(frame, len(frame))
     except pd.errors.EmptyDataError:
         return RawPart(pd.DataFrame(), 0)
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError):
-        frame, rejects, rows_in = _csv_slow(header + data, options)
+        frame, rejects, rows_in = _csv_slow(text, options, plan.has_header, width)
         raw = RawPart(frame, rows_in, rejects)
     return _with_schema(plan, raw, strings=True)
 

@@ -39,7 +39,7 @@ from datapipe.build.plan import (
 )
 from datapipe.build.progress import BuildProgress
 from datapipe.build.quarantine import Reject, quarantine_bytes
-from datapipe.build.sources import SourcePlan, plan_source
+from datapipe.build.sources import SourcePlan, align_parts, plan_source, scan_block, scans_needed
 from datapipe.errors import BuildError
 from datapipe.formats.registry import get_format
 from datapipe.storage.fs import put_atomic
@@ -268,9 +268,8 @@ def build(
     pipeline = loaded.pipeline
     tags = [check_ref_name(t) for t in tags]
     progress = progress or BuildProgress()
-    plan = plan_source(pipeline.source, loaded.base_dir, storage_options)
+    plan = plan_source(pipeline.source, loaded.base_dir, storage_options, align=False)
     code = code_refs(pipeline, loaded.base_dir)
-    job = BuildJob(pipeline, loaded.base_dir, plan, {ref.module: ref.sha256 for ref in code})
     processes = not (_in_process_only(store.fs) or _in_process_only(plan.fs))
     scope = contextlib.nullcontext(client) if client is not None else dask_client(workers, scheduler,
                                                                                   processes=processes)
@@ -278,6 +277,8 @@ def build(
         progress.dashboard(dashboard_link(c))
         run = _Runner(c, progress)
         run.seconds["start"] = time.perf_counter() - started  # planning the source and starting the cluster
+        plan = _align(run, plan)
+        job = BuildJob(pipeline, loaded.base_dir, plan, {ref.module: ref.sha256 for ref in code})
         source_files = c.compute([_hash_task(plan.fs, f) for f in plan.files])
         keep = fits_in_memory(c, plan) if keep_encoded is None else keep_encoded
         b = _Build(loaded, store, run, job, keep)
@@ -324,6 +325,20 @@ def fits_in_memory(client: Any, plan: SourcePlan) -> bool:
     if not limits or 0 in limits:  # no limit known: do not guess
         return False
     return ENCODED_PER_SOURCE_BYTE * sum(f.size for f in plan.files) <= KEEP_FRACTION * sum(limits)
+
+
+def _align(run: _Runner, plan: SourcePlan) -> SourcePlan:
+    """Cut quoted CSV files between records: one quote-counting task per nominal block (``align_parts``)."""
+    needed = scans_needed(plan)
+    if not needed:
+        return plan
+    from dask import delayed
+
+    scans = run("find record boundaries", [
+        delayed(scan_block, pure=False)(plan.fs, plan.files[i].path, p.start, p.length, plan.quote)
+        for i, p in needed
+    ])
+    return align_parts(plan, scans)
 
 
 def _hash_task(fs: Any, f: Any) -> Any:

@@ -315,3 +315,48 @@ def test_memory_store_builds_with_thread_workers(project):
     store = Store(f"memory://stores/{uuid.uuid4().hex}")
     result = build(load_pipeline(project.root / "pipeline.yaml"), store, workers=2)
     assert store.read_ref("mem", "latest") == result.manifest.version and result.manifest.samples == 2
+
+
+def quoted_newlines(rows: int, prefix: str = "r") -> str:
+    lines = ["id,text,label"]
+    for i in range(rows):
+        text = f'"line one of {i}\nline two, with ""quotes"" and a comma\n\nthree"' if i % 3 == 0 else f"plain {i}"
+        lines.append(f"{prefix}{i:04d},{text},{i % 10}")
+    return "\n".join(lines) + "\n"
+
+
+QUOTED = """\
+    name: quoted
+    source:
+      path: raw/*.csv
+      format: csv
+      options: {{blocksize: {blocksize}, header: {header}, names: {names}}}
+    sample:
+      key: {key}
+      fields: {{txt: {text}, cls: {label}}}
+    shards: {{max_bytes: 8KB}}
+    """
+
+
+@pytest.mark.parametrize("header", ["quoted newlines", "no header row"])
+def test_csv_quirks_give_one_version_whatever_the_blocksize(project, dask_client, header):
+    if header == "quoted newlines":
+        project.write("raw/a.csv", quoted_newlines(300))
+        project.write("raw/b.csv", quoted_newlines(30, "s"))
+        fmt = dict(header=0, names="null", key="id", text="text", label="label")
+    else:
+        project.write("raw/a.csv", "".join(f"r{i:04d},value {i},{i % 10}\n" for i in range(300)))
+        project.write("raw/b.csv", "".join(f"s{i:04d},value {i},{i % 10}\n" for i in range(30)))
+        fmt = dict(header="null", names="[id, text, label]", key="id", text="text", label="label")
+    versions = set()
+    for blocksize in ("1KB", "300B", "1MB"):
+        project.pipeline(QUOTED.format(blocksize=blocksize, **fmt))
+        result = project.build(client=dask_client, keep_encoded=blocksize == "1MB")
+        assert result.manifest.samples == 330 and result.manifest.rejected_rows == 0, blocksize
+        accounting_holds(result.manifest)
+        versions.add(result.manifest.version)
+    assert len(versions) == 1
+    first = project.samples(result)[0]
+    if header == "quoted newlines":
+        assert first["txt"] == b'line one of 0\nline two, with "quotes" and a comma\n\nthree'
+    assert first["__key__"] == "r0000" and first["cls"] == b"0"

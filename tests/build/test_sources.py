@@ -1,0 +1,111 @@
+"""Planning and reading the source: CSV blocks cut only between records, so rows never depend on the blocksize."""
+
+import pandas as pd
+import pytest
+
+from datapipe.build.config import SourceConfig
+from datapipe.build.readers import read_part
+from datapipe.build.sources import csv_layout, plan_source
+from datapipe.errors import ConfigError
+
+
+def quoted_newlines(rows: int = 300) -> bytes:
+    lines = ["id,text,label"]
+    for i in range(rows):
+        text = f'"line one of {i}\nline two, with ""quotes"" and a comma\n\nthree"' if i % 3 == 0 else f"plain {i}"
+        lines.append(f"r{i:04d},{text},{i % 10}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def read_all(root, name: str, blocksize: int, **options) -> tuple[list[tuple], list[tuple], int, int]:
+    """(rows, (row in file, reason) of rejects, rows read, partitions) of the whole source at ``blocksize``."""
+    plan = plan_source(SourceConfig(path=name, format="csv", options={"blocksize": blocksize, **options}), str(root))
+    rows, rejects, offset = [], [], 0
+    for part in plan.parts:
+        raw = read_part(plan, part)
+        rows.extend(tuple(None if pd.isna(v) else v for v in r) for r in raw.frame.itertuples(index=False))
+        rejects.extend((offset + row, reason) for row, reason, _ in raw.rejects)
+        offset += raw.rows_in
+    return rows, sorted(rejects), offset, len(plan.parts)
+
+
+BLOCKSIZES = [64, 100, 257, 1000, 4096, 1 << 20]
+
+
+def test_quoted_newlines_never_split_a_row(tmp_path):
+    (tmp_path / "q.csv").write_bytes(quoted_newlines())
+    results = {bs: read_all(tmp_path, "q.csv", bs) for bs in BLOCKSIZES}
+    rows, rejects, read, parts = results[1 << 20]
+    assert parts == 1 and read == 300 and rejects == [] and len(rows) == 300
+    assert rows[0] == ("r0000", 'line one of 0\nline two, with "quotes" and a comma\n\nthree', 0)
+    assert results[100][3] > 50  # many blocks, each cut between records
+    for bs, result in results.items():
+        assert result[:3] == results[1 << 20][:3], bs
+
+
+@pytest.mark.parametrize("text", [
+    # a stray quote inside an unquoted field, then a quoted field with a newline: pandas and quote parity
+    # disagree on where records end; every blocksize must still give the same rows and rejects
+    b'a,b,c\n1,b"c,"x\ny"\n2,3,4\n5,6,7\n8,"9\n9",10\n' * 20,
+    # a quote that is never closed, after good rows
+    b"a,b,c\n" + b"1,2,3\n" * 50 + b'4,"5,6\n7,8,9\n' + b"1,2,3\n" * 20,
+    # CRLF line ends, blank lines and quoted CRLFs
+    b'a,b,c\r\n1,"x\r\ny",3\r\n\r\n4,5,6\r\n' * 40,
+    # malformed rows (wrong field counts) between quoted newlines
+    b'a,b,c\n1,"x\ny",3\n1,2\n4,5,6,7\n' * 40,
+])
+def test_rows_and_rejects_do_not_depend_on_the_blocksize(tmp_path, text):
+    (tmp_path / "d.csv").write_bytes(text)
+    results = {bs: read_all(tmp_path, "d.csv", bs) for bs in BLOCKSIZES}
+    expected = results[1 << 20][:3]
+    assert expected[2] > 0
+    for bs, result in results.items():
+        assert result[:3] == expected, bs
+
+
+def test_no_header_reads_every_row_once(tmp_path):
+    (tmp_path / "n.csv").write_text("".join(f"r{i:04d},v{i},{i % 10}\n" for i in range(300)))
+    for bs in BLOCKSIZES:
+        rows, rejects, read, _ = read_all(tmp_path, "n.csv", bs, header=None)
+        assert (len(rows), rejects, read) == (300, [], 300), bs
+        assert rows[0] == ("r0000", "v0", 0) and rows[-1] == ("r0299", "v299", 9)
+    rows, *_ = read_all(tmp_path, "n.csv", 64, names=["id", "v", "label"])  # names given: no header row either
+    assert len(rows) == 300 and rows[0] == ("r0000", "v0", 0)
+
+
+def test_no_header_with_malformed_rows_keeps_row_numbers(tmp_path):
+    (tmp_path / "n.csv").write_text("a,1\nb,2,3\nc,3\n" * 30)
+    for bs in (32, 1 << 20):
+        rows, rejects, read, _ = read_all(tmp_path, "n.csv", bs, header=None)
+        assert read == 90 and len(rows) == 60 and rejects[:2] == [(1, "expected 2 fields, saw 3"),
+                                                                   (4, "expected 2 fields, saw 3")], bs
+        assert rows[:2] == [("a", 1), ("c", 3)]
+
+
+@pytest.mark.parametrize("options", [{"skiprows": 2}, {"header": 1}, {"comment": "#"}, {"nrows": 5},
+                                     {"encoding": "utf-16"}, {"escapechar": "\\"}])
+def test_options_that_count_lines_from_the_top_read_whole_files(tmp_path, options):
+    (tmp_path / "a.csv").write_text("x,y\n" * 200, encoding=options.get("encoding", "utf-8"))
+    plan = plan_source(SourceConfig(path="a.csv", format="csv", options={"blocksize": 64, **options}), str(tmp_path))
+    assert len(plan.parts) == 1 and plan.parts[0].length is None
+    assert csv_layout(options)[0]
+
+
+def test_quoting_off_needs_no_scan(tmp_path):
+    (tmp_path / "a.csv").write_text('x,y\n"1,2\n' * 100)
+    plan = plan_source(SourceConfig(path="a.csv", format="csv", options={"blocksize": 64, "quoting": 3}),
+                       str(tmp_path))
+    assert plan.quote is None and len(plan.parts) > 1 and not any(p.exact for p in plan.parts)
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("blocksize", "lots", r"source.options.blocksize: not a size"),
+    ("blocksize", 0, r"source.options.blocksize: must be at least 1 byte"),
+    ("files_per_partition", "many", r"source.options.files_per_partition: must be a whole number"),
+    ("files_per_partition", 0, r"source.options.files_per_partition: must be a whole number"),
+])
+def test_bad_partitioning_options_name_the_key(tmp_path, key, value, expected):
+    (tmp_path / "a.csv").write_text("x,y\n1,2\n")
+    fmt = "files" if key == "files_per_partition" else "csv"
+    with pytest.raises(ConfigError, match=expected):
+        plan_source(SourceConfig(path="a.csv", format=fmt, options={key: value}), str(tmp_path))
