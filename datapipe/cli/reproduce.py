@@ -11,9 +11,9 @@ import click
 
 from datapipe.cli.options import storage_options
 from datapipe.errors import ConfigError
-from datapipe.versioning.compare import manifest_differences
+from datapipe.versioning.compare import manifest_differences, sample_differences
 from datapipe.versioning.dvc import build_stage, find_repo, relative, update_dvc_yaml
-from datapipe.versioning.store import Store, open_dataset_url
+from datapipe.versioning.store import Store, parse_dataset_url
 from datapipe.versioning.verify import verify_version
 
 _GLOB = re.compile(r"[*?\[]")
@@ -70,11 +70,19 @@ def check(ctx: click.Context, pipeline: str, dataset: str | None, store_url: str
 
     loaded = load_pipeline(pipeline)
     url = dataset or f"{store_url.rstrip('/')}/{loaded.pipeline.name}"
-    store, name, recorded = open_dataset_url(url, storage_options())
-    problems = [f"stored {p}" for p in verify_version(store, name, recorded)]
+    store_url, name, ref = parse_dataset_url(url)
+    store = Store(store_url, storage_options())
+    version = store.resolve(name, ref)
+    recorded = store.manifest(name, version)
+    problems = [f"stored {p}" for p in verify_version(store, name, recorded, version)]
     with tempfile.TemporaryDirectory(prefix="datapipe-check-") as tmp:
-        rebuilt = build(loaded, Store(tmp), workers=workers, scheduler=scheduler).manifest
-    differences = [] if rebuilt.version == recorded.version else manifest_differences(recorded, rebuilt)
+        rebuilt_store = Store(tmp)
+        rebuilt = build(loaded, rebuilt_store, workers=workers, scheduler=scheduler).manifest
+        differences = []
+        if rebuilt.version != recorded.version:
+            differences = manifest_differences(recorded, rebuilt)
+            if not problems:  # damaged stored shards cannot be read back sample by sample
+                differences += sample_differences((store, name, recorded), (rebuilt_store, rebuilt.name, rebuilt))
     if not problems and not differences:
         click.echo(f"reproducible: {name}@{recorded.version[:12]} rebuilds to the same version")
         return

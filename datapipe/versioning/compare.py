@@ -5,9 +5,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
+from datapipe.formats.base import KEY
+from datapipe.formats.index import ShardIndex
+from datapipe.formats.registry import get_format
+from datapipe.storage.fs import read_bytes
+from datapipe.versioning.diff import sample_locations
 from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.store import VERSIONS, Store
+
+SAMPLES_SHOWN = 10  # changed samples described field by field; the rest are counted
 
 
 def _changed_keys(a: dict[str, Any], b: dict[str, Any], prefix: str) -> list[str]:
@@ -62,4 +73,100 @@ def manifest_differences(recorded: Manifest, rebuilt: Manifest) -> list[str]:
         lines.append("stage counts differ: " + ", ".join(
             f"{s.stage} out {s.rows_out}" for s in rebuilt.stages if s not in recorded.stages))
     lines += [f"lineage: {c}" for c in lineage_changes(recorded, rebuilt)]
+    return lines
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, np.ndarray):
+        return (str(value.dtype), value.tolist())
+    return value
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bytes):
+        if len(value) <= 24 and value.isascii() and value.decode().isprintable():
+            return repr(value.decode())
+        return f"{len(value)} bytes"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def field_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """'name: old -> new' for every field of one sample that differs between two versions."""
+    out = []
+    for name in sorted((set(old) | set(new)) - {KEY}):
+        if name not in new:
+            out.append(f"{name} only in the recorded version")
+        elif name not in old:
+            out.append(f"{name} only in the rebuild")
+        else:
+            a, b = _plain(old[name]), _plain(new[name])
+            if a != b:
+                out.append(f"{name} {_show(a)} -> {_show(b)}")
+    return out
+
+
+class _Samples:
+    """Samples of one version read by (shard, position), one shard's bytes held at a time."""
+
+    def __init__(self, store: Store, name: str, manifest: Manifest) -> None:
+        self.store, self.name, self.manifest = store, name, manifest
+        self.fmt = get_format(manifest.shard_format)
+        self.shards = {s.path: s for s in manifest.shards}
+        self._open: tuple[str, Any] | None = None
+
+    def read(self, shard: str, i: int) -> dict[str, Any]:
+        if self._open is None or self._open[0] != shard:
+            self.close()
+            root = self.store.path(self.name, VERSIONS, self.manifest.version)
+            index_path = f"{root}/{self.shards[shard].index_path}"
+            index = ShardIndex.from_bytes(read_bytes(self.store.fs, index_path), index_path)
+            data = read_bytes(self.store.fs, f"{root}/{shard}")
+            self._open = (shard, self.fmt.reader(data, f"{root}/{shard}", index, copy=True))
+        return dict(self._open[1][i])
+
+    def close(self) -> None:
+        if self._open is not None:
+            self._open[1].close()
+            self._open = None
+
+
+def sample_differences(recorded: tuple[Store, str, Manifest], rebuilt: tuple[Store, str, Manifest],
+                       shown: int = SAMPLES_SHOWN) -> list[str]:
+    """Lines naming the sample keys that differ between two versions and, for the first ``shown``
+    changed ones, which fields changed and how (values read back from both versions' shards)."""
+    old, new = sample_locations(*recorded), sample_locations(*rebuilt)
+    removed = sorted(old.keys() - new.keys())
+    added = sorted(new.keys() - old.keys())
+    changed = sorted(k for k in old.keys() & new.keys() if old[k][2] != new[k][2])
+    if not (removed or added or changed):
+        return []
+    lines = [f"samples: {len(changed)} changed, {len(removed)} only in the recorded version, "
+             f"{len(added)} only in the rebuild"]
+    a, b = _Samples(*recorded), _Samples(*rebuilt)
+    try:
+        # by shard, so that each shard is read once
+        for key in sorted(changed[:shown], key=lambda k: (old[k][0], old[k][1])):
+            shard_a, i_a, _ = old[key]
+            sample_a = a.read(shard_a, i_a)
+            shard_b, i_b, _ = new[key]
+            fields = field_changes(sample_a, b.read(shard_b, i_b))
+            lines.append(f"sample {key} ({shard_a}): " + ("; ".join(fields) or "same fields, other encoding"))
+    finally:
+        a.close()
+        b.close()
+    lines += _listed("only in the recorded version", removed, shown)
+    lines += _listed("only in the rebuild", added, shown)
+    if len(changed) > shown:
+        lines.append(f"... and {len(changed) - shown} more changed samples (`datapipe diff` lists them all)")
+    return lines
+
+
+def _listed(where: str, keys: Iterable[str], shown: int) -> list[str]:
+    keys = list(keys)
+    lines = [f"sample {k}: {where}" for k in keys[:shown]]
+    if len(keys) > shown:
+        lines.append(f"... and {len(keys) - shown} more samples {where}")
     return lines

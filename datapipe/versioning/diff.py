@@ -30,6 +30,17 @@ def sample_hashes(store: Store, name: str, manifest: Manifest) -> dict[str, byte
     return out
 
 
+def sample_locations(store: Store, name: str, manifest: Manifest) -> dict[str, tuple[str, int, bytes]]:
+    """key -> (shard path in the version, position in that shard, sha256 of the sample's bytes)."""
+    out: dict[str, tuple[str, int, bytes]] = {}
+    for shard in manifest.shards:
+        path = store.path(name, VERSIONS, manifest.version, shard.index_path)
+        index = ShardIndex.from_bytes(read_bytes(store.fs, path), path)
+        for i, (key, digest) in enumerate(zip(index.keys(), index.sample_hash, strict=True)):
+            out[key] = (shard.path, i, digest.tobytes())
+    return out
+
+
 def diff_versions(a: dict[str, bytes], b: dict[str, bytes]) -> VersionDiff:
     """The difference between two key -> hash maps."""
     common = a.keys() & b.keys()
