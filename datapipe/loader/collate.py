@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -41,13 +42,58 @@ def _stack(values: list[Any]) -> Any:
     return values
 
 
-def _numbers(payloads: Sequence[Any], dtype: type) -> np.ndarray:
-    """ASCII numbers (tar) or one-element numeric lists (TFRecord) as one array."""
+def _numbers(column: Column, dtype: type, array_dtype: type) -> np.ndarray:
+    """ASCII numbers (tar) as ``dtype``, or one-element numeric lists (TFRecord) as ``array_dtype``: one array."""
+    if np.dtype(dtype).kind == "f":
+        values = column.decimals()  # vectorised and exact for plain decimals; anything else payload by payload
+        if values is not None:
+            return values
+    payloads = column.values()
     if payloads and isinstance(payloads[0], np.ndarray):
         if all(len(p) == 1 for p in payloads):
-            return np.concatenate(payloads).astype(dtype, copy=False)
-        return _stack([p.astype(dtype, copy=False) for p in payloads])
-    return np.array(b" ".join(payloads).split(), dtype=dtype)
+            return np.concatenate(payloads).astype(array_dtype, copy=False)
+        return _stack([p.astype(array_dtype, copy=False) for p in payloads])
+    parse = float if np.dtype(dtype).kind == "f" else int
+    try:  # one number per payload, or a clear error (never a batch of another length)
+        return np.array([parse(bytes(p)) for p in payloads], dtype=dtype)
+    except ValueError as e:
+        raise ConfigError(f"{e}: a payload is not one number; decode the field with 'str' or 'bytes'") from None
+
+
+def _npy_header(column: Column) -> tuple[int, np.dtype, tuple[int, ...]] | None:
+    """(header length, dtype, shape) when every payload is a .npy of one C-order array kind (same header bytes)."""
+    size = column.uniform_size()
+    if size is None or size < 12:
+        return None
+    head = column.head(12)
+    if head[:6] != b"\x93NUMPY" or head[6] not in (1, 2):
+        return None
+    length = 10 + int.from_bytes(head[8:10], "little") if head[6] == 1 else 12 + int.from_bytes(head[8:12], "little")
+    if length > size:
+        return None
+    header = column.head(length)
+    stream = io.BytesIO(header)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran_order, dtype = read(stream)
+    except ValueError:
+        return None
+    if fortran_order or dtype.hasobject or size - length != dtype.itemsize * math.prod(shape):
+        return None
+    if not column.all_start_with(header):  # the same dtype and shape in every sample: read once, compared per shard
+        return None
+    return length, dtype, shape
+
+
+def _npy(column: Column, allocate: Allocate | None) -> Any:
+    """Arrays of one dtype and shape: their data bytes gathered into one (n, *shape) array; else np.load each."""
+    header = _npy_header(column)
+    if header is not None:
+        length, dtype, shape = header
+        data = column.rows(length, dtype.itemsize * math.prod(shape), allocate)
+        return data.view(dtype).reshape((column.n, *shape))
+    return _stack([np.load(io.BytesIO(bytes(p)), allow_pickle=False) for p in column.values()])
 
 
 class Ragged(NamedTuple):
@@ -64,19 +110,19 @@ def decode_column(column: Column, decoder: Decoder, defer: bool = False, allocat
         labels = column.integers()  # vectorised for ASCII digits; else per payload below
         if labels is not None:
             return labels
+    if decoder == "int":
+        return _numbers(column, np.int64, np.int64)
+    if decoder == "float":
+        return _numbers(column, np.float64, np.float32)
+    if decoder == "npy":
+        return _npy(column, allocate)
     payloads = column.values()
     if callable(decoder):
         return [decoder(bytes(p)) for p in payloads]
-    if decoder == "int":
-        return _numbers(payloads, np.int64)
-    if decoder == "float":
-        return _numbers(payloads, np.float32 if payloads and isinstance(payloads[0], np.ndarray) else np.float64)
     if decoder == "str":
         return [bytes(p).decode("utf-8", "surrogateescape") for p in payloads]
     if decoder == "json":
         return [json.loads(bytes(p)) for p in payloads]
-    if decoder == "npy":
-        return _stack([np.load(io.BytesIO(bytes(p)), allow_pickle=False) for p in payloads])
     if decoder == "image":
         return _stack([_decode_image(bytes(p)) for p in payloads])
     return [bytes(p) if not isinstance(p, np.ndarray) else p for p in payloads]

@@ -17,6 +17,9 @@ Allocate = Callable[[int], np.ndarray]  # nbytes -> a writable uint8 array of th
 
 BIG_PAYLOAD = 16 << 10  # from this mean size on, one slice copy per payload beats a gather with a temporary
 _MAX_DIGITS = 18  # every 18-digit decimal fits an int64
+_MAX_DECIMAL = 15  # significant digits of a decimal parsed as m / 10**k (m < 2**53: exact as a double)
+_POW10_INT = 10 ** np.arange(_MAX_DIGITS + 1, dtype=np.int64)
+_POW10 = np.array([float(10**k) for k in range(_MAX_DECIMAL + 1)])  # exact doubles
 
 
 class Column:
@@ -34,7 +37,8 @@ class Column:
         """Already extracted payloads go to batch positions ``slots``."""
         self._parts.append((slots, payloads, None, None))
 
-    def _spans_only(self) -> bool:
+    def spans_only(self) -> bool:
+        """Whether every payload is a byte range of a buffer (not an extracted object)."""
         return all(offsets is not None for _, _, offsets, _ in self._parts)
 
     def values(self) -> list[Any]:
@@ -68,11 +72,9 @@ class Column:
         out = allocate(total) if allocate is not None else np.empty(total, dtype=np.uint8)
         if total == 0:
             return out, bounds
-        if self._spans_only() and sizes.min() == sizes.max() and total // self.n < BIG_PAYLOAD:
-            rows = out.reshape(self.n, total // self.n)  # one size: one gather per shard into a 2-D view
-            for slots, source, offsets, _ in self._parts:
-                rows[slots] = _windows(source, rows.shape[1])[offsets]
-        elif self._spans_only() and total // self.n >= BIG_PAYLOAD:
+        if self.spans_only() and sizes.min() == sizes.max() and total // self.n < BIG_PAYLOAD:
+            self.rows(0, total // self.n, lambda _: out)
+        elif self.spans_only() and total // self.n >= BIG_PAYLOAD:
             for slots, source, offsets, part_sizes in self._parts:
                 src = np.frombuffer(source, dtype=np.uint8)
                 for start, offset, size in zip(bounds[slots].tolist(), offsets.tolist(), part_sizes.tolist(),
@@ -82,9 +84,42 @@ class Column:
             out[:] = np.frombuffer(bytearray().join(self.values()), dtype=np.uint8)
         return out, bounds
 
+    def uniform_size(self) -> int | None:
+        """The payload size when every payload is a byte range of that one size, else None."""
+        if not self.n or not self.spans_only():
+            return None
+        sizes = self.sizes()
+        return int(sizes[0]) if sizes.min() == sizes.max() else None
+
+    def head(self, width: int) -> bytes:
+        """The first ``width`` bytes of one payload (byte ranges only)."""
+        _, source, offsets, _ = next(part for part in self._parts if len(part[0]))
+        start = int(offsets[0])
+        return bytes(np.frombuffer(source, dtype=np.uint8)[start : start + width])
+
+    def all_start_with(self, prefix: bytes) -> bool:
+        """Whether every payload starts with ``prefix`` (byte ranges only): one comparison per shard."""
+        expected = np.frombuffer(prefix, dtype=np.uint8)
+        return all(not len(offsets) or bool((_windows(source, len(prefix))[offsets] == expected).all())
+                   for _, source, offsets, _ in self._parts)
+
+    def rows(self, skip: int, width: int, allocate: Allocate | None = None) -> np.ndarray:
+        """Bytes [skip, skip + width) of every payload (byte ranges only), as an (n, width) uint8 array in batch
+        order: one fancy index per shard over a window view of its map, or a slice copy per payload when big."""
+        out = allocate(self.n * width) if allocate is not None else np.empty(self.n * width, dtype=np.uint8)
+        rows = out.reshape(self.n, width)
+        for slots, source, offsets, _ in self._parts:
+            if width < BIG_PAYLOAD:
+                rows[slots] = _windows(source, width)[offsets + skip]
+                continue
+            src = np.frombuffer(source, dtype=np.uint8)
+            for slot, offset in zip(slots.tolist(), (offsets + skip).tolist(), strict=True):
+                rows[slot] = src[offset : offset + width]
+        return rows
+
     def integers(self) -> np.ndarray | None:
         """The payloads as int64 when every one is 1-18 ASCII digits (a .cls label), else None."""
-        if not self._spans_only():
+        if not self.spans_only():
             return None
         values = np.empty(self.n, dtype=np.int64)
         for slots, source, offsets, sizes in self._parts:
@@ -105,6 +140,58 @@ class Column:
             powers = np.where(inside, 10 ** np.clip(sizes[:, None] - 1 - np.arange(width), 0, None), 0)
             values[slots] = (digits.astype(np.int64) * powers).sum(axis=1)
         return values
+
+
+    def decimals(self) -> np.ndarray | None:
+        """The payloads as float64 when every one is a plain decimal ([-+]digits[.digits], 1-15 digits), else None.
+
+        Parsed as a matrix of right-aligned characters (one matrix product for the digits): the mantissa m <
+        10**15 < 2**53 and 10**k (k <= 15) are exact doubles, so m / 10**k is rounded once, correctly, to the
+        same double as float(payload) (Clinger's fast path).
+        """
+        if not self.n or not self.spans_only():
+            return None
+        sizes = self.sizes()
+        width = int(sizes.max())
+        if sizes.min() < 1 or width > _MAX_DECIMAL + 2:
+            return None
+        chars = np.empty((self.n, width), dtype=np.uint8)
+        for slots, source, offsets, part_sizes in self._parts:
+            if len(slots):
+                chars[slots] = _right_aligned(source, offsets, part_sizes, width)
+        rows, lead = np.arange(self.n), width - sizes  # lead: the column of each payload's first character
+        first = chars[rows, lead]
+        negative = first == ord("-")
+        signed = negative | (first == ord("+"))
+        inside = np.arange(width) >= lead[:, None]
+        codes = chars - np.uint8(ord("0"))  # digits 0-9; '.' wraps to 254, other characters elsewhere
+        is_digit = (codes <= 9) & inside
+        is_dot = (codes == np.uint8(ord(".") - ord("0") + 256)) & inside
+        valid = is_digit | is_dot | ~inside
+        valid[rows, lead] |= signed
+        dots = np.add.reduce(is_dot.view(np.uint8), axis=1)
+        count = sizes - dots - signed
+        if not valid.all() or dots.max() > 1 or count.min() < 1 or count.max() > _MAX_DECIMAL:
+            return None
+        whole = (codes * is_digit) @ _POW10_INT[width - 1 :: -1]  # every digit, the dot's column counting as a 0
+        frac = np.where(dots > 0, width - 1 - is_dot.argmax(axis=1), 0)  # digits right of the dot
+        below = np.where(dots > 0, whole % _POW10_INT[frac + 1], 0)  # those digits' value (the dot's 0 above)
+        mantissa = (whole - below) // np.where(dots > 0, 10, 1) + below
+        values = mantissa / _POW10[frac]
+        return np.where(negative, -values, values)
+
+
+def _right_aligned(source: Any, offsets: np.ndarray, sizes: np.ndarray, width: int) -> np.ndarray:
+    """Rows of ``width`` bytes ending where each payload ends (bytes before a payload are anything): a window
+    view of the map, or a gather into zero-padded rows where a payload starts too close to the buffer's start."""
+    starts = offsets + sizes - width
+    if int(starts.min()) >= 0:
+        return _windows(source, width)[starts]
+    rows = np.zeros((len(offsets), width), dtype=np.uint8)
+    within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    rows[np.repeat(np.arange(len(offsets)), sizes), np.repeat(width - sizes, sizes) + within] = \
+        np.frombuffer(source, dtype=np.uint8)[np.repeat(offsets, sizes) + within]
+    return rows
 
 
 def _windows(source: Any, width: int) -> np.ndarray:
