@@ -4,22 +4,48 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator
-from typing import Any, BinaryIO
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from datapipe.errors import NotFoundError
+from datapipe.errors import ConfigError, NotFoundError
 from datapipe.storage.local import atomic_write
+from datapipe.storage.retry import remote_call
 
 CHUNK = 4 << 20
+T = TypeVar("T")
 
 
 def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The fsspec filesystem for ``url`` and the path within it (local paths made absolute)."""
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    """The fsspec filesystem for ``url`` and the path within it (local paths made absolute).
+
+    An unknown protocol (s4://), a protocol whose package is missing (s3:// without s3fs) or storage
+    options the filesystem does not take are a ConfigError naming the URL.
+    """
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except (ValueError, ImportError, TypeError) as e:
+        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        raise ConfigError(f"{url}: cannot open this store ({e}); check the URL (a local path, s3://bucket/prefix, "
+                          f"or another fsspec protocol; {protocol!r} needs its fsspec package) and the -o storage "
+                          "options") from None
     return fs, path
+
+
+def url_of(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """``path`` of ``fs`` as a URL, for messages (s3://bucket/key)."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return path if protocol in ("file", "local") else f"{protocol}://{path.lstrip('/')}"
+
+
+def remote(fs: fsspec.AbstractFileSystem, path: str, call: Callable[[], T]) -> T:
+    """``call()`` on ``path``: as is on the local disk; on object stores with retries, and any failure but a
+    missing object turned into a DatapipeError naming the bucket, key and cause."""
+    if is_local(fs):
+        return call()
+    return remote_call(call, url_of(fs, path), path)
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
@@ -62,18 +88,21 @@ def put_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
 def read_bytes(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
     """The whole content of a small file; NotFoundError naming it when missing."""
     try:
-        return fs.cat_file(path)
+        return remote(fs, path, lambda: fs.cat_file(path))
     except FileNotFoundError:
-        raise NotFoundError(f"{path}: no such file") from None
+        raise NotFoundError(f"{url_of(fs, path)}: no such file") from None
 
 
 def sha256_of(fs: fsspec.AbstractFileSystem, path: str) -> str:
     """sha256 of a file, streamed in chunks."""
-    digest = hashlib.sha256()
-    try:
+    def digest() -> str:
+        hashed = hashlib.sha256()
         with fs.open(path, "rb") as f:
             while chunk := f.read(CHUNK):
-                digest.update(chunk)
+                hashed.update(chunk)
+        return hashed.hexdigest()
+
+    try:
+        return remote(fs, path, digest)
     except FileNotFoundError:
-        raise NotFoundError(f"{path}: no such file") from None
-    return digest.hexdigest()
+        raise NotFoundError(f"{url_of(fs, path)}: no such file") from None

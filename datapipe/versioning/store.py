@@ -10,8 +10,12 @@ Layout (documented in README and schemas/manifest.schema.json):
     STORE/NAME/rejected/TIME-ID.parquet               quarantine of a build that failed (kept for the user)
 
 Commit: shards into a partial directory, then moved under their version id (a rename on
-local disks), then manifest.json, then the ref, each written atomically. A crash leaves at
-worst a partial directory that ``gc`` removes; every ref names a complete version.
+local disks; on object stores server-side copies, many at once, then one bulk delete), then
+manifest.json, then the ref, each written atomically. A crash leaves at worst a partial
+directory that ``gc`` removes; every ref names a complete version.
+
+Reads and writes of an object store go through ``remote``: transient failures are retried, a
+missing bucket, access denied or an unreachable endpoint is an error naming bucket, key and cause.
 """
 
 from __future__ import annotations
@@ -23,14 +27,15 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.formats.registry import ShardFormat
 from datapipe.formats.shards import INDEX_SUFFIX, write_shard_to
-from datapipe.storage.fs import filesystem, put_atomic, read_bytes
+from datapipe.storage.fs import filesystem, is_local, put_atomic, read_bytes, remote
 from datapipe.versioning.manifest import MANIFEST_NAME, Manifest, ShardEntry
 
 VERSIONS = "versions"
@@ -41,6 +46,8 @@ OWNER_NAME = ".owner.json"
 MIN_PREFIX = 6
 _REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _HEX = re.compile(r"^[0-9a-f]+$")
+MOVE_THREADS = 16  # server-side copies in flight at once when a commit moves shards on an object store
+T = TypeVar("T")
 
 
 def check_ref_name(ref: str) -> str:
@@ -74,6 +81,7 @@ class Store:
         self.storage_options = dict(storage_options or {})
         self._fs, self.root = filesystem(url, self.storage_options)
         self._pid = os.getpid()
+        self._bucket_seen = False
 
     @property
     def fs(self) -> Any:
@@ -88,22 +96,43 @@ class Store:
         """The filesystem path of ``parts`` below the store root."""
         return "/".join([self.root.rstrip("/"), *parts])
 
+    def _remote(self, path: str, call: Callable[[], T]) -> T:
+        return remote(self.fs, path, call)
+
+    def _exists(self, path: str) -> bool:
+        return self._remote(path, lambda: self.fs.exists(path))
+
+    def check_bucket(self) -> None:
+        """On an object store, a NotFoundError naming the bucket when it does not exist (listing a missing
+        bucket looks like listing an empty prefix)."""
+        if self._bucket_seen or is_local(self.fs) or self.root.startswith("/") or not self.root:
+            return
+        bucket = self.root.split("/", 1)[0]
+        if not self._remote(bucket, lambda: self.fs.exists(bucket)):
+            raise NotFoundError(f"{self.url}: bucket {bucket!r} does not exist (or these credentials cannot see it); "
+                                "check the URL, the endpoint and the credentials")
+        self._bucket_seen = True
+
     def _names(self, path: str) -> list[str]:
         try:
-            entries = self.fs.ls(path, detail=False)
+            entries = self._remote(path, lambda: self.fs.ls(path, detail=False))
         except FileNotFoundError:
+            self.check_bucket()
             return []
         return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
 
     def datasets(self) -> list[str]:
         """Names of the datasets in this store."""
-        return [n for n in self._names(self.root) if self.fs.exists(self.path(n, VERSIONS))]
+        names = [n for n in self._names(self.root) if self._exists(self.path(n, VERSIONS))]
+        if not names:
+            self.check_bucket()
+        return names
 
     def versions(self, name: str) -> list[str]:
         """Complete versions (with a manifest) of dataset ``name``."""
         return [
             v for v in self._names(self.path(name, VERSIONS))
-            if not v.startswith(".") and self.fs.exists(self.path(name, VERSIONS, v, MANIFEST_NAME))
+            if not v.startswith(".") and self._exists(self.path(name, VERSIONS, v, MANIFEST_NAME))
         ]
 
     def refs(self, name: str) -> dict[str, str]:
@@ -112,8 +141,9 @@ class Store:
 
     def read_ref(self, name: str, ref: str) -> str | None:
         """The version a ref names, or None when the ref does not exist."""
+        path = self.path(name, REFS, ref)
         try:
-            return self.fs.cat_file(self.path(name, REFS, ref)).decode().strip()
+            return self._remote(path, lambda: self.fs.cat_file(path)).decode().strip()
         except FileNotFoundError:
             return None
 
@@ -122,8 +152,9 @@ class Store:
         check_ref_name(ref)
         if version not in self.versions(name):
             raise NotFoundError(f"{self.url}/{name}: no complete version {version}")
+        path = self.path(name, REFS, ref)
         self.fs.makedirs(self.path(name, REFS), exist_ok=True)
-        put_atomic(self.fs, self.path(name, REFS, ref), f"{version}\n".encode())
+        self._remote(path, lambda: put_atomic(self.fs, path, f"{version}\n".encode()))
 
     def manifest(self, name: str, version: str) -> Manifest:
         """The manifest of a version."""
@@ -136,7 +167,7 @@ class Store:
 
     def resolve(self, name: str, ref: str = LATEST) -> str:
         """The version id that a ref, tag or unique version prefix (6+ hex digits) names."""
-        if not self.fs.exists(self.path(name, VERSIONS)):
+        if not self._exists(self.path(name, VERSIONS)):
             known = ", ".join(self.datasets()) or "none"
             raise NotFoundError(f"{self.url}: no dataset {name!r} (datasets here: {known})")
         version = self.read_ref(name, ref) if _REF_NAME.match(ref) else None
@@ -214,21 +245,36 @@ class VersionWriter:
             manifest = store.manifest(self.name, manifest.version)
         else:
             fs.makedirs(final, exist_ok=True)
-            for entry in manifest.shards:
-                for filename in (entry.path, entry.index_path):
-                    fs.mv(f"{self.partial}/{filename}", f"{final}/{filename}")
-            if manifest.rejected:
-                fs.mv(f"{self.partial}/{manifest.rejected}", f"{final}/{manifest.rejected}")
-            put_atomic(fs, f"{final}/{MANIFEST_NAME}", manifest.to_json())
+            names = [name for entry in manifest.shards for name in (entry.path, entry.index_path)]
+            self._move(names + ([manifest.rejected] if manifest.rejected else []), final)
+            where = f"{final}/{MANIFEST_NAME}"
+            store._remote(where, lambda: put_atomic(fs, where, manifest.to_json()))  # after every shard is in place
         self.abort()
         for ref in refs:
             store.set_ref(self.name, ref, manifest.version)
         return manifest
 
+    def _move(self, names: list[str], final: str) -> None:
+        """Move files from the partial directory to ``final``: renames on the local disk; on object stores
+        server-side copies (the bytes never pass through this process), MOVE_THREADS at a time, then
+        the sources go with the partial directory."""
+        fs = self.store.fs
+        if is_local(fs):
+            for name in names:
+                fs.mv(f"{self.partial}/{name}", f"{final}/{name}")
+            return
+
+        def copy(name: str) -> None:
+            source = f"{self.partial}/{name}"
+            self.store._remote(source, lambda: fs.cp_file(source, f"{final}/{name}"))
+
+        with ThreadPoolExecutor(min(MOVE_THREADS, max(len(names), 1)), thread_name_prefix="datapipe-commit") as pool:
+            list(pool.map(copy, names))  # raises the first failure; the manifest is then never written
+
     def abort(self) -> None:
         """Remove the partial directory and everything in it."""
-        if self.store.fs.exists(self.partial):
-            self.store.fs.rm(self.partial, recursive=True)
+        if self.store._exists(self.partial):
+            self.store._remote(self.partial, lambda: self.store.fs.rm(self.partial, recursive=True))
 
 
 def _now() -> str:

@@ -1,5 +1,7 @@
-"""A fault-injecting HTTP proxy in front of the S3 server: fails a fraction of requests with 503, or
-streams responses slowly, so tests can exercise retries and crashes mid-download."""
+"""A fault-injecting HTTP proxy in front of the S3 server: fails a fraction of requests with a 503 that
+s3fs does not retry itself, answers 403 AccessDenied for chosen keys, streams responses slowly, and
+records every request, so tests can exercise datapipe's retries, permanent errors, crashes mid-download
+and the order and overlap of a commit's requests."""
 
 from __future__ import annotations
 
@@ -7,21 +9,41 @@ import http.client
 import random
 import threading
 import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+
+# ServiceUnavailable, not SlowDown: s3fs retries only SlowDown / "reduce your request rate" among S3's error
+# codes, so with botocore's own retries off (max_attempts=1) every injected failure reaches datapipe
+UNAVAILABLE = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code>'
+               b"<Message>Service is unable to handle request.</Message></Error>")
+DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+          b"<Message>Access Denied</Message></Error>")
 
 
 class FaultProxy:
-    """Forwards every request to ``target``; ``fail_rate`` of them get a 503 SlowDown instead."""
+    """Forwards every request to ``target``; ``fail_rate`` of the GETs get a 503 ServiceUnavailable instead,
+    and any request whose path ends with a suffix in ``deny`` gets a 403 AccessDenied.
 
-    def __init__(self, target: str, fail_rate: float = 0.0, seed: int = 0, delay_per_chunk: float = 0.0) -> None:
+    ``log`` holds (method, path, status, start, end, copy source) of every request; ``gets`` counts
+    successful GETs per path; ``max_copies`` is the most server-side copies that were in flight at once.
+    """
+
+    def __init__(self, target: str, fail_rate: float = 0.0, seed: int = 0, delay_per_chunk: float = 0.0,
+                 copy_delay: float = 0.0) -> None:
         self.target = urlsplit(target)
         self.fail_rate = fail_rate
         self.delay_per_chunk = delay_per_chunk
+        self.copy_delay = copy_delay
+        self.deny: set[str] = set()
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.failed = 0
         self.forwarded = 0
+        self.log: list[tuple[str, str, int, float, float, str | None]] = []
+        self.gets: Counter[str] = Counter()
+        self.copies_in_flight = 0
+        self.max_copies = 0
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -30,28 +52,54 @@ class FaultProxy:
             def log_message(self, *args):  # quiet
                 pass
 
+            def _reply(self, status: int, payload: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(payload)
+
             def _handle(self):
+                start = time.monotonic()
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                path = unquote(urlsplit(self.path).path)
+                copy_source = self.headers.get("x-amz-copy-source")
+                status = self._forward(path, body, copy_source)
                 with proxy.lock:
-                    fail = proxy.rng.random() < proxy.fail_rate
+                    proxy.log.append((self.command, path, status, start, time.monotonic(), copy_source))
+                    if self.command == "GET" and status < 300:
+                        proxy.gets[path] += 1
+
+            def _forward(self, path: str, body: bytes | None, copy_source: str | None) -> int:
+                with proxy.lock:
+                    denied = any(path.endswith(suffix) for suffix in proxy.deny)
+                    fail = not denied and self.command == "GET" and proxy.rng.random() < proxy.fail_rate
                     proxy.failed += fail
-                    proxy.forwarded += not fail
+                    proxy.forwarded += not (fail or denied)
+                if denied:
+                    self._reply(403, DENIED)
+                    return 403
                 if fail:
-                    payload = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
-                               b"<Message>Please reduce your request rate.</Message></Error>")
-                    self.send_response(503)
-                    self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                    return
-                conn = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=60)
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-                headers["Host"] = f"{proxy.target.hostname}:{proxy.target.port}"
-                conn.request(self.command, self.path, body=body, headers=headers)
-                response = conn.getresponse()
-                data = response.read()
+                    self._reply(503, UNAVAILABLE)
+                    return 503
+                if copy_source:
+                    with proxy.lock:
+                        proxy.copies_in_flight += 1
+                        proxy.max_copies = max(proxy.max_copies, proxy.copies_in_flight)
+                    time.sleep(proxy.copy_delay)
+                try:
+                    conn = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=60)
+                    headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                    headers["Host"] = f"{proxy.target.hostname}:{proxy.target.port}"
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    response = conn.getresponse()
+                    data = response.read()
+                finally:
+                    if copy_source:
+                        with proxy.lock:
+                            proxy.copies_in_flight -= 1
                 self.send_response(response.status)
                 for k, v in response.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -65,6 +113,7 @@ class FaultProxy:
                         if proxy.delay_per_chunk:
                             time.sleep(proxy.delay_per_chunk)
                 conn.close()
+                return response.status
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
 
