@@ -3,10 +3,11 @@
 Layout: CACHE/<sha256 prefix>-<name> holds a verified copy, CACHE/<entry>.meta marks it as
 downloaded by this cache (eviction touches nothing else), CACHE/<entry>.lock is the entry's
 lock file. Readers hold a shared lock while a shard is open; a download holds the exclusive
-lock, writes CACHE/<entry>.tmp-<host>-<pid>-<id>, checks its sha256 against the manifest and
-renames it into place. Eviction deletes least recently used entries nobody has locked until
-the cache is under its byte limit. Temporary files of crashed downloads are removed when a
-cache opens (their exclusive lock died with their process).
+lock, writes CACHE/<entry>.tmp-<host>-<pid>-<8 hex>, checks its sha256 against the manifest,
+makes room for it and renames it into place. Eviction deletes least recently used entries
+(the .meta file's mtime, set in nanoseconds on every open) nobody has locked until the cache
+is under its byte limit. Temporary files of crashed downloads are removed when a cache opens
+(their exclusive lock died with their process); only names of exactly that pattern are.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.errors import ConfigError, NotFoundError, ShardCorruptError
-from datapipe.storage.retry import RetryPolicy, with_retries
+from datapipe.storage.fs import url_of
+from datapipe.storage.retry import RetryPolicy, bucket_and_key, remote_call
 
 log = logging.getLogger(__name__)
 CHUNK = 8 << 20
-_TEMP = re.compile(r"^(?P<entry>.+)\.tmp-[^/]+$")
+# <24 hex>-<name>.tmp-<host>-<pid>-<8 hex>: what _download names its temporary files, and nothing else
+_TEMP = re.compile(r"^(?P<entry>[0-9a-f]{24}-[A-Za-z0-9._-]+)\.tmp-[^/]+-[0-9]+-[0-9a-f]{8}$")
 
 
 def default_cache_dir(env: dict[str, str] | os._Environ[str] = os.environ) -> Path:
@@ -64,11 +67,6 @@ class CachedFile:
         self.close()
 
 
-def _where(fs: Any, path: str) -> str:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return f"{protocol}://{path}"
-
-
 class ShardCache:
     """Downloads remote files once per machine, verified, and keeps the cache under ``limit`` bytes."""
 
@@ -76,7 +74,7 @@ class ShardCache:
                  retry: RetryPolicy | None = None) -> None:
         self.directory = Path(directory) if directory is not None else default_cache_dir()
         self.limit = limit
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or RetryPolicy.from_env()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -102,15 +100,18 @@ class ShardCache:
         entry = self._entry(path, sha256)
         final = self.directory / entry
 
+        meta = self.directory / f"{entry}.meta"
+
         def complete() -> bool:
-            return final.exists() and final.stat().st_size == size
+            return final.exists() and final.stat().st_size == size and meta.exists()
 
         with self._locked(entry, fcntl.LOCK_SH) as handle:
             if not complete():
-                self._download_once(handle, lambda: with_retries(
-                    lambda: self._download(fs, path, sha256, size, final), f"download {_where(fs, path)}",
-                    self.retry), complete)
-            os.utime(self.directory / f"{entry}.meta")  # most recently used
+                self._download_once(handle, lambda: remote_call(
+                    lambda: self._download(fs, path, sha256, size, final), url_of(fs, path), path, self.retry),
+                    complete)
+            now = time.time_ns()  # file times tick in jiffies: two opens within ~4 ms would tie
+            os.utime(meta, ns=(now, now))  # most recently used
             cached = CachedFile(final, handle)
         self.evict()
         return cached
@@ -141,7 +142,7 @@ class ShardCache:
             return
 
     def _download(self, fs: Any, path: str, sha256: str, size: int, final: Path) -> None:
-        where = _where(fs, path)
+        where = url_of(fs, path)
         temp = final.with_name(f"{final.name}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         digest = hashlib.sha256()
         try:
@@ -152,13 +153,14 @@ class ShardCache:
             if temp.stat().st_size != size or digest.hexdigest() != sha256:
                 raise ShardCorruptError(where, f"downloaded {temp.stat().st_size} bytes whose sha256 does not match "
                                         f"the manifest ({size} bytes); the object was changed or damaged")
-            os.replace(temp, final)
+            self.evict(incoming=size)  # room first, so the cache never holds more than its limit
             meta = {"url": where, "sha256": sha256, "size": size, "downloaded": time.time()}
-            (self.directory / f"{final.name}.meta").write_text(json.dumps(meta))
+            (self.directory / f"{final.name}.meta").write_text(json.dumps(meta))  # an entry without data is skipped
+            os.replace(temp, final)
         except FileNotFoundError:
-            raise NotFoundError(f"{where}: no such object ({_bucket_and_key(path)})") from None
+            raise NotFoundError(f"{where}: no such object ({bucket_and_key(path)})") from None
         except PermissionError as e:
-            raise ConfigError(f"{where}: access denied ({_bucket_and_key(path)}): {e}; check the credentials "
+            raise ConfigError(f"{where}: access denied ({bucket_and_key(path)}): {e}; check the credentials "
                               "and the storage_options") from None
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -177,12 +179,13 @@ class ShardCache:
         """Bytes held by complete entries."""
         return sum(size for _, size, _ in self.entries())
 
-    def evict(self) -> None:
-        """Delete least recently used entries that no process has open until under the limit."""
+    def evict(self, incoming: int = 0) -> None:
+        """Delete least recently used entries that no process has open until under the limit (with room
+        for ``incoming`` bytes about to be added)."""
         if self.limit is None:
             return
         entries = self.entries()
-        total = sum(size for _, size, _ in entries)
+        total = sum(size for _, size, _ in entries) + incoming
         for _, size, entry in entries:
             if total <= self.limit:
                 return
@@ -195,11 +198,14 @@ class ShardCache:
                 (self.directory / entry).unlink(missing_ok=True)
                 total -= size
         if total > self.limit:
-            log.warning("cache %s holds %d bytes, over its limit of %d: the rest is in use", self.directory, total,
-                        self.limit)
+            log.info("cache %s: %d bytes, over its limit of %d: the rest is in use", self.directory, total,
+                     self.limit)
 
     def cleanup(self) -> None:
-        """Remove temporary files of downloads whose process died (nobody holds their entry's lock)."""
+        """Remove temporary files of downloads whose process died (nobody holds their entry's lock).
+
+        Only names this cache gives its temporary files; anything else in the folder is left alone.
+        """
         for temp in self.directory.glob("*.tmp-*"):
             match = _TEMP.match(temp.name)
             if not match:
@@ -210,8 +216,3 @@ class ShardCache:
                 except BlockingIOError:
                     continue  # a live download
                 temp.unlink(missing_ok=True)
-
-
-def _bucket_and_key(path: str) -> str:
-    bucket, _, key = path.partition("/")
-    return f"bucket {bucket!r}, key {key!r}"

@@ -81,7 +81,7 @@ def test_crashed_download_leftovers_are_cleaned_but_live_ones_are_not(tmp_path, 
     dead = tmp_path / f"{entry}.tmp-otherhost-12345-deadbeef"
     dead.write_bytes(b"half a shard")
     live_entry = ShardCache(tmp_path)._entry(*files[3][:2])
-    live = tmp_path / f"{live_entry}.tmp-thishost-1-cafe"
+    live = tmp_path / f"{live_entry}.tmp-thishost-1-cafe0123"
     live.write_bytes(b"being written")
     ctx = multiprocessing.get_context("spawn")
     ready, release = ctx.Event(), ctx.Event()
@@ -96,6 +96,52 @@ def test_crashed_download_leftovers_are_cleaned_but_live_ones_are_not(tmp_path, 
         holder.join(30)
     with ShardCache(tmp_path).open(fs, path, sha, size) as cached:
         assert cached.path.read_bytes() == fs.cat(path)
+
+
+def test_cleanup_removes_only_its_own_temporary_files(tmp_path, remote):
+    fs, files = remote
+    entry = ShardCache(tmp_path)._entry(*files[0][:2])
+    ours = tmp_path / f"{entry}.tmp-somehost.example-4242-0123abcd"
+    foreign = ["notes.tmp-1", "backup.tar.tmp-old", f"{entry}.tmp-by-hand", f"{entry}.tmp-host-12-NOTHEX00",
+               "0123456789abcdef01234567-x.tar.tmp-host-1-0123abcd.partial"]
+    for name in [ours.name, *foreign]:
+        (tmp_path / name).write_bytes(b"x")
+    ShardCache(tmp_path)
+    assert not ours.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if ".tmp-" in p.name) == sorted(foreign)
+
+
+def test_eviction_takes_the_least_recently_used_entry(tmp_path, remote):
+    fs, files = remote
+    pair = files[0][2] + files[1][2] + files[2][2]  # room for three entries, not four
+    cache = ShardCache(tmp_path, limit=pair + 10)
+    for i in (0, 1, 2):
+        cache.open(fs, *files[i]).close()
+    cache.open(fs, *files[0]).close()  # 0 used again: 1 is now the least recently used
+    cache.open(fs, *files[3]).close()
+    names = {e.rsplit("-", 1)[-1] for _, _, e in cache.entries()}
+    assert names == {"0.tar", "2.tar", "3.tar"}
+    cache.open(fs, *files[4]).close()  # then 2
+    assert {e.rsplit("-", 1)[-1] for _, _, e in cache.entries()} == {"0.tar", "3.tar", "4.tar"}
+    assert cache.size() <= pair + 10
+
+
+def test_a_download_makes_room_before_it_lands(tmp_path, remote, monkeypatch):
+    fs, files = remote
+    cache = ShardCache(tmp_path, limit=files[0][2] + files[1][2])
+    cache.open(fs, *files[0]).close()
+    cache.open(fs, *files[1]).close()
+    sizes = []
+    real_replace = os.replace
+
+    def watching_replace(src, dst):  # the moment the new entry lands: the old one must be gone already
+        sizes.append(cache.size())
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", watching_replace)  # a spy: the real rename still runs
+    cache.open(fs, *files[2]).close()
+    assert sizes and sizes[0] + files[2][2] <= cache.limit
+    assert cache.size() <= cache.limit
 
 
 class CountingFS(fsspec.implementations.local.LocalFileSystem):
