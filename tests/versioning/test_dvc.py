@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,11 +54,17 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     assert stage["deps"] == ["pipelines/digits.yaml", "pipelines/raw", "pipelines/digits_code.py"]
     assert stage["outs"] == [{"storage/digits": {"persist": True}}]
 
-    run("dvc", "repro")
+    built = run("dvc", "repro")
+    assert "Running stage 'digits'" in built.stdout
     assert status(run) == {}
     first = (root / "storage/digits/refs/latest").read_text().strip()
     lock = (root / "dvc.lock").read_text()
-    assert "repro" not in run("dvc", "repro").stdout.lower() or status(run) == {}
+
+    # nothing changed: DVC skips the stage and the store is not touched (not even the ref rewritten)
+    before = store_files(root)
+    again = run("dvc", "repro")
+    assert "Stage 'digits' didn't change, skipping" in again.stdout and "Running stage" not in again.stdout
+    assert store_files(root) == before and (root / "dvc.lock").read_text() == lock
 
     # a forced rebuild with another worker count changes nothing DVC records
     run("dvc", "repro", "--force", DATAPIPE_WORKERS="1")
@@ -84,7 +91,12 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     stale = run(*datapipe, "check", "pipelines/digits.yaml", check=False)
     assert stale.returncode == 1
     assert "lineage: source changed: raw/digits-0.csv" in stale.stdout and "content differs" in stale.stdout
-    run("dvc", "repro")
+    assert "samples: 1 changed, 0 only in the recorded version, 0 only in the rebuild" in stale.stdout
+    # the one field the edited pixels feed, with its sizes
+    changed = r"^  sample d0100 \(shard-\d{6}\.tar\): png \d+ bytes -> \d+ bytes$"
+    assert re.search(changed, stale.stdout, re.M), stale.stdout
+    rebuilt = run("dvc", "repro")
+    assert "Running stage 'digits'" in rebuilt.stdout
     second = (root / "storage/digits/refs/latest").read_text().strip()
     assert second != first and status(run) == {}
     diff = json.loads(run(*datapipe, "diff", f"storage/digits@{first}", "storage/digits@latest", "--json").stdout)
@@ -98,6 +110,12 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     shard.write_bytes(bytes(data))
     tampered = run(*datapipe, "check", "pipelines/digits.yaml", check=False)
     assert tampered.returncode == 1 and f"mismatch: {shard}" in tampered.stdout.replace("stored ", "")
+
+
+def store_files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file of the store (refs included) with its size and modification time."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted((root / "storage").rglob("*")) if p.is_file()}
 
 
 def test_dvc_outside_a_repository_is_a_clear_error(tmp_path):
