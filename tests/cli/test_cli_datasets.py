@@ -188,3 +188,35 @@ def test_gc_prune_from_the_cli(tmp_path):
     assert out.stdout.splitlines() == [f"removed {store.path('toy', 'versions', new)}", "1 removed"]
     assert set(store.versions("toy")) == {old, newest}  # tagged and latest stay
     assert run("verify", "storage/toy@keep", cwd=tmp_path).returncode == 0
+
+
+def commit_samples(root: Path, samples: list[dict], tag: str | None = None) -> str:
+    from datapipe.formats.registry import get_format
+    from datapipe.versioning.manifest import Manifest
+
+    store = Store(str(root))
+    writer = store.begin("toy")
+    shards = (writer.write_shard(0, samples[:3], get_format("webdataset")),
+              writer.write_shard(1, samples[3:], get_format("webdataset")))
+    m = writer.commit(Manifest(name="toy", shard_format="webdataset", fields={"cls": "bytes"}, shards=shards),
+                      ("latest", tag) if tag else ("latest",))
+    return m.version
+
+
+def test_diff_prints_added_removed_and_changed_keys(tmp_path):
+    old = [{"__key__": f"k{i}", "cls": str(i).encode()} for i in range(6)]
+    new = [dict(s) for s in old if s["__key__"] != "k1"]  # k1 removed
+    new[2] = {"__key__": "k3", "cls": b"33"}  # k3 changed
+    new.append({"__key__": "k9", "cls": b"9"})  # k9 added
+    a = commit_samples(tmp_path / "storage", old, tag="v1")
+    b = commit_samples(tmp_path / "storage", new)
+    out = run("diff", "storage/toy@v1", "storage/toy", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        f"toy@{a[:12]} -> toy@{b[:12]}: 1 added, 1 removed, 1 changed, 4 unchanged",
+        "+ k9",
+        "- k1",
+        "~ k3",
+    ]
+    same = run("diff", "storage/toy", f"storage/toy@{b[:8]}", cwd=tmp_path)
+    assert same.stdout == f"toy@{b[:12]} -> toy@{b[:12]}: 0 added, 0 removed, 0 changed, 6 unchanged\n"
