@@ -3,7 +3,9 @@
     datapipe build pipelines/digits.yaml
     torchrun --standalone --nproc_per_node 2 examples/train_ddp.py storage/digits --checkpoint digits.pt
 
-A restarted job with the same --checkpoint continues mid-epoch with exactly the batches it had left.
+Rank 0 checkpoints every --checkpoint-every steps and at the end of every epoch. A job restarted with the
+same --checkpoint (after a crash, a preemption, or --max-steps) continues from the last checkpoint, mid-epoch
+too, with exactly the batches the uninterrupted run would have trained next: it ends with the same weights.
 One sample in five (by key) is held out for evaluation; rank 0 prints the accuracy on it as JSON.
 """
 
@@ -59,14 +61,23 @@ def evaluate(net: nn.Module, url: str) -> float:
     return correct / max(total, 1)
 
 
+def save(path: str, net: nn.Module, optimiser: torch.optim.Optimizer, loader: datapipe.Loader) -> None:
+    """Model, optimiser and loader state, written atomically (a job killed while saving keeps the previous one)."""
+    torch.save({"model": net.state_dict(), "optimiser": optimiser.state_dict(), "loader": loader.state_dict()},
+               path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
 def main() -> None:
-    """Train, checkpoint every epoch, evaluate on rank 0."""
+    """Train, checkpoint every few steps and every epoch, evaluate on rank 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset", help="e.g. storage/digits or storage/digits@TAG")
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--checkpoint", default="digits.pt")
+    parser.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
+    parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (then restart)")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -83,18 +94,25 @@ def main() -> None:
         loader.load_state_dict(state["loader"])
     loss_fn = nn.CrossEntropyLoss()
 
+    steps = 0  # in this run; every rank takes the same steps (the loader gives each the same number of batches)
+    loss = torch.tensor(float("nan"))  # a restart from a checkpoint at an epoch's last batch trains none of it
     for epoch in range(loader.epoch, args.epochs):
-        loader.set_epoch(epoch)
+        loader.set_epoch(epoch)  # a checkpoint's own epoch keeps its position: the rest of that epoch
         for batch in loader:
             train = torch.tensor([not held_out(k) for k in batch["__key__"]])
             loss = loss_fn(net(images(batch)[train]), batch["cls"][train])
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
+            steps += 1
+            if rank == 0 and steps % args.checkpoint_every == 0:  # the loader state counts this batch as trained
+                save(args.checkpoint, net.module, optimiser, loader)
+            if steps == args.max_steps:
+                break
+        if steps == args.max_steps:
+            break
         if rank == 0:  # the loader state now names the next epoch
-            torch.save({"model": net.module.state_dict(), "optimiser": optimiser.state_dict(),
-                        "loader": loader.state_dict()}, args.checkpoint + ".tmp")
-            os.replace(args.checkpoint + ".tmp", args.checkpoint)
+            save(args.checkpoint, net.module, optimiser, loader)
             print(json.dumps({"epoch": epoch, "loss": round(loss.item(), 4),
                               "accuracy": round(evaluate(net.module, args.dataset), 4)}), flush=True)
         dist.barrier()

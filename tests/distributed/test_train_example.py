@@ -1,4 +1,5 @@
-"""examples/train_ddp.py for real: 2 DDP ranks on CPU reach 90% on the held-out digits, and a restart resumes."""
+"""examples/train_ddp.py for real: 2 DDP ranks on CPU reach 90% on the held-out digits, and a job stopped mid-epoch
+and restarted from its last checkpoint ends with exactly the weights of the uninterrupted job."""
 
 import json
 import shutil
@@ -11,10 +12,11 @@ import torch
 
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
+STEPS_PER_EPOCH = 1773 // (2 * 32)  # samples // (ranks x batch size): 27
 
 
 @pytest.mark.distributed
-def test_train_ddp_example_learns_digits_and_resumes_from_its_checkpoint(tmp_path):
+def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoint(tmp_path):
     for name in ("digits.yaml", "digits_code.py"):
         shutil.copy(REPO / "pipelines" / name, tmp_path / name)
     subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(tmp_path / "raw")],
@@ -22,15 +24,31 @@ def test_train_ddp_example_learns_digits_and_resumes_from_its_checkpoint(tmp_pat
     subprocess.run([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--workers", "1"], cwd=tmp_path,
                    check=True, capture_output=True)
 
-    def train(epochs: int) -> list[dict]:
+    def train(checkpoint: str, epochs: int, *more: str) -> list[dict]:
         out = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2",
                               str(REPO / "examples" / "train_ddp.py"), "storage/digits", "--epochs", str(epochs),
-                              "--checkpoint", "digits.pt"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                              "--checkpoint", checkpoint, "--checkpoint-every", "10", *more],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
         return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
-    log = train(8)
-    assert [e["epoch"] for e in log] == list(range(8)) and log[-1]["accuracy"] >= 0.9
-    state = torch.load(tmp_path / "digits.pt", weights_only=False)
-    assert state["loader"]["epoch"] == 8 and state["loader"]["position"] == 0
-    assert [e["epoch"] for e in train(9)] == [8]  # the restart continues where the checkpoint left off
+    def checkpoint(name: str) -> dict:
+        return torch.load(tmp_path / name, weights_only=False)
+
+    uninterrupted = train("full.pt", 3)
+    assert [e["epoch"] for e in uninterrupted] == [0, 1, 2]
+
+    # stopped after 35 steps (epoch 1, batch 8); the last checkpoint is from step 30, 3 batches into epoch 1
+    assert train("cut.pt", 3, "--max-steps", "35") == uninterrupted[:1]
+    state = checkpoint("cut.pt")["loader"]
+    assert (state["epoch"], state["position"]) == (1, (30 - STEPS_PER_EPOCH) * 2 * 32)
+    resumed = train("cut.pt", 3)
+    assert resumed == uninterrupted[1:]  # same loss and accuracy at the end of epochs 1 and 2
+    full, cut = checkpoint("full.pt"), checkpoint("cut.pt")
+    assert full["loader"] == cut["loader"] and full["loader"]["epoch"] == 3 and full["loader"]["position"] == 0
+    for name, weights in full["model"].items():  # no batch trained twice or skipped: the very same weights
+        assert torch.equal(weights, cut["model"][name]), name
+
+    # the uninterrupted job, continued from its end-of-epoch checkpoint, learns the digits
+    log = train("full.pt", 8)
+    assert [e["epoch"] for e in log] == list(range(3, 8)) and log[-1]["accuracy"] >= 0.9
