@@ -14,16 +14,23 @@ from datapipe.errors import ConfigError
 
 @contextlib.contextmanager
 def dask_client(workers: int | None = None, scheduler: str | None = None, *,
-                processes: bool = True) -> Iterator[Any]:
+                processes: bool = True, memory_limit: int | None = None) -> Iterator[Any]:
     """A distributed Client: connected to ``scheduler``, or to a new LocalCluster of ``workers`` processes.
 
     ``processes=False`` runs the workers as threads of this process: needed when the data lives
-    in this process's memory (memory:// stores).
+    in this process's memory (memory:// stores). ``memory_limit``: bytes per worker of the
+    LocalCluster (Dask spills at 60% of it, pauses at 80% and restarts a worker at 95%); None
+    leaves Dask's default, the machine's memory shared among the workers.
     """
     from distributed import Client, LocalCluster
 
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("distributed").setLevel(logging.WARNING)  # its INFO lines drown a build's own output
+    if scheduler and memory_limit is not None:
+        raise ConfigError("--memory-limit sizes the workers of the embedded cluster; with --scheduler, give it to "
+                          "the workers you start (dask worker --memory-limit ...)")
+    if memory_limit is not None and memory_limit < 1:
+        raise ConfigError(f"--memory-limit {memory_limit}: must be at least 1 byte")
     if scheduler:
         try:
             client = Client(scheduler, timeout="10s")
@@ -40,6 +47,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
         # workers log recoverable trouble (a peer that died mid-transfer) as ERROR with a traceback; Dask
         # recomputes what was lost, and what cannot be recovered reaches the user as a BuildError
         dashboard_address=dashboard, silence_logs=logging.CRITICAL,
+        **({"memory_limit": memory_limit} if memory_limit is not None else {}),
     ) as cluster, Client(cluster) as client:
         yield client
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import sys
 import types
 import typing
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Annotated, Any, Literal
@@ -62,6 +64,57 @@ ByteSize = Annotated[int, pydantic.BeforeValidator(parse_size), pydantic.WithJso
     {"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]})]
 
 
+# What each reader takes besides the partitioning options (csv: pandas.read_csv's own keywords).
+_CSV_NOT_TAKEN = ("filepath_or_buffer", "chunksize", "iterator", "index_col", "compression", "memory_map")
+READER_OPTIONS: dict[str, tuple[str, ...]] = {
+    "jsonl": ("encoding", "dtype"),
+    "parquet": ("columns", "use_pandas_metadata"),
+    "files": (),
+}
+
+
+def reader_options(fmt: str) -> tuple[str, ...]:
+    """The source.options keys the ``fmt`` reader takes (besides the partitioning ones)."""
+    if fmt == "csv":
+        import inspect
+
+        import pandas as pd
+
+        return tuple(k for k in inspect.signature(pd.read_csv).parameters if k not in _CSV_NOT_TAKEN)
+    return READER_OPTIONS[fmt]
+
+
+def check_source_options(fmt: str, options: dict[str, Any]) -> tuple[str, str] | None:
+    """(key, problem) of the first option the ``fmt`` reader cannot take, or None."""
+    for key, value in options.items():
+        if key in ("blocksize",):
+            try:
+                parse_size(value)
+            except ValueError as e:
+                return key, f"{e} (got {value!r})"
+        elif key in ("files_per_partition", "row_groups_per_partition"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                return key, f"must be a whole number of at least 1 (got {value!r})"
+        elif key == "storage_options":
+            if not isinstance(value, dict):
+                return key, "must be a mapping of fsspec storage options"
+        elif key not in reader_options(fmt):
+            taken = ", ".join(sorted({*reader_options(fmt), *EXECUTION_OPTIONS})) if fmt != "csv" else (
+                "the keywords of pandas.read_csv (sep, encoding, quotechar, header, names, na_values, ...) and "
+                + ", ".join(sorted(EXECUTION_OPTIONS)))
+            return key, f"the {fmt} reader does not take this option; it takes {taken}"
+    if fmt == "jsonl" and "encoding" in options:
+        import codecs
+
+        try:
+            ascii_compatible = codecs.lookup(str(options["encoding"])).encode("\n")[0] == b"\n"
+        except LookupError:
+            return "encoding", f"unknown encoding {options['encoding']!r}"
+        if not ascii_compatible:
+            return "encoding", "JSON lines are read line by line: use an encoding where a newline is one byte"
+    return None
+
+
 class SourceConfig(BaseModel):
     """Where the raw rows come from: an fsspec URL or glob (relative to the pipeline file) and its format."""
 
@@ -69,6 +122,14 @@ class SourceConfig(BaseModel):
     path: str = Field(min_length=1)
     format: Literal["csv", "parquet", "jsonl", "files"]
     options: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _options_taken(self) -> SourceConfig:
+        problem = check_source_options(self.format, self.options)
+        if problem is not None:
+            raise PydanticCustomError("source_option", "options.{key}: {problem}",
+                                      {"key": problem[0], "problem": problem[1]})
+        return self
 
 
 class DropnaArgs(BaseModel):
@@ -257,6 +318,17 @@ class LoadedPipeline:
     pipeline: Pipeline
     path: str
     base_dir: str
+    lines: Mapping[str, int] = dataclasses.field(default_factory=dict)  # key path (stages[2].map) -> line
+    shown: str = ""  # the file as the user named it, for messages
+
+    def where(self, key: str) -> str:
+        """``FILE:LINE: key`` for messages about ``key`` (a dotted path such as ``stages[2].map``)."""
+        line = self.lines.get(key)
+        while line is None and ("." in key or "[" in key):
+            key_up = key.rsplit(".", 1)[0] if key.rfind(".") > key.rfind("[") else key.rsplit("[", 1)[0]
+            line, key = self.lines.get(key_up), key_up
+        name = self.shown or self.path
+        return f"{name}:{line}" if line is not None else name
 
 
 def stage_path(i: int, kind: str) -> str:
@@ -275,11 +347,17 @@ def load_pipeline(path: str | os.PathLike) -> LoadedPipeline:
     except UnicodeDecodeError as e:
         raise ConfigError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     absolute = os.path.abspath(where)
-    return LoadedPipeline(parse_pipeline(text, where), absolute, os.path.dirname(absolute))
+    pipeline, lines = _parse(text, where)
+    return LoadedPipeline(pipeline, absolute, os.path.dirname(absolute),
+                          {_dotted(k): v for k, v in lines.items()}, where)
 
 
 def parse_pipeline(text: str, where: str) -> Pipeline:
     """Validate pipeline YAML ``text``; ``where`` names the file in messages. Every problem is one line of the error."""
+    return _parse(text, where)[0]
+
+
+def _parse(text: str, where: str) -> tuple[Pipeline, dict[tuple, int]]:
     try:
         loader = yaml.SafeLoader(text)
         try:
@@ -311,7 +389,7 @@ def parse_pipeline(text: str, where: str) -> Pipeline:
             merged.setdefault((line, path, shown), []).append(msg)
         raise ConfigError("\n".join(f"{where}:{line}: {path}: {' or '.join(dict.fromkeys(msgs))}{shown}"
                                     for (line, path, shown), msgs in sorted(merged.items())))
-    return pipeline
+    return pipeline, lines
 
 
 def _node_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> list[tuple[int, str, str, str]]:
@@ -346,6 +424,9 @@ def _describe(err: dict, lines: dict[tuple, int]) -> tuple[int, str, str, str]:
             path = hit or (*path, str(part))
     if err["type"] in ("unknown_stage", "stage_value"):
         path = (*path, err["ctx"]["key"])
+    elif err["type"] == "source_option":
+        path = (*path, "options", err["ctx"]["key"])
+        err = {**err, "msg": err["ctx"]["problem"]}
     line = next((lines[path[:n]] for n in range(len(path), 0, -1) if path[:n] in lines), 1)
     msg, shown = err["msg"].removeprefix("Value error, "), ""
     if err["type"] == "missing":

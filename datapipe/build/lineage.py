@@ -9,7 +9,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from datapipe.build.config import Pipeline
+from datapipe.build.config import LoadedPipeline, Pipeline
 from datapipe.build.sources import InputFile
 from datapipe.errors import ConfigError
 from datapipe.storage.fs import sha256_of
@@ -50,6 +50,30 @@ def code_refs(pipeline: Pipeline, base_dir: str) -> tuple[CodeRef, ...]:
         with open(path, "rb") as f:
             refs.append(CodeRef(module, hashlib.sha256(f.read()).hexdigest()))
     return tuple(refs)
+
+
+def checked_code(loaded: LoadedPipeline) -> tuple[CodeRef, ...]:
+    """``code_refs`` after importing every map stage's function here, before any cluster starts, so a
+    missing module or function, or a module that fails on import, is an error naming the stage and its line."""
+    from datapipe.build.stages import load_function
+
+    def named(e: ConfigError, key: str) -> ConfigError:
+        return ConfigError(f"{loaded.where(key)}: {key}: {str(e).removeprefix(key + ': ')}")
+
+    maps = [(f"stages[{i}].map", stage.args) for i, stage in enumerate(loaded.pipeline.stages) if stage.kind == "map"]
+    for key, spec in maps:
+        try:
+            _module_file(spec.partition(":")[0], loaded.base_dir, key)
+        except ConfigError as e:
+            raise named(e, key) from None
+    refs = code_refs(loaded.pipeline, loaded.base_dir)
+    hashes = {ref.module: ref.sha256 for ref in refs}
+    for key, spec in maps:
+        try:
+            load_function(spec, loaded.base_dir, hashes[spec.partition(":")[0]])
+        except ConfigError as e:
+            raise named(e, key) from None
+    return refs
 
 
 def environment() -> dict[str, str]:

@@ -239,8 +239,9 @@ def read_csv_part(plan: SourcePlan, part: Part) -> RawPart:
 
 
 def read_jsonl_part(plan: SourcePlan, part: Part) -> RawPart:
-    """One JSON object per line; a line that is not one is a reject."""
+    """One JSON object per line (in ``options.encoding``, default UTF-8); a line that is not one is a reject."""
     _, data = _block(plan, part)
+    encoding = plan.options.get("encoding") or "utf-8"
     records, rows, rejects = [], [], []
     row = -1
     for line in data.split(b"\n"):
@@ -248,15 +249,15 @@ def read_jsonl_part(plan: SourcePlan, part: Part) -> RawPart:
             continue
         row += 1
         try:
-            record = json.loads(line)
+            record = json.loads(line.decode(encoding))
         except UnicodeDecodeError:
-            rejects.append((row, "invalid UTF-8", line.decode("utf-8", "replace")))
+            rejects.append((row, f"invalid {encoding}", line.decode(encoding, "replace")))
             continue
         except ValueError as e:
-            rejects.append((row, f"not valid JSON ({e})", line.decode("utf-8", "replace")))
+            rejects.append((row, f"not valid JSON ({e})", line.decode(encoding, "replace")))
             continue
         if not isinstance(record, dict):
-            rejects.append((row, f"expected a JSON object, got {type(record).__name__}", line.decode()))
+            rejects.append((row, f"expected a JSON object, got {type(record).__name__}", line.decode(encoding)))
             continue
         records.append(record)
         rows.append(row)

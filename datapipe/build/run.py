@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import time
 import uuid
 from collections import defaultdict
@@ -15,7 +16,7 @@ import numpy as np
 
 from datapipe.build.cluster import dashboard_link, dask_client
 from datapipe.build.config import LoadedPipeline
-from datapipe.build.lineage import code_refs, environment, hash_source
+from datapipe.build.lineage import checked_code, environment, hash_source
 from datapipe.build.partition import (
     SAMPLE_STAGE,
     BuildJob,
@@ -40,9 +41,9 @@ from datapipe.build.plan import (
 from datapipe.build.progress import BuildProgress
 from datapipe.build.quarantine import Reject, quarantine_bytes
 from datapipe.build.sources import SourcePlan, align_parts, plan_source, scan_block, scans_needed
-from datapipe.errors import BuildError
+from datapipe.errors import BuildError, ConfigError
 from datapipe.formats.registry import get_format
-from datapipe.storage.fs import put_atomic
+from datapipe.storage.fs import is_local, put_atomic
 from datapipe.versioning.manifest import REJECTED_NAME, Lineage, Manifest, StageCounts
 from datapipe.versioning.store import LATEST, Store, VersionWriter, check_ref_name
 
@@ -255,6 +256,7 @@ def build(
     progress: BuildProgress | None = None,
     storage_options: Mapping[str, Any] | None = None,
     keep_encoded: bool | None = None,
+    memory_limit: int | None = None,
 ) -> BuildResult:
     """Build ``loaded`` into a new version of ``store`` and point 'latest' (and ``tags``) at it.
 
@@ -262,17 +264,20 @@ def build(
     names a running Dask scheduler, or a LocalCluster of ``workers`` processes is started.
     ``keep_encoded``: whether the workers hold the encoded samples between the measure and the
     write pass instead of reading the source twice; by default, when they fit (``fits_in_memory``).
-    The result is the same either way.
+    The result is the same either way. ``memory_limit``: bytes per worker of the embedded
+    LocalCluster (Dask's default otherwise: the machine's memory shared among the workers).
     """
     started = time.perf_counter()
     pipeline = loaded.pipeline
     tags = [check_ref_name(t) for t in tags]
+    check_store_location(store)
     progress = progress or BuildProgress()
     plan = plan_source(pipeline.source, loaded.base_dir, storage_options, align=False)
-    code = code_refs(pipeline, loaded.base_dir)
+    code = checked_code(loaded)
     processes = not (_in_process_only(store.fs) or _in_process_only(plan.fs))
     scope = contextlib.nullcontext(client) if client is not None else dask_client(workers, scheduler,
-                                                                                  processes=processes)
+                                                                                  processes=processes,
+                                                                                  memory_limit=memory_limit)
     with scope as c:
         progress.dashboard(dashboard_link(c))
         run = _Runner(c, progress)
@@ -325,6 +330,20 @@ def fits_in_memory(client: Any, plan: SourcePlan) -> bool:
     if not limits or 0 in limits:  # no limit known: do not guess
         return False
     return ENCODED_PER_SOURCE_BYTE * sum(f.size for f in plan.files) <= KEEP_FRACTION * sum(limits)
+
+
+def check_store_location(store: Store) -> None:
+    """A store that is a file (or under one) is a ConfigError before anything runs, not an OSError after it."""
+    if is_local(store.fs):
+        path = os.path.abspath(store.root)
+        while not os.path.exists(path) and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        if os.path.exists(path) and not os.path.isdir(path):
+            what = "is a file" if path == os.path.abspath(store.root) else f"is under a file ({path})"
+            raise ConfigError(f"{store.url}: the store {what}, not a directory; give a directory for the store "
+                              "(it is created when missing)")
+    elif store.fs.isfile(store.root):
+        raise ConfigError(f"{store.url}: the store is a file, not a directory; give a directory for the store")
 
 
 def _align(run: _Runner, plan: SourcePlan) -> SourcePlan:

@@ -295,7 +295,7 @@ def _sample_schema(fmt: str, sample: bytes, options: dict[str, Any]) -> dict[str
     records = []
     for line in sample.splitlines():
         try:
-            record = json.loads(line)
+            record = json.loads(line.decode(options.get("encoding") or "utf-8"))
         except ValueError:
             continue
         if isinstance(record, dict):

@@ -93,9 +93,19 @@ def load_function(spec: str, base_dir: str, sha256: str | None = None) -> Callab
     except ImportError as e:
         raise ConfigError(f"map {spec!r}: cannot import module {module_name!r} ({e}); it is looked up in "
                           f"{base_dir} and on the Python path") from None
+    except SyntaxError as e:
+        where = f"{e.filename}:{e.lineno}" if e.filename else module_name
+        raise ConfigError(f"map {spec!r}: module {module_name!r} has a syntax error ({where}: {e.msg}); "
+                          "fix the module") from None
+    except Exception as e:  # the module's top-level code failed: the user's bug, reported without a traceback
+        raise ConfigError(f"map {spec!r}: importing module {module_name!r} failed ({type(e).__name__}: {e}); "
+                          "fix the module's top-level code") from None
     fn = getattr(module, name, None)
     if not callable(fn):
-        raise ConfigError(f"map {spec!r}: module {module_name!r} has no function {name!r}")
+        found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
+                       and getattr(v, "__module__", None) == module.__name__)
+        raise ConfigError(f"map {spec!r}: module {module_name!r} has no function {name!r}"
+                          + (f" (it has: {', '.join(found)})" if found else ""))
     _FUNCTIONS[(spec, base_dir, sha256)] = fn
     return fn
 

@@ -1,6 +1,7 @@
 """Planning and reading the source: CSV blocks cut only between records, so rows never depend on the blocksize."""
 
 import pandas as pd
+import pydantic
 import pytest
 
 from datapipe.build.config import SourceConfig
@@ -105,7 +106,44 @@ def test_quoting_off_needs_no_scan(tmp_path):
     ("files_per_partition", 0, r"source.options.files_per_partition: must be a whole number"),
 ])
 def test_bad_partitioning_options_name_the_key(tmp_path, key, value, expected):
+    """In the pipeline file they are caught with their line (test_cli); given to plan_source directly, too."""
     (tmp_path / "a.csv").write_text("x,y\n1,2\n")
     fmt = "files" if key == "files_per_partition" else "csv"
     with pytest.raises(ConfigError, match=expected):
-        plan_source(SourceConfig(path="a.csv", format=fmt, options={key: value}), str(tmp_path))
+        plan_source(SourceConfig(path="a.csv", format=fmt), str(tmp_path), execution={key: value})
+    with pytest.raises(pydantic.ValidationError, match=key):
+        SourceConfig(path="a.csv", format=fmt, options={key: value})
+
+
+def test_jsonl_reads_in_the_given_encoding(tmp_path):
+    (tmp_path / "a.jsonl").write_bytes('{"id": "café", "n": 1}\n{"id": "naïve", "n": 2}\n'.encode("latin-1"))
+    for options, ids, rejects in [({"encoding": "latin-1"}, ["café", "naïve"], 0), ({}, [], 2)]:
+        plan = plan_source(SourceConfig(path="a.jsonl", format="jsonl", options=options), str(tmp_path))
+        raw = read_part(plan, plan.parts[0])
+        assert list(raw.frame.get("id", [])) == ids and len(raw.rejects) == rejects
+    assert raw.rejects[0][1] == "invalid utf-8"
+
+
+def test_parquet_reads_only_the_given_columns(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": ["a", "b"], "x": [1, 2], "big": [b"x" * 10, b"y" * 10]}), tmp_path / "t.parquet")
+    plan = plan_source(SourceConfig(path="t.parquet", format="parquet", options={"columns": ["id", "x"]}),
+                       str(tmp_path))
+    assert list(read_part(plan, plan.parts[0]).frame.columns) == ["id", "x"]
+
+
+@pytest.mark.parametrize(("fmt", "options", "expected"), [
+    ("jsonl", {"sep": ";"}, "options.sep: the jsonl reader does not take this option; it takes blocksize, dtype, "
+                            "encoding"),
+    ("jsonl", {"encoding": "utf-16"}, "options.encoding: JSON lines are read line by line"),
+    ("jsonl", {"encoding": "klingon"}, "options.encoding: unknown encoding"),
+    ("files", {"encoding": "utf-8"}, "options.encoding: the files reader does not take this option"),
+    ("parquet", {"dtype": {"a": "int64"}}, "options.dtype: the parquet reader does not take this option"),
+    ("csv", {"chunksize": 5}, "options.chunksize: the csv reader does not take this option"),
+])
+def test_options_a_reader_does_not_take_are_errors(fmt, options, expected):
+    with pytest.raises(pydantic.ValidationError) as e:
+        SourceConfig(path="x", format=fmt, options=options)
+    assert expected in str(e.value)
