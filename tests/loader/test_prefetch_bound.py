@@ -1,0 +1,38 @@
+"""What `prefetch` bounds, as the README says: batches made ahead of the training loop are at most about
+2 x prefetch per DataLoader worker (its thread's queue plus the DataLoader's prefetch_factor), prefetch in process."""
+
+import functools
+import os
+import time
+
+import pytest
+from sample_data import SIZES
+
+import datapipe
+
+TOTAL = sum(SIZES)
+
+
+def record(path: str, payload: bytes) -> bytes:
+    """A decoder that notes every sample it decodes, in whichever process decodes it."""
+    with open(path, "ab") as f:
+        f.write(b"x")
+    return payload
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batches_made_ahead_stay_within_the_prefetch_bound(toy, tmp_path, workers):
+    log = str(tmp_path / "decoded")
+    prefetch = 2
+    loader = datapipe.Loader(toy, batch_size=1, num_workers=workers, prefetch=prefetch,
+                             decode={"bin": functools.partial(record, log)})
+    assert loader.prefetch_depth() == prefetch and len(loader) == TOTAL
+    batches = iter(loader)
+    for consumed in range(1, 4):
+        next(batches)
+        time.sleep(1.0)  # a slow training step: producers run ahead as far as they may
+        made = os.path.getsize(log)
+        # per producer: its queue, the batch it is finishing, and with workers the DataLoader's prefetch_factor
+        ahead = prefetch + 1 if workers == 0 else workers * (2 * prefetch + 1)
+        assert consumed <= made <= consumed + ahead < TOTAL
+    batches.close()
