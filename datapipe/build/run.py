@@ -283,6 +283,7 @@ def build(
         run = _Runner(c, progress)
         run.seconds["start"] = time.perf_counter() - started  # planning the source and starting the cluster
         plan = _align(run, plan)
+        check_file_sizes(plan, worker_memory_limits(c))
         job = BuildJob(pipeline, loaded.base_dir, plan, {ref.module: ref.sha256 for ref in code})
         source_files = c.compute([_hash_task(plan.fs, f) for f in plan.files])
         keep = fits_in_memory(c, plan) if keep_encoded is None else keep_encoded
@@ -321,12 +322,33 @@ KEEP_FRACTION = 0.25  # of the workers' memory that encoded samples may take bet
 ENCODED_PER_SOURCE_BYTE = 4  # a guess on the safe side: tar framing and decompressed Parquet
 
 
+def worker_memory_limits(client: Any) -> list[int]:
+    """Each worker's memory limit in bytes (0 where a worker has none)."""
+    return [w.get("memory_limit") or 0 for w in client.scheduler_info().get("workers", {}).values()]
+
+
+FILE_COPIES = 3  # a 'files' sample is in memory as read, as its encoded payload, and in its partition's block
+
+
+def check_file_sizes(plan: SourcePlan, limits: Sequence[int]) -> None:
+    """A 'files' source whose largest file cannot be held (FILE_COPIES times) by a worker fails before any
+    pass runs, naming the file: each file is one sample, read whole into its worker's memory."""
+    known = [m for m in limits if m]
+    if plan.format != "files" or not known or len(known) != len(limits):
+        return
+    biggest = max(plan.files, key=lambda f: f.size)
+    if FILE_COPIES * biggest.size > min(known):
+        raise BuildError(f"{biggest.label}: {biggest.size} bytes, one sample read whole into a worker's memory "
+                         f"({FILE_COPIES}x while it is encoded); a worker has {min(known)} bytes. Give the workers "
+                         "more memory (--memory-limit, or fewer --workers) or split the file")
+
+
 def fits_in_memory(client: Any, plan: SourcePlan) -> bool:
     """Whether the encoded dataset (guessed from the source's size) fits in KEEP_FRACTION of the workers' memory.
 
     Larger inputs stream: the write pass reads and cleans each partition again instead.
     """
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info().get("workers", {}).values()]
+    limits = worker_memory_limits(client)
     if not limits or 0 in limits:  # no limit known: do not guess
         return False
     return ENCODED_PER_SOURCE_BYTE * sum(f.size for f in plan.files) <= KEEP_FRACTION * sum(limits)

@@ -360,3 +360,27 @@ def test_csv_quirks_give_one_version_whatever_the_blocksize(project, dask_client
     if header == "quoted newlines":
         assert first["txt"] == b'line one of 0\nline two, with "quotes" and a comma\n\nthree'
     assert first["__key__"] == "r0000" and first["cls"] == b"0"
+
+
+def test_files_source_split_by_bytes_gives_the_same_version(project, dask_client):
+    for i in range(12):
+        project.write(f"img/{'ab'[i % 2]}/f{i:02d}.bin", bytes([i]) * (500 + 300 * i))
+    project.write("keys.py", "def add(df):\n    df = df.copy()\n    df['key'] = df['name'].str[:-4]\n    return df\n")
+    versions = set()
+    for options in ("{blocksize: 2KB}", "{files_per_partition: 3}", "{}"):  # 2KB: at most two files a partition
+        project.pipeline(f"""\
+            name: blobs
+            source: {{path: "img/*/*.bin", format: files, options: {options}}}
+            stages:
+              - map: keys:add
+            sample: {{key: key, fields: {{bin: bytes, cls: parent}}}}
+            max_rejected: 0
+            """)
+        result = project.build(client=dask_client)
+        assert result.manifest.samples == 12
+        versions.add(result.manifest.version)
+    assert len(versions) == 1
+    samples = project.samples(result)
+    assert [s["__key__"] for s in samples] == [f"f{i:02d}" for i in range(0, 12, 2)] + [
+        f"f{i:02d}" for i in range(1, 12, 2)]
+    assert samples[1]["bin"] == bytes([2]) * 1100 and samples[1]["cls"] == b"a"

@@ -147,3 +147,34 @@ def test_options_a_reader_does_not_take_are_errors(fmt, options, expected):
     with pytest.raises(pydantic.ValidationError) as e:
         SourceConfig(path="x", format=fmt, options=options)
     assert expected in str(e.value)
+
+
+def test_files_partitions_are_bounded_in_bytes_as_well_as_in_count(tmp_path):
+    sizes = [1000] * 6 + [5000] + [10] * 5  # sorted by name: f00 .. f11
+    for i, size in enumerate(sizes):
+        (tmp_path / "img").mkdir(exist_ok=True)
+        (tmp_path / "img" / f"f{i:02d}.bin").write_bytes(bytes([i]) * size)
+    plan = plan_source(SourceConfig(path="img/*.bin", format="files", options={"blocksize": 2500}), str(tmp_path))
+    groups = [[int(plan.files[m].label[-6:-4]) for m in p.members] for p in plan.parts]
+    assert groups == [[0, 1], [2, 3], [4, 5], [6], [7, 8, 9, 10, 11]]  # the 5000-byte file alone
+    for part in plan.parts:
+        assert sum(plan.files[m].size for m in part.members) <= 2500 or len(part.members) == 1
+    plan = plan_source(SourceConfig(path="img/*.bin", format="files", options={"files_per_partition": 2}),
+                       str(tmp_path))
+    assert [len(p.members) for p in plan.parts] == [2, 2, 2, 2, 2, 2]  # the default 64 MiB does not bind here
+    raw = read_part(plan, plan.parts[3])
+    assert list(raw.frame["name"]) == ["f06.bin", "f07.bin"] and raw.frame["bytes"][0] == b"\x06" * 5000
+    assert list(raw.frame["parent"]) == ["img", "img"]
+
+
+def test_a_file_larger_than_a_worker_can_hold_fails_before_the_passes(tmp_path):
+    from datapipe.build.run import FILE_COPIES, check_file_sizes
+    from datapipe.errors import BuildError
+
+    (tmp_path / "small.bin").write_bytes(b"x" * 100)
+    (tmp_path / "big.bin").write_bytes(b"x" * 1000)
+    plan = plan_source(SourceConfig(path="*.bin", format="files"), str(tmp_path))
+    check_file_sizes(plan, [FILE_COPIES * 1000, 10**9])  # fits every worker
+    check_file_sizes(plan, [0, 10])  # a worker without a limit: nothing to check against
+    with pytest.raises(BuildError, match=r"big.bin: 1000 bytes, one sample read whole .* a worker has 2999 bytes"):
+        check_file_sizes(plan, [FILE_COPIES * 1000 - 1, 10**9])
