@@ -21,6 +21,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--kill-after", type=int, default=None, help="SIGKILL every rank after this many batches")
     parser.add_argument("--state-in")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs to read, the (resumed) current one first")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     loader = datapipe.Loader(args.dataset, batch_size=args.batch_size, num_workers=args.workers, seed=11)
@@ -37,8 +38,13 @@ def main() -> None:
             with open(f"{args.out}.rank{dist.get_rank()}", "w") as f:
                 json.dump({"batches": batches, "state": loader.state_dict()}, f)
             os.kill(os.getpid(), signal.SIGKILL)
+    later = []  # the keys of each further epoch, per batch
+    for _ in range(args.epochs - 1):
+        loader.set_epoch(loader.epoch)  # the state names the next epoch once one is complete
+        later.append([batch["__key__"] for batch in loader])
     everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, {"rank": dist.get_rank(), "batches": batches, "state": loader.state_dict()})
+    dist.all_gather_object(everyone, {"rank": dist.get_rank(), "batches": batches, "later": later,
+                                      "state": loader.state_dict()})
     if dist.get_rank() == 0:
         with open(args.out, "w") as f:
             json.dump(everyone, f)

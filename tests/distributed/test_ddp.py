@@ -45,9 +45,25 @@ def test_ddp_epoch_resume_and_elastic_resume(tmp_path):
     for r in range(2):
         assert first[r]["batches"] + rest[r]["batches"] == full[r]["batches"]
 
-    # resumed by 3 ranks instead: the rest of the epoch exactly once, equal batches per rank
-    elastic = torchrun(3, url, "--out", str(tmp_path / "elastic.json"), "--state-in", str(state))
+    # resumed by 3 ranks instead: the rest of the epoch exactly once, equal batches per rank; then the next
+    # epoch in the new world: 3 ranks x 2 workers, every sample once (up to the drop), equal batches
+    elastic = torchrun(3, url, "--out", str(tmp_path / "elastic.json"), "--state-in", str(state), "--epochs", "2")
     assert len({len(r["batches"]) for r in elastic}) == 1
     seen = keys(first) + keys(elastic)
     assert len(seen) == len(set(seen)) and TOTAL - len(seen) < 3 * 4
-    assert all(r["state"]["epoch"] == 1 and r["state"]["position"] == 0 for r in elastic)
+    next_epoch = [[k for batch in r["later"][0] for k in batch] for r in elastic]
+    assert {len(r["later"][0]) for r in elastic} == {TOTAL // 12}
+    everyone = [k for keys_of_rank in next_epoch for k in keys_of_rank]
+    assert len(everyone) == len(set(everyone)) == TOTAL // 12 * 12
+    # the global order of epoch 1 is the 1-rank order: batch g of rank r is slice r of global batch g
+    interleaved = [k for step in zip(*(r["later"][0] for r in elastic), strict=True) for batch in step for k in batch]
+    assert interleaved == one_rank_order(url, epoch=1)[: len(interleaved)]
+    assert all(r["state"]["epoch"] == 2 and r["state"]["position"] == 0 for r in elastic)
+
+
+def one_rank_order(url: str, epoch: int) -> list[str]:
+    import datapipe
+
+    loader = datapipe.Loader(url, batch_size=4, rank=0, world_size=1, num_workers=0, seed=11)
+    loader.set_epoch(epoch)
+    return [k for batch in loader for k in batch["__key__"]]
