@@ -34,7 +34,7 @@ def test_a_corrupt_shard_in_a_worker_raises_shard_corrupt_error_in_the_training_
     name = corrupt(toy, 2)
     with pytest.raises(ShardCorruptError, match=name) as raised:
         list(datapipe.Loader(toy, batch_size=4, num_workers=workers, shuffle=False))
-    assert raised.value.shard.endswith(name)
+    assert raised.value.shard.endswith(name) and "Traceback" not in str(raised.value)  # what the CLI prints
     if workers:
         assert any("DataLoader worker" in note for note in raised.value.__notes__)
 
