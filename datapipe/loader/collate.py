@@ -153,5 +153,8 @@ def collate(keys: list[str], columns: Mapping[str, Column], decoders: Mapping[st
     """
     batch: dict[str, Any] = {KEY: keys}
     for name, decoder in decoders.items():
-        batch[name] = decode_column(columns[name], decoder, defer, allocate)
+        try:
+            batch[name] = decode_column(columns[name], decoder, defer, allocate)
+        except ConfigError as e:
+            raise ConfigError(f"field {name!r}: {e}") from None
     return batch

@@ -141,7 +141,6 @@ class Column:
             values[slots] = (digits.astype(np.int64) * powers).sum(axis=1)
         return values
 
-
     def decimals(self) -> np.ndarray | None:
         """The payloads as float64 when every one is a plain decimal ([-+]digits[.digits], 1-15 digits), else None.
 

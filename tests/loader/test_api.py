@@ -15,6 +15,7 @@ from sample_data import SIZES
 from torch.utils.data import DataLoader
 
 import datapipe
+from datapipe.errors import ConfigError
 from datapipe.formats.registry import get_format
 from datapipe.loader.torch import ShardDataset
 from datapipe.versioning.manifest import Manifest
@@ -205,3 +206,14 @@ def test_resumption_is_exact_for_any_worker_count_and_drop_last(toy, drop_last, 
         resumed = make(after)
         resumed.load_state_dict(loader.state_dict())
         assert taken + keys_of(resumed) == full
+
+
+def test_a_number_field_with_a_payload_that_is_not_a_number_names_the_field(tmp_path):
+    samples = [{"__key__": f"s{n}", "score": b"1.5" if n != 3 else b"n/a"} for n in range(8)]
+    url = write_dataset(tmp_path / "store", "bad", samples, {"score": "float"}, 4)
+    with pytest.raises(ConfigError, match="field 'score': .*not one number"):
+        list(datapipe.Loader(url, batch_size=8, num_workers=0, shuffle=False))
+    with pytest.raises(ConfigError, match="field 'score'"):  # from a worker too, as itself
+        list(datapipe.Loader(url, batch_size=8, num_workers=2, shuffle=False))
+    batch = next(iter(datapipe.Loader(url, batch_size=8, num_workers=0, shuffle=False, decode={"score": "str"})))
+    assert batch["score"][3] == "n/a"
