@@ -79,6 +79,8 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (then restart)")
     args = parser.parse_args()
+    if args.checkpoint_every < 1:
+        parser.error("--checkpoint-every must be at least 1")
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
