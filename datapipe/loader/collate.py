@@ -45,9 +45,15 @@ def _stack(values: list[Any]) -> Any:
 def _numbers(column: Column, dtype: type, array_dtype: type) -> np.ndarray:
     """ASCII numbers (tar) as ``dtype``, or one-element numeric lists (TFRecord) as ``array_dtype``: one array."""
     if np.dtype(dtype).kind == "f":
-        values = column.decimals()  # vectorised and exact for plain decimals; anything else payload by payload
+        values = column.decimals()  # vectorised and exact for plain decimals
         if values is not None:
             return values
+    strings = column.strings()
+    if strings is not None:  # one cast in C, with Python's int() and float() rules
+        try:
+            return strings.astype(dtype)
+        except (ValueError, OverflowError):  # payload by payload below, to say what is wrong
+            pass
     payloads = column.values()
     if payloads and isinstance(payloads[0], np.ndarray):
         if all(len(p) == 1 for p in payloads):
@@ -56,8 +62,9 @@ def _numbers(column: Column, dtype: type, array_dtype: type) -> np.ndarray:
     parse = float if np.dtype(dtype).kind == "f" else int
     try:  # one number per payload, or a clear error (never a batch of another length)
         return np.array([parse(bytes(p)) for p in payloads], dtype=dtype)
-    except ValueError as e:
-        raise ConfigError(f"{e}: a payload is not one number; decode the field with 'str' or 'bytes'") from None
+    except (ValueError, OverflowError) as e:
+        raise ConfigError(f"{e}: a payload is not one {np.dtype(dtype).name} number; decode the field with 'str' "
+                          "or 'bytes'") from None
 
 
 def _npy_header(column: Column) -> tuple[int, np.dtype, tuple[int, ...]] | None:

@@ -141,6 +141,25 @@ class Column:
             values[slots] = (digits.astype(np.int64) * powers).sum(axis=1)
         return values
 
+    def strings(self) -> np.ndarray | None:
+        """The payloads as one fixed-width bytes array (numpy 'S', NUL-padded) in batch order; None for objects,
+        or when a payload holds a NUL (that the 'S' dtype would drop)."""
+        if not self.n or not self.spans_only():
+            return None
+        sizes = self.sizes()
+        width = int(sizes.max())
+        if width == 0:
+            return None
+        chars = np.empty((self.n, width), dtype=np.uint8)
+        for slots, source, offsets, part_sizes in self._parts:
+            if len(slots):
+                chars[slots] = _aligned(source, offsets, part_sizes, width, right=False)
+        outside = np.arange(width) >= sizes[:, None]
+        if not (chars.astype(bool) | outside).all():
+            return None
+        chars[outside] = 0
+        return chars.view(f"S{width}").reshape(self.n)
+
     def decimals(self) -> np.ndarray | None:
         """The payloads as float64 when every one is a plain decimal ([-+]digits[.digits], 1-15 digits), else None.
 
@@ -157,7 +176,7 @@ class Column:
         chars = np.empty((self.n, width), dtype=np.uint8)
         for slots, source, offsets, part_sizes in self._parts:
             if len(slots):
-                chars[slots] = _right_aligned(source, offsets, part_sizes, width)
+                chars[slots] = _aligned(source, offsets, part_sizes, width, right=True)
         rows, lead = np.arange(self.n), width - sizes  # lead: the column of each payload's first character
         first = chars[rows, lead]
         negative = first == ord("-")
@@ -180,15 +199,16 @@ class Column:
         return np.where(negative, -values, values)
 
 
-def _right_aligned(source: Any, offsets: np.ndarray, sizes: np.ndarray, width: int) -> np.ndarray:
-    """Rows of ``width`` bytes ending where each payload ends (bytes before a payload are anything): a window
-    view of the map, or a gather into zero-padded rows where a payload starts too close to the buffer's start."""
-    starts = offsets + sizes - width
-    if int(starts.min()) >= 0:
+def _aligned(source: Any, offsets: np.ndarray, sizes: np.ndarray, width: int, right: bool) -> np.ndarray:
+    """Rows of ``width`` bytes starting (or, ``right``, ending) where each payload does; the other bytes of a row
+    are anything: a window view of the map, or a gather into zero-padded rows near the buffer's ends."""
+    starts = offsets + sizes - width if right else offsets
+    if int(starts.min()) >= 0 and int(starts.max()) + width <= memoryview(source).nbytes:
         return _windows(source, width)[starts]
     rows = np.zeros((len(offsets), width), dtype=np.uint8)
     within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    rows[np.repeat(np.arange(len(offsets)), sizes), np.repeat(width - sizes, sizes) + within] = \
+    columns = np.repeat(width - sizes, sizes) + within if right else within
+    rows[np.repeat(np.arange(len(offsets)), sizes), columns] = \
         np.frombuffer(source, dtype=np.uint8)[np.repeat(offsets, sizes) + within]
     return rows
 

@@ -211,7 +211,7 @@ def test_resumption_is_exact_for_any_worker_count_and_drop_last(toy, drop_last, 
 def test_a_number_field_with_a_payload_that_is_not_a_number_names_the_field(tmp_path):
     samples = [{"__key__": f"s{n}", "score": b"1.5" if n != 3 else b"n/a"} for n in range(8)]
     url = write_dataset(tmp_path / "store", "bad", samples, {"score": "float"}, 4)
-    with pytest.raises(ConfigError, match="field 'score': .*not one number"):
+    with pytest.raises(ConfigError, match="field 'score': .*not one float64 number"):
         list(datapipe.Loader(url, batch_size=8, num_workers=0, shuffle=False))
     with pytest.raises(ConfigError, match="field 'score'"):  # from a worker too, as itself
         list(datapipe.Loader(url, batch_size=8, num_workers=2, shuffle=False))

@@ -70,16 +70,26 @@ def test_other_numbers_are_parsed_payload_by_payload(payloads):
     try:
         expected = np.array(plain_numbers(payloads, float))
     except ValueError:
-        with pytest.raises(ConfigError, match="not one number"):
+        with pytest.raises(ConfigError, match="not one (int64|float64) number"):
             decode_column(column, "float")
         return
     assert np.array_equal(decode_column(column, "float"), expected, equal_nan=True)
 
 
-@pytest.mark.parametrize("payloads", [[b"1 2", b""], [b"1", b""], [b"1", b"x"], [b"1.5", b"2"]])
+def test_numbers_that_are_not_plain_decimals_are_cast_as_one_fixed_width_array():
+    payloads = [repr(x).encode() for x in (0.1 + 0.2, 1e-300, -2.5e17, 1 / 3)] + [b"1_000", b" 7 ", b"nan"]
+    column = column_over_two_shards(payloads)
+    assert column.decimals() is None and column.strings().tolist() == payloads
+    assert np.array_equal(decode_column(column, "float"), plain_numbers(payloads, float), equal_nan=True)
+    assert column_over_two_shards([b"1\x00", b"2"]).strings() is None  # the 'S' dtype would drop the NUL
+    assert decode_column(column_over_two_shards([b"-3", b"+4", b" 5"]), "int").tolist() == [-3, 4, 5]
+
+
+@pytest.mark.parametrize("payloads", [[b"1 2", b""], [b"1", b""], [b"1", b"x"], [b"1.5", b"2"], [b"1\x00", b"2"],
+                                      [b"-99999999999999999999", b"2"]])
 def test_a_payload_that_is_not_one_number_is_an_error_not_a_batch_of_another_length(payloads):
-    decoder = "int" if b"1.5" in payloads else "float"
-    with pytest.raises(ConfigError, match="not one number"):
+    decoder = "int" if b"1.5" in payloads or b"-9" in payloads[0] else "float"
+    with pytest.raises(ConfigError, match="not one (int64|float64) number"):
         decode_column(column_over_two_shards(payloads), decoder)
 
 
