@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from datapipe.loader.collate import Decoder, collate
 from datapipe.loader.dataset import Dataset
 from datapipe.loader.download import Downloader, first_uses
@@ -34,6 +36,16 @@ class BatchSource:
             shard_ids, _ = order.locate(self.plan.positions(self.rank, step))
             yield list(dict.fromkeys(shard_ids.tolist()))
 
+    def done_at(self, order: EpochOrder) -> np.ndarray:
+        """Per shard, the epoch position from which ``order`` reads it no more: the end of its block when
+        shuffled (a block's shards are read together), else the end of the shard itself."""
+        if not self.shuffle:
+            return order.shard_starts[1:]
+        n = len(order.shard_sizes)
+        block = np.empty(n, dtype=np.int64)
+        block[order.shard_order] = np.arange(n) // max(1, int(self.block_shards))
+        return order.block_starts[block + 1]
+
     def order(self) -> EpochOrder:
         """The epoch's global order (built per process; holds one block's permutation at a time)."""
         return EpochOrder(self.dataset.shard_sizes, self.seed, self.epoch, self.shuffle, self.block_shards)
@@ -45,27 +57,37 @@ class BatchSource:
         ``finish`` turns each batch into what is yielded (tensors, say), in this thread and while its
         shards are still mapped; with ``defer_ragged``, ragged fields stay ``collate.Ragged`` for
         ``finish`` (``packing.pack``) to gather straight into its buffer.
+
+        Remote (cached) shards are released as soon as no later step of ``steps`` reads them (steps
+        ascend, so positions do: a shard is done once the next step starts past ``done_at``), which
+        lets the cache evict them mid-epoch: it holds the shards in use plus ``download_ahead``.
         """
         order = self.order()
-        steps = list(steps)
+        if not isinstance(steps, range):
+            steps = list(steps)  # read twice (the downloader's order, then the batches); a range stays O(1)
         downloader = None
         if self.download_ahead and self.dataset.cache is not None:
             downloader = Downloader(self.dataset, first_uses(self._shards(self.order(), steps)),
                                     self.download_ahead)
+        done_at = self.done_at(order) if self.dataset.cache is not None else None
+        in_use: set[int] = set()
         opened: set[int] = set()
         pool = BufferPool()
         mapped: set[int] = set()
         unmapped_bytes = 0
         sample_bytes = sum(s.bytes for s in self.dataset.manifest.shards) / max(len(self.dataset), 1)
+        upcoming = iter(steps)
+        step = next(upcoming, None)
         try:
-            for step in steps:
+            while step is not None:
+                following = next(upcoming, None)
                 shard_ids, local = order.locate(self.plan.positions(self.rank, step))
-                if downloader is not None:
+                keys, columns = self.dataset.read_columns(shard_ids, local, list(self.decoders))
+                if downloader is not None:  # after the read: the consumer holds the shards it opened now
                     for shard in dict.fromkeys(shard_ids.tolist()):
                         if shard not in opened:
                             opened.add(shard)
-                            downloader.consumed()
-                keys, columns = self.dataset.read_columns(shard_ids, local, list(self.decoders))
+                            downloader.consumed(shard)
                 batch: Any = collate(keys, columns, self.decoders, defer=defer_ragged, allocate=pool.allocate)
                 if finish is not None:
                     batch = finish(batch)
@@ -78,7 +100,17 @@ class BatchSource:
                         self.dataset.reader(shard).drop_pages()
                     mapped.clear()
                     unmapped_bytes = 0
+                if done_at is not None:
+                    in_use.update(shard_ids.tolist())
+                    after = None if following is None else int(self.plan.positions(self.rank, following).min())
+                    for shard in [s for s in in_use if after is None or done_at[s] <= after]:
+                        in_use.discard(shard)
+                        mapped.discard(shard)
+                        self.dataset.release(shard)
                 yield batch
+                step = following
         finally:
             if downloader is not None:
                 downloader.close()
+            for shard in in_use:  # stopped early: let the cache have them back
+                self.dataset.release(shard)

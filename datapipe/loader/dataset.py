@@ -15,8 +15,9 @@ from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import get_format
 from datapipe.loader.columns import Column, batch_order
 from datapipe.storage.cache import CachedFile, ShardCache
-from datapipe.storage.fs import is_local, sha256_of
+from datapipe.storage.fs import is_local, remote, sha256_of
 from datapipe.storage.local import map_file
+from datapipe.storage.retry import RetryPolicy
 from datapipe.versioning.manifest import Manifest
 from datapipe.versioning.store import VERSIONS, Store, open_dataset_url
 
@@ -71,7 +72,8 @@ class Dataset:
         """Fail now, naming the shard, when a shard or its index is missing (before workers start)."""
         directory = self.store.path(self.name, VERSIONS, self.version)
         try:
-            present = {p.rstrip("/").rsplit("/", 1)[-1] for p in self.store.fs.ls(directory, detail=False)}
+            listed = remote(self.store.fs, directory, lambda: self.store.fs.ls(directory, detail=False))
+            present = {p.rstrip("/").rsplit("/", 1)[-1] for p in listed}
         except FileNotFoundError:
             present = set()
         for i, entry in enumerate(self.manifest.shards):
@@ -117,6 +119,26 @@ class Dataset:
             data.close()
             raise
         return data, index
+
+    def release(self, shard: int) -> None:
+        """Done with ``shard`` for now: unmap it and, for a cached shard, unlock its copy so the cache may
+        evict it (reading it again opens it again, downloading it if it was evicted)."""
+        reader = self._readers.pop(shard, None)
+        if reader is not None:
+            reader.close()
+        self._paths.pop(shard, None)
+        fd = self._fds.pop(shard, None)
+        if fd is not None:
+            os.close(fd)
+        held = self._held.pop(shard, ())
+        for cached in held:
+            cached.close()
+        if held and self.cache is not None:
+            self.cache.evict()  # now, not at the next download: the cache shrinks back to what is in use
+
+    def held(self) -> list[int]:
+        """Shards whose cached copies this process holds open (locked against eviction)."""
+        return sorted(self._held)
 
     def reader(self, shard: int) -> ShardReader:
         """The open reader of shard ``shard`` (opened on first use in this process)."""
@@ -222,14 +244,17 @@ class Dataset:
 
 def open_dataset(url: str | Dataset, storage_options: Mapping[str, Any] | None = None, *,
                  verify: bool = False, cache_dir: str | os.PathLike[str] | None = None,
-                 cache_limit: int | None = None) -> Dataset:
+                 cache_limit: int | None = None, retries: int | None = None) -> Dataset:
     """Open 'STORE/NAME[@REF]' (a tag, 'latest' or a version prefix) for reading.
 
     Shards of a remote store (s3://, ...) are read through a local cache in ``cache_dir``
     (default: $DATAPIPE_CACHE or ~/.cache/datapipe/shards) kept under ``cache_limit`` bytes.
+    ``retries``: tries in all for each download after transient errors (default $DATAPIPE_RETRIES,
+    else 6; 1 = no retry).
     """
     if isinstance(url, Dataset):
         return url
+    policy = RetryPolicy.from_env(attempts=retries)
     store, name, manifest = open_dataset_url(os.fspath(url), storage_options)
-    cache = None if is_local(store.fs) else ShardCache(cache_dir, cache_limit)
+    cache = None if is_local(store.fs) else ShardCache(cache_dir, cache_limit, policy)
     return Dataset(store, name, manifest, verify=verify, cache=cache)

@@ -11,10 +11,10 @@ import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
-# ServiceUnavailable, not SlowDown: s3fs retries only SlowDown / "reduce your request rate" among S3's error
-# codes, so with botocore's own retries off (max_attempts=1) every injected failure reaches datapipe
+# ServiceUnavailable, not SlowDown: s3fs retries only SlowDown / "reduce your request rate" among S3 error
+# codes, so with botocore's own retries off (total_max_attempts=1) every injected failure reaches datapipe
 UNAVAILABLE = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code>'
                b"<Message>Service is unable to handle request.</Message></Error>")
 DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
@@ -25,7 +25,8 @@ class FaultProxy:
     """Forwards every request to ``target``; ``fail_rate`` of the GETs get a 503 ServiceUnavailable instead,
     and any request whose path ends with a suffix in ``deny`` gets a 403 AccessDenied.
 
-    ``log`` holds (method, path, status, start, end, copy source) of every request; ``gets`` counts
+    ``log`` holds (method, path, status, start, end, copy source) of every request (a listing's path is
+    /bucket/prefix); ``gets`` counts
     successful GETs per path; ``max_copies`` is the most server-side copies that were in flight at once.
     """
 
@@ -64,7 +65,11 @@ class FaultProxy:
                 start = time.monotonic()
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                path = unquote(urlsplit(self.path).path)
+                url = urlsplit(self.path)
+                path = unquote(url.path)
+                prefix = parse_qs(url.query).get("prefix")
+                if prefix:  # a listing: logged as the prefix it lists
+                    path = f"{path.rstrip('/')}/{prefix[0].rstrip('/')}"
                 copy_source = self.headers.get("x-amz-copy-source")
                 status = self._forward(path, body, copy_source)
                 with proxy.lock:

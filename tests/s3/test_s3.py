@@ -4,19 +4,21 @@ through a proxy that fails requests."""
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from faults import FaultProxy
 
 import datapipe
-from datapipe.errors import NotFoundError
+from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.storage.cache import ShardCache
 
 REPO = Path(__file__).parents[2]
@@ -33,14 +35,17 @@ def cli(env, *args, cwd=None):
 @pytest.fixture(scope="module")
 def digits_on_s3(s3, tmp_path_factory):
     """The digits example built by the CLI straight into s3://BUCKET/store from 2 Dask workers (once per module;
-    tests that damage it work on a copy)."""
+    tests that damage it work on a copy). The credentials are given as -o key=... -o secret=..., not in the
+    environment: the secret must reach neither the output (with -v) nor any stored object."""
     tmp_path = tmp_path_factory.mktemp("digits")
     for name in ("digits.yaml", "digits_code.py"):
         shutil.copy(REPO / "pipelines" / name, tmp_path / name)
     subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(tmp_path / "raw")],
                    check=True, capture_output=True)
     store = f"s3://{s3['bucket']}/store"
-    out = cli(s3["env"], "build", "digits.yaml", "--out", store, "--workers", "2", "--json", cwd=tmp_path)
+    env = {k: v for k, v in s3["env"].items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    out = cli(env, "-v", "-o", f"key={s3['env']['AWS_ACCESS_KEY_ID']}", "-o", f"secret={SECRET}", "build",
+              "digits.yaml", "--out", store, "--workers", "2", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     return {**s3, "store": store, "url": f"{store}/digits", "summary": json.loads(out.stdout.splitlines()[-1]),
             "dir": tmp_path}
@@ -64,20 +69,36 @@ def test_build_to_s3_and_every_dataset_command_there(digits_on_s3):
     import s3fs
 
     fs = s3fs.S3FileSystem()
-    for path in fs.find(f"{digits_on_s3['bucket']}/store"):
+    stored = fs.find(f"{digits_on_s3['bucket']}/store")
+    assert len(stored) > 2 * digits_on_s3["summary"]["shards"]
+    for path in stored:
         assert SECRET.encode() not in fs.cat(path)
+    wrong = cli(explicit, "-v", "-o", "key=someone", "-o", f"secret={SECRET}", "-o",
+                f"endpoint_url={digits_on_s3['endpoint']}", "info", f"{store}/nothing")  # errors keep it unsaid too
+    assert wrong.returncode == 3 and "Traceback" not in wrong.stderr and wrong.stderr.startswith("error: ")
 
 
 def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(digits_on_s3, tmp_path):
+    """Two DataLoader worker processes (and their download-ahead threads) share one cache: every shard and
+    index is fetched from S3 once (GETs counted at a proxy), the warm epoch fetches nothing."""
     cache = tmp_path / "cache"
+    proxy = FaultProxy(digits_on_s3["endpoint"])
 
     def epoch():
-        loader = datapipe.Loader(digits_on_s3["url"], batch_size=64, num_workers=2, seed=3, cache_dir=cache)
+        loader = datapipe.Loader(digits_on_s3["url"], batch_size=64, num_workers=2, seed=3, cache_dir=cache,
+                                 storage_options={"endpoint_url": proxy.url})
         return [(b["__key__"], b["cls"].tolist()) for b in loader]
 
-    cold = epoch()
-    assert len([p for p in cache.iterdir() if p.name.endswith(".tar")]) == digits_on_s3["summary"]["shards"]
-    warm = epoch()
+    try:
+        cold = epoch()
+        shard_gets = {path: n for path, n in proxy.gets.items() if "/shard-" in path}
+        warm = epoch()
+        assert {path: n for path, n in proxy.gets.items() if "/shard-" in path} == shard_gets  # nothing new
+    finally:
+        proxy.close()
+    shards = digits_on_s3["summary"]["shards"]
+    assert len(shard_gets) == 2 * shards and set(shard_gets.values()) == {1}  # each shard and index once
+    assert len([p for p in cache.iterdir() if p.name.endswith(".tar")]) == shards
     assert cold == warm and len(cold) == 1773 // 64
     local = tmp_path / "local"
     subprocess.run([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--out", str(local), "--workers", "1"],
@@ -86,16 +107,70 @@ def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(digits_on
     assert [(b["__key__"], b["cls"].tolist()) for b in same] == cold
 
 
-def test_cache_stays_under_its_limit_while_an_epoch_streams(digits_on_s3, tmp_path):
-    limit = 400_000  # about three shards and their indexes
-    loader = datapipe.Loader(digits_on_s3["url"], batch_size=32, num_workers=0, cache_dir=tmp_path / "c",
-                             cache_limit=limit, download_ahead=1)
-    keys = [k for b in loader for k in b["__key__"]]
+def _cached_shards(cache: ShardCache) -> list[int]:
+    return sorted(int(e.rsplit("shard-", 1)[1][:6]) for _, _, e in cache.entries() if e.endswith(".tar"))
+
+
+def test_cache_evicts_least_recently_used_shards_while_an_epoch_streams(digits_on_s3, tmp_path):
+    """Storage order, batches of 32 from shards of 41 samples: a batch reads at most two shards, and one is
+    downloaded ahead, so a limit of three shards (with indexes) holds everything in use. After every batch the
+    cache is under the limit, and what it holds is the newest stretch of shards: the oldest went first."""
+    shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
+    entry = max(s.bytes + s.index_bytes for s in shards)
+    limit = 3 * entry
+    loader = datapipe.Loader(digits_on_s3["url"], batch_size=32, shuffle=False, num_workers=0, prefetch=0,
+                             cache_dir=tmp_path / "c", cache_limit=limit, download_ahead=1)
+    cache = ShardCache(tmp_path / "c")
+    keys, held, seen = [], [], set()
+    for batch in loader:
+        keys.extend(batch["__key__"])
+        assert cache.size() <= limit
+        cached = _cached_shards(cache)
+        assert cached == list(range(cached[0], cached[-1] + 1)) and len(cached) <= 3  # a window: LRU went
+        assert set(loader.dataset.held()) <= set(cached)  # what the reader holds is never evicted
+        held.append(len(loader.dataset.held()))
+        seen.update(cached)
     assert len(set(keys)) == len(keys) == 1773 // 32 * 32
-    loader.dataset.close()
-    cache = ShardCache(tmp_path / "c", limit)
-    cache.evict()
-    assert cache.size() <= limit
+    # every shard read passed through (the last one holds only samples drop_last drops); shard 0 left long ago
+    assert seen == set(range(len(shards) - 1)) and _cached_shards(cache)[0] > 0
+    assert max(held) <= 2 and loader.dataset.held() == []  # released as soon as read, all of them at the end
+
+
+def test_a_limit_below_the_shards_in_use_holds_just_those(digits_on_s3, tmp_path):
+    """Shuffled: a consumer reads the 4 shards of a block at once (8 across a block boundary). With a limit
+    smaller than that, the cache holds only the shards in use and the one downloaded ahead (documented)."""
+    shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
+    entry = max(s.bytes + s.index_bytes for s in shards)
+    loader = datapipe.Loader(digits_on_s3["url"], batch_size=32, num_workers=0, prefetch=0, seed=5,
+                             cache_dir=tmp_path / "c", cache_limit=entry, download_ahead=1)
+    cache = ShardCache(tmp_path / "c")
+    count = 0
+    for batch in loader:
+        count += len(batch["__key__"])
+        assert cache.size() <= (len(loader.dataset.held()) + 1) * entry
+    assert count == 1773 // 32 * 32 and cache.size() <= entry
+
+
+def test_download_ahead_fetches_the_next_shards_and_no_more(digits_on_s3, tmp_path):
+    ahead = 3
+    loader = datapipe.Loader(digits_on_s3["url"], batch_size=16, shuffle=False, num_workers=0, prefetch=0,
+                             cache_dir=tmp_path, download_ahead=ahead)
+    cache = ShardCache(tmp_path)
+    batches = iter(loader)
+    first = next(batches)  # shard 0, samples 0-15
+    assert len(first["__key__"]) == 16 and loader.dataset.held() == [0]
+    deadline = time.monotonic() + 60
+    while _cached_shards(cache) != list(range(ahead + 1)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _cached_shards(cache) == list(range(ahead + 1))  # the one in use and the next three
+    time.sleep(0.5)
+    assert _cached_shards(cache) == list(range(ahead + 1))  # and it waits for the reader before the fifth
+    next(batches), next(batches), next(batches)  # samples 48-63: shard 1 opened, shard 0 released
+    deadline = time.monotonic() + 60
+    while _cached_shards(cache)[-1] != ahead + 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _cached_shards(cache) == list(range(ahead + 2))
+    batches.close()
 
 
 def test_missing_objects_fail_at_once_naming_bucket_and_key(digits_on_s3, tmp_path):
@@ -115,16 +190,34 @@ def test_missing_objects_fail_at_once_naming_bucket_and_key(digits_on_s3, tmp_pa
     assert time.monotonic() - start < 5  # permanent: no backoff
 
 
-def test_transient_failures_are_retried_until_the_epoch_is_complete(digits_on_s3, tmp_path):
-    proxy = FaultProxy(digits_on_s3["endpoint"])
+def test_transient_failures_are_retried_by_datapipe_until_the_epoch_is_complete(digits_on_s3, tmp_path, caplog,
+                                                                                 monkeypatch):
+    """The proxy fails 3 GETs in 10 (ref and manifest reads and listings included) with a 503 that neither
+    s3fs nor botocore (total_max_attempts=1) tries again: every failure reaches datapipe, which retries it.
+    With DATAPIPE_RETRIES=1 the same faults end the epoch with an error naming bucket, key and cause."""
+    proxy = FaultProxy(digits_on_s3["endpoint"], fail_rate=0.3, seed=4)
+    options = {"endpoint_url": proxy.url, "config_kwargs": {"retries": {"total_max_attempts": 1}}}
+    caplog.set_level(logging.WARNING, logger="datapipe.storage.retry")
+    monkeypatch.setenv("DATAPIPE_RETRIES", "12")  # 12 failures in a row: 0.3**12, never
     try:
-        options = {"endpoint_url": proxy.url, "config_kwargs": {"retries": {"max_attempts": 1}}}
-        loader = datapipe.Loader(digits_on_s3["url"], batch_size=64, num_workers=0, seed=1, cache_dir=tmp_path,
+        loader = datapipe.Loader(digits_on_s3["url"], batch_size=64, num_workers=0, seed=1, cache_dir=tmp_path / "a",
                                  storage_options=options)
-        proxy.fail_rate = 0.3  # from here on, three requests in ten get a 503
         keys = [k for b in loader for k in b["__key__"]]
         assert len(set(keys)) == len(keys) == 1773 // 64 * 64
-        assert proxy.failed > 0
+        # each failed request was retried by datapipe, once: the same objects, as many times
+        failed = Counter(path for method, path, status, *_ in proxy.log if status == 503)
+        retried = Counter("/" + r.args[0].removeprefix("s3://") for r in caplog.records)
+        assert proxy.failed > 10 and retried == failed
+        assert any(path.endswith(("/manifest.json", "/refs/latest")) for path in retried)  # store reads too
+
+        monkeypatch.setenv("DATAPIPE_RETRIES", "1")
+        caplog.clear()
+        with pytest.raises(DatapipeError, match=rf"failed \(bucket '{digits_on_s3['bucket']}', key '.*'\): .*"
+                                                r"ServiceUnavailable"):
+            loader = datapipe.Loader(digits_on_s3["url"], batch_size=64, num_workers=0, seed=1,
+                                     cache_dir=tmp_path / "b", storage_options=options)
+            list(loader)
+        assert not caplog.records
     finally:
         proxy.close()
 
