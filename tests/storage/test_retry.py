@@ -5,7 +5,8 @@ import random
 
 import pytest
 
-from datapipe.storage.retry import RetryPolicy, is_transient, with_retries
+from datapipe.errors import ConfigError, DatapipeError, NotFoundError
+from datapipe.storage.retry import RetryPolicy, is_transient, remote_call, remote_error, with_retries
 
 
 class BotoLike(OSError):
@@ -71,3 +72,45 @@ def test_permanent_errors_and_exhausted_retries_raise():
     with pytest.raises(TimeoutError):
         with_retries(always_down, "get", RetryPolicy(attempts=3, base_delay=0), sleep=lambda s: None)
     assert len(calls) == 4
+
+
+def test_the_number_of_tries_comes_from_the_argument_then_the_environment():
+    assert RetryPolicy.from_env({}).attempts == 6
+    assert RetryPolicy.from_env({"DATAPIPE_RETRIES": "2"}).attempts == 2
+    assert RetryPolicy.from_env({"DATAPIPE_RETRIES": "2"}, attempts=9).attempts == 9
+    for bad in ({"DATAPIPE_RETRIES": "many"}, {"DATAPIPE_RETRIES": "0"}):
+        with pytest.raises(ConfigError, match="DATAPIPE_RETRIES|at least 1"):
+            RetryPolicy.from_env(bad)
+
+
+def test_an_unreachable_endpoint_is_not_retried_again_and_is_named():
+    refused = wrapped(ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed"))
+    assert not is_transient(refused)
+    error = remote_error(refused, "s3://b/store/x", "b/store/x")
+    assert isinstance(error, ConfigError) and "cannot reach the object store" in str(error)
+
+
+@pytest.mark.parametrize("cause, kind, words", [
+    (BotoLike(403, "AccessDenied"), ConfigError, "access denied (bucket 'b', key 'k/x')"),
+    (BotoLike(301, "PermanentRedirect"), ConfigError, "wrong region (bucket 'b', key 'k/x')"),
+    (BotoLike(404, "NoSuchBucket"), NotFoundError, "no bucket 'b'"),
+    (BotoLike(503, "SlowDown"), DatapipeError, "failed after 4 tries (bucket 'b', key 'k/x'): [Errno 5] s3fs said so: "
+     "SlowDown (503)"),
+])
+def test_permanent_failures_name_bucket_key_and_cause(cause, kind, words):
+    error = remote_error(wrapped(cause), "s3://b/k/x", "b/k/x", attempts=4)
+    assert type(error) is kind and str(error).startswith("s3://b/k/x: ") and words in str(error)
+
+
+def test_remote_call_turns_failures_into_datapipe_errors_but_leaves_missing_objects_to_the_caller():
+    def denied():
+        raise wrapped(BotoLike(403, "AccessDenied"))
+
+    with pytest.raises(ConfigError, match="access denied"):
+        remote_call(denied, "s3://b/k", "b/k", RetryPolicy(attempts=3, base_delay=0))
+
+    def missing():
+        raise FileNotFoundError("b/k")
+
+    with pytest.raises(FileNotFoundError):
+        remote_call(missing, "s3://b/k", "b/k", RetryPolicy(attempts=3, base_delay=0))

@@ -1,0 +1,46 @@
+"""When the loader lets the cache have a shard back: never while a later step of the same consumer reads it.
+
+``BatchSource.done_at`` gives, per shard, the epoch position from which the order reads it no more;
+``produce`` releases a shard once the consumer's next step starts at or past it. Swept over shard
+sizes, block sizes, seeds, shuffling, worlds and workers.
+"""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datapipe.loader.batches import BatchSource
+from datapipe.loader.schedule import BatchPlan, EpochOrder, worker_steps
+
+
+class _Sized:
+    """Just what BatchSource.done_at reads of a dataset: nothing (it works on the order)."""
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes=st.lists(st.integers(0, 30), min_size=1, max_size=25), block=st.integers(1, 6),
+       seed=st.integers(0, 2**16), shuffle=st.booleans(), batch=st.integers(1, 20), world=st.integers(1, 3),
+       workers=st.integers(1, 3))
+def test_no_shard_is_read_after_its_release_point(sizes, block, seed, shuffle, batch, world, workers):
+    if sum(sizes) == 0:
+        return
+    order = EpochOrder(np.array(sizes), seed, 1, shuffle, block)
+    source = BatchSource(_Sized(), BatchPlan(sum(sizes), batch, world), 0, seed, 1, shuffle, block, {})
+    done_at = source.done_at(order)
+    k = max(1, block)
+    unit = np.empty(len(sizes), dtype=np.int64)  # what is read together: the block (shuffled) or the shard
+    unit[order.shard_order] = np.arange(len(sizes)) // k if shuffle else order.shard_order
+    plan = BatchPlan(sum(sizes), batch, world)
+    for rank in range(world):
+        for worker in range(workers):
+            steps = list(worker_steps(plan.num_batches(), worker, workers))
+            reads = [set(order.locate(plan.positions(rank, step))[0].tolist()) for step in steps]
+            released_at: dict[int, int] = {}
+            for i in range(len(steps)):
+                after = int(plan.positions(rank, steps[i + 1]).min()) if i + 1 < len(steps) else None
+                for shard in set().union(*reads[: i + 1]) - set(released_at):
+                    if after is None or done_at[shard] <= after:
+                        released_at[shard] = i
+            for shard, i in released_at.items():
+                last_read = max(j for j, read in enumerate(reads) if {unit[s] for s in read} & {unit[shard]})
+                assert i == last_read  # never before a later read, and at the very step its block is done
