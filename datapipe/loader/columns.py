@@ -110,7 +110,7 @@ class Column:
         rows = out.reshape(self.n, width)
         for slots, source, offsets, _ in self._parts:
             if width < BIG_PAYLOAD:
-                rows[slots] = _windows(source, width)[offsets + skip]
+                _put(rows, slots, _gather(source, offsets + skip, width))
                 continue
             src = np.frombuffer(source, dtype=np.uint8)
             for slot, offset in zip(slots.tolist(), (offsets + skip).tolist(), strict=True):
@@ -128,7 +128,7 @@ class Column:
             width = int(sizes.max())
             if not 1 <= sizes.min() <= width <= _MAX_DIGITS or int(offsets.max()) + width > len(source):
                 return None
-            digits = _windows(source, width)[offsets] - np.uint8(ord("0"))  # non-digits wrap above 9
+            digits = _gather(source, offsets, width) - np.uint8(ord("0"))  # non-digits wrap above 9
             if width == int(sizes.min()):  # one width (labels 0-9, say): no masking
                 if (digits > 9).any():
                     return None
@@ -211,6 +211,30 @@ def _aligned(source: Any, offsets: np.ndarray, sizes: np.ndarray, width: int, ri
     rows[np.repeat(np.arange(len(offsets)), sizes), columns] = \
         np.frombuffer(source, dtype=np.uint8)[np.repeat(offsets, sizes) + within]
     return rows
+
+
+def _gather(source: Any, offsets: np.ndarray, width: int) -> np.ndarray:
+    """The ``width`` bytes at each of ``offsets`` of ``source``, as rows. Evenly spaced offsets (consecutive
+    samples of one layout, as unshuffled reads give) are a strided view, which numpy copies 2-3x faster
+    than it gathers rows by a fancy index."""
+    if len(offsets) > 1:
+        step = int(offsets[1] - offsets[0])
+        first, last = int(offsets[0]), int(offsets[-1])
+        if step >= 0 and last == first + step * (len(offsets) - 1) and (np.diff(offsets) == step).all() \
+                and first >= 0 and last + width <= memoryview(source).nbytes:
+            view = np.ndarray((len(offsets), width), dtype=np.uint8, buffer=source, offset=first, strides=(step, 1))
+            view.flags.writeable = False
+            return view
+    return _windows(source, width)[offsets]
+
+
+def _put(rows: np.ndarray, slots: np.ndarray, values: np.ndarray) -> None:
+    """``rows[slots] = values``, as a slice assignment when ``slots`` is a run (one shard's part of a batch)."""
+    first = int(slots[0]) if len(slots) else 0
+    if len(slots) and int(slots[-1]) == first + len(slots) - 1 and (np.diff(slots) == 1).all():
+        rows[first : first + len(slots)] = values
+    else:
+        rows[slots] = values
 
 
 def _windows(source: Any, width: int) -> np.ndarray:

@@ -47,6 +47,31 @@ def test_ragged_gathers_every_payload_in_batch_order(sizes):
     assert [bytes(v) for v in column.values()] == payloads
 
 
+@pytest.mark.parametrize("even", [True, False], ids=["evenly spaced", "uneven"])
+@pytest.mark.parametrize("runs", [True, False], ids=["runs of slots", "scattered slots"])
+def test_strided_and_indexed_gathers_agree(even, runs):
+    """Consecutive samples of one layout (evenly spaced offsets, a run of batch slots: unshuffled reads) are
+    copied through a strided view; anything else by a fancy index. Both give the same batch."""
+    rng = np.random.default_rng(3)
+    n = 24
+    payloads = [rng.bytes(16) for _ in range(n)]
+    labels = [str(i % 10).encode() for i in range(n)]
+    slots = np.arange(n) if runs else rng.permutation(n)
+    columns = {"bin": Column(n), "cls": Column(n)}
+    for part in (slots[: n // 2], slots[n // 2 :]):
+        for name, values in (("bin", payloads), ("cls", labels)):
+            blob, offsets = bytearray(), []
+            for i in part.tolist():
+                blob += rng.bytes(40 if even else int(rng.integers(1, 60)))
+                offsets.append(len(blob))
+                blob += values[i]
+            columns[name].add_spans(part, memoryview(bytes(blob)), np.array(offsets, dtype=np.int64),
+                                    np.array([len(values[i]) for i in part.tolist()], dtype=np.int64))
+    data, bounds = columns["bin"].ragged()
+    assert [bytes(data[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)] == payloads
+    assert columns["cls"].integers().tolist() == [int(v) for v in labels]
+
+
 def test_ragged_fills_the_array_it_is_given():
     payloads = [bytes([i]) * 50 for i in range(10)]
     target = np.zeros(1000, dtype=np.uint8)
