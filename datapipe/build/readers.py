@@ -168,8 +168,8 @@ def _csv_slow(data: bytes, options: dict[str, Any], has_header: bool = True,
         if not raw.strip():
             continue  # a blank line, as pandas skips it
         shown = raw.encode(encoding, "surrogateescape").decode(encoding, "replace")
-        try:
-            record = next(csv.reader([raw], delimiter=delimiter, quotechar=quotechar, strict=True)) if closed else None
+        try:  # not strict: text after a closing quote joins the field ("x"y is xy), as pandas reads it
+            record = next(csv.reader([raw], delimiter=delimiter, quotechar=quotechar)) if closed else None
         except csv.Error as e:
             record, why = None, f"malformed CSV ({e})"
         else:

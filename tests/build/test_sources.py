@@ -54,6 +54,8 @@ def test_quoted_newlines_never_split_a_row(tmp_path):
     b'a,b,c\r\n1,"x\r\ny",3\r\n\r\n4,5,6\r\n' * 40,
     # malformed rows (wrong field counts) between quoted newlines
     b'a,b,c\n1,"x\ny",3\n1,2\n4,5,6,7\n' * 40,
+    # text after a closing quote (pandas reads "x"y as xy) next to short rows
+    b'a,b,c\n' + (b'1,"x"y,3\n' + b"6,7,8\n" * 12 + b'4,5\n9,"p""q",0\n' + b"6,7,8\n" * 12) * 10,
 ])
 def test_rows_and_rejects_do_not_depend_on_the_blocksize(tmp_path, text):
     (tmp_path / "d.csv").write_bytes(text)
