@@ -153,8 +153,8 @@ class Store:
         if version not in self.versions(name):
             raise NotFoundError(f"{self.url}/{name}: no complete version {version}")
         path = self.path(name, REFS, ref)
-        self.fs.makedirs(self.path(name, REFS), exist_ok=True)
-        self._remote(path, lambda: put_atomic(self.fs, path, f"{version}\n".encode()))
+        self._remote(path, lambda: (self.fs.makedirs(self.path(name, REFS), exist_ok=True),
+                                    put_atomic(self.fs, path, f"{version}\n".encode())))
 
     def manifest(self, name: str, version: str) -> Manifest:
         """The manifest of a version."""
@@ -189,8 +189,10 @@ class Store:
         )
 
     def begin(self, name: str) -> VersionWriter:
-        """Start writing a new version of ``name``."""
-        return VersionWriter(self, check_dataset_name(name))
+        """Start writing a new version of ``name`` (into an existing bucket: s3fs would create a missing one)."""
+        check_dataset_name(name)
+        self.check_bucket()
+        return VersionWriter(self, name)
 
 
 def open_dataset_url(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Store, str, Manifest]:
@@ -219,9 +221,10 @@ class VersionWriter:
         self.name = name
         self.parent = store.read_ref(name, LATEST)
         self.partial = store.path(name, VERSIONS, f"{PARTIAL_PREFIX}{uuid.uuid4().hex}")
-        store.fs.makedirs(self.partial, exist_ok=True)
         owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}
-        put_atomic(store.fs, f"{self.partial}/{OWNER_NAME}", json.dumps(owner).encode())
+        store._remote(self.partial, lambda: (store.fs.makedirs(self.partial, exist_ok=True),
+                                             put_atomic(store.fs, f"{self.partial}/{OWNER_NAME}",
+                                                        json.dumps(owner).encode())))
 
     @staticmethod
     def shard_filename(number: int, fmt: ShardFormat) -> str:
@@ -244,7 +247,7 @@ class VersionWriter:
         if manifest.version in store.versions(self.name):
             manifest = store.manifest(self.name, manifest.version)
         else:
-            fs.makedirs(final, exist_ok=True)
+            store._remote(final, lambda: fs.makedirs(final, exist_ok=True))
             names = [name for entry in manifest.shards for name in (entry.path, entry.index_path)]
             self._move(names + ([manifest.rejected] if manifest.rejected else []), final)
             where = f"{final}/{MANIFEST_NAME}"

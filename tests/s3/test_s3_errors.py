@@ -12,7 +12,7 @@ import pytest
 from faults import FaultProxy
 
 import datapipe
-from datapipe.errors import ConfigError
+from datapipe.errors import ConfigError, NotFoundError
 from datapipe.formats.registry import get_format
 from datapipe.storage.fs import put_atomic
 from datapipe.versioning.manifest import Manifest
@@ -148,3 +148,10 @@ def test_verify_on_s3_catches_a_damaged_shard(s3):
     assert out.returncode == 1
     assert f"mismatch: {shard} (sha256 differs)" in out.stdout
     assert "1 problem(s)" in out.stderr
+
+
+def test_building_into_a_missing_bucket_fails_instead_of_creating_it(s3):
+    store = Store("s3://no-such-bucket-dp/store")
+    with pytest.raises(NotFoundError, match="bucket 'no-such-bucket-dp' does not exist"):
+        store.begin("tiny")
+    assert not store.fs.exists("no-such-bucket-dp")
