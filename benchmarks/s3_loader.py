@@ -4,8 +4,10 @@
 
 Writes one dataset both to a local store and to s3://bench/store on a moto server started
 here, then times one epoch of datapipe.Loader (batch 256, no shuffle, one process and two
-DataLoader workers) from local disk, from S3 with an empty cache, and from S3 again with the
-cache warm. Not a test: it prints samples/s.
+DataLoader workers) from local disk, from S3 with an empty cache, from S3 again with the
+cache warm, and from S3 through a cache limited to a few shards (``--limit-shards``), which
+evicts shards during the epoch and so downloads everything again every epoch. Not a test: it
+prints samples/s.
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ def write(store: Store, samples: list[dict], per_shard: int) -> None:
                            shards=tuple(entries)))
 
 
-def epoch(url: str, workers: int, cache_dir: str | None) -> float:
+def epoch(url: str, workers: int, cache_dir: str | None, cache_limit: int | None = None) -> float:
     loader = datapipe.Loader(url, batch_size=256, num_workers=workers, shuffle=False, cache_dir=cache_dir,
-                             decode={"bin": "ragged"})
+                             cache_limit=cache_limit, decode={"bin": "ragged"})
     start, n = time.perf_counter(), 0
     for batch in loader:
         n += len(batch["__key__"])
@@ -47,6 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=50_000)
     parser.add_argument("--payload", type=int, default=1024)
+    parser.add_argument("--limit-shards", type=int, default=6, help="cache limit of the bounded run, in shards")
     args = parser.parse_args()
     import torch  # noqa: F401 - imported before timing: the loader imports it on its first epoch
 
@@ -74,11 +77,15 @@ def main() -> None:
             local = epoch(f"{work}/local/bench", workers, None)
             cold = epoch("s3://bench/store/bench", workers, cache)
             warm = epoch("s3://bench/store/bench", workers, cache)
-            rows.append((workers, local, cold, warm))
-        print(f"{args.samples} samples x {args.payload} B, batch 256, moto S3 server on 127.0.0.1")
-        print(f"{'workers':>8} {'local disk':>12} {'S3 cold':>12} {'S3 warm':>12}   (samples/s)")
-        for workers, local, cold, warm in rows:
-            print(f"{workers:>8} {local:>12,.0f} {cold:>12,.0f} {warm:>12,.0f}")
+            limit = args.limit_shards * per_shard * (args.payload + 1536)
+            epoch("s3://bench/store/bench", workers, f"{cache}-bounded", limit)  # the first epoch fills it
+            bounded = epoch("s3://bench/store/bench", workers, f"{cache}-bounded", limit)
+            rows.append((workers, local, cold, warm, bounded))
+        print(f"{args.samples} samples x {args.payload} B, batch 256, moto S3 server on 127.0.0.1; bounded: "
+              f"cache_limit of {args.limit_shards} shards")
+        print(f"{'workers':>8} {'local disk':>12} {'S3 cold':>12} {'S3 warm':>12} {'S3 bounded':>12}   (samples/s)")
+        for workers, local, cold, warm, bounded in rows:
+            print(f"{workers:>8} {local:>12,.0f} {cold:>12,.0f} {warm:>12,.0f} {bounded:>12,.0f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
         server.stop()
