@@ -153,8 +153,12 @@ class Store:
         if version not in self.versions(name):
             raise NotFoundError(f"{self.url}/{name}: no complete version {version}")
         path = self.path(name, REFS, ref)
-        self._remote(path, lambda: (self.fs.makedirs(self.path(name, REFS), exist_ok=True),
-                                    put_atomic(self.fs, path, f"{version}\n".encode())))
+
+        def write() -> None:
+            self.fs.makedirs(self.path(name, REFS), exist_ok=True)
+            put_atomic(self.fs, path, f"{version}\n".encode())
+
+        self._remote(path, write)
 
     def manifest(self, name: str, version: str) -> Manifest:
         """The manifest of a version."""
@@ -221,10 +225,13 @@ class VersionWriter:
         self.name = name
         self.parent = store.read_ref(name, LATEST)
         self.partial = store.path(name, VERSIONS, f"{PARTIAL_PREFIX}{uuid.uuid4().hex}")
-        owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}
-        store._remote(self.partial, lambda: (store.fs.makedirs(self.partial, exist_ok=True),
-                                             put_atomic(store.fs, f"{self.partial}/{OWNER_NAME}",
-                                                        json.dumps(owner).encode())))
+        owner = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}).encode()
+
+        def start() -> None:
+            store.fs.makedirs(self.partial, exist_ok=True)
+            put_atomic(store.fs, f"{self.partial}/{OWNER_NAME}", owner)
+
+        store._remote(self.partial, start)
 
     @staticmethod
     def shard_filename(number: int, fmt: ShardFormat) -> str:
