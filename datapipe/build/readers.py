@@ -42,29 +42,40 @@ def _open(plan: SourcePlan, path: str, label: str, compression: str | None = "in
 
 
 def _block(plan: SourcePlan, part: Part) -> tuple[bytes, bytes]:
-    """(the file's first record for a block after the first, else b''; the block's bytes).
+    """(the start of the file up to its first record, for a CSV block after the first, else b''; the block's bytes).
 
     The first record is a CSV file's header (prepended to the block), or, without a header row,
     what says how many fields a record has. Exact parts were cut between records by the quote
     scan; others at the first newline after their nominal start.
     """
     f = plan.files[part.file]
-    header = b""
+    first = b""
     with _open(plan, f.path, f.label) as handle:
         if part.length is None:
             data = handle.read()
         elif part.exact:
             handle.seek(part.start)
             data = handle.read(part.length)
-            if part.header:
-                handle.seek(0)
-                header = handle.read(part.header)
         else:
             data = read_block(handle, part.start, part.length, delimiter=b"\n")
-            if part.start and plan.format == "csv":
-                handle.seek(0)
-                header = handle.readline()
-    return header, data
+        if part.start and plan.format == "csv":
+            handle.seek(0)
+            first = _leading_record(handle, plan.quote)
+    return first, data
+
+
+def _leading_record(handle: Any, quote: int | None) -> bytes:
+    """The file's lines up to the end of its first non-blank record (blank lines before it, as pandas
+    skips them; a record ends at a newline outside quotes)."""
+    lines, parity, text = [], 0, False
+    for line in iter(handle.readline, b""):
+        lines.append(line)
+        text = text or bool(line.strip())
+        if quote is not None:
+            parity ^= line.count(quote) & 1
+        if text and not parity:
+            break
+    return b"".join(lines)
 
 
 def _with_schema(plan: SourcePlan, raw: RawPart, *, strings: bool) -> RawPart:
@@ -90,6 +101,8 @@ def _csv_options(plan: SourcePlan) -> dict[str, Any]:
 
 def _csv_fast(data: bytes, options: dict[str, Any]) -> pd.DataFrame:
     frame = pd.read_csv(io.BytesIO(data), **options)
+    if not isinstance(frame.index, pd.RangeIndex):  # rows with more fields than columns: pandas made them an index
+        raise pd.errors.ParserError("rows with more fields than the header")
     frame.index = pd.RangeIndex(len(frame))
     return frame
 
@@ -117,20 +130,37 @@ def _logical_records(text: str, quotechar: str) -> Iterator[tuple[str, bool]]:
             i = j + 1
 
 
-def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray:
+def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None:
     """The number of fields of each non-blank record of ``data``, where records end at newlines
     outside quotes and fields at separators outside quotes (the record model of the slow path and
-    of the quote scan that cut the file), computed with numpy."""
+    of the quote scan that cut the file), computed with numpy. None when a carriage return outside
+    quotes is not part of a CRLF (pandas ends a record there, the slow path does not), or when a
+    quote is still open at the end."""
     raw = np.frombuffer(data, dtype=np.uint8)
     if not len(raw):
         return np.zeros(0, dtype=np.int64)
     newline, delims = raw == 10, raw == sep
+    bare_cr = raw == 13
+    bare_cr[:-1] &= ~newline[1:]
     if quote is not None:
         quotes = raw == quote
         if quotes.any():  # a uint8 sum wraps at 256, an even number, so the parity survives
             outside = (np.cumsum(quotes, dtype=np.uint8) & 1) == 0
+            if not outside[-1]:  # a quote still open at the end: pandas may read it as a plain character
+                return None
+            # RFC 4180 quoting only: a quote opens at a field's start (or escapes one: "") and closes
+            # before a separator, a line end or another quote. A stray quote is read one way by pandas,
+            # another by the quote parity: such a block goes record by record.
+            bounds = np.array([sep, 10, 13, quote], dtype=np.uint8)
+            before = np.isin(np.concatenate([[10], raw[:-1]]), bounds)
+            after = np.isin(np.concatenate([raw[1:], [10]]), bounds)
+            if (quotes & ~outside & ~before).any() or (quotes & outside & ~after).any():
+                return None
             newline &= outside
             delims &= outside
+            bare_cr &= outside
+    if bare_cr.any():
+        return None
     starts = np.concatenate([[0], np.flatnonzero(newline) + 1])
     starts = starts[starts < len(raw)]
     nonblank = np.logical_or.reduceat(~np.isin(raw, _BLANK), starts)
@@ -140,9 +170,11 @@ def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray:
 _BLANK = np.frombuffer(b" \t\r\n", dtype=np.uint8)
 
 
-def _agrees(frame: pd.DataFrame, fields: np.ndarray, width: int | None, has_header: bool) -> bool:
+def _agrees(frame: pd.DataFrame, fields: np.ndarray | None, width: int | None, has_header: bool) -> bool:
     """Whether pandas read the records the slow path would: one row per record, each with ``width``
     fields (pandas pads a short row with missing values, where the slow path quarantines it)."""
+    if fields is None:
+        return False
     if has_header:
         width, fields = (int(fields[0]), fields[1:]) if len(fields) else (width, fields)
     return len(frame) == len(fields) and bool((fields == width).all())
@@ -162,7 +194,9 @@ def _csv_slow(data: bytes, options: dict[str, Any], has_header: bool = True,
     text = data.decode(encoding, "surrogateescape")
     csv.field_size_limit(2**31 - 1)
     good, rows, rejects = io.StringIO(), [], []
-    writer = csv.writer(good, delimiter=delimiter, quotechar=quotechar, lineterminator="\n")
+    # every field quoted: pandas reads a field of spaces or a \r back as it was (NA values stay NA)
+    quoting = csv.QUOTE_MINIMAL if options.get("quoting") == csv.QUOTE_NONE else csv.QUOTE_ALL
+    writer = csv.writer(good, delimiter=delimiter, quotechar=quotechar, lineterminator="\r\n", quoting=quoting)
     row = -1
     for raw, closed in _logical_records(text, quotechar):
         if not raw.strip():
@@ -190,20 +224,40 @@ def _csv_slow(data: bytes, options: dict[str, Any], has_header: bool = True,
         else:
             writer.writerow(record)
             rows.append(row)
-    if not rows and not has_header:
+    if not good.getvalue():  # no header and no good row
         return pd.DataFrame(index=pd.Index([], dtype="int64")), rejects, row + 1
     frame = pd.read_csv(io.StringIO(good.getvalue()), **{**options, "encoding": None})
     frame.index = pd.Index(rows[: len(frame)], dtype="int64")
     return frame, rejects, row + 1
 
 
-def _no_header_width(plan: SourcePlan, first: bytes, data: bytes, sep: int) -> int | None:
-    """Without a header row: the fields every record must have (of ``names``, or of the file's first record)."""
+def _no_header_width(plan: SourcePlan, first: bytes, data: bytes) -> int | None:
+    """Without a header row: the fields every record must have (of ``names``, or of the file's first
+    record that parses, read as the record-by-record path reads it)."""
     names = plan.options.get("names")
     if names is not None:
         return len(names)
-    fields = record_fields(first or data, sep, plan.quote)
-    return int(fields[0]) if len(fields) else None
+    source = first or data
+    encoding = plan.options.get("encoding") or "utf-8"
+    delimiter = plan.options.get("sep") or plan.options.get("delimiter") or ","
+    quotechar = plan.options.get("quotechar") or '"'
+    size = 1 << 16
+    while True:
+        complete = size >= len(source)
+        text = source[:size].decode(encoding, "surrogateescape")
+        if not complete:
+            text = text[: text.rfind("\n") + 1]
+        for raw, closed in _logical_records(text, quotechar):
+            if not raw.strip():
+                continue
+            if not closed and not complete:
+                break  # the quote may close further on: read more
+            if closed:
+                return len(next(csv.reader([raw], delimiter=delimiter, quotechar=quotechar)))
+        else:
+            if complete:
+                return None
+        size *= 4
 
 
 def read_csv_part(plan: SourcePlan, part: Part) -> RawPart:
@@ -221,14 +275,17 @@ def read_csv_part(plan: SourcePlan, part: Part) -> RawPart:
     options = _csv_options(plan)
     sep = options.get("sep") or options.get("delimiter") or ","
     checked = part.length is not None and len(sep.encode()) == 1  # a file read whole is never cut
-    width = _no_header_width(plan, first, data, sep.encode()[0]) if checked and not plan.has_header else None
+    width = _no_header_width(plan, first, data) if checked and not plan.has_header else None
     try:
-        frame = _csv_fast(text, options)
+        try:
+            frame = _csv_fast(text, options)
+        except pd.errors.EmptyDataError:
+            if not checked:
+                return RawPart(pd.DataFrame(), 0)
+            raise pd.errors.ParserError("pandas found no records") from None
         if checked and not _agrees(frame, record_fields(text, sep.encode()[0], plan.quote), width, plan.has_header):
             raise pd.errors.ParserError("the records are not all whole")
         raw = RawPart(frame, len(frame))
-    except pd.errors.EmptyDataError:
-        return RawPart(pd.DataFrame(), 0)
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError):
         frame, rejects, rows_in = _csv_slow(text, options, plan.has_header, width)
         raw = RawPart(frame, rows_in, rejects)

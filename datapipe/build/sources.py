@@ -50,7 +50,6 @@ class Part:
     row_group: int | None = None
     members: tuple[int, ...] = ()  # the files of a 'files' partition
     exact: bool = False  # start and length are record boundaries (CSV with quoting): read them as they are
-    header: int = 0  # exact parts after a file's first: the length of its first record (the header, if any)
 
 
 @dataclass(frozen=True)
@@ -229,10 +228,9 @@ def _aligned(f: InputFile, index: int, blocks: list[tuple[Part, BlockScan]], fir
                 return hit + 1
         return None
 
-    header = record_end(0) or f.size  # without a header row, the first record tells how many fields a record has
     cuts = sorted({0, *(c for c in (record_end(j) for j in range(1, len(blocks))) if c is not None and c < f.size)})
     ends = [*cuts[1:], f.size]
-    return [Part(first + n, index, start, end - start, exact=True, header=header if start else 0)
+    return [Part(first + n, index, start, end - start, exact=True)
             for n, (start, end) in enumerate(zip(cuts, ends, strict=True))]
 
 

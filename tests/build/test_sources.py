@@ -3,6 +3,8 @@
 import pandas as pd
 import pydantic
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from datapipe.build.config import SourceConfig
 from datapipe.build.readers import read_part
@@ -180,3 +182,23 @@ def test_a_file_larger_than_a_worker_can_hold_fails_before_the_passes(tmp_path):
     check_file_sizes(plan, [0, 10])  # a worker without a limit: nothing to check against
     with pytest.raises(BuildError, match=r"big.bin: 1000 bytes, one sample read whole .* a worker has 2999 bytes"):
         check_file_sizes(plan, [FILE_COPIES * 1000 - 1, 10**9])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.text(alphabet='ab,"\n \r\t', max_size=160), header=st.booleans())
+def test_any_csv_reads_the_same_at_every_blocksize(tmp_path_factory, body, header):
+    """Quotes, stray quotes, CRs, blank lines and ragged rows: the rows, the rejects and their row numbers
+    are the same whether the file is one block or cut into many."""
+    root = tmp_path_factory.mktemp("csv")
+    (root / "f.csv").write_bytes((("h1,h2\n" if header else "") + body).encode())
+    options = {} if header else {"header": None}
+
+    def read(blocksize):
+        try:
+            return read_all(root, "f.csv", blocksize, **options)[:3]
+        except Exception as e:  # the same error at every blocksize is the same outcome
+            return f"{type(e).__name__}: {e}"
+
+    expected = read(1 << 20)
+    for blocksize in (7, 16, 33):
+        assert read(blocksize) == expected, blocksize
