@@ -151,10 +151,13 @@ def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None
             # RFC 4180 quoting only: a quote opens at a field's start (or escapes one: "") and closes
             # before a separator, a line end or another quote. A stray quote is read one way by pandas,
             # another by the quote parity: such a block goes record by record.
-            bounds = np.array([sep, 10, 13, quote], dtype=np.uint8)
-            before = np.isin(np.concatenate([[10], raw[:-1]]), bounds)
-            after = np.isin(np.concatenate([raw[1:], [10]]), bounds)
-            if (quotes & ~outside & ~before).any() or (quotes & outside & ~after).any():
+            bounds = np.zeros(256, dtype=bool)
+            bounds[[sep, 10, 13, quote]] = True
+            at = np.flatnonzero(quotes)
+            opens = ~outside[at]
+            before = bounds[raw[np.maximum(at - 1, 0)]] | (at == 0)
+            after = bounds[raw[np.minimum(at + 1, len(raw) - 1)]] | (at == len(raw) - 1)
+            if (opens & ~before).any() or (~opens & ~after).any():
                 return None
             newline &= outside
             delims &= outside
@@ -163,11 +166,12 @@ def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None
         return None
     starts = np.concatenate([[0], np.flatnonzero(newline) + 1])
     starts = starts[starts < len(raw)]
-    nonblank = np.logical_or.reduceat(~np.isin(raw, _BLANK), starts)
+    nonblank = np.logical_or.reduceat(~_BLANK[raw], starts)
     return (np.add.reduceat(delims, starts, dtype=np.int64) + 1)[nonblank]
 
 
-_BLANK = np.frombuffer(b" \t\r\n", dtype=np.uint8)
+_BLANK = np.zeros(256, dtype=bool)  # bytes pandas treats as a blank line's
+_BLANK[list(b" \t\r\n")] = True
 
 
 def _agrees(frame: pd.DataFrame, fields: np.ndarray | None, width: int | None, has_header: bool) -> bool:
