@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import importlib.util
 import platform
 import sys
@@ -21,11 +22,25 @@ def hash_source(fs: Any, f: InputFile) -> SourceFile:
     return SourceFile(f.label, f.size, f"etag:{f.etag}" if f.etag else f"sha256:{sha256_of(fs, f.path)}")
 
 
+def _spec_in(module: str, directory: str) -> Any:
+    """The spec of ``module`` (dotted names too) found under ``directory`` only, or None."""
+    path, spec = [directory], None
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth]), path)
+        if spec is None:
+            return None
+        path = list(spec.submodule_search_locations or [])
+    return spec
+
+
 def _module_file(module: str, base_dir: str, where: str) -> str:
     if base_dir not in sys.path:
         sys.path.insert(0, base_dir)
     try:
-        spec = importlib.util.find_spec(module)
+        # the pipeline's own directory first, as the workers import it; not find_spec alone, which answers
+        # with the file of an already imported module of that name (another project's, in a long-lived process)
+        spec = _spec_in(module, base_dir) or importlib.util.find_spec(module)
     except (ImportError, ValueError) as e:
         raise ConfigError(f"{where}: cannot find module {module!r} ({e})") from None
     if spec is None or not spec.origin or not spec.has_location:

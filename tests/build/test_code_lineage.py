@@ -1,0 +1,49 @@
+"""The code a pipeline's map stages call is found in the pipeline's own directory, as the workers import it."""
+
+import hashlib
+import importlib
+import sys
+
+from datapipe.build.config import load_pipeline
+from datapipe.build.lineage import code_refs
+
+PIPELINE = """\
+name: {name}
+source: {{path: data.csv, format: csv}}
+stages:
+  - map: {module}:fix
+sample: {{key: id, fields: {{txt: text}}}}
+"""
+
+
+def project(root, name, module, body):
+    directory = root / name
+    (directory / module.split(".")[0]).parent.mkdir(parents=True, exist_ok=True)
+    parts = module.split(".")
+    for depth in range(1, len(parts)):
+        package = directory.joinpath(*parts[:depth])
+        package.mkdir(exist_ok=True)
+        (package / "__init__.py").write_text("")
+    code = directory.joinpath(*parts[:-1], parts[-1] + ".py")
+    code.write_text(body)
+    (directory / "data.csv").write_text("id,text\na,x\n")
+    (directory / "p.yaml").write_text(PIPELINE.format(name=name, module=module))
+    return load_pipeline(str(directory / "p.yaml")), hashlib.sha256(code.read_bytes()).hexdigest()
+
+
+def test_a_same_named_module_already_imported_from_another_project_is_not_the_one_hashed(tmp_path):
+    for module in ("lineage_twin", "lineage_pkg.clean"):
+        first, first_sha = project(tmp_path, "one", module, "def fix(df):\n    return df\n")
+        second, second_sha = project(tmp_path, "two", module, "def fix(df):\n    return df.copy()\n")
+        try:
+            sys.path.insert(0, first.base_dir)
+            importlib.import_module(module)  # a long-lived process (a notebook, a test run) imported project one's
+            sys.path.remove(first.base_dir)
+            assert [r.sha256 for r in code_refs(first.pipeline, first.base_dir)] == [first_sha]
+            assert [r.sha256 for r in code_refs(second.pipeline, second.base_dir)] == [second_sha]
+        finally:
+            for name in [m for m in sys.modules if m.split(".")[0] == module.split(".")[0]]:
+                del sys.modules[name]
+            for d in (first.base_dir, second.base_dir):
+                while d in sys.path:
+                    sys.path.remove(d)
