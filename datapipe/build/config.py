@@ -30,7 +30,7 @@ TypeName = Literal[
 TYPE_NAMES: tuple[str, ...] = typing.get_args(TypeName)
 STAGE_KINDS = ("dropna", "fillna", "filter", "dedupe", "cast", "map", "validate")
 # source.options keys that only change how the input is split (or reached), never a byte of output.
-EXECUTION_OPTIONS = frozenset({"blocksize", "files_per_partition", "row_groups_per_partition", "storage_options"})
+EXECUTION_OPTIONS = frozenset({"blocksize", "files_per_partition", "storage_options"})
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAP_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
@@ -92,7 +92,7 @@ def check_source_options(fmt: str, options: dict[str, Any]) -> tuple[str, str] |
                 parse_size(value)
             except ValueError as e:
                 return key, f"{e} (got {value!r})"
-        elif key in ("files_per_partition", "row_groups_per_partition"):
+        elif key == "files_per_partition":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 return key, f"must be a whole number of at least 1 (got {value!r})"
         elif key == "storage_options":

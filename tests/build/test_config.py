@@ -16,6 +16,7 @@ from datapipe.build.config import (
     DropnaArgs,
     FillnaArgs,
     ShardConfig,
+    check_source_options,
     load_pipeline,
     parse_pipeline,
     parse_size,
@@ -160,11 +161,13 @@ def test_canonical_is_deterministic_and_excludes_execution_options():
 
 def test_canonical_ignores_how_the_input_is_split_but_not_other_options():
     base = parse_pipeline(EXAMPLE, "x.yaml").canonical()
-    for options in ("{blocksize: 64MB}", "{files_per_partition: 3, row_groups_per_partition: 2}", "{}"):
+    for options in ("{blocksize: 64MB}", "{files_per_partition: 3}", "{}"):
         assert parse_pipeline(edited(5, f"  options: {options}"), "x.yaml").canonical() == base
     other = parse_pipeline(edited(5, "  options: {blocksize: 1MB, sep: ';'}"), "x.yaml").canonical()
     assert other["source"]["options"] == {"sep": ";"}
-    assert EXECUTION_OPTIONS == {"blocksize", "files_per_partition", "row_groups_per_partition", "storage_options"}
+    assert EXECUTION_OPTIONS == {"blocksize", "files_per_partition", "storage_options"}
+    # a Parquet partition is one row group: no option pretends to group them
+    assert check_source_options("parquet", {"row_groups_per_partition": 2})[0] == "row_groups_per_partition"
 
 
 @pytest.mark.parametrize("stage", ["dropna: {}", "dropna: null", "dropna:", "dropna: {columns: null}"])
