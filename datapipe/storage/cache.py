@@ -2,9 +2,10 @@
 
 Layout: CACHE/<sha256 prefix>-<name> holds a verified copy, CACHE/<entry>.meta marks it as
 downloaded by this cache (eviction touches nothing else), CACHE/<entry>.lock is the entry's
-lock file. Readers hold a shared lock while a shard is open; a download holds the exclusive
-lock, writes CACHE/<entry>.tmp-<host>-<pid>-<8 hex>, checks its sha256 against the manifest,
-makes room for it and renames it into place. Eviction deletes least recently used entries
+lock file, CACHE/.cache.lock the cache-wide one. Readers hold a shared lock while a shard is
+open; a download holds the exclusive lock, writes CACHE/<entry>.tmp-<host>-<pid>-<8 hex>,
+checks its sha256 against the manifest, makes room for it and renames it into place (those
+two under the cache-wide lock, which listings share). Eviction deletes least recently used entries
 (the .meta file's mtime, set in nanoseconds on every open) nobody has locked until the cache
 is under its byte limit. Temporary files of crashed downloads are removed when a cache opens
 (their exclusive lock died with their process); only names of exactly that pattern are.
@@ -33,6 +34,7 @@ from datapipe.storage.retry import RetryPolicy, bucket_and_key, remote_call
 
 log = logging.getLogger(__name__)
 CHUNK = 8 << 20
+LEDGER = ".cache.lock"  # the cache-wide lock file (see ShardCache._ledger)
 # <24 hex>-<name>.tmp-<host>-<pid>-<8 hex>: what _download names its temporary files, and nothing else
 _TEMP = re.compile(r"^(?P<entry>[0-9a-f]{24}-[A-Za-z0-9._-]+)\.tmp-[^/]+-[0-9]+-[0-9a-f]{8}$")
 
@@ -153,10 +155,12 @@ class ShardCache:
             if temp.stat().st_size != size or digest.hexdigest() != sha256:
                 raise ShardCorruptError(where, f"downloaded {temp.stat().st_size} bytes whose sha256 does not match "
                                         f"the manifest ({size} bytes); the object was changed or damaged")
-            self.evict(incoming=size)  # room first, so the cache never holds more than its limit
             meta = {"url": where, "sha256": sha256, "size": size, "downloaded": time.time()}
-            (self.directory / f"{final.name}.meta").write_text(json.dumps(meta))  # an entry without data is skipped
-            os.replace(temp, final)
+            with self._ledger(fcntl.LOCK_EX):
+                if self.limit is not None:
+                    self._evict(incoming=size)  # room first, so the cache never holds more than its limit
+                (self.directory / f"{final.name}.meta").write_text(json.dumps(meta))  # without data: skipped
+                os.replace(temp, final)
         except FileNotFoundError:
             raise NotFoundError(f"{where}: no such object ({bucket_and_key(path)})") from None
         except PermissionError as e:
@@ -166,14 +170,29 @@ class ShardCache:
             with contextlib.suppress(FileNotFoundError):
                 temp.unlink()
 
-    def entries(self) -> list[tuple[float, int, str]]:
-        """(last use, bytes, entry) of every complete entry this cache downloaded."""
+    @contextlib.contextmanager
+    def _ledger(self, mode: int) -> Iterator[None]:
+        """The cache-wide lock: evicting and landing a download hold it exclusively (briefly, never while
+        waiting on an entry), listing shared, so a listing never shows an entry that was evicted together
+        with the one that replaced it."""
+        with open(self.directory / LEDGER, "a+b") as handle:
+            fcntl.flock(handle, mode)
+            yield
+
+    def _entries(self) -> list[tuple[int, int, str]]:
         out = []
-        for meta in self.directory.glob("*.meta"):
-            entry = meta.name[: -len(".meta")]
-            with contextlib.suppress(FileNotFoundError):
-                out.append((meta.stat().st_mtime, (self.directory / entry).stat().st_size, entry))
+        for name in os.listdir(self.directory):
+            if name.endswith(".meta"):
+                entry = name[: -len(".meta")]
+                with contextlib.suppress(FileNotFoundError):
+                    used = (self.directory / name).stat().st_mtime_ns
+                    out.append((used, (self.directory / entry).stat().st_size, entry))
         return sorted(out)
+
+    def entries(self) -> list[tuple[int, int, str]]:
+        """(last use in ns, bytes, entry) of every complete entry this cache downloaded, least recent first."""
+        with self._ledger(fcntl.LOCK_SH):
+            return self._entries()
 
     def size(self) -> int:
         """Bytes held by complete entries."""
@@ -184,7 +203,12 @@ class ShardCache:
         for ``incoming`` bytes about to be added)."""
         if self.limit is None:
             return
-        entries = self.entries()
+        with self._ledger(fcntl.LOCK_EX):
+            self._evict(incoming)
+
+    def _evict(self, incoming: int) -> None:
+        assert self.limit is not None
+        entries = self._entries()
         total = sum(size for _, size, _ in entries) + incoming
         for _, size, entry in entries:
             if total <= self.limit:

@@ -135,7 +135,7 @@ def test_a_download_makes_room_before_it_lands(tmp_path, remote, monkeypatch):
     real_replace = os.replace
 
     def watching_replace(src, dst):  # the moment the new entry lands: the old one must be gone already
-        sizes.append(cache.size())
+        sizes.append(sum(size for _, size, _ in cache._entries()))  # under the ledger lock: not size()
         real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", watching_replace)  # a spy: the real rename still runs
