@@ -20,7 +20,7 @@ import math
 import pickle
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -125,6 +125,22 @@ def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:
     return {k: _tensor(v) for k, v in batch.items()}
 
 
+class Packed(NamedTuple):
+    """What a worker yields for the Loader: one batch packed in one buffer (or a failure)."""
+
+    buffer: Any  # uint8 numpy array (pickled through the pipe) or tensor (in shared memory), or WorkerFailure
+    layout: Any
+    slot: Any
+
+    def pin_memory(self, device: Any = None) -> Packed:
+        """The DataLoader's pinning thread calls this (it would pass numpy buffers by unpinned): a copy of the
+        buffer in page-locked memory, made off the training loop's thread."""
+        if isinstance(self.buffer, WorkerFailure):
+            return self
+        buffer = torch.from_numpy(self.buffer) if isinstance(self.buffer, np.ndarray) else self.buffer
+        return self._replace(buffer=buffer.pin_memory())
+
+
 class ShardDataset(IterableDataset):
     """The batches of one rank and epoch, split across DataLoader workers round-robin by batch.
 
@@ -134,6 +150,7 @@ class ShardDataset(IterableDataset):
 
     packed = False  # Loader-internal: yield (one uint8 buffer, layout, slot) per batch; see loader/packing.py
     slots: torch.Tensor | None = None  # Loader-internal: the shared-memory slot table (loader/shared_memory.py)
+    pinned = False  # Loader-internal, in process: batches gathered into page-locked memory (pin_memory)
 
     def __init__(self, dataset: str | Dataset, batch_size: int = 256, *, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None, drop_last: DropLast = True,
@@ -178,20 +195,31 @@ class ShardDataset(IterableDataset):
             try:
                 for (buffer, slot), layout in prefetched(self.source.produce(steps, lambda b: pack(b, allocate), True),
                                                          self.prefetch):
-                    yield buffer, layout, slot
+                    yield Packed(buffer, layout, slot)
             except DatapipeError as e:
                 if info is None or not _picklable(e):
                     raise
-                yield WorkerFailure(e, worker), None, None
+                yield Packed(WorkerFailure(e, worker), None, None)
+        elif self.pinned:  # gathered straight into page-locked memory: one copy, ahead
+            for buffer, layout in prefetched(self.source.produce(steps, lambda b: pack(b, _pinned_buffer), True),
+                                             self.prefetch):
+                yield unpack(buffer, layout, _tensor_view)
         else:
             yield from prefetched(self.source.produce(steps, to_tensors), self.prefetch)  # tensors made ahead too
 
 
 def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: int,
             pin_memory: bool = False) -> Iterator[dict[str, Any]]:
-    """The rank's batches in order: in process (num_workers=0) or through a DataLoader."""
+    """The rank's batches in order: in process (num_workers=0) or through a DataLoader.
+
+    ``pin_memory`` (where a CUDA device makes page-locked memory available; else ignored): every numeric
+    tensor of a batch lives in page-locked memory, so ``.to("cuda", non_blocking=True)`` copies asynchronously.
+    """
+    pin_memory = pin_memory and can_pin()
     if num_workers == 0:
-        yield from ShardDataset.from_source(source, num_batches, prefetch)
+        dataset = ShardDataset.from_source(source, num_batches, prefetch)
+        dataset.pinned = pin_memory
+        yield from dataset
         return
     dataset = ShardDataset.from_source(source, num_batches, prefetch, packed=True)
     dataset.slots = slot_table(num_workers)
@@ -210,6 +238,17 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
             raise buffer.error
         releases.track(buffer, slot)
         yield unpack(torch.from_numpy(buffer) if isinstance(buffer, np.ndarray) else buffer, layout, _tensor_view)
+
+
+def can_pin() -> bool:
+    """Whether page-locked host memory can be had (it is CUDA's; without a device, pinning is skipped)."""
+    return torch.cuda.is_available()
+
+
+def _pinned_buffer(nbytes: int) -> tuple[torch.Tensor, np.ndarray]:
+    """A page-locked buffer (torch's host allocator caches and reuses them) and a numpy view to fill."""
+    tensor = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    return tensor, tensor.numpy()
 
 
 def _widen_pipe(queue: Any) -> None:

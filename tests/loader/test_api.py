@@ -217,3 +217,41 @@ def test_a_number_field_with_a_payload_that_is_not_a_number_names_the_field(tmp_
         list(datapipe.Loader(url, batch_size=8, num_workers=2, shuffle=False))
     batch = next(iter(datapipe.Loader(url, batch_size=8, num_workers=0, shuffle=False, decode={"score": "str"})))
     assert batch["score"][3] == "n/a"
+
+
+def _batches(loader):
+    return [(batch["__key__"], batch["cls"].tolist(), bytes(batch["bin"][0].numpy()), batch["bin"][1].tolist())
+            for batch in loader]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pin_memory_gives_the_same_batches(toy, workers, monkeypatch):
+    """pin_memory=True: the same batches. This machine has no CUDA, so page-locked buffers are stood in for by
+    plain ones to run the pinned path (gathered into one buffer ahead, unpacked into views); benchmarks/
+    gpu_transfer.py checks real pinning and copies to a GPU."""
+    import datapipe.loader.torch as loader_torch
+
+    def kwargs(pin):
+        return dict(batch_size=5, num_workers=workers, shuffle=True, seed=3, pin_memory=pin, decode={"bin": "ragged"})
+
+    plain = _batches(datapipe.Loader(toy, **kwargs(False)))
+    assert _batches(datapipe.Loader(toy, **kwargs(True))) == plain  # no device: pinning is skipped
+    given = []
+
+    def buffer(nbytes):
+        tensor = torch.empty(nbytes, dtype=torch.uint8)
+        given.append(tensor.data_ptr())
+        return tensor, tensor.numpy()
+
+    monkeypatch.setattr(loader_torch, "can_pin", lambda: True)
+    monkeypatch.setattr(loader_torch, "_pinned_buffer", buffer)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self.clone())
+    if workers:  # the DataLoader's pinning thread needs a device: call what it calls on each worker batch
+        packed = loader_torch.Packed(np.arange(10, dtype=np.uint8), [], None).pin_memory()
+        assert isinstance(packed.buffer, torch.Tensor) and packed.buffer.tolist() == list(range(10))
+    pinned = datapipe.Loader(toy, **kwargs(True))
+    assert _batches(pinned) == plain
+    if workers == 0:  # each batch's tensors are views of one buffer from the page-locked allocator
+        batch = next(iter(pinned))
+        assert batch["bin"][0].untyped_storage().data_ptr() in given
+        assert batch["cls"].untyped_storage().data_ptr() == batch["bin"][0].untyped_storage().data_ptr()
