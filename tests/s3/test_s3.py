@@ -151,6 +151,23 @@ def test_a_limit_below_the_shards_in_use_holds_just_those(digits_on_s3, tmp_path
     assert count == 1773 // 32 * 32 and cache.size() <= entry
 
 
+def test_two_workers_share_a_bounded_cache(digits_on_s3, tmp_path):
+    """Two DataLoader worker processes evicting from one small cache while both read: the same batches as
+    an unbounded epoch, and the cache back under its limit once they are done (no lock left behind)."""
+    shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
+    limit = 4 * max(s.bytes + s.index_bytes for s in shards)
+
+    def epoch(**kw):
+        loader = datapipe.Loader(digits_on_s3["url"], batch_size=64, num_workers=2, seed=9, **kw)
+        return [(b["__key__"], b["cls"].tolist()) for b in loader]
+
+    bounded = epoch(cache_dir=tmp_path / "small", cache_limit=limit)
+    assert bounded == epoch(cache_dir=tmp_path / "big") and len(bounded) == 1773 // 64
+    cache = ShardCache(tmp_path / "small", limit)
+    assert cache.size() <= limit
+    assert len(cache.entries()) < 2 * (len(shards) - 1)  # evicted on the way
+
+
 def test_download_ahead_fetches_the_next_shards_and_no_more(digits_on_s3, tmp_path):
     ahead = 3
     loader = datapipe.Loader(digits_on_s3["url"], batch_size=16, shuffle=False, num_workers=0, prefetch=0,
