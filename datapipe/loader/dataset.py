@@ -15,7 +15,7 @@ from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import get_format
 from datapipe.loader.columns import Column, batch_order
 from datapipe.storage.cache import CachedFile, ShardCache
-from datapipe.storage.fs import is_local, remote, sha256_of
+from datapipe.storage.fs import is_local, sha256_of
 from datapipe.storage.local import map_file
 from datapipe.storage.retry import RetryPolicy
 from datapipe.versioning.manifest import Manifest
@@ -72,7 +72,7 @@ class Dataset:
         """Fail now, naming the shard, when a shard or its index is missing (before workers start)."""
         directory = self.store.path(self.name, VERSIONS, self.version)
         try:
-            listed = remote(self.store.fs, directory, lambda: self.store.fs.ls(directory, detail=False))
+            listed = self.store.remote(directory, lambda: self.store.fs.ls(directory, detail=False))
             present = {p.rstrip("/").rsplit("/", 1)[-1] for p in listed}
         except FileNotFoundError:
             present = set()
@@ -249,12 +249,12 @@ def open_dataset(url: str | Dataset, storage_options: Mapping[str, Any] | None =
 
     Shards of a remote store (s3://, ...) are read through a local cache in ``cache_dir``
     (default: $DATAPIPE_CACHE or ~/.cache/datapipe/shards) kept under ``cache_limit`` bytes.
-    ``retries``: tries in all for each download after transient errors (default $DATAPIPE_RETRIES,
-    else 6; 1 = no retry).
+    ``retries``: tries in all for each read of the store and each download after transient errors
+    (default $DATAPIPE_RETRIES, else 6; 1 = no retry).
     """
     if isinstance(url, Dataset):
         return url
     policy = RetryPolicy.from_env(attempts=retries)
-    store, name, manifest = open_dataset_url(os.fspath(url), storage_options)
+    store, name, manifest = open_dataset_url(os.fspath(url), storage_options, policy)
     cache = None if is_local(store.fs) else ShardCache(cache_dir, cache_limit, policy)
     return Dataset(store, name, manifest, verify=verify, cache=cache)

@@ -12,7 +12,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.storage.local import atomic_write
-from datapipe.storage.retry import remote_call
+from datapipe.storage.retry import RetryPolicy, remote_call
 
 CHUNK = 4 << 20
 T = TypeVar("T")
@@ -40,12 +40,13 @@ def url_of(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return path if protocol in ("file", "local") else f"{protocol}://{path.lstrip('/')}"
 
 
-def remote(fs: fsspec.AbstractFileSystem, path: str, call: Callable[[], T]) -> T:
-    """``call()`` on ``path``: as is on the local disk; on object stores with retries, and any failure but a
-    missing object turned into a DatapipeError naming the bucket, key and cause."""
+def remote(fs: fsspec.AbstractFileSystem, path: str, call: Callable[[], T], policy: RetryPolicy | None = None) -> T:
+    """``call()`` on ``path``: as is on the local disk; on object stores with retries (``policy``, default
+    from $DATAPIPE_RETRIES), and any failure but a missing object turned into a DatapipeError naming the
+    bucket, key and cause."""
     if is_local(fs):
         return call()
-    return remote_call(call, url_of(fs, path), path)
+    return remote_call(call, url_of(fs, path), path, policy)
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
@@ -85,10 +86,10 @@ def put_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         f.write(data)
 
 
-def read_bytes(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
+def read_bytes(fs: fsspec.AbstractFileSystem, path: str, policy: RetryPolicy | None = None) -> bytes:
     """The whole content of a small file; NotFoundError naming it when missing."""
     try:
-        return remote(fs, path, lambda: fs.cat_file(path))
+        return remote(fs, path, lambda: fs.cat_file(path), policy)
     except FileNotFoundError:
         raise NotFoundError(f"{url_of(fs, path)}: no such file") from None
 

@@ -36,6 +36,7 @@ from datapipe.errors import ConfigError, NotFoundError
 from datapipe.formats.registry import ShardFormat
 from datapipe.formats.shards import INDEX_SUFFIX, write_shard_to
 from datapipe.storage.fs import filesystem, is_local, put_atomic, read_bytes, remote
+from datapipe.storage.retry import RetryPolicy
 from datapipe.versioning.manifest import MANIFEST_NAME, Manifest, ShardEntry
 
 VERSIONS = "versions"
@@ -76,9 +77,11 @@ def parse_dataset_url(url: str) -> tuple[str, str, str]:
 class Store:
     """A dataset store rooted at ``url`` (a local path or any fsspec URL)."""
 
-    def __init__(self, url: str = "storage", storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, url: str = "storage", storage_options: Mapping[str, Any] | None = None,
+                 retry: RetryPolicy | None = None) -> None:
         self.url = url
         self.storage_options = dict(storage_options or {})
+        self.retry = retry or RetryPolicy.from_env()  # for reads and writes of an object store
         self._fs, self.root = filesystem(url, self.storage_options)
         self._pid = os.getpid()
         self._bucket_seen = False
@@ -96,11 +99,12 @@ class Store:
         """The filesystem path of ``parts`` below the store root."""
         return "/".join([self.root.rstrip("/"), *parts])
 
-    def _remote(self, path: str, call: Callable[[], T]) -> T:
-        return remote(self.fs, path, call)
+    def remote(self, path: str, call: Callable[[], T]) -> T:
+        """``call()`` on ``path`` of this store: retried on object stores, failures named (see storage.fs.remote)."""
+        return remote(self.fs, path, call, self.retry)
 
     def _exists(self, path: str) -> bool:
-        return self._remote(path, lambda: self.fs.exists(path))
+        return self.remote(path, lambda: self.fs.exists(path))
 
     def check_bucket(self) -> None:
         """On an object store, a NotFoundError naming the bucket when it does not exist (listing a missing
@@ -108,14 +112,14 @@ class Store:
         if self._bucket_seen or is_local(self.fs) or self.root.startswith("/") or not self.root:
             return
         bucket = self.root.split("/", 1)[0]
-        if not self._remote(bucket, lambda: self.fs.exists(bucket)):
+        if not self.remote(bucket, lambda: self.fs.exists(bucket)):
             raise NotFoundError(f"{self.url}: bucket {bucket!r} does not exist (or these credentials cannot see it); "
                                 "check the URL, the endpoint and the credentials")
         self._bucket_seen = True
 
     def _names(self, path: str) -> list[str]:
         try:
-            entries = self._remote(path, lambda: self.fs.ls(path, detail=False))
+            entries = self.remote(path, lambda: self.fs.ls(path, detail=False))
         except FileNotFoundError:
             self.check_bucket()
             return []
@@ -143,7 +147,7 @@ class Store:
         """The version a ref names, or None when the ref does not exist."""
         path = self.path(name, REFS, ref)
         try:
-            return self._remote(path, lambda: self.fs.cat_file(path)).decode().strip()
+            return self.remote(path, lambda: self.fs.cat_file(path)).decode().strip()
         except FileNotFoundError:
             return None
 
@@ -158,13 +162,13 @@ class Store:
             self.fs.makedirs(self.path(name, REFS), exist_ok=True)
             put_atomic(self.fs, path, f"{version}\n".encode())
 
-        self._remote(path, write)
+        self.remote(path, write)
 
     def manifest(self, name: str, version: str) -> Manifest:
         """The manifest of a version."""
         where = self.path(name, VERSIONS, version, MANIFEST_NAME)
         try:
-            data = read_bytes(self.fs, where)
+            data = read_bytes(self.fs, where, self.retry)
         except NotFoundError:
             raise NotFoundError(f"{self.url}/{name}@{version}: no such version") from None
         return Manifest.from_json(data, where)
@@ -199,10 +203,11 @@ class Store:
         return VersionWriter(self, name)
 
 
-def open_dataset_url(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Store, str, Manifest]:
+def open_dataset_url(url: str, storage_options: Mapping[str, Any] | None = None,
+                     retry: RetryPolicy | None = None) -> tuple[Store, str, Manifest]:
     """Resolve 'STORE/NAME[@REF]' to its store, name and manifest."""
     store_url, name, ref = parse_dataset_url(url)
-    store = Store(store_url, storage_options)
+    store = Store(store_url, storage_options, retry)
     return store, name, store.manifest(name, store.resolve(name, ref))
 
 
@@ -231,7 +236,7 @@ class VersionWriter:
             store.fs.makedirs(self.partial, exist_ok=True)
             put_atomic(store.fs, f"{self.partial}/{OWNER_NAME}", owner)
 
-        store._remote(self.partial, start)
+        store.remote(self.partial, start)
 
     @staticmethod
     def shard_filename(number: int, fmt: ShardFormat) -> str:
@@ -254,11 +259,11 @@ class VersionWriter:
         if manifest.version in store.versions(self.name):
             manifest = store.manifest(self.name, manifest.version)
         else:
-            store._remote(final, lambda: fs.makedirs(final, exist_ok=True))
+            store.remote(final, lambda: fs.makedirs(final, exist_ok=True))
             names = [name for entry in manifest.shards for name in (entry.path, entry.index_path)]
             self._move(names + ([manifest.rejected] if manifest.rejected else []), final)
             where = f"{final}/{MANIFEST_NAME}"
-            store._remote(where, lambda: put_atomic(fs, where, manifest.to_json()))  # after every shard is in place
+            store.remote(where, lambda: put_atomic(fs, where, manifest.to_json()))  # after every shard is in place
         self.abort()
         for ref in refs:
             store.set_ref(self.name, ref, manifest.version)
@@ -276,7 +281,7 @@ class VersionWriter:
 
         def copy(name: str) -> None:
             source = f"{self.partial}/{name}"
-            self.store._remote(source, lambda: fs.cp_file(source, f"{final}/{name}"))
+            self.store.remote(source, lambda: fs.cp_file(source, f"{final}/{name}"))
 
         with ThreadPoolExecutor(min(MOVE_THREADS, max(len(names), 1)), thread_name_prefix="datapipe-commit") as pool:
             list(pool.map(copy, names))  # raises the first failure; the manifest is then never written
@@ -284,7 +289,7 @@ class VersionWriter:
     def abort(self) -> None:
         """Remove the partial directory and everything in it."""
         if self.store._exists(self.partial):
-            self.store._remote(self.partial, lambda: self.store.fs.rm(self.partial, recursive=True))
+            self.store.remote(self.partial, lambda: self.store.fs.rm(self.partial, recursive=True))
 
 
 def _now() -> str:

@@ -235,6 +235,10 @@ def test_transient_failures_are_retried_by_datapipe_until_the_epoch_is_complete(
                                      cache_dir=tmp_path / "b", storage_options=options)
             list(loader)
         assert not caplog.records
+        # the argument wins over the environment, for the store's reads and the cache's downloads alike
+        ds = datapipe.open_dataset(digits_on_s3["url"], options, cache_dir=tmp_path / "c", retries=12)
+        assert ds.store.retry.attempts == ds.cache.retry.attempts == 12
+        assert len(datapipe.Loader(ds, batch_size=64, num_workers=0)) == 1773 // 64
     finally:
         proxy.close()
 
