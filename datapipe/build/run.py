@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
+import logging
 import os
 import time
 import uuid
@@ -40,7 +42,15 @@ from datapipe.build.plan import (
 )
 from datapipe.build.progress import BuildProgress
 from datapipe.build.quarantine import Reject, quarantine_bytes
-from datapipe.build.sources import SourcePlan, align_parts, plan_source, scan_block, scans_needed
+from datapipe.build.sources import (
+    DEFAULT_BLOCKSIZE,
+    SourcePlan,
+    align_parts,
+    execution_size,
+    plan_source,
+    scan_block,
+    scans_needed,
+)
 from datapipe.errors import BuildError, ConfigError
 from datapipe.formats.registry import get_format
 from datapipe.storage.fs import is_local, put_atomic
@@ -84,7 +94,6 @@ class _Runner:
         self.seconds: dict[str, float] = {}
 
     def __call__(self, phase: str, tasks: Sequence[Any]) -> list[Any]:
-        from distributed import as_completed
         from distributed.client import FutureCancelledError
         from distributed.scheduler import KilledWorker
 
@@ -92,14 +101,47 @@ class _Runner:
         start = time.perf_counter()
         futures = self.client.compute(list(tasks))
         try:
-            for _ in as_completed(futures):
-                self.progress.advance(phase)
+            self._follow(phase, futures)
             results = self.client.gather(futures)
             self.seconds[phase] = time.perf_counter() - start
             return results
         except (KilledWorker, FutureCancelledError) as e:
             raise BuildError(f"{phase}: a Dask worker died while running this pass ({type(e).__name__}: {e}); "
                              "check the workers' memory limit, then run the build again") from None
+
+
+    def _follow(self, phase: str, futures: list[Any]) -> None:
+        """Advance the progress as tasks finish; a pass whose workers all stay paused (Dask stops a worker
+        whose memory passes its pause level, and memory a task left behind may never drop back) or that has
+        no worker left is a BuildError, not a build that waits for ever."""
+        from distributed import wait
+
+        pending, stalled = set(futures), 0
+        while pending:
+            try:
+                done, pending = wait(list(pending), timeout=STALL_CHECK_SECONDS, return_when="FIRST_COMPLETED")
+            except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11 on
+                stalled = stalled + 1 if self._stuck() else 0
+                if stalled >= STALL_CHECKS:
+                    raise BuildError(f"{phase}: {self._stuck()} for {STALL_CHECKS * STALL_CHECK_SECONDS} s; give the "
+                                     "workers more memory (--memory-limit, fewer --workers) or use a smaller "
+                                     "source.options.blocksize, then run the build again") from None
+                continue
+            stalled = 0
+            for _ in done:
+                self.progress.advance(phase)
+
+    def _stuck(self) -> str | None:
+        workers = self.client.scheduler_info().get("workers", {})
+        if not workers:
+            return "no Dask worker is left"
+        if all(w.get("status") == "paused" for w in workers.values()):
+            return "every Dask worker is paused at its memory limit"
+        return None
+
+
+STALL_CHECK_SECONDS = 20
+STALL_CHECKS = 3  # a minute without progress, workers paused or gone
 
 
 def _sum_counts(measured: Sequence[Measured], duplicates: int) -> tuple[StageCounts, ...]:
@@ -282,7 +324,7 @@ def build(
         progress.dashboard(dashboard_link(c))
         run = _Runner(c, progress)
         run.seconds["start"] = time.perf_counter() - started  # planning the source and starting the cluster
-        plan = _align(run, plan)
+        plan = _align(run, _fitted(plan, loaded, storage_options, worker_memory_limits(c)))
         check_file_sizes(plan, worker_memory_limits(c))
         job = BuildJob(pipeline, loaded.base_dir, plan, {ref.module: ref.sha256 for ref in code})
         source_files = c.compute([_hash_task(plan.fs, f) for f in plan.files])
@@ -341,6 +383,35 @@ def check_file_sizes(plan: SourcePlan, limits: Sequence[int]) -> None:
         raise BuildError(f"{biggest.label}: {biggest.size} bytes, one sample read whole into a worker's memory "
                          f"({FILE_COPIES}x while it is encoded); a worker has {min(known)} bytes. Give the workers "
                          "more memory (--memory-limit, or fewer --workers) or split the file")
+
+
+TARGET_FRACTION = 0.6  # Dask spills at 70% of a worker's memory limit, pauses it at 80%, restarts it at 95%
+WORKER_BASELINE = 160 << 20  # a worker's memory once it imported the build's stack (pandas, pyarrow, datapipe)
+PARTITION_EXPANSION = 8  # a partition's peak in a worker (frame, encoded fields, encoded block) per source byte
+MIN_BLOCKSIZE = 1 << 20
+
+
+def fitting_blocksize(limits: Sequence[int]) -> int | None:
+    """The largest blocksize whose partitions a worker of the smallest limit holds while it measures or encodes
+    one, well below the level where Dask pauses it; None when a worker has no limit."""
+    known = [m for m in limits if m]
+    if not known or len(known) != len(limits):
+        return None
+    return max(MIN_BLOCKSIZE, int((TARGET_FRACTION * min(known) - WORKER_BASELINE) // PARTITION_EXPANSION))
+
+
+def _fitted(plan: SourcePlan, loaded: LoadedPipeline, storage_options: Mapping[str, Any] | None,
+            limits: Sequence[int]) -> SourcePlan:
+    """The plan again with smaller blocks when the configured ones would not fit the workers' memory
+    (an execution setting: the version is the same at any blocksize); Parquet row groups stay whole."""
+    source = loaded.pipeline.source
+    fitting = fitting_blocksize(limits)
+    if fitting is None or source.format == "parquet" or fitting >= execution_size(source.options, "blocksize",
+                                                                                     DEFAULT_BLOCKSIZE):
+        return plan
+    logging.getLogger("datapipe.build").info("blocksize %d: partitions a worker of %d bytes can hold",
+                                             fitting, min(limits))
+    return plan_source(source, loaded.base_dir, storage_options, {"blocksize": fitting}, align=False)
 
 
 def fits_in_memory(client: Any, plan: SourcePlan) -> bool:
