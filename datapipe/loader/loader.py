@@ -65,6 +65,7 @@ class Loader:
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
         download_ahead: int = 2,
+        retries: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
@@ -76,7 +77,7 @@ class Loader:
         if num_workers and not _torch_available():
             raise ConfigError("num_workers > 0 needs torch (pip install 'datapipe[torch]'), or use num_workers=0")
         self.dataset = open_dataset(dataset, storage_options, verify=verify, cache_dir=cache_dir,
-                                    cache_limit=cache_limit)
+                                    cache_limit=cache_limit, retries=retries)
         self.download_ahead = download_ahead
         self.dataset.check_shards()
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed

@@ -182,8 +182,10 @@ class Store:
         if version is not None:
             return version
         refs = ", ".join(self.refs(name)) or "none"
+        known = self.versions(name)
+        versions = ", ".join(v[:12] for v in known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
         if len(ref) >= MIN_PREFIX and _HEX.match(ref):
-            matches = [v for v in self.versions(name) if v.startswith(ref)]
+            matches = [v for v in known if v.startswith(ref)]
             if len(matches) == 1:
                 return matches[0]
             if matches:
@@ -191,10 +193,10 @@ class Store:
                     f"{self.url}/{name}@{ref} is ambiguous: it matches {', '.join(m[:16] for m in matches)}; "
                     "give more digits"
                 )
-            raise NotFoundError(f"{self.url}/{name}: no version starting with {ref} (refs: {refs})")
-        raise NotFoundError(
-            f"{self.url}/{name}: no ref {ref!r} (refs: {refs}); a version prefix needs {MIN_PREFIX}+ hex digits"
-        )
+            raise NotFoundError(f"{self.url}/{name}: no version starting with {ref} (refs: {refs}; versions: "
+                                f"{versions or 'none'})")
+        raise NotFoundError(f"{self.url}/{name}: no ref {ref!r} (refs: {refs}; versions: {versions or 'none'}); a "
+                            f"version prefix needs {MIN_PREFIX}+ hex digits")
 
     def begin(self, name: str) -> VersionWriter:
         """Start writing a new version of ``name`` (into an existing bucket: s3fs would create a missing one)."""

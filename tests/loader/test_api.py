@@ -255,3 +255,9 @@ def test_pin_memory_gives_the_same_batches(toy, workers, monkeypatch):
         batch = next(iter(pinned))
         assert batch["bin"][0].untyped_storage().data_ptr() in given
         assert batch["cls"].untyped_storage().data_ptr() == batch["bin"][0].untyped_storage().data_ptr()
+
+
+def test_the_loader_passes_its_retry_limit_to_the_store(toy, monkeypatch):
+    monkeypatch.setenv("DATAPIPE_RETRIES", "7")
+    assert datapipe.Loader(toy, batch_size=4, num_workers=0).dataset.store.retry.attempts == 7
+    assert datapipe.Loader(toy, batch_size=4, num_workers=0, retries=2).dataset.store.retry.attempts == 2

@@ -66,6 +66,11 @@ def test_dataset_urls_resolve_refs_tags_and_prefixes(store):
         open_dataset_url(f"{base}/digits@{a.version[:5]}")
     with pytest.raises(NotFoundError, match="refs: latest, v1"):
         open_dataset_url(f"{base}/digits@nope")
+    unknown = "f" * 8 if not {a.version[0], b.version[0]} & {"f"} else "0" * 8
+    with pytest.raises(NotFoundError) as e:  # an unknown prefix lists the versions there are
+        open_dataset_url(f"{base}/digits@{unknown}")
+    assert "no version starting with" in str(e.value)
+    assert a.version[:12] in str(e.value) and b.version[:12] in str(e.value)
     with pytest.raises(NotFoundError, match="no dataset 'cats'.*digits"):
         open_dataset_url(f"{base}/cats")
 
