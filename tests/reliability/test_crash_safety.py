@@ -5,8 +5,9 @@ and gc removes every leftover.
 Random kill moments alone miss the commit: on a small build the partial version appears at ~75% of the wall
 time and the shards, the manifest and the ref are written in well under a second. So most kills are triggered
 by what the store shows, polled in a tight loop (before the partial directory exists, once it exists, after the
-first shard, after the n-th shard, once the manifest exists but before the ref moved), and the rest land at
-random moments. Each trial reports the phase its kill actually landed in (a kill is never instant).
+first shard, after the n-th shard, once the manifest exists but before the ref moved, once the shards moved
+under the version id), and the rest land at random moments. Each trial reports the phase its kill actually
+landed in (a kill is never instant).
 """
 
 import json
@@ -146,7 +147,7 @@ def reference(tmp_path_factory):
 
 
 TRIGGERS = ["random moment before the partial version", "partial version exists", "first shard written",
-            "n-th shard written", "manifest exists", "random moment"]
+            "n-th shard written", "manifest exists", "random moment", "version directory exists"]
 
 
 def kill_when(proc, store: Path, trigger: str, timeline: Timeline, rng: random.Random, n: int) -> None:
@@ -168,7 +169,8 @@ def kill_when(proc, store: Path, trigger: str, timeline: Timeline, rng: random.R
         if (trigger == "partial version exists" and state.partial
                 or trigger == "first shard written" and state.shards >= 1
                 or trigger == "n-th shard written" and state.shards >= n
-                or trigger == "manifest exists" and state.manifests):
+                or trigger == "manifest exists" and state.manifests
+                or trigger == "version directory exists" and state.version_dirs):
             break
     kill_group(proc)
 
@@ -189,6 +191,22 @@ def consistent(project, store, reference_version) -> list[str]:
     return versions
 
 
+def rerun(project, store, version) -> None:
+    out = datapipe_cli("build", "digits.yaml", "--out", str(store), "--workers", "2", "--json", cwd=project)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert last_json(out)["version"] == version
+
+
+def gc(project, store) -> list[str]:
+    """Run `datapipe gc`; the paths it removed."""
+    out = datapipe_cli("gc", f"{store}/digits", cwd=project)
+    if not (store / "digits" / "versions").exists():  # killed before it wrote anything: nothing to collect
+        assert out.returncode == 3 and "no dataset 'digits'" in out.stderr, out.stderr
+        return []
+    assert out.returncode == 0, out.stderr
+    return [line.removeprefix("removed ") for line in out.stdout.splitlines() if line.startswith("removed ")]
+
+
 @pytest.mark.slow
 def test_kill_9_in_every_phase_leaves_only_complete_versions(reference, tmp_path):
     project, version, timeline = reference
@@ -207,25 +225,28 @@ def test_kill_9_in_every_phase_leaves_only_complete_versions(reference, tmp_path
         consistent(project, store, version)
         if state.partial and not state.ref:
             assert left, f"{phase}: the killed build left nothing for gc"
-        rerun = datapipe_cli("build", "digits.yaml", "--out", str(store), "--workers", "2", "--json", cwd=project)
-        assert rerun.returncode == 0, rerun.stderr[-2000:]
-        assert last_json(rerun)["version"] == version
-        gc = datapipe_cli("gc", f"{store}/digits", cwd=project)
-        assert gc.returncode == 0, gc.stderr
-        removed = [line.removeprefix("removed ") for line in gc.stdout.splitlines() if line.startswith("removed ")]
+        # even trials: gc right after the kill, then the rerun; odd trials: the rerun over the leftovers, then gc
+        if i % 2:
+            rerun(project, store, version)
+        removed = gc(project, store)
         if left:
             assert removed, f"{phase}: gc removed nothing, though {left} were left"
-        for path in left:  # each leftover went, itself or with the directory holding it
-            assert any(str(store / path) == r or str(store / path).startswith(r + "/") for r in removed), path
+        for path in left:  # each leftover went, itself or with the directory holding it...
+            gone = any(str(store / path) == r or str(store / path).startswith(r + "/") for r in removed)
+            # ...or it was the version directory the killed build had begun and the rerun completed (verified below)
+            completed = i % 2 and path == f"digits/versions/{version}" and (store / path / "manifest.json").exists()
+            assert gone or completed, (phase, path, removed)
+        if not i % 2:
+            rerun(project, store, version)
         assert leftovers(store) == []
         assert consistent(project, store, version) == [version]
         assert (store / "digits" / "refs" / "latest").read_text().strip() == version
-        report.append((trigger, phase, len(left), len(removed)))
+        report.append((trigger, phase, "rerun, gc" if i % 2 else "gc, rerun", len(left), len(removed)))
         shutil.rmtree(store)
-    print("\ntrigger | landed in | leftovers | gc removed")
+    print("\ntrigger | landed in | order | leftovers | gc removed")
     for row in report:
         print(" | ".join(map(str, row)))
-    landed_phases = {phase for _, phase, _, _ in report}
+    landed_phases = {row[1] for row in report}
     if moments >= 5:  # the sweep reached the commit, not only the passes before it
         assert any(p.startswith("partial version with") and p != "partial version with 0 shards"
                    for p in landed_phases), landed_phases
