@@ -110,10 +110,10 @@ WORKER_LIMIT = 250_000_000
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="datapipe/build: with 250 MB workers (an idle worker holds ~154 MB) the measure "
-                   "pass of one 64 MB CSV block passes the workers' memory budget; Dask restarts them until the task "
-                   "is marked failed after 4 deaths, and the build then waits on a cluster without workers instead of "
-                   "failing (see tests/reliability/README.md)")
+@pytest.mark.xfail(strict=True, reason="datapipe/build: since 3af5faf the partitions fit the 250 MB workers (an idle "
+                   "one holds ~154 MB) and the measure pass completes, but the workers die in the write-shards pass; "
+                   "the build then fails with 'write shards: no Dask worker is left for 60 s' (it used to hang) "
+                   "(see tests/reliability/README.md)")
 def test_a_build_larger_than_the_workers_memory_completes(tmp_path):
     import random
 
@@ -135,9 +135,9 @@ def test_a_build_larger_than_the_workers_memory_completes(tmp_path):
     script.write_text(BUILDER)
     try:  # a build that hangs is a failure too, not a blocked suite
         out = subprocess.run([sys.executable, str(script), str(tmp_path / "big.yaml"), str(tmp_path / "store"),
-                              str(WORKER_LIMIT)], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+                              str(WORKER_LIMIT)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
     except subprocess.TimeoutExpired:
-        pytest.fail("the build did not finish within 3 minutes (it takes ~75 s with ample memory)")
+        pytest.fail("the build did not finish within 4 minutes (it takes ~75 s with ample memory)")
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"\nbuild of {input_bytes / 2**20:.0f} MB on workers of {summary['limits']} bytes: {summary['seconds']}")
