@@ -19,11 +19,16 @@ UNAVAILABLE = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnava
                b"<Message>Service is unable to handle request.</Message></Error>")
 DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
           b"<Message>Access Denied</Message></Error>")
+# what S3 answers a request sent to another region than the bucket's
+MOVED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>PermanentRedirect</Code>'
+         b"<Message>The bucket you are attempting to access must be addressed using the specified endpoint. "
+         b"Please send all future requests to this endpoint.</Message></Error>")
 
 
 class FaultProxy:
     """Forwards every request to ``target``; ``fail_rate`` of the GETs get a 503 ServiceUnavailable instead,
-    and any request whose path ends with a suffix in ``deny`` gets a 403 AccessDenied.
+    any request whose path ends with a suffix in ``deny`` gets a 403 AccessDenied, and one whose path ends with
+    a suffix in ``moved`` a 301 PermanentRedirect (a bucket in another region).
 
     ``log`` holds (method, path, status, start, end, copy source) of every request (a listing's path is
     /bucket/prefix); ``gets`` counts
@@ -37,6 +42,7 @@ class FaultProxy:
         self.delay_per_chunk = delay_per_chunk
         self.copy_delay = copy_delay
         self.deny: set[str] = set()
+        self.moved: set[str] = set()
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.failed = 0
@@ -80,12 +86,16 @@ class FaultProxy:
             def _forward(self, path: str, body: bytes | None, copy_source: str | None) -> int:
                 with proxy.lock:
                     denied = any(path.endswith(suffix) for suffix in proxy.deny)
-                    fail = not denied and self.command == "GET" and proxy.rng.random() < proxy.fail_rate
+                    moved = any(path.endswith(suffix) for suffix in proxy.moved)
+                    fail = not (denied or moved) and self.command == "GET" and proxy.rng.random() < proxy.fail_rate
                     proxy.failed += fail
-                    proxy.forwarded += not (fail or denied)
+                    proxy.forwarded += not (fail or denied or moved)
                 if denied:
                     self._reply(403, DENIED)
                     return 403
+                if moved:
+                    self._reply(301, MOVED)
+                    return 301
                 if fail:
                     self._reply(503, UNAVAILABLE)
                     return 503

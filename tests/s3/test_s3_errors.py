@@ -94,6 +94,21 @@ def test_access_denied_fails_at_once_naming_bucket_and_key(tiny, tmp_path):
         proxy.close()
 
 
+def test_a_wrong_region_fails_at_once_naming_bucket_key_and_what_to_set(tiny, tmp_path):
+    proxy = FaultProxy(tiny["endpoint"])
+    try:
+        proxy.moved.add("/manifest.json")
+        out = cli(tiny["env"], "-o", f"endpoint_url={proxy.url}", "info", tiny["url"])
+        assert out.returncode == 2, out.stderr
+        key = f"store/tiny/versions/{tiny['manifest'].version}/manifest.json"
+        assert f"wrong region (bucket '{tiny['bucket']}', key '{key}')" in out.stderr
+        assert "region_name" in out.stderr and "Traceback" not in out.stderr
+        # botocore's region redirector sends the request once more; datapipe does not retry (6 tries by default)
+        assert [r[2] for r in proxy.log if r[1].endswith("/manifest.json")] in ([301], [301, 301])
+    finally:
+        proxy.close()
+
+
 def test_commit_copies_shards_in_parallel_on_the_server_then_manifest_then_ref(s3):
     proxy = FaultProxy(s3["endpoint"], copy_delay=0.05)  # each copy takes a while: overlapping ones show
     try:
