@@ -31,12 +31,14 @@ def _progress(rich_bars: bool) -> Any:
     if not rich_bars:
         return LineProgress()
 
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     class BarProgress(LineProgress):
         def __init__(self) -> None:
+            # on stderr, with the log lines: stdout carries the summary (and --json), which scripts read
             self.bars = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), transient=False)
+                                 TimeElapsedColumn(), transient=False, console=Console(stderr=True))
             self.tasks: dict[str, Any] = {}
 
         def phase(self, name: str, total: int) -> None:

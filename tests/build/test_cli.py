@@ -1,5 +1,6 @@
 """`datapipe build` through the command line: user mistakes as `error:` lines before any cluster starts,
---tag, --memory-limit, and the plain-text summary and log lines when stderr is not a terminal."""
+--tag, --memory-limit, the plain-text summary and log lines when stderr is not a terminal, and the progress
+bars when it is."""
 
 import subprocess
 import sys
@@ -132,3 +133,37 @@ def test_tags_memory_limit_and_plain_output(project, simple):
     log = out.stderr.splitlines()
     assert "clean, encode and measure: 1 tasks" in log or "clean and measure: 1 tasks" in log, log
     assert "write shards: 1 tasks" in log and not any("\r" in line or "━" in line for line in log)
+
+
+def test_progress_bars_on_a_terminal(project, simple):
+    """stderr a terminal (a pseudo-terminal here): a rich bar per pass that ends complete, the dashboard link."""
+    import os
+    import pty
+
+    simple()
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "datapipe", "build", "pipeline.yaml", "--workers", "1",
+                               "--out", "store"], stdout=subprocess.PIPE, stderr=follower, text=True,
+                              cwd=project.root, timeout=300, env={**os.environ, "COLUMNS": "100"})
+        os.close(follower)
+        follower = None
+        screen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed with the process
+                break
+            if not chunk:
+                break
+            screen += chunk
+    finally:
+        if follower is not None:
+            os.close(follower)
+        os.close(leader)
+    assert done.returncode == 0, screen[-2000:]
+    text = screen.decode(errors="replace")
+    assert "dask dashboard: http://" in text and "━" in text  # rich's bar characters
+    for phase in ("measure", "write shards"):
+        assert any(phase in line and "1/1" in line for line in text.replace("\r", "\n").splitlines()), text[-2000:]
+    assert done.stdout.strip().splitlines()[-1].startswith("store/simple@")
