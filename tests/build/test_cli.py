@@ -145,7 +145,8 @@ def test_progress_bars_on_a_terminal(project, simple):
     try:
         done = subprocess.run([sys.executable, "-m", "datapipe", "build", "pipeline.yaml", "--workers", "1",
                                "--out", "store"], stdout=subprocess.PIPE, stderr=follower, text=True,
-                              cwd=project.root, timeout=300, env={**os.environ, "COLUMNS": "100"})
+                              cwd=project.root, timeout=300,
+                              env={**os.environ, "COLUMNS": "100", "TERM": "xterm-256color"})
         os.close(follower)
         follower = None
         screen = b""
