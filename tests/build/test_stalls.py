@@ -35,7 +35,7 @@ def test_a_pass_without_workers_is_an_error_not_a_wait(monkeypatch):
 
 @pytest.mark.parametrize(("limits", "expected"), [
     ([0, 400_000_000], None),  # a worker without a limit: nothing to fit
-    ([400_000_000, 12_000_000_000], (0.6 * 400_000_000 - (160 << 20)) // 8),  # the smallest worker decides
+    ([400_000_000, 12_000_000_000], (0.6 * 400_000_000 - (160 << 20)) // 20),  # the smallest worker decides
     ([200_000_000], 1 << 20),  # below the baseline: the smallest blocks
 ])
 def test_blocks_fit_the_smallest_worker(limits, expected):
