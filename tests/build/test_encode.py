@@ -198,12 +198,17 @@ def test_column_wise_encoding_gives_the_bytes_of_row_by_row(fmt, frame, multi):
         return
     # the writer's column-wise block has the bytes that writing each sample one by one gives
     block = writer.encode_samples(fast.keys, fast.fields)
+    assert bytes(memoryview(block.data).cast("B")) == _written_one_by_one(writer, fast.samples())
+    assert np.array_equal(block.bounds[1:] - block.bounds[:-1], writer.sample_sizes(fast.keys, fast.fields))
+
+
+def _written_one_by_one(writer, samples) -> bytes:
+    """The bytes ``writer`` emits for ``samples`` written one at a time."""
     out = io.BytesIO()
     one_by_one = writer(out)
-    for sample in fast.samples():
+    for sample in samples:
         one_by_one.write(sample)
-    assert bytes(memoryview(block.data).cast("B")) == out.getvalue()
-    assert np.array_equal(block.bounds[1:] - block.bounds[:-1], writer.sample_sizes(fast.keys, fast.fields))
+    return out.getvalue()
 
 
 def test_clean_typed_columns_take_the_fast_path_and_match(monkeypatch):
@@ -222,8 +227,4 @@ def test_clean_typed_columns_take_the_fast_path_and_match(monkeypatch):
             fast = encode_columns(encoder, frame)
         assert fast.keys == slow.keys and fast.fields == slow.fields and fast.kinds == slow.kinds
         block = writer.encode_samples(fast.keys, fast.fields)
-        out = io.BytesIO()
-        one_by_one = writer(out)
-        for sample in fast.samples():
-            one_by_one.write(sample)
-        assert bytes(memoryview(block.data).cast("B")) == out.getvalue()
+        assert bytes(memoryview(block.data).cast("B")) == _written_one_by_one(writer, fast.samples())
