@@ -6,11 +6,15 @@ per-sample objects: pickled through the worker's pipe when small, else in shared
 
 Shared-memory segments are reused (``WorkerSegments``, ``Releases``): a fresh one costs a page
 fault per 4 KiB page on its first write (about 1 GB/s on our VMs), more than gathering the
-payloads into it. So each worker keeps ``SLOTS`` segments. A batch names its (worker, slot);
-the training process watches the batch's storage through a weak reference and, once every
-tensor over it is gone, clears the slot's flag in a small table shared with the workers; the
-worker then packs a later batch into the same segment. With every slot still held (a consumer
-keeping batches), a worker packs into a fresh segment that is not pooled.
+payloads into it. So each worker keeps a segment per batch it can have ahead (``slot_table``).
+A batch names its (worker, slot); the training process watches the batch's storage through a
+weak reference and, once every tensor over it is gone, clears the slot's flag in a small table
+shared with the workers; the worker then packs a later batch into the same segment. With every
+slot still held (a consumer keeping batches), a worker packs into a fresh segment, not pooled.
+
+Passing a segment costs a socket round trip (torch sends its file descriptor), so a segment crosses
+once (``SegmentBatch``): later batches in it name the segment, and the training process views the
+one it holds. That leaves a small pickle per batch through the pipe, whatever the batch's size.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import math
 import pickle
+import secrets
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -36,9 +41,8 @@ from datapipe.loader.packing import pack, unpack
 from datapipe.loader.prefetch import prefetch as prefetched
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, DropLast, worker_steps
 
-PIPE_LIMIT = 4 << 20  # bytes of a packed batch up to which workers pickle it rather than share memory
+PIPE_LIMIT = 64 << 10  # bytes of a packed batch below which workers pickle it rather than share memory
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
-SLOTS = 8  # segments per worker: its prefetch queue, the DataLoader's, the batch in use, and slack
 Slot = tuple[int, int] | None  # (worker, slot), or None for a buffer that is not pooled
 
 
@@ -59,28 +63,70 @@ def new_segment(nbytes: int) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(nbytes, 1)))[:nbytes]
 
 
-def slot_table(workers: int) -> torch.Tensor:
-    """The (workers x SLOTS) busy flags, in shared memory; made before the workers start."""
-    return torch.zeros((workers, SLOTS), dtype=torch.uint8).share_memory_()
+def slot_table(workers: int, prefetch: int) -> torch.Tensor:
+    """The (workers x slots) busy flags, in shared memory; made before the workers start.
+
+    A worker's batches in flight: ``prefetch`` in its own queue and one being packed, ``prefetch`` more that
+    the DataLoader asks of it ahead, the one the training loop holds, and slack for a late release.
+    """
+    return torch.zeros((workers, 2 * max(prefetch, 1) + 4), dtype=torch.uint8).share_memory_()
+
+
+class SegmentBatch:
+    """A batch in a pooled segment, as it crosses to the training process, where it unpickles as a uint8 tensor.
+
+    Only the first batch of a segment carries the segment; later ones carry its id, and the training
+    process takes a view of the segment it kept (``_RECEIVED``). Each view is made over a new storage,
+    so that ``Releases`` sees when this batch, not the segment, is gone.
+    """
+
+    __slots__ = ("segment_id", "nbytes", "segment")
+
+    def __init__(self, segment_id: tuple[str, int, int, int], nbytes: int, segment: torch.Tensor | None) -> None:
+        self.segment_id, self.nbytes, self.segment = segment_id, nbytes, segment
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _receive, (self.segment_id, self.nbytes, self.segment)
+
+
+_RECEIVED: dict[tuple[str, int, int, int], np.ndarray] = {}  # segment id -> the segment, in the training process
+
+
+def _receive(segment_id: tuple[str, int, int, int], nbytes: int, segment: torch.Tensor | None) -> torch.Tensor:
+    if segment is not None:
+        _RECEIVED[segment_id] = segment.numpy()  # (numpy keeps the tensor, and so the mapping, alive)
+    if not nbytes:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(_RECEIVED[segment_id][:nbytes], dtype=torch.uint8)  # a storage of its own
+
+
+def forget_segments(token: str) -> None:
+    """Drop the training process's hold on the segments of one DataLoader run (ids start with its token)."""
+    for segment_id in [k for k in _RECEIVED if k[0] == token]:
+        del _RECEIVED[segment_id]
 
 
 class WorkerSegments:
     """One worker's pool: ``allocate`` gives a segment whose slot the training process has released."""
 
-    def __init__(self, table: torch.Tensor, worker: int) -> None:
+    def __init__(self, table: torch.Tensor, worker: int, token: str = "") -> None:
         self.busy = table.numpy()[worker]
-        self.worker = worker
-        self.segments: list[torch.Tensor | None] = [None] * SLOTS
+        self.worker, self.token = worker, token
+        self.segments: list[torch.Tensor | None] = [None] * len(self.busy)
+        self.ids: list[tuple[str, int, int, int]] = [(token, worker, slot, 0) for slot in range(len(self.busy))]
 
-    def allocate(self, nbytes: int) -> tuple[tuple[torch.Tensor, Slot], np.ndarray]:
-        """((tensor to send, its slot), a numpy view to fill) for a batch of ``nbytes`` bytes."""
+    def allocate(self, nbytes: int) -> tuple[tuple[Any, Slot], np.ndarray]:
+        """((what to send, its slot), a numpy view to fill) for a batch of ``nbytes`` bytes."""
         for slot in np.flatnonzero(self.busy == 0).tolist():
             segment = self.segments[slot]
-            if segment is None or not nbytes <= segment.numel() <= 2 * nbytes:
+            fresh = segment is None or not nbytes <= segment.numel() <= 2 * nbytes
+            if fresh:
                 segment = self.segments[slot] = new_segment(nbytes)
+                token, worker, _, made = self.ids[slot]
+                self.ids[slot] = (token, worker, slot, made + 1)
             self.busy[slot] = 1
-            view = segment[:nbytes]
-            return (view, (self.worker, slot)), view.numpy()
+            sent = SegmentBatch(self.ids[slot], nbytes, segment if fresh else None)
+            return (sent, (self.worker, slot)), segment[:nbytes].numpy()
         segment = new_segment(nbytes)
         return (segment, None), segment.numpy()
 
@@ -128,7 +174,7 @@ def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:
 class Packed(NamedTuple):
     """What a worker yields for the Loader: one batch packed in one buffer (or a failure)."""
 
-    buffer: Any  # uint8 numpy array (pickled through the pipe) or tensor (in shared memory), or WorkerFailure
+    buffer: Any  # worker side: uint8 numpy array (pickled), SegmentBatch or a tensor (shared memory), or WorkerFailure
     layout: Any
     slot: Any
 
@@ -149,7 +195,8 @@ class ShardDataset(IterableDataset):
     """
 
     packed = False  # Loader-internal: yield (one uint8 buffer, layout, slot) per batch; see loader/packing.py
-    slots: torch.Tensor | None = None  # Loader-internal: the shared-memory slot table (loader/shared_memory.py)
+    slots: torch.Tensor | None = None  # Loader-internal: the shared-memory slot table (WorkerSegments)
+    token = ""  # Loader-internal: names this DataLoader run's segments (SegmentBatch)
     pinned = False  # Loader-internal, in process: batches gathered into page-locked memory (pin_memory)
 
     def __init__(self, dataset: str | Dataset, batch_size: int = 256, *, shuffle: bool = True, seed: int = 0,
@@ -181,12 +228,11 @@ class ShardDataset(IterableDataset):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         steps = worker_steps(self.num_batches, worker, workers)
         if self.packed:
-            segments = WorkerSegments(self.slots, worker) if self.slots is not None else None
+            segments = WorkerSegments(self.slots, worker, self.token) if self.slots is not None else None
 
             def allocate(nbytes: int) -> tuple[Any, np.ndarray]:
-                # small batches travel faster pickled through the worker's pipe than as a shared-memory
-                # tensor (a socket round trip per tensor to pass its file descriptor); big ones are packed
-                # straight into shared memory, which the DataLoader passes on without another copy
+                # big batches are packed straight into a pooled shared-memory segment and cross as its name;
+                # small ones as a pickled copy, which costs about as little
                 if nbytes < PIPE_LIMIT or segments is None:
                     buffer = np.empty(nbytes, dtype=np.uint8)
                     return (buffer, None), buffer
@@ -222,7 +268,7 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
         yield from dataset
         return
     dataset = ShardDataset.from_source(source, num_batches, prefetch, packed=True)
-    dataset.slots = slot_table(num_workers)
+    dataset.slots = slot_table(num_workers, prefetch)
     releases = Releases(dataset.slots)
     # A remote store's client (s3fs: an event loop thread, connection pools, their locks) must not be
     # forked from a process that is using it: a lock held at the fork stays held in the worker. Workers
@@ -231,13 +277,17 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
     loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, prefetch_factor=max(prefetch, 1),
                         pin_memory=pin_memory, persistent_workers=False, collate_fn=_as_is,
                         multiprocessing_context=context)
+    dataset.token = secrets.token_hex(8)
     batches = iter(loader)
     _widen_pipe(getattr(batches, "_worker_result_queue", None))
-    for buffer, layout, slot in batches:
-        if isinstance(buffer, WorkerFailure):
-            raise buffer.error
-        releases.track(buffer, slot)
-        yield unpack(torch.from_numpy(buffer) if isinstance(buffer, np.ndarray) else buffer, layout, _tensor_view)
+    try:
+        for buffer, layout, slot in batches:
+            if isinstance(buffer, WorkerFailure):
+                raise buffer.error
+            releases.track(buffer, slot)
+            yield unpack(torch.from_numpy(buffer) if isinstance(buffer, np.ndarray) else buffer, layout, _tensor_view)
+    finally:
+        forget_segments(dataset.token)  # batches still held keep their own views
 
 
 def can_pin() -> bool:

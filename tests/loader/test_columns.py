@@ -1,5 +1,6 @@
 """Batch gathers over mapped shards: each fast path (one size, big payloads, ASCII digits) equals the plain one."""
 
+import pickle
 import sys
 
 import numpy as np
@@ -150,24 +151,44 @@ def test_pool_reuses_a_buffer_only_once_its_batch_is_gone():
     assert len(small) == 100 and sys.getrefcount(small) == 2  # small ones are not pooled
 
 
-def test_a_worker_reuses_a_segment_once_its_slot_is_released():
-    from datapipe.loader.torch import SLOTS, WorkerSegments, slot_table
+def _received(sent):
+    """What the training process gets for a worker's batch: the DataLoader's pickling, shared memory and all."""
+    from multiprocessing.reduction import ForkingPickler
 
-    table = slot_table(2)
-    worker = WorkerSegments(table, 1)
+    return pickle.loads(ForkingPickler.dumps(sent))
+
+
+def test_a_worker_reuses_a_segment_once_its_slot_is_released():
+    from datapipe.loader import torch as loader_torch
+    from datapipe.loader.torch import SegmentBatch, WorkerSegments, slot_table
+
+    table = slot_table(2, prefetch=2)
+    slots = table.shape[1]
+    assert slots == 8  # 2 queued by the worker, 1 being packed, 2 asked ahead by the DataLoader, 1 in use, slack
+    worker = WorkerSegments(table, 1, "run")
     (sent, slot), view = worker.allocate(1000)
-    assert slot == (1, 0) and table[1, 0] == 1 and np.shares_memory(view, sent.numpy())
+    assert slot == (1, 0) and table[1, 0] == 1 and isinstance(sent, SegmentBatch) and sent.segment is not None
+    view[:] = 7
+    first = _received(sent)  # the segment crosses once...
+    assert first.tolist() == [7] * 1000
     (other, other_slot), _ = worker.allocate(1000)  # slot 0 is busy
-    assert other_slot == (1, 1) and other.data_ptr() != sent.data_ptr()
+    assert other_slot == (1, 1) and other.segment_id != sent.segment_id
     table[1, 0] = 0  # what the training process does once the batch is gone
-    (again, again_slot), _ = worker.allocate(900)
-    assert again_slot == (1, 0) and again.data_ptr() == sent.data_ptr()
+    (again, again_slot), again_view = worker.allocate(900)
+    assert again_slot == (1, 0) and again.segment is None and again.segment_id == sent.segment_id  # ...then its id
+    again_view[:] = 9
+    second = _received(again)
+    assert second.tolist() == [9] * 900 and second.data_ptr() == first.data_ptr()
+    assert second.untyped_storage()._cdata != first.untyped_storage()._cdata  # a storage per batch: Releases
     table[1, 0] = 0
     (bigger, bigger_slot), _ = worker.allocate(5000)  # a free segment too small for the batch is replaced
-    assert bigger_slot == (1, 0) and bigger.numel() == 5000 and bigger.data_ptr() != sent.data_ptr()
-    for _ in range(SLOTS):  # every slot busy: fresh segments, not pooled
+    assert bigger_slot == (1, 0) and bigger.segment.numel() == 5000 and bigger.segment_id != sent.segment_id
+    assert _received(bigger).data_ptr() != first.data_ptr()
+    for _ in range(slots):  # every slot busy: fresh segments, not pooled, sent whole each time
         (extra, extra_slot), _ = worker.allocate(100)
     assert extra_slot is None and table[0].sum() == 0
+    loader_torch.forget_segments("run")
+    assert not any(k[0] == "run" for k in loader_torch._RECEIVED)
 
 
 def test_the_training_process_releases_a_slot_when_the_batch_storage_dies():
@@ -175,7 +196,7 @@ def test_the_training_process_releases_a_slot_when_the_batch_storage_dies():
 
     from datapipe.loader.torch import Releases, slot_table
 
-    table = slot_table(1)
+    table = slot_table(1, prefetch=1)
     table[0, 3] = 1
     releases = Releases(table)
     received = torch.zeros(64, dtype=torch.uint8)

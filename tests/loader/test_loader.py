@@ -198,6 +198,29 @@ def test_ragged_batches_are_the_same_in_process_and_from_workers(tmp_path, monke
     assert [ragged_contents(b) for b in kept] == runs[0]
 
 
+def test_a_shared_memory_segment_crosses_to_the_training_process_once(tmp_path, monkeypatch):
+    """Later batches in a segment travel as its id (a segment costs a socket round trip to pass)."""
+    from datapipe.loader import torch as loader_torch
+
+    monkeypatch.setattr(loader_torch, "PIPE_LIMIT", 1024)
+    crossed = []
+
+    class Segments(dict):  # the training process's segments by id: each is stored as it crosses
+        def __setitem__(self, key, value):
+            crossed.append(key)
+            super().__setitem__(key, value)
+
+    monkeypatch.setattr(loader_torch, "_RECEIVED", Segments())
+    url = fixed_size_dataset(tmp_path, 4096, 480)
+    batches = [ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=2, prefetch=1,
+                                                           decode={"bin": "ragged"})]
+    assert len(batches) == 60
+    assert 2 <= len(crossed) == len(set(crossed)) <= 2 * 6  # once per slot at most: 2 workers x (2 * prefetch + 4)
+    assert batches == [ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=0,
+                                                                   decode={"bin": "ragged"})]
+    assert not loader_torch._RECEIVED  # the run's segments are let go at its end
+
+
 def test_scattered_samples_of_a_shuffled_batch_are_read_by_pread(tmp_path, monkeypatch):
     # 4 shards of 200 samples: a shuffled batch of 8 takes ~2 samples per shard, far apart
     url = fixed_size_dataset(tmp_path, 100, 800, per_shard=200)
