@@ -326,7 +326,8 @@ class ShardReader(ABC):
 
     def gather_keys(self, indices: Sequence[int]) -> list[str]:
         """Keys of samples ``indices``."""
-        return self.key_array()[np.asarray(indices, dtype=np.int64)].tolist()
+        keys = self.key_array()[np.asarray(indices, dtype=np.int64)]
+        return (keys.astype(f"U{keys.itemsize}") if keys.dtype.kind == "S" else keys).tolist()
 
     def spans(self, indices: Sequence[int], field: str) -> tuple[Any, Any] | None:
         """Payload (offsets, sizes) arrays of ``field`` within the buffer, or None when payloads are not

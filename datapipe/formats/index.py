@@ -69,14 +69,14 @@ class ShardIndex:
         return [blob[a:b].decode("utf-8", "surrogateescape") for a, b in zip(starts, ends, strict=True)]
 
     def key_array(self) -> np.ndarray:
-        """Every key as a numpy array, for gathers by batch: fixed-width unicode when the keys are ASCII
-        of one length (the usual zero-padded counters; no str object per key until one is asked for),
-        else an object array of str."""
+        """Every key as a numpy array, for gathers by batch: fixed-width bytes when the keys are ASCII of
+        one length (the usual zero-padded counters: a view of the index, no str object per key until one
+        is asked for, see ``ShardReader.gather_keys``), else an object array of str."""
         n, blob = len(self.key_ends), self.key_blob
         width = len(blob) // n if n else 0
         if width and len(blob) == width * n and blob.isascii() and b"\0" not in blob:
             if (self.key_ends == np.arange(width, len(blob) + 1, width)).all():
-                return np.frombuffer(blob, dtype=f"S{width}").astype(f"U{width}")
+                return np.frombuffer(blob, dtype=f"S{width}")
         return np.array(self.keys(), dtype=object)
 
     def to_bytes(self) -> bytes:
