@@ -8,6 +8,9 @@ marked ``broken_manifests``.
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -26,7 +29,8 @@ settings.register_profile(
 settings.register_profile("long", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-MANIFEST_SCHEMA_PATH = Path(__file__).parents[1] / "schemas" / "manifest.schema.json"
+REPO = Path(__file__).parents[1]
+MANIFEST_SCHEMA_PATH = REPO / "schemas" / "manifest.schema.json"
 _VALIDATOR = jsonschema.Draft202012Validator(json.loads(MANIFEST_SCHEMA_PATH.read_text()))
 _checked: set[str] = set()  # manifest files already validated (or exempt) in this session
 _MEMORY_BEFORE = pytest.StashKey[dict]()
@@ -110,3 +114,38 @@ def _session_manifests_follow_the_schema(tmp_path_factory):
     problems = _check_local(tmp_path_factory.getbasetemp(), exempt=False)
     if problems:
         pytest.fail("manifests that break schemas/manifest.schema.json:\n" + "\n".join(problems), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def dask_client():
+    """One real LocalCluster (2 worker processes) shared by the tests that build in process and do not test the
+    cluster itself (the builds' own LocalClusters are tested by the CLI builds that start one)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def _digits_raw(tmp_path_factory) -> Path:
+    """pipelines/prepare_digits.py run once (it takes seconds: scikit-learn's import); its output is the same
+    every run."""
+    raw = tmp_path_factory.mktemp("digits-raw") / "raw"
+    subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(raw)], check=True,
+                   capture_output=True)
+    return raw
+
+
+@pytest.fixture(scope="session")
+def copy_digits(_digits_raw):
+    """copy_digits(directory, *pipeline_files): the digits example (the pipeline files named, from pipelines/) with
+    its prepared raw data in DIRECTORY/raw, as `prepare_digits.py --out DIRECTORY/raw` leaves it."""
+
+    def copy(directory: Path, *files: str) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            shutil.copy(REPO / "pipelines" / name, directory / name)
+        shutil.copytree(_digits_raw, directory / "raw")
+        return directory
+    return copy

@@ -1,7 +1,4 @@
 import json
-import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -16,22 +13,13 @@ REPO = Path(__file__).parents[2]
 MANIFEST_SCHEMA = json.loads((REPO / "schemas" / "manifest.schema.json").read_text())
 
 
-@pytest.fixture(scope="session")
-def dask_client():
-    """One real LocalCluster (2 worker processes) shared by the build tests that do not test the cluster itself."""
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        yield client
-
-
 class Project:
     """A temporary directory with pipeline files, raw data and a store."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, copy_digits=None) -> None:
         self.root = root
         self.store = Store(str(root / "store"))
+        self._copy_digits = copy_digits
 
     def write(self, name: str, text: str | bytes) -> Path:
         path = self.root / name
@@ -63,13 +51,10 @@ class Project:
 
     def digits(self) -> Path:
         """The shipped digits example, copied here with its raw data prepared."""
-        for name in ("digits.yaml", "digits_tfrecord.yaml", "digits_code.py"):
-            shutil.copy(REPO / "pipelines" / name, self.root / name)
-        subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out",
-                        str(self.root / "raw")], check=True, capture_output=True)
+        self._copy_digits(self.root, "digits.yaml", "digits_tfrecord.yaml", "digits_code.py")
         return self.root / "digits.yaml"
 
 
 @pytest.fixture
-def project(tmp_path) -> Project:
-    return Project(tmp_path)
+def project(tmp_path, copy_digits) -> Project:
+    return Project(tmp_path, copy_digits)

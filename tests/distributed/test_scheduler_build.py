@@ -44,11 +44,8 @@ def dask_cluster(tmp_path):
 
 
 @pytest.mark.distributed
-def test_scheduler_build_matches_local_build(tmp_path, dask_cluster):
-    for name in ("digits.yaml", "digits_code.py"):
-        shutil.copy(REPO / "pipelines" / name, tmp_path / name)
-    subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(tmp_path / "raw")],
-                   check=True, capture_output=True)
+def test_scheduler_build_matches_local_build(tmp_path, dask_cluster, copy_digits):
+    copy_digits(tmp_path, "digits.yaml", "digits_code.py")
 
     def build(*args: str) -> dict:
         out = subprocess.run([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--json", *args],

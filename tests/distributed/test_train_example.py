@@ -2,7 +2,6 @@
 and restarted from its last checkpoint ends with exactly the weights of the uninterrupted job."""
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +15,8 @@ STEPS_PER_EPOCH = 1773 // (2 * 32)  # samples // (ranks x batch size): 27
 
 
 @pytest.mark.distributed
-def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoint(tmp_path):
-    for name in ("digits.yaml", "digits_code.py"):
-        shutil.copy(REPO / "pipelines" / name, tmp_path / name)
-    subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(tmp_path / "raw")],
-                   check=True, capture_output=True)
+def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoint(tmp_path, copy_digits):
+    copy_digits(tmp_path, "digits.yaml", "digits_code.py")
     subprocess.run([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--workers", "1"], cwd=tmp_path,
                    check=True, capture_output=True)
 

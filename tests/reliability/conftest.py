@@ -1,13 +1,10 @@
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).parents[2]
 
 
 def datapipe_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -22,13 +19,9 @@ def last_json(out: subprocess.CompletedProcess) -> dict:
 
 
 @pytest.fixture
-def digits_project(tmp_path) -> Path:
+def digits_project(tmp_path, copy_digits) -> Path:
     """A copy of the digits example with its raw data."""
-    for name in ("digits.yaml", "digits_tfrecord.yaml", "digits_code.py"):
-        shutil.copy(REPO / "pipelines" / name, tmp_path / name)
-    subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(tmp_path / "raw")],
-                   check=True, capture_output=True)
-    return tmp_path
+    return copy_digits(tmp_path, "digits.yaml", "digits_tfrecord.yaml", "digits_code.py")
 
 
 def leftovers(store: Path) -> list[str]:

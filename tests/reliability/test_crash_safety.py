@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import REPO, crash_moments, datapipe_cli, last_json, leftovers
+from conftest import crash_moments, datapipe_cli, last_json, leftovers
 
 
 def start_build(project, store, *extra):
@@ -113,14 +113,10 @@ class Timeline:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(tmp_path_factory, copy_digits):
     """The digits project, the version id of an undisturbed build and that build's timeline (it is watched the
     same way the kills are triggered)."""
-    project = tmp_path_factory.mktemp("digits")
-    for name in ("digits.yaml", "digits_tfrecord.yaml", "digits_code.py"):
-        shutil.copy(REPO / "pipelines" / name, project / name)
-    subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(project / "raw")],
-                   check=True, capture_output=True)
+    project = copy_digits(tmp_path_factory.mktemp("digits"), "digits.yaml", "digits_tfrecord.yaml", "digits_code.py")
     store = project / "reference-store"
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--out", str(store),

@@ -33,15 +33,11 @@ def cli(env, *args, cwd=None):
 
 
 @pytest.fixture(scope="module")
-def digits_on_s3(s3, tmp_path_factory):
+def digits_on_s3(s3, tmp_path_factory, copy_digits):
     """The digits example built by the CLI straight into s3://BUCKET/store from 2 Dask workers (once per module;
     tests that damage it work on a copy). The credentials are given as -o key=... -o secret=..., not in the
     environment: the secret must reach neither the output (with -v) nor any stored object."""
-    tmp_path = tmp_path_factory.mktemp("digits")
-    for name in ("digits.yaml", "digits_code.py"):
-        shutil.copy(REPO / "pipelines" / name, tmp_path / name)
-    subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(tmp_path / "raw")],
-                   check=True, capture_output=True)
+    tmp_path = copy_digits(tmp_path_factory.mktemp("digits"), "digits.yaml", "digits_code.py")
     store = f"s3://{s3['bucket']}/store"
     env = {k: v for k, v in s3["env"].items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     out = cli(env, "-v", "-o", f"key={s3['env']['AWS_ACCESS_KEY_ID']}", "-o", f"secret={SECRET}", "build",

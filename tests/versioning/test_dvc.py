@@ -17,13 +17,9 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture
-def dvc_repo(tmp_path):
+def dvc_repo(tmp_path, copy_digits):
     root = tmp_path / "repo"
-    (root / "pipelines").mkdir(parents=True)
-    for name in ("digits.yaml", "digits_code.py"):
-        shutil.copy(REPO / "pipelines" / name, root / "pipelines" / name)
-    subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out",
-                    str(root / "pipelines" / "raw")], check=True, capture_output=True)
+    copy_digits(root / "pipelines", "digits.yaml", "digits_code.py")
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.com", "DATAPIPE_WORKERS": "2"}
