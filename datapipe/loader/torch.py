@@ -26,6 +26,7 @@ import secrets
 import traceback
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -34,7 +35,7 @@ import torch.distributed as dist
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from datapipe.errors import DatapipeError
+from datapipe.errors import ConfigError, DatapipeError
 from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import Decoder
 from datapipe.loader.dataset import Dataset
@@ -242,9 +243,12 @@ class ShardDataset(IterableDataset):
                     return (buffer, None), buffer
                 return segments.allocate(nbytes)
 
+            def packed(batch: dict[str, Any]) -> tuple[Any, bytes]:
+                handle, layout = pack(batch, allocate)
+                return handle, _pickled_layout(layout)
+
             try:
-                for (buffer, slot), layout in prefetched(self.source.produce(steps, lambda b: pack(b, allocate), True),
-                                                         self.prefetch):
+                for (buffer, slot), layout in prefetched(self.source.produce(steps, packed, True), self.prefetch):
                     yield Packed(buffer, layout, slot)
             except DatapipeError as e:
                 if info is None or not _picklable(e):
@@ -296,7 +300,7 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
             if isinstance(buffer, WorkerFailure):
                 raise buffer.error
             releases.track(buffer, slot)
-            yield unpack(buffer, layout, _tensor_view)
+            yield unpack(buffer, pickle.loads(layout), _tensor_view)
     finally:
         forget_segments(dataset.token)  # batches still held keep their own views
 
@@ -319,6 +323,24 @@ def _widen_pipe(queue: Any) -> None:
         fcntl.fcntl(queue._reader.fileno(), F_SETPIPE_SZ, 1 << 20)  # the default cap for unprivileged users
     except (AttributeError, OSError):  # not Linux, another torch, or a capped /proc/sys/fs/pipe-max-size
         pass
+
+
+def _pickled_layout(layout: Any) -> bytes:
+    """The batch's layout (keys and the values of non-numeric fields) pickled in the worker, as the DataLoader
+    would pickle it: a value that cannot be pickled is an error here (in the DataLoader's queue thread it is
+    printed and the batch dropped, and the training process waits for it for ever)."""
+    try:
+        return bytes(ForkingPickler.dumps(layout))
+    except Exception as e:
+        for name, _, value in layout:
+            try:
+                ForkingPickler.dumps(value)
+            except Exception:
+                raise ConfigError(
+                    f"field {name!r}: a decoded value cannot be sent from a DataLoader worker to the training "
+                    f"process ({type(e).__name__}: {e}); decode to numbers, str, bytes, arrays or tensors, or "
+                    "use num_workers=0") from None
+        raise
 
 
 def _picklable(error: BaseException) -> bool:

@@ -43,3 +43,26 @@ def test_a_users_own_dataloader_gets_the_same_class_too(toy):
     name = corrupt(toy, 2)
     with pytest.raises(ShardCorruptError, match=name):
         list(DataLoader(ShardDataset(toy, batch_size=4, shuffle=False), batch_size=None, num_workers=2))
+
+
+def test_a_decoded_value_that_cannot_leave_a_worker_is_a_config_error_not_a_hang(toy):
+    """The DataLoader's queue thread prints a pickling error and drops the batch, and the training process would
+    wait for it for ever; the worker pickles the batch itself and names the field."""
+    import threading
+
+    loader = datapipe.Loader(toy, batch_size=4, num_workers=2, shuffle=False,
+                             decode={"cls": lambda payload: (lambda: payload)})  # a closure per sample
+    outcome = []
+
+    def consume():
+        try:
+            list(loader)
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the loader hung"
+    assert len(outcome) == 1 and type(outcome[0]) is ConfigError
+    assert "field 'cls'" in str(outcome[0]) and "num_workers=0" in str(outcome[0])
