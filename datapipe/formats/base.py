@@ -121,31 +121,49 @@ class ShardWriter(ABC):
             for sample in samples:  # no faster encoder than writing one by one
                 self.write_encoded(sample) if isinstance(sample, EncodedSamples) else self.write(sample)
             return
-        run: list[tuple[str, Mapping[str, Any]]] = []
-        names: list[str] = []
+        run: list[Mapping[str, Any]] = []
+        layout: tuple[str, ...] = ()  # the field names of the run's samples, as they come
         for sample in samples:
             if isinstance(sample, EncodedSamples):
-                self._write_run(run, names)
+                self._write_run(run, layout)
                 run = []
                 self.write_encoded(sample)
                 continue
             if self._finished is not None:
                 raise RuntimeError(f"{self.name}: write() after finish()")
-            key = check_key(sample.get(KEY), allow_dots=self.allow_dots_in_keys)
-            if key in self._keys:
-                raise SampleError(f"{self.name}: sample key {key!r} appears twice in one shard")
-            fields = sorted(check_field(k, key) for k in sample if k != KEY)
-            if fields != names or len(run) >= chunk:
-                self._write_run(run, names)
-                run, names = [], fields
-            self._keys.add(key)
-            run.append((key, sample))
-        self._write_run(run, names)
+            names = tuple(sample)
+            if names != layout or len(run) >= chunk:
+                self._write_run(run, layout)
+                run, layout = [], names
+            run.append(sample)
+        self._write_run(run, layout)
 
-    def _write_run(self, run: list[tuple[str, Mapping[str, Any]]], names: list[str]) -> None:
-        if run:
-            keys = [key for key, _ in run]
-            self.write_encoded(self.encode_samples(keys, {n: [s[n] for _, s in run] for n in names}))
+    def _write_run(self, run: list[Mapping[str, Any]], layout: tuple[str, ...]) -> None:
+        """Check a run of samples with the same field names as ``write`` would, but once per run where it can
+        (a sample's own checks only to word an error), then encode it column-wise."""
+        if not run:
+            return
+        keys = [sample.get(KEY) for sample in run]
+        if not self._plain_keys(keys):
+            for sample in run:  # raises for the first sample that write() would refuse
+                check_key(sample.get(KEY), allow_dots=self.allow_dots_in_keys)
+        names = sorted(check_field(k, str(keys[0])) for k in layout if k != KEY)
+        fresh = set(keys)
+        if len(fresh) != len(keys) or not self._keys.isdisjoint(fresh):  # a key twice: name the first one
+            seen: set[str] = set()
+            for key in keys:
+                if key in self._keys or key in seen:
+                    raise SampleError(f"{self.name}: sample key {key!r} appears twice in one shard")
+                seen.add(key)
+        self._keys |= fresh
+        self.write_encoded(self.encode_samples(keys, {n: [s[n] for s in run] for n in names}))
+
+    def _plain_keys(self, keys: list[Any]) -> bool:
+        """Whether every key passes ``check_key``, tested on all of them at once."""
+        if not all(type(k) is str and k for k in keys):
+            return False
+        joined = "".join(keys)  # a bad character of any key is one of the whole
+        return "/" not in joined and (self.allow_dots_in_keys or "." not in joined) and _bad_char(joined) is None
 
     def write_encoded(self, block: EncodedSamples) -> None:
         """Append samples that ``encode_samples`` encoded: one write, index rows appended as arrays.
@@ -326,8 +344,8 @@ class ShardReader(ABC):
 
     def gather_keys(self, indices: Sequence[int]) -> list[str]:
         """Keys of samples ``indices``."""
-        keys = self.key_array()[np.asarray(indices, dtype=np.int64)]
-        return (keys.astype(f"U{keys.itemsize}") if keys.dtype.kind == "S" else keys).tolist()
+        keys = self.key_array()[np.asarray(indices, dtype=np.int64)].tolist()
+        return list(map(bytes.decode, keys)) if keys and isinstance(keys[0], bytes) else keys  # 2x astype("U")
 
     def spans(self, indices: Sequence[int], field: str) -> tuple[Any, Any] | None:
         """Payload (offsets, sizes) arrays of ``field`` within the buffer, or None when payloads are not

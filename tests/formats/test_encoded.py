@@ -14,9 +14,12 @@ from datapipe.formats.registry import get_format
 FORMATS = ["webdataset", "tfrecord"]
 
 
-def columns(n: int, seed: int, fmt: str, key_len: int = 8) -> tuple[list[str], dict[str, list]]:
+def columns(n: int, seed: int, fmt: str, key_len: int = 8, uniform: bool = False) -> tuple[list[str], dict[str, list]]:
+    """Keys and three fields; ``uniform``: payloads of one size per field (the tar encoder's strided copy)."""
     rng = np.random.default_rng(seed)
     keys = [f"k{i:0{key_len}d}" for i in range(n)]
+    if uniform:
+        return keys, {"bin": [rng.bytes(1024) for _ in range(n)], "cls": [str(i % 10).encode() for i in range(n)]}
     fields = {"bin": [rng.bytes(int(rng.integers(0, 1500))) for _ in range(n)],
               "cls": [i % 10 for i in range(n)] if fmt == "tfrecord" else [str(i % 10).encode() for i in range(n)],
               "txt": [("é" * (i % 5)).encode() for i in range(n)]}
@@ -40,9 +43,10 @@ def samples(keys, fields) -> list[dict]:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("key_len", [8, 120], ids=["ustar names", "pax names"])
-def test_blocks_write_the_bytes_and_index_of_single_writes(fmt, key_len):
-    keys, fields = columns(300, 1, fmt, key_len)
+@pytest.mark.parametrize("key_len,uniform", [(8, False), (120, False), (8, True)],
+                         ids=["ustar names", "pax names", "payloads of one size"])
+def test_blocks_write_the_bytes_and_index_of_single_writes(fmt, key_len, uniform):
+    keys, fields = columns(300, 1, fmt, key_len, uniform)
     writer = get_format(fmt).writer
     general = ShardWriter.encode_samples.__func__(writer, keys, fields)
     fast = writer.encode_samples(keys, fields)
@@ -101,3 +105,13 @@ def test_write_many_refuses_a_key_twice_and_bad_values():
         writer.write_many([{KEY: "a", "x": b"1"}, {KEY: "b", "x": b"2"}, {KEY: "a", "x": b"3"}])
     with pytest.raises(SampleError, match="stores bytes"):
         get_format("webdataset").writer(io.BytesIO()).write_many([{KEY: "a", "x": 5}])
+    # keys are checked a run at a time; the error still names the sample, and runs see the keys of earlier runs
+    items = [{KEY: f"k{i}", "x": b"1"} for i in range(7)]
+    with pytest.raises(SampleError, match="'k5' appears twice"):
+        get_format("webdataset").writer(io.BytesIO()).write_many([*items, items[5]], chunk=3)
+    for bad, message in (("k/3", "contains '/'"), ("k.3", "contains '.'"), ("k\x013", "control character"),
+                         ("", "non-empty str"), (None, "non-empty str")):
+        with pytest.raises(SampleError, match=message):
+            get_format("webdataset").writer(io.BytesIO()).write_many([*items[:3], {KEY: bad, "x": b"1"}, *items[3:]])
+    with pytest.raises(SampleError, match=r"sample 'k0': field name '__x'"):
+        get_format("webdataset").writer(io.BytesIO()).write_many([{KEY: "k0", "__x": b"1"}])

@@ -93,7 +93,7 @@ class TarShardWriter(ShardWriter):
         """
         names = sorted(fields)
         n, f = len(keys), len(names)
-        if not n or not f or not all(isinstance(p, bytes) for name in names for p in fields[name]):
+        if not n or not f or any(set(map(type, fields[name])) != {bytes} for name in names):
             return super().encode_samples(keys, fields)
         key_bytes = [k.encode("utf-8", "surrogateescape") for k in keys]
         key_len = np.fromiter(map(len, key_bytes), dtype=np.int64, count=n)
@@ -111,8 +111,8 @@ class TarShardWriter(ShardWriter):
         flat = np.frombuffer(data, dtype=np.uint8)
         blocks, rows = flat.reshape(-1, BLOCK), header_at // BLOCK
         blocks[rows] = np.frombuffer(_USTAR_TEMPLATE, dtype=np.uint8)  # then each header's own fields:
-        blob = np.frombuffer(b"".join([b"%s.%s" % (k, name.encode()) for k in key_bytes for name in names]),
-                             dtype=np.uint8)
+        suffixes = [b"." + name.encode() for name in names]
+        blob = np.frombuffer(b"".join([k + suffix for k in key_bytes for suffix in suffixes]), dtype=np.uint8)
         lengths = name_len.reshape(-1)
         starts = np.cumsum(lengths) - lengths
         flat[np.repeat(header_at - starts, lengths) + np.arange(len(blob))] = blob  # name
@@ -122,10 +122,9 @@ class TarShardWriter(ShardWriter):
         checksum = _TEMPLATE_SUM + ord("0") + np.add.reduceat(blob.astype(np.int64), starts) + size_digits.sum(axis=1)
         blocks[rows, 148:156] = np.concatenate([((checksum[:, None] >> (3 * np.arange(5, -1, -1))) & 7) + ord("0"),
                                                 np.broadcast_to([0, ord(" ")], (len(rows), 2))], axis=1)
-        payload_at = (header_at + BLOCK).tolist()
+        payload_at = header_at + BLOCK
         for i, name in enumerate(names):
-            for at, payload in zip(payload_at[i::f], fields[name], strict=True):
-                data[at : at + len(payload)] = payload
+            _place(flat, payload_at[i::f], sizes[:, i], fields[name])
         bounds = np.concatenate([[0], ends[f - 1 :: f]]).astype(np.int64)
         view = memoryview(data)
         hashes = b"".join([sha256(view[a:b]).digest() for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(),
@@ -139,3 +138,17 @@ class TarShardWriter(ShardWriter):
 
     def _write_end(self) -> None:
         self._emit(END_OF_ARCHIVE)
+
+
+def _place(flat: np.ndarray, at: np.ndarray, sizes: np.ndarray, payloads: Sequence[bytes]) -> None:
+    """Copy ``payloads`` to offsets ``at`` of ``flat``: as one strided copy when they are all of one size at
+    evenly spaced offsets (samples of one shape: the usual case), else one slice assignment each."""
+    n = len(payloads)
+    size, stride = int(sizes[0]), int(at[1] - at[0]) if n > 1 else 0
+    if n > 1 and size and stride >= size and (sizes == size).all() and (np.diff(at) == stride).all():
+        rows = np.lib.stride_tricks.as_strided(flat[int(at[0]):], shape=(n, size), strides=(stride, 1))
+        rows[:] = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(n, size)
+        return
+    data = flat.data
+    for start, payload in zip(at.tolist(), payloads, strict=True):
+        data[start : start + len(payload)] = payload
