@@ -1,5 +1,6 @@
 """`datapipe build` end to end on a real LocalCluster: every stage, every source format, accounting, quarantine."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -91,14 +92,29 @@ PEOPLE = """\
     """
 
 
+@pytest.fixture(scope="module")
+def clients_of():
+    """Clients of two LocalClusters, of 1 and of 3 worker processes, shared by the tests below (a LocalCluster
+    takes seconds to start)."""
+    from distributed import Client, LocalCluster
+
+    with contextlib.ExitStack() as stack:
+        clients = {}
+        for workers in (1, 3):
+            cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                                       dashboard_address=None))
+            clients[workers] = stack.enter_context(Client(cluster))
+        yield clients
+
+
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
-def test_same_version_and_bytes_whatever_the_workers_and_blocksize(project, fmt):
+def test_same_version_and_bytes_whatever_the_workers_and_blocksize(project, clients_of, fmt):
     write_people(project)
     ids, shard_bytes = set(), set()
     # keep_encoded: the write pass uses the measure pass's encoded blocks, or reads the source again
     for workers, blocksize, keep in [(1, "4KB", True), (3, "4KB", False), (1, "1MB", False), (3, "1MB", True)]:
         project.pipeline(PEOPLE.format(blocksize=blocksize, fmt=fmt, seed="null"))
-        result = project.build(workers=workers, keep_encoded=keep)
+        result = project.build(client=clients_of[workers], keep_encoded=keep)
         ids.add(result.manifest.version)
         directory = project.store.path("people", "versions", result.manifest.version)
         shard_bytes.add(tuple(open(os.path.join(directory, e.path), "rb").read() for e in result.manifest.shards))
