@@ -9,6 +9,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 
+from datapipe.errors import NotFoundError
 from datapipe.storage.fs import read_bytes
 from datapipe.versioning.manifest import MANIFEST_NAME
 from datapipe.versioning.store import OWNER_NAME, PARTIAL_PREFIX, REFS, VERSIONS, Store
@@ -27,7 +28,9 @@ class GcReport:
 def _writer_alive(store: Store, partial: str, now: float) -> bool:
     try:
         owner = json.loads(read_bytes(store.fs, f"{partial}/{OWNER_NAME}"))
-    except Exception:  # no owner file: the writer died before writing it
+    except NotFoundError:  # no owner file: the writer died before writing it
+        return False
+    except ValueError:  # an owner file cut short: the same
         return False
     if owner.get("host") == socket.gethostname():
         try:
@@ -53,6 +56,11 @@ def collect(store: Store, name: str, prune: bool = False) -> GcReport:
     fs, report, now = store.fs, GcReport(), time.time()
     versions_dir = store.path(name, VERSIONS)
     referenced = set(store.refs(name).values())
+
+    def remove(path: str, *, recursive: bool = False) -> None:  # retried on object stores, like every store call
+        store.remote(path, lambda: fs.rm(path, recursive=True) if recursive else fs.rm_file(path))
+        report.removed.append(path)
+
     for entry in store._names(versions_dir):
         path = f"{versions_dir}/{entry}"
         if entry.startswith(PARTIAL_PREFIX):
@@ -61,17 +69,14 @@ def collect(store: Store, name: str, prune: bool = False) -> GcReport:
                 continue
         elif entry.startswith("."):  # temporary files of interrupted atomic writes
             pass
-        elif fs.exists(f"{path}/{MANIFEST_NAME}"):
+        elif store.remote(path, lambda path=path: fs.exists(f"{path}/{MANIFEST_NAME}")):
             if not prune or entry in referenced:
-                for leftover in fs.find(path):
+                for leftover in store.remote(path, lambda path=path: fs.find(path)):
                     if leftover.rsplit("/", 1)[-1].startswith("."):
-                        fs.rm_file(leftover)
-                        report.removed.append(leftover)
+                        remove(leftover)
                 continue
-        fs.rm(path, recursive=True)
-        report.removed.append(path)
+        remove(path, recursive=True)
     for ref in store._names(store.path(name, REFS)):
         if ref.startswith("."):
-            fs.rm_file(store.path(name, REFS, ref))
-            report.removed.append(store.path(name, REFS, ref))
+            remove(store.path(name, REFS, ref))
     return report

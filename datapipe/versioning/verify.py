@@ -45,7 +45,8 @@ def verify_version(store: Store, name: str, manifest: Manifest, version: str | N
         expected[shard.index_path] = (shard.index_bytes, shard.index_sha256)
     if manifest.rejected:
         expected[manifest.rejected] = None  # no recorded hash: it must exist
-    present = {p.rsplit("/", 1)[-1]: info["size"] for p, info in fs.find(root, detail=True).items()}
+    found = store.remote(root, lambda: fs.find(root, detail=True))
+    present = {p.rsplit("/", 1)[-1]: info["size"] for p, info in found.items()}
     for filename, recorded in sorted(expected.items()):
         if filename not in present:
             detail = f"the manifest records {manifest.rejected_rows} rejected rows in it" if recorded is None else ""

@@ -26,7 +26,8 @@ MOVED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>PermanentRedirect<
 
 
 class FaultProxy:
-    """Forwards every request to ``target``; ``fail_rate`` of the GETs get a 503 ServiceUnavailable instead,
+    """Forwards every request to ``target``; ``fail_rate`` of the GETs (of ``fail_methods``) get a 503
+    ServiceUnavailable instead,
     any request whose path ends with a suffix in ``deny`` gets a 403 AccessDenied, and one whose path ends with
     a suffix in ``moved`` a 301 PermanentRedirect (a bucket in another region).
 
@@ -36,9 +37,10 @@ class FaultProxy:
     """
 
     def __init__(self, target: str, fail_rate: float = 0.0, seed: int = 0, delay_per_chunk: float = 0.0,
-                 copy_delay: float = 0.0) -> None:
+                 copy_delay: float = 0.0, fail_methods: tuple[str, ...] = ("GET",)) -> None:
         self.target = urlsplit(target)
         self.fail_rate = fail_rate
+        self.fail_methods = fail_methods
         self.delay_per_chunk = delay_per_chunk
         self.copy_delay = copy_delay
         self.deny: set[str] = set()
@@ -87,7 +89,8 @@ class FaultProxy:
                 with proxy.lock:
                     denied = any(path.endswith(suffix) for suffix in proxy.deny)
                     moved = any(path.endswith(suffix) for suffix in proxy.moved)
-                    fail = not (denied or moved) and self.command == "GET" and proxy.rng.random() < proxy.fail_rate
+                    fail = (not (denied or moved) and self.command in proxy.fail_methods
+                            and proxy.rng.random() < proxy.fail_rate)
                     proxy.failed += fail
                     proxy.forwarded += not (fail or denied or moved)
                 if denied:

@@ -3,6 +3,7 @@ the commit on S3 (parallel server-side copies, manifest after shards, ref last),
 
 import datetime
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -150,6 +151,43 @@ def test_gc_on_s3_removes_a_partial_version_its_dead_writer_left(tiny):
     fresh = Store(tiny["store"])
     assert not fresh.fs.exists(writer.partial) and not fresh.fs.find(writer.partial)
     assert cli(tiny["env"], "verify", tiny["url"]).returncode == 0  # the complete version is untouched
+
+
+def test_gc_and_verify_on_s3_retry_every_transient_failure(s3, caplog, monkeypatch):
+    """gc's listings, existence checks and deletes, and verify's listing and reads, through a proxy that fails 3 in
+    10 requests of every method with a 503 that only datapipe retries: each failure is retried, gc removes the dead
+    writer's partial and nothing else, and verify finds every file."""
+    from collections import Counter
+
+    from datapipe.versioning.gc import collect
+    from datapipe.versioning.verify import verify_version
+
+    direct = Store(f"s3://{s3['bucket']}/flaky")
+    manifest = write_tiny(direct)
+    writer = direct.begin("tiny")
+    writer.write_shard(0, [{"__key__": "x", "cls": b"1"}], get_format("webdataset"))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    owner = {"host": socket.gethostname(), "pid": int(dead.stdout), "started":
+             datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    put_atomic(direct.fs, f"{writer.partial}/.owner.json", json.dumps(owner).encode())  # as if it had crashed
+    proxy = FaultProxy(s3["endpoint"], fail_rate=0.3, seed=5, fail_methods=("GET", "HEAD", "DELETE", "POST"))
+    options = {"endpoint_url": proxy.url, "config_kwargs": {"retries": {"total_max_attempts": 1}},
+               "skip_instance_cache": True, "use_listings_cache": False}
+    caplog.set_level(logging.WARNING, logger="datapipe.storage.retry")
+    monkeypatch.setenv("DATAPIPE_RETRIES", "12")
+    try:
+        flaky = Store(f"s3://{s3['bucket']}/flaky", options)
+        report = collect(flaky, "tiny")
+        assert report.removed == [writer.partial]
+        assert verify_version(flaky, "tiny", flaky.manifest("tiny", flaky.resolve("tiny"))) == []
+        failed = Counter(path for _, path, status, *_ in proxy.log if status == 503)
+        retried = Counter("/" + r.args[0].removeprefix("s3://") for r in caplog.records)
+        assert proxy.failed >= 5 and retried == failed
+        assert {method for method, _, status, *_ in proxy.log if status == 503} >= {"GET", "HEAD"}
+    finally:
+        proxy.close()
+    fresh = Store(f"s3://{s3['bucket']}/flaky", {"skip_instance_cache": True})
+    assert not fresh.fs.find(writer.partial) and fresh.resolve("tiny") == manifest.version
 
 
 def test_verify_on_s3_catches_a_damaged_shard(s3):

@@ -207,3 +207,11 @@ def test_gc_takes_old_partials_from_other_hosts_as_abandoned(store):
         store.fs.pipe_file(f"{writer.partial}/.owner.json", json.dumps(owner).encode())
     report = collect(store, "digits")
     assert report.removed == [old.partial] and report.kept_live == [recent.partial]
+
+
+def test_gc_takes_a_partial_without_a_readable_owner_file_as_abandoned(store):
+    """The writer died before writing its owner file, or while writing it."""
+    missing, cut = store.begin("digits"), store.begin("digits")
+    store.fs.rm_file(f"{missing.partial}/.owner.json")
+    store.fs.pipe_file(f"{cut.partial}/.owner.json", b'{"host": "')
+    assert sorted(collect(store, "digits").removed) == sorted([missing.partial, cut.partial])
