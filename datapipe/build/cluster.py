@@ -11,16 +11,20 @@ from typing import Any
 
 from datapipe.errors import ConfigError
 
+SCHEDULER_TIMEOUT = 10.0  # seconds to keep trying to reach a --scheduler (Dask retries refused connections)
+
 
 @contextlib.contextmanager
 def dask_client(workers: int | None = None, scheduler: str | None = None, *,
-                processes: bool = True, memory_limit: int | None = None) -> Iterator[Any]:
+                processes: bool = True, memory_limit: int | None = None,
+                scheduler_timeout: float | None = None) -> Iterator[Any]:
     """A distributed Client: connected to ``scheduler``, or to a new LocalCluster of ``workers`` processes.
 
     ``processes=False`` runs the workers as threads of this process: needed when the data lives
     in this process's memory (memory:// stores). ``memory_limit``: bytes per worker of the
     LocalCluster (Dask spills at 60% of it, pauses at 80% and restarts a worker at 95%); None
-    leaves Dask's default, the machine's memory shared among the workers.
+    leaves Dask's default, the machine's memory shared among the workers. ``scheduler_timeout``:
+    seconds to keep trying to connect to ``scheduler`` (default SCHEDULER_TIMEOUT).
     """
     from distributed import Client, LocalCluster
 
@@ -32,8 +36,11 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
     if memory_limit is not None and memory_limit < 1:
         raise ConfigError(f"--memory-limit {memory_limit}: must be at least 1 byte")
     if scheduler:
+        timeout = SCHEDULER_TIMEOUT if scheduler_timeout is None else scheduler_timeout
+        if not timeout > 0:
+            raise ConfigError(f"--scheduler-timeout {timeout:g}: must be more than 0 seconds")
         try:
-            client = Client(scheduler, timeout="10s")
+            client = Client(scheduler, timeout=timeout)
         except (OSError, TimeoutError) as e:
             raise ConfigError(f"--scheduler {scheduler}: cannot connect to a Dask scheduler there ({e})") from None
         with client:

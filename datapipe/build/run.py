@@ -299,6 +299,7 @@ def build(
     storage_options: Mapping[str, Any] | None = None,
     keep_encoded: bool | None = None,
     memory_limit: int | None = None,
+    scheduler_timeout: float | None = None,
 ) -> BuildResult:
     """Build ``loaded`` into a new version of ``store`` and point 'latest' (and ``tags``) at it.
 
@@ -308,6 +309,7 @@ def build(
     write pass instead of reading the source twice; by default, when they fit (``fits_in_memory``).
     The result is the same either way. ``memory_limit``: bytes per worker of the embedded
     LocalCluster (Dask's default otherwise: the machine's memory shared among the workers).
+    ``scheduler_timeout``: seconds to keep trying to reach ``scheduler`` (cluster.SCHEDULER_TIMEOUT).
     """
     started = time.perf_counter()
     pipeline = loaded.pipeline
@@ -317,9 +319,8 @@ def build(
     plan = plan_source(pipeline.source, loaded.base_dir, storage_options, align=False)
     code = checked_code(loaded)
     processes = not (_in_process_only(store.fs) or _in_process_only(plan.fs))
-    scope = contextlib.nullcontext(client) if client is not None else dask_client(workers, scheduler,
-                                                                                  processes=processes,
-                                                                                  memory_limit=memory_limit)
+    scope = contextlib.nullcontext(client) if client is not None else dask_client(
+        workers, scheduler, processes=processes, memory_limit=memory_limit, scheduler_timeout=scheduler_timeout)
     with scope as c:
         progress.dashboard(dashboard_link(c))
         run = _Runner(c, progress)

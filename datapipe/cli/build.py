@@ -71,14 +71,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
 @click.option("--workers", type=int, envvar="DATAPIPE_WORKERS",
               help="Dask worker processes of the embedded cluster [default: CPU count; env DATAPIPE_WORKERS].")
 @click.option("--scheduler", help="Run on an existing Dask cluster: tcp://HOST:PORT of its scheduler.")
+@click.option("--scheduler-timeout", type=float, envvar="DATAPIPE_SCHEDULER_TIMEOUT", metavar="SECONDS",
+              help="How long to keep trying to reach --scheduler [default: 10; env DATAPIPE_SCHEDULER_TIMEOUT].")
 @click.option("--memory-limit", metavar="SIZE",
               help="Memory per worker of the embedded cluster, e.g. 2GB or 1.5GiB (Dask spills to disk at 60%, "
                    "pauses the worker at 80% and restarts it at 95%) [default: the machine's memory shared among "
                    "the workers].")
 @click.option("--tag", "tags", multiple=True, help="Also point this tag at the new version (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
-def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | None, memory_limit: str | None,
-          tags: tuple[str, ...], as_json: bool) -> None:
+def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | None,
+          scheduler_timeout: float | None, memory_limit: str | None, tags: tuple[str, ...], as_json: bool) -> None:
     """Build PIPELINE (a YAML file) into a new version of its dataset."""
     from datapipe.build.config import load_pipeline, parse_size
     from datapipe.build.run import build as run_build
@@ -93,7 +95,7 @@ def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | N
     progress = _progress(sys.stderr.isatty() and not as_json)
     try:
         result = run_build(loaded, Store(store_url, storage_options()), workers=workers, scheduler=scheduler,
-                           tags=tags, progress=progress, memory_limit=limit)
+                           tags=tags, progress=progress, memory_limit=limit, scheduler_timeout=scheduler_timeout)
     finally:
         bars = getattr(progress, "bars", None)
         if bars is not None:

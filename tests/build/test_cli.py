@@ -87,6 +87,7 @@ def test_out_that_is_a_file_fails_before_the_build(project, simple):
 @pytest.mark.parametrize(("args", "expected"), [
     (["--memory-limit", "lots"], "--memory-limit lots: not a size"),
     (["--memory-limit", "2GB", "--scheduler", "tcp://127.0.0.1:1"], "--memory-limit sizes the workers of the embedded"),
+    (["--scheduler", "tcp://127.0.0.1:1", "--scheduler-timeout", "0"], "--scheduler-timeout 0: must be more than 0"),
     (["--tag", "bad tag!"], "bad tag!"),
 ])
 def test_bad_command_line_options(project, simple, args, expected):

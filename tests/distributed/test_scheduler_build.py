@@ -61,10 +61,14 @@ def test_scheduler_build_matches_local_build(tmp_path, dask_cluster, copy_digits
 
 
 def test_unreachable_scheduler_is_a_clear_error(tmp_path):
+    """Dask keeps trying a refused connection until the timeout (10 s by default): 1 s here, through the variable
+    the README documents."""
     shutil.copy(REPO / "pipelines" / "digits.yaml", tmp_path / "digits.yaml")
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "digits-0.csv").write_text("id,label,pixels,note\n")
     shutil.copy(REPO / "pipelines" / "digits_code.py", tmp_path / "digits_code.py")
     out = subprocess.run([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--scheduler",
-                          "tcp://127.0.0.1:9"], capture_output=True, text=True, cwd=tmp_path)
+                          "tcp://127.0.0.1:9"], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "DATAPIPE_SCHEDULER_TIMEOUT": "1"})
     assert out.returncode == 2 and "cannot connect to a Dask scheduler" in out.stderr and "Traceback" not in out.stderr
+    assert "after 1 s" in out.stderr, out.stderr  # the timeout given
