@@ -55,15 +55,27 @@ class TarShardReader(ShardReader):
 
     format_code = TAR_FORMAT_CODE
 
-    def _member_table(self) -> np.ndarray:
-        """(samples x fields) member numbers, -1 where a sample lacks the field; built once per reader."""
+    def _member_table(self) -> np.ndarray | tuple[int, np.ndarray]:
+        """Where each sample's members are, built once per reader: (members per sample, member position of each
+        field or -1) when every sample has the same fields in the same order (the usual case: no table), else a
+        (samples x fields) table of member numbers, -1 where a sample lacks the field."""
         table = getattr(self, "_table", None)
         if table is None:
             index = self._require_index()
+            n, fields = len(index), max(len(index.fields), 1)
             counts = np.diff(index.sample_members.astype(np.int64))
-            owner = np.repeat(np.arange(len(index)), counts)
-            table = np.full((len(index), max(len(index.fields), 1)), -1, dtype=np.int64)
-            table[owner, index.member_field.astype(np.int64)] = np.arange(len(owner))
+            per = int(counts[0]) if n else 0
+            member_field = index.member_field.astype(np.int64)
+            if n and (counts == per).all() and len(member_field) == n * per:
+                first = member_field[:per]
+                if len(set(first.tolist())) == per and (member_field.reshape(n, per) == first).all():
+                    position = np.full(fields, -1, dtype=np.int64)
+                    position[first] = np.arange(per)
+                    self._table = table = (per, position)
+                    return table
+            owner = np.repeat(np.arange(n), counts)
+            table = np.full((n, fields), -1, dtype=np.int64)
+            table[owner, member_field] = np.arange(len(owner))
             self._table = table
         return table
 
@@ -73,7 +85,11 @@ class TarShardReader(ShardReader):
         table = self._member_table()
         rows = np.asarray(indices, dtype=np.int64)
         fid = index.fields.index(field) if field in index.fields else -1
-        members = table[rows, fid] if fid >= 0 else np.full(len(rows), -1)
+        if isinstance(table, tuple):
+            per, position = table
+            members = rows * per + position[fid] if fid >= 0 and position[fid] >= 0 else np.full(len(rows), -1)
+        else:
+            members = table[rows, fid] if fid >= 0 else np.full(len(rows), -1)
         if (members < 0).any():
             missing = index.key(int(rows[int(np.argmax(members < 0))]))
             raise SampleError(f"{self.name}: sample {missing!r} has no field {field!r}")
