@@ -1,5 +1,6 @@
 """A build on a real `dask scheduler` with two `dask worker` processes gives the same version as the local build."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -36,9 +37,17 @@ def dask_cluster(tmp_path):
         with Client(address, timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
         yield address
+        # the scheduler closes itself and its workers, and both commands exit, in ~3 s; SIGTERM alone often
+        # leaves `dask worker` winding down for ~8 s
+        with Client(address, timeout="30s") as client:
+            client.shutdown()
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=30)
     finally:
         for p in reversed(procs):
-            p.terminate()
+            if p.poll() is None:
+                p.terminate()
         for p in procs:
             p.wait(timeout=30)
 
