@@ -1,5 +1,8 @@
 """DVC tracks a pipeline for real: the dvc CLI in a temporary git repository, `dvc repro`, push/pull, and
-`datapipe check` proving a version rebuilds byte for byte (and saying why when it does not)."""
+`datapipe check` proving a version rebuilds byte for byte (and saying why when it does not).
+
+`dvc repro` runs `datapipe build` as DVC runs it, with its own cluster; `datapipe check` runs in process on the
+session's Dask cluster (its command line is tested in test_lineage.py), saving a cluster start per check."""
 
 import json
 import os
@@ -11,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_in_process import datapipe_in_process
 
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
@@ -41,9 +45,13 @@ def status(run) -> dict:
 
 
 @pytest.mark.slow
-def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_repo):
+def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_repo, dask_client):
     root, run = dvc_repo
     datapipe = (sys.executable, "-m", "datapipe")
+
+    def check() -> subprocess.CompletedProcess:
+        return datapipe_in_process("check", "pipelines/digits.yaml", "--scheduler", dask_client.scheduler.address,
+                                   cwd=root)
     run(*datapipe, "dvc", "pipelines/digits.yaml")
     stage = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]["digits"]
     assert stage["cmd"] == "datapipe build pipelines/digits.yaml --out storage"
@@ -66,7 +74,8 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     run("dvc", "repro", "--force", DATAPIPE_WORKERS="1")
     assert (root / "dvc.lock").read_text() == lock
 
-    checked = run(*datapipe, "check", "pipelines/digits.yaml")
+    checked = check()
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "reproducible" in checked.stdout and first[:12] in checked.stdout
 
     # push the dataset to a DVC remote, lose it, pull it back
@@ -84,7 +93,7 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     lines[row] = ",".join([key, label, " ".join(["16"] * 64), note])
     raw.write_text("\n".join(lines) + "\n")
     assert "digits" in status(run)
-    stale = run(*datapipe, "check", "pipelines/digits.yaml", check=False)
+    stale = check()
     assert stale.returncode == 1
     assert "lineage: source changed: raw/digits-0.csv" in stale.stdout and "content differs" in stale.stdout
     assert "samples: 1 changed, 0 only in the recorded version, 0 only in the rebuild" in stale.stdout
@@ -104,7 +113,7 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     data = bytearray(shard.read_bytes())
     data[700] ^= 0xFF
     shard.write_bytes(bytes(data))
-    tampered = run(*datapipe, "check", "pipelines/digits.yaml", check=False)
+    tampered = check()
     assert tampered.returncode == 1 and f"mismatch: {shard}" in tampered.stdout.replace("stored ", "")
 
 
