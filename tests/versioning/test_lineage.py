@@ -40,12 +40,9 @@ WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
 
 
 @pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as c:
-        yield c
+def client(dask_client):
+    """The session's Dask cluster (a long-lived one: its workers may hold another version of a map module)."""
+    return dask_client
 
 
 def make_project(root: Path, seed: int = 7) -> tuple[Path, str]:
@@ -122,20 +119,19 @@ def test_editing_the_map_code_changes_the_version_and_undoing_it_restores_it(tmp
     assert lineage_changes(first, reseeded) == ["pipeline config: shards.shuffle_seed", "seed: 7 -> 8"]
 
 
-def test_check_names_the_sample_and_field_that_changed(tmp_path):
-    make_project(tmp_path)
+def test_check_names_the_sample_and_field_that_changed(tmp_path, client):
+    """`datapipe check` as a user runs it: once with a cluster of its own, once on a running one (--scheduler)."""
+    pipeline, _ = make_project(tmp_path)
+    build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), client=client)  # what `datapipe build` makes
 
     def datapipe_cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "datapipe", *args, "--workers", "1"], capture_output=True,
-                              text=True, cwd=tmp_path)
+        return subprocess.run([sys.executable, "-m", "datapipe", *args], capture_output=True, text=True, cwd=tmp_path)
 
-    built = datapipe_cli("build", "pipeline.yaml", "--out", "storage")
-    assert built.returncode == 0, built.stderr
-    assert datapipe_cli("check", "pipeline.yaml").returncode == 0
+    assert datapipe_cli("check", "pipeline.yaml", "--workers", "1").returncode == 0
 
     raw = tmp_path / "raw/words.csv"
     raw.write_text(raw.read_text().replace("w0003,three,0", "w0003,tree,0"))
-    out = datapipe_cli("check", "pipeline.yaml")
+    out = datapipe_cli("check", "pipeline.yaml", "--scheduler", client.scheduler.address)
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("not reproducible: words@")
