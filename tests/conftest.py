@@ -128,24 +128,23 @@ def dask_client():
 
 
 @pytest.fixture(scope="session")
-def _digits_raw(tmp_path_factory) -> Path:
-    """pipelines/prepare_digits.py run once (it takes seconds: scikit-learn's import); its output is the same
-    every run."""
-    raw = tmp_path_factory.mktemp("digits-raw") / "raw"
-    subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(raw)], check=True,
-                   capture_output=True)
-    return raw
-
-
-@pytest.fixture(scope="session")
-def copy_digits(_digits_raw):
+def copy_digits(tmp_path_factory):
     """copy_digits(directory, *pipeline_files): the digits example (the pipeline files named, from pipelines/) with
-    its prepared raw data in DIRECTORY/raw, as `prepare_digits.py --out DIRECTORY/raw` leaves it."""
+    its prepared raw data in DIRECTORY/raw, as `prepare_digits.py --out DIRECTORY/raw` leaves it.
+
+    pipelines/prepare_digits.py runs once, at the first copy (it takes seconds: scikit-learn's import); its output
+    is the same every run."""
+    prepared: list[Path] = []
 
     def copy(directory: Path, *files: str) -> Path:
+        if not prepared:
+            raw = tmp_path_factory.mktemp("digits-raw") / "raw"
+            subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(raw)],
+                           check=True, capture_output=True)
+            prepared.append(raw)
         directory.mkdir(parents=True, exist_ok=True)
         for name in files:
             shutil.copy(REPO / "pipelines" / name, directory / name)
-        shutil.copytree(_digits_raw, directory / "raw")
+        shutil.copytree(prepared[0], directory / "raw")
         return directory
     return copy

@@ -1,11 +1,15 @@
 """`datapipe build` through the command line: user mistakes as `error:` lines before any cluster starts,
 --tag, --memory-limit, the plain-text summary and log lines when stderr is not a terminal, and the progress
-bars when it is."""
+bars when it is.
+
+The parametrized mistakes run the command in process (``cli_here``: the same command code, exit code and output,
+without an interpreter start per case); the others run the installed command."""
 
 import subprocess
 import sys
 
 import pytest
+from cli_in_process import datapipe_in_process
 
 SIMPLE = """\
 name: simple
@@ -24,6 +28,11 @@ stages:
 def cli(project, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "datapipe", "build", *args], capture_output=True, text=True,
                           cwd=project.root, timeout=300)
+
+
+def cli_here(project, *args: str) -> subprocess.CompletedProcess:
+    """`datapipe build ARGS` in process (an exception it lets out fails the test, as a traceback would)."""
+    return datapipe_in_process("build", *args, cwd=project.root)
 
 
 def started_nothing(out: subprocess.CompletedProcess) -> bool:
@@ -57,7 +66,7 @@ def simple(project):
 ])
 def test_bad_source_options_name_key_and_line(project, simple, options, expected):
     simple(options)
-    user_error(cli(project, "pipeline.yaml"), expected)
+    user_error(cli_here(project, "pipeline.yaml"), expected)
 
 
 @pytest.mark.parametrize(("code", "expected"), [
@@ -69,7 +78,7 @@ def test_bad_source_options_name_key_and_line(project, simple, options, expected
 def test_map_modules_that_cannot_give_the_function_fail_before_the_cluster(project, simple, code, expected):
     project.write("brokencode.py", code)
     simple(extra="  - map: brokencode:fix\n")
-    user_error(cli(project, "pipeline.yaml"), "pipeline.yaml:8: stages[1].map: ", expected)
+    user_error(cli_here(project, "pipeline.yaml"), "pipeline.yaml:8: stages[1].map: ", expected)
 
 
 def test_missing_map_module_names_stage_and_line(project, simple):
@@ -92,7 +101,7 @@ def test_out_that_is_a_file_fails_before_the_build(project, simple):
 ])
 def test_bad_command_line_options(project, simple, args, expected):
     simple()
-    out = cli(project, "pipeline.yaml", *args)
+    out = cli_here(project, "pipeline.yaml", *args)
     assert out.returncode == 2 and "Traceback" not in out.stderr and expected in out.stderr, out.stderr
     assert started_nothing(out)
 
