@@ -9,16 +9,21 @@ from pathlib import Path
 import pytest
 import torch
 
+from datapipe.build.config import load_pipeline
+from datapipe.build.run import build
+from datapipe.versioning.store import Store
+
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
 STEPS_PER_EPOCH = 1773 // (2 * 32)  # samples // (ranks x batch size): 27
 
 
 @pytest.mark.distributed
-def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoint(tmp_path, copy_digits):
+def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoint(tmp_path, copy_digits,
+                                                                                   dask_client):
     copy_digits(tmp_path, "digits.yaml", "digits_code.py")
-    subprocess.run([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--workers", "1"], cwd=tmp_path,
-                   check=True, capture_output=True)
+    # what `datapipe build digits.yaml` makes (storage/digits), built on the session's cluster
+    build(load_pipeline(tmp_path / "digits.yaml"), Store(str(tmp_path / "storage")), client=dask_client)
 
     def train(checkpoint: str, epochs: int, *more: str) -> list[dict]:
         out = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2",
