@@ -50,6 +50,7 @@ def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoi
     for name, weights in full["model"].items():  # no batch trained twice or skipped: the very same weights
         assert torch.equal(weights, cut["model"][name]), name
 
-    # the uninterrupted job, continued from its end-of-epoch checkpoint, learns the digits
-    log = train("full.pt", 8)
-    assert [e["epoch"] for e in log] == list(range(3, 8)) and log[-1]["accuracy"] >= 0.9
+    # the uninterrupted job, continued from its end-of-epoch checkpoint for two more epochs, learns the digits
+    # (~0.95 after 5 epochs; it passes 0.9 from the second)
+    log = train("full.pt", 5)
+    assert [e["epoch"] for e in log] == [3, 4] and log[-1]["accuracy"] >= 0.9
