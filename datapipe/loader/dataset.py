@@ -154,8 +154,13 @@ class Dataset:
         part_keys: list[str] = []
         groups: list[np.ndarray] = []
         columns = {name: Column(n) for name in fields}
-        order = np.argsort(shard_ids, kind="stable")
-        for group in np.split(order, np.flatnonzero(np.diff(shard_ids[order])) + 1) if n else ():
+        first = int(shard_ids[0]) if n else 0
+        if n and first == int(shard_ids[-1]) and not (shard_ids != first).any():  # one shard: no grouping
+            parts = [np.arange(n)]
+        else:
+            order = np.argsort(shard_ids, kind="stable")
+            parts = np.split(order, np.flatnonzero(np.diff(shard_ids[order])) + 1) if n else []
+        for group in parts:
             shard = int(shard_ids[group[0]])
             reader = self.reader(shard)
             rows = local[group]
@@ -174,8 +179,9 @@ class Dataset:
                         column.add_objects(group, reader.gather(rows, [name])[1][name])
             except SampleError as e:
                 raise ConfigError(f"{e}; select the fields every sample has with fields=[...]") from None
-        keys = [part_keys[i] for i in batch_order(n, groups).tolist()] if n else []
-        return keys, columns
+        if len(groups) > 1:
+            part_keys = [part_keys[i] for i in batch_order(n, groups).tolist()]
+        return part_keys, columns
 
     def _read_scattered(self, shard: int, reader: ShardReader,
                         rows: np.ndarray) -> tuple[memoryview, np.ndarray] | None:
@@ -186,8 +192,8 @@ class Dataset:
         again after the batch to bound resident memory: 3-4x slower than the reads (benchmarks/README.md).
         """
         index = reader.index
-        if index is None or shard not in self._paths or len(rows) < 2:
-            return None
+        if index is None or shard not in self._paths or len(rows) < 2 or int(rows[-1]) - int(rows[0]) == len(rows) - 1:
+            return None  # (consecutive rows: one span of the map, not scattered)
         starts, ends = index.sample_start[rows].astype(np.int64), index.sample_end[rows].astype(np.int64)
         need = int((ends - starts).sum())
         if int(ends.max() - starts.min()) <= SPARSE * need or need > SMALL_SAMPLE * len(rows):
