@@ -1,4 +1,5 @@
-"""A pass that cannot progress (no worker left, every worker paused at its memory limit) fails instead of waiting."""
+"""A pass that cannot progress (no worker left, every worker paused at its memory limit) fails instead of waiting;
+a pass that does progress reports each of its tasks once."""
 
 import logging
 import time
@@ -31,6 +32,31 @@ def test_a_pass_without_workers_is_an_error_not_a_wait(monkeypatch):
             time.sleep(0.1)
         with pytest.raises(BuildError, match="measure: no Dask worker is left .*--memory-limit"):
             runner("measure", [delayed(_sleep, pure=False)(0.1)])
+
+
+class Counted(BuildProgress):
+    def __init__(self) -> None:
+        self.totals: dict[str, int] = {}
+        self.done: dict[str, int] = {}
+
+    def phase(self, name: str, total: int) -> None:
+        self.totals[name] = total
+        self.done[name] = 0
+
+    def advance(self, name: str, done: int = 1) -> None:
+        assert self.done[name] + done <= self.totals[name], (name, self.done[name], done)
+        self.done[name] += done
+
+
+def test_a_pass_reports_every_task_once_and_returns_the_results_in_order(dask_client):
+    from dask import delayed
+
+    progress = Counted()
+    runner = build_run._Runner(dask_client, progress)
+    tasks = [delayed(_sleep, pure=False)(0.001 * (i % 7)) for i in range(300)]
+    assert runner("write shards", tasks) == [0.001 * (i % 7) for i in range(300)]
+    assert runner("measure", [delayed(_sleep, pure=False)(0)]) == [0]
+    assert progress.totals == progress.done == {"write shards": 300, "measure": 1}
 
 
 @pytest.mark.parametrize(("limits", "expected"), [
