@@ -140,19 +140,24 @@ def test_commit_copies_shards_in_parallel_on_the_server_then_manifest_then_ref(s
     assert not Store(f"s3://{s3['bucket']}/commit").fs.find(f"{s3['bucket']}/commit/many/versions/.partial-")
 
 
-def test_gc_on_s3_removes_a_partial_version_its_dead_writer_left(tiny):
-    store = Store(tiny["store"])
+def leave_dead_partial(store: Store) -> str:
+    """A partial version with one shard whose writer "crashed": its owner file names a process that has exited."""
     writer = store.begin("tiny")
     writer.write_shard(0, [{"__key__": "x", "cls": b"1"}], get_format("webdataset"))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     owner = {"host": socket.gethostname(), "pid": int(dead.stdout), "started":
              datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    put_atomic(store.fs, f"{writer.partial}/.owner.json", json.dumps(owner).encode())  # as if it had crashed
+    put_atomic(store.fs, f"{writer.partial}/.owner.json", json.dumps(owner).encode())
+    return writer.partial
+
+
+def test_gc_on_s3_removes_a_partial_version_its_dead_writer_left(tiny):
+    partial = leave_dead_partial(Store(tiny["store"]))
     out = cli(tiny["env"], "gc", tiny["url"])
     assert out.returncode == 0, out.stderr
-    assert f"removed {writer.partial}" in out.stdout
+    assert f"removed {partial}" in out.stdout
     fresh = Store(tiny["store"])
-    assert not fresh.fs.exists(writer.partial) and not fresh.fs.find(writer.partial)
+    assert not fresh.fs.exists(partial) and not fresh.fs.find(partial)
     assert cli(tiny["env"], "verify", tiny["url"]).returncode == 0  # the complete version is untouched
 
 
@@ -167,12 +172,7 @@ def test_gc_and_verify_on_s3_retry_every_transient_failure(s3, caplog, monkeypat
 
     direct = Store(f"s3://{s3['bucket']}/flaky")
     manifest = write_tiny(direct)
-    writer = direct.begin("tiny")
-    writer.write_shard(0, [{"__key__": "x", "cls": b"1"}], get_format("webdataset"))
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    owner = {"host": socket.gethostname(), "pid": int(dead.stdout), "started":
-             datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    put_atomic(direct.fs, f"{writer.partial}/.owner.json", json.dumps(owner).encode())  # as if it had crashed
+    partial = leave_dead_partial(direct)
     proxy = FaultProxy(s3["endpoint"], fail_rate=0.3, seed=5, fail_methods=("GET", "HEAD", "DELETE", "POST"))
     options = {"endpoint_url": proxy.url, "config_kwargs": {"retries": {"total_max_attempts": 1}},
                "skip_instance_cache": True, "use_listings_cache": False}
@@ -181,7 +181,7 @@ def test_gc_and_verify_on_s3_retry_every_transient_failure(s3, caplog, monkeypat
     try:
         flaky = Store(f"s3://{s3['bucket']}/flaky", options)
         report = collect(flaky, "tiny")
-        assert report.removed == [writer.partial]
+        assert report.removed == [partial]
         assert verify_version(flaky, "tiny", flaky.manifest("tiny", flaky.resolve("tiny"))) == []
         failed = Counter(path for _, path, status, *_ in proxy.log if status == 503)
         retried = Counter("/" + r.args[0].removeprefix("s3://") for r in caplog.records)
@@ -190,7 +190,7 @@ def test_gc_and_verify_on_s3_retry_every_transient_failure(s3, caplog, monkeypat
     finally:
         proxy.close()
     fresh = Store(f"s3://{s3['bucket']}/flaky", {"skip_instance_cache": True})
-    assert not fresh.fs.find(writer.partial) and fresh.resolve("tiny") == manifest.version
+    assert not fresh.fs.find(partial) and fresh.resolve("tiny") == manifest.version
 
 
 def test_verify_on_s3_catches_a_damaged_shard(s3):
