@@ -76,7 +76,7 @@ def slot_table(workers: int, prefetch: int) -> torch.Tensor:
 
 
 class SegmentBatch:
-    """A batch in a pooled segment, as it crosses to the training process, where it unpickles as a uint8 tensor.
+    """A batch in a pooled segment, as it crosses to the training process, where it unpickles as a uint8 array.
 
     Only the first batch of a segment carries the segment; later ones carry its id, and the training
     process takes a view of the segment it kept (``_RECEIVED``): a new numpy array per batch, which
@@ -97,6 +97,8 @@ _RECEIVED: dict[tuple[str, int, int, int], np.ndarray] = {}  # segment id -> the
 
 def _receive(segment_id: tuple[str, int, int, int], nbytes: int, segment: torch.Tensor | None) -> np.ndarray:
     if segment is not None:
+        token, worker, slot, made = segment_id
+        _RECEIVED.pop((token, worker, slot, made - 1), None)  # the segment it replaces (batches keep their views)
         _RECEIVED[segment_id] = segment.numpy()  # (numpy keeps the tensor, and so the mapping, alive)
     return _RECEIVED[segment_id][:nbytes]  # a new array object per batch: Releases watches it
 

@@ -184,6 +184,7 @@ def test_a_worker_reuses_a_segment_once_its_slot_is_released():
     (bigger, bigger_slot), _ = worker.allocate(5000)  # a free segment too small for the batch is replaced
     assert bigger_slot == (1, 0) and bigger.segment.numel() == 5000 and bigger.segment_id != sent.segment_id
     assert not np.shares_memory(_received(bigger), first)
+    assert sent.segment_id not in loader_torch._RECEIVED  # the replaced segment is let go
     for _ in range(slots):  # every slot busy: fresh segments, not pooled, sent whole each time
         (extra, extra_slot), _ = worker.allocate(100)
     assert extra_slot is None and table[0].sum() == 0
