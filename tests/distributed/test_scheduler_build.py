@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from datapipe.build.config import load_pipeline
+from datapipe.build.run import build
+from datapipe.versioning.store import Store
+
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
 
@@ -53,17 +57,14 @@ def dask_cluster(tmp_path):
 
 
 @pytest.mark.distributed
-def test_scheduler_build_matches_local_build(tmp_path, dask_cluster, copy_digits):
+def test_scheduler_build_matches_local_build(tmp_path, dask_cluster, copy_digits, dask_client):
     copy_digits(tmp_path, "digits.yaml", "digits_code.py")
-
-    def build(*args: str) -> dict:
-        out = subprocess.run([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--json", *args],
-                             capture_output=True, text=True, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
-    remote = build("--out", "remote", "--scheduler", dask_cluster)
-    local = build("--out", "local", "--workers", "1")
+    out = subprocess.run([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--json", "--out", "remote",
+                          "--scheduler", dask_cluster], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    remote = json.loads(out.stdout.strip().splitlines()[-1])
+    # the local build: a LocalCluster in this process (the session's), through the API the command calls
+    local = build(load_pipeline(tmp_path / "digits.yaml"), Store(str(tmp_path / "local")), client=dask_client).summary()
     assert remote["version"] == local["version"] and remote["samples"] == 1773
     for shard in sorted((tmp_path / "local/digits/versions" / local["version"]).glob("shard-*")):
         assert shard.read_bytes() == (tmp_path / "remote/digits/versions" / remote["version"] / shard.name).read_bytes()
