@@ -13,13 +13,26 @@ import subprocess
 import sys
 import time
 
-from benchmarks.workloads import Data, write_parquet
+from benchmarks.workloads import Data, Workload, generate, write_parquet
 
 PIPELINE = """\
 name: {name}
 source: {{path: {name}.parquet, format: parquet}}
 sample: {{key: key, fields: {{cls: label, bin: payload}}}}
 shards: {{max_bytes: 64MB}}
+"""
+
+
+# The least any build on an embedded LocalCluster waits for, datapipe or not: a fresh interpreter starts the
+# cluster, every worker imports what reading Parquet into pandas needs, and the cluster stops.
+DASK_FLOOR = """
+from distributed import Client, LocalCluster
+
+def imports():
+    import pandas, pyarrow.parquet
+
+with LocalCluster(n_workers={workers}, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster) as c:
+    c.run(imports)
 """
 
 
@@ -46,3 +59,21 @@ def build(pipeline: str, store: str, workers: int, timeout: float = 3600) -> dic
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     shutil.rmtree(store, ignore_errors=True)
     return {"workers": workers, "seconds": seconds, "summary": summary}
+
+
+def fixed_costs(workload: Workload, directory: str, workers: int, repeats: int = 3,
+                timeout: float = 600) -> dict:
+    """Seconds (medians of ``repeats``) that do not depend on the data: ``datapipe build`` of a 10-row Parquet
+    file of the workload, and DASK_FLOOR, both with ``workers`` workers. The workload's samples over either is
+    the most samples/s its build can reach end to end, however fast the passes."""
+    tiny = Workload(f"{workload.name}-10-rows", 10, workload.payload, workload.seed)
+    pipeline = prepare(generate(tiny), directory)
+    builds = [build(pipeline, os.path.join(directory, "built"), workers, timeout)["seconds"] for _ in range(repeats)]
+    floors = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", DASK_FLOOR.format(workers=workers)], check=True, timeout=timeout,
+                       capture_output=True)
+        floors.append(time.perf_counter() - t)
+    return {"workers": workers, "build_10_rows": sorted(builds)[len(builds) // 2], "dask_floor":
+            sorted(floors)[len(floors) // 2], "runs": {"build_10_rows": builds, "dask_floor": floors}}

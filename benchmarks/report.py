@@ -108,6 +108,26 @@ def _floor_rows(w: dict) -> list[list[str]]:
     return rows
 
 
+def _fixed_rows(w: dict) -> list[list[str]]:
+    """What start-up alone allows a build: the workload's samples over a 10-row build's seconds, and over the
+    Dask floor's (building.DASK_FLOOR); the last column puts that ceiling against the best peer's write rate."""
+    f = w.get("build_fixed")
+    if not f:
+        return []
+    writes = {t: _write(w, t, "samples") for t in TOOLS if t != "datapipe"}
+    writes = {t: v for t, v in writes.items() if v}
+    best = max(writes, key=writes.get) if writes else None
+    rows = []
+    for key, label in (("build_10_rows", f"build ceiling: datapipe build of 10 rows, {f['workers']} workers"),
+                       ("dask_floor", f"build ceiling: Python + LocalCluster({f['workers']}) + pandas/pyarrow "
+                                      "imported in the workers + stop")):
+        ceiling = w["samples"] / f[key]
+        ratio = f"ceiling = {ceiling / writes[best]:.2f}x {LABELS[best]} write" if best else "—"
+        rows.append([label, f"{f[key]:.2f} s: at most {rate(ceiling)} samples/s"] + [""] * (len(TOOLS) - 1)
+                    + [ratio])
+    return rows
+
+
 def table(w: dict) -> list[list[str]]:
     """Rows of [figure, one cell per tool, datapipe / best peer]."""
     rows = []
@@ -122,7 +142,7 @@ def table(w: dict) -> list[list[str]]:
             best = (max if higher else min)(peers, key=peers.get)
             ratio = f"{values['datapipe'] / peers[best]:.2f}x {LABELS[best]}"
         rows.append([label, *cells, ratio])
-    return rows + _many_shards_rows(w) + _floor_rows(w)
+    return rows + _fixed_rows(w) + _many_shards_rows(w) + _floor_rows(w)
 
 
 def _many_shards_rows(w: dict) -> list[list[str]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.build.cluster import dashboard_link, dask_client
+from datapipe.build.cluster import dashboard_link, dask_client, worker_server
 from datapipe.build.config import LoadedPipeline
 from datapipe.build.lineage import checked_code, environment, hash_source
 from datapipe.build.partition import (
@@ -321,47 +321,49 @@ def build(
     tags = [check_ref_name(t) for t in tags]
     check_store_location(store)
     progress = progress or BuildProgress()
-    plan = plan_source(pipeline.source, loaded.base_dir, storage_options, align=False)
-    code = checked_code(loaded)
-    processes = not (_in_process_only(store.fs) or _in_process_only(plan.fs))
-    scope = contextlib.nullcontext(client) if client is not None else dask_client(
-        workers, scheduler, processes=processes, memory_limit=memory_limit, scheduler_timeout=scheduler_timeout)
-    with scope as c:
-        progress.dashboard(dashboard_link(c))
-        run = _Runner(c, progress)
-        run.seconds["start"] = time.perf_counter() - started  # planning the source and starting the cluster
-        plan = _align(run, _fitted(plan, loaded, storage_options, worker_memory_limits(c)))
-        check_file_sizes(plan, worker_memory_limits(c))
-        job = BuildJob(pipeline, loaded.base_dir, plan, {ref.module: ref.sha256 for ref in code})
-        source_files = c.compute([_hash_task(plan.fs, f) for f in plan.files])
-        keep = fits_in_memory(c, plan) if keep_encoded is None else keep_encoded
-        b = _Build(loaded, store, run, job, keep)
-        b.dedupe()
-        measured, key_keep, rejects = b.measure()
-        stages = _sum_counts(measured, sum(int((~k).sum()) for k in key_keep))
-        b.check_counts(stages, measured, rejects)
-        writer = store.begin(pipeline.name)
-        try:
-            entries = b.write(writer, measured, key_keep)
-            rejected = sum(s.rejected for s in stages)
-            if rejected:
-                put_atomic(store.fs, f"{writer.partial}/{REJECTED_NAME}", b.quarantine(measured, rejects))
-            kinds: dict[str, set[str]] = defaultdict(set)
-            for m in measured:
-                for name, k in m.kinds.items():
-                    kinds[name] |= k
-            manifest = Manifest(
-                name=pipeline.name, shard_format=get_format(pipeline.shards.format).name,
-                fields={name: "|".join(sorted(kinds[name])) for name in sorted(kinds)},
-                shards=tuple(entries), stages=stages,
-                lineage=Lineage(pipeline=pipeline.canonical(), sources=tuple(c.gather(source_files)), code=code,
-                                seed=pipeline.shards.shuffle_seed, environment=environment()),
-                rejected=REJECTED_NAME if rejected else None, rejected_rows=rejected,
-            )
-            committed = writer.commit(manifest, (LATEST, *tags))
-        except BaseException:
-            writer.abort()
-            raise
+    # the embedded cluster's workers import what they need while this process plans
+    with worker_server(enabled=client is None and scheduler is None and not _in_process_only(store.fs)):
+        plan = plan_source(pipeline.source, loaded.base_dir, storage_options, align=False)
+        code = checked_code(loaded)
+        processes = not (_in_process_only(store.fs) or _in_process_only(plan.fs))
+        scope = contextlib.nullcontext(client) if client is not None else dask_client(
+            workers, scheduler, processes=processes, memory_limit=memory_limit, scheduler_timeout=scheduler_timeout)
+        with scope as c:
+            progress.dashboard(dashboard_link(c))
+            run = _Runner(c, progress)
+            run.seconds["start"] = time.perf_counter() - started  # planning the source and starting the cluster
+            plan = _align(run, _fitted(plan, loaded, storage_options, worker_memory_limits(c)))
+            check_file_sizes(plan, worker_memory_limits(c))
+            job = BuildJob(pipeline, loaded.base_dir, plan, {ref.module: ref.sha256 for ref in code})
+            source_files = c.compute([_hash_task(plan.fs, f) for f in plan.files])
+            keep = fits_in_memory(c, plan) if keep_encoded is None else keep_encoded
+            b = _Build(loaded, store, run, job, keep)
+            b.dedupe()
+            measured, key_keep, rejects = b.measure()
+            stages = _sum_counts(measured, sum(int((~k).sum()) for k in key_keep))
+            b.check_counts(stages, measured, rejects)
+            writer = store.begin(pipeline.name)
+            try:
+                entries = b.write(writer, measured, key_keep)
+                rejected = sum(s.rejected for s in stages)
+                if rejected:
+                    put_atomic(store.fs, f"{writer.partial}/{REJECTED_NAME}", b.quarantine(measured, rejects))
+                kinds: dict[str, set[str]] = defaultdict(set)
+                for m in measured:
+                    for name, k in m.kinds.items():
+                        kinds[name] |= k
+                manifest = Manifest(
+                    name=pipeline.name, shard_format=get_format(pipeline.shards.format).name,
+                    fields={name: "|".join(sorted(kinds[name])) for name in sorted(kinds)},
+                    shards=tuple(entries), stages=stages,
+                    lineage=Lineage(pipeline=pipeline.canonical(), sources=tuple(c.gather(source_files)), code=code,
+                                    seed=pipeline.shards.shuffle_seed, environment=environment()),
+                    rejected=REJECTED_NAME if rejected else None, rejected_rows=rejected,
+                )
+                committed = writer.commit(manifest, (LATEST, *tags))
+            except BaseException:
+                writer.abort()
+                raise
     return BuildResult(committed, f"{store.url.rstrip('/')}/{pipeline.name}@{committed.version}",
                        {**run.seconds, "total": time.perf_counter() - started})
 
