@@ -265,7 +265,9 @@ class ShardDataset(IterableDataset):
                                              self.prefetch):
                 yield unpack(buffer, layout, _tensor_view)
         else:
-            yield from prefetched(self.source.produce(steps, to_tensors), self.prefetch)  # tensors made ahead too
+            batches = prefetched(self.source.produce(steps, to_tensors), self.prefetch)  # tensors made ahead too
+            # in a user's own DataLoader: a batch its queue thread cannot pickle would be dropped, and waited for
+            yield from batches if info is None else map(_sendable, batches)
 
 
 def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: int,
@@ -347,6 +349,12 @@ def _pickled_layout(layout: Any) -> bytes:
                     f"process ({type(e).__name__}: {e}); decode to numbers, str, bytes, arrays or tensors, or "
                     "use num_workers=0") from None
         raise
+
+
+def _sendable(batch: dict[str, Any]) -> dict[str, Any]:
+    """``batch``, once its values that are not tensors (keys, strings, decoded objects) pickle."""
+    _pickled_layout([(name, None, value) for name, value in batch.items() if not isinstance(value, torch.Tensor)])
+    return batch
 
 
 def _picklable(error: BaseException) -> bool:

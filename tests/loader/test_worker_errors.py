@@ -45,13 +45,21 @@ def test_a_users_own_dataloader_gets_the_same_class_too(toy):
         list(DataLoader(ShardDataset(toy, batch_size=4, shuffle=False), batch_size=None, num_workers=2))
 
 
-def test_a_decoded_value_that_cannot_leave_a_worker_is_a_config_error_not_a_hang(toy):
+def closure(payload: bytes):
+    return lambda: payload  # what no DataLoader worker can send
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["Loader", "user's own DataLoader"])
+def test_a_decoded_value_that_cannot_leave_a_worker_is_a_config_error_not_a_hang(toy, own):
     """The DataLoader's queue thread prints a pickling error and drops the batch, and the training process would
     wait for it for ever; the worker pickles the batch itself and names the field."""
     import threading
 
-    loader = datapipe.Loader(toy, batch_size=4, num_workers=2, shuffle=False,
-                             decode={"cls": lambda payload: (lambda: payload)})  # a closure per sample
+    if own:
+        loader = DataLoader(ShardDataset(toy, batch_size=4, shuffle=False, decode={"cls": closure}),
+                            batch_size=None, num_workers=2)
+    else:
+        loader = datapipe.Loader(toy, batch_size=4, num_workers=2, shuffle=False, decode={"cls": closure})
     outcome = []
 
     def consume():
