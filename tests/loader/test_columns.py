@@ -1,5 +1,6 @@
 """Batch gathers over mapped shards: each fast path (one size, big payloads, ASCII digits) equals the plain one."""
 
+import os
 import pickle
 import sys
 
@@ -211,3 +212,22 @@ def test_the_training_process_releases_a_slot_when_the_batch_buffer_dies(receive
     del view
     releases.track(torch.zeros(1), None)
     assert table[0, 3] == 0
+
+
+def mapped(address: int) -> bool:
+    with open("/proc/self/maps") as maps:
+        return any(int(lo, 16) <= address < int(hi, 16)
+                   for lo, hi in (line.split()[0].split("-") for line in maps))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads Linux's /proc/self/maps")
+def test_a_fresh_pooled_buffer_is_writable_and_unmapped_once_forgotten_and_dropped():
+    pool = BufferPool(keep=1)
+    batch = pool.allocate(3 * MIN_POOLED)
+    batch[:] = 7
+    assert len(batch) == 3 * MIN_POOLED and int(batch[::4096].sum()) == 7 * len(batch[::4096])
+    address = batch.__array_interface__["data"][0]
+    pool.allocate(4 * MIN_POOLED)  # too big to reuse ``batch``'s buffer, and keep=1: the pool forgets it
+    assert mapped(address)  # the batch still holds it
+    del batch
+    assert not mapped(address)
