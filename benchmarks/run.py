@@ -93,17 +93,33 @@ REPEAT_UNDER = 10.0  # seconds: reads quicker than this are measured three times
 
 
 def read_one(readers: Readers, tool: str, mode: str, path: str, timeout: float, repeats: int = 1) -> dict:
-    """A measurement in a fresh reader process, after reading the files once (warm page cache).
+    """A measurement in a fresh reader process, after reading the files once (warm page cache); with
+    ``repeats``, the median by rate of that many (each one in "runs")."""
+    return read_rounds(readers, [(tool, mode, path)], timeout, repeats)[(tool, mode)]
 
-    The VM is noisy (20-40% between runs), so the full run repeats every tool's quick reads: the
-    median of ``repeats`` by rate is kept, each one is in "runs".
+
+def read_rounds(readers: Readers, reads: list[tuple[str, str, str]], timeout: float,
+                repeats: int) -> dict[tuple[str, str], dict]:
+    """Each (tool, mode, path) measured in rounds: every read once per round, ``repeats`` rounds, each in a
+    fresh reader process after reading the files once (warm page cache); the median by rate is kept.
+
+    The VM's speed drifts by 2x within minutes (LitData's W1 read: 131-292k/s in three runs of one
+    afternoon). Read tool after tool, each tool's repeats would sample a different minute and the ratios
+    the drift; interleaved, every tool's median comes from the same minutes. A read that takes
+    REPEAT_UNDER seconds or more, or fails, is not repeated.
     """
-    runs = []
-    while True:
-        measure.warm(measure.files_under(path))
-        runs.append(readers.read(tool, mode, path, timeout))
-        if len(runs) >= repeats or "seconds" not in runs[-1] or runs[-1]["seconds"] >= REPEAT_UNDER:
-            break
+    runs: dict[tuple[str, str], list[dict]] = {(tool, mode): [] for tool, mode, _ in reads}
+    for _ in range(repeats):
+        for tool, mode, path in reads:
+            done = runs[(tool, mode)]
+            if done and ("seconds" not in done[-1] or done[-1]["seconds"] >= REPEAT_UNDER):
+                continue
+            measure.warm(measure.files_under(path))
+            done.append(readers.read(tool, mode, path, timeout))
+    return {key: _median(done) for key, done in runs.items()}
+
+
+def _median(runs: list[dict]) -> dict:
     failed = [r for r in runs if "seconds" not in r]
     if len(runs) == 1 or failed:
         return (failed or runs)[0]
@@ -119,12 +135,11 @@ def run_workload(readers: Readers, w: Workload, workdir: str, timeout: float, re
     pipeline = building.prepare(data, os.path.join(workdir, "source"))
     del data
     gc.collect()
-    for tool, modes in READ_MODES.items():
-        for mode in modes:
-            r = read_one(readers, tool, mode, os.path.join(workdir, tool), timeout, repeats)
-            result["tools"][tool]["read"][mode] = r
-            log(f"  read {tool} {mode}: {r['samples'] / r['seconds']:,.0f} samples/s, "
-                f"{r['bytes'] / r['seconds'] / 1e6:,.0f} MB/s, RSS {r['rss_mb']:.0f}+{r['child_rss_mb']:.0f} MB")
+    reads = [(tool, mode, os.path.join(workdir, tool)) for tool, modes in READ_MODES.items() for mode in modes]
+    for (tool, mode), r in read_rounds(readers, reads, timeout, repeats).items():
+        result["tools"][tool]["read"][mode] = r
+        log(f"  read {tool} {mode}: {r['samples'] / r['seconds']:,.0f} samples/s, "
+            f"{r['bytes'] / r['seconds'] / 1e6:,.0f} MB/s, RSS {r['rss_mb']:.0f}+{r['child_rss_mb']:.0f} MB")
     if w.name == "w1":  # memory must not grow with the shard count: the same samples in 10x as many shards
         many = os.path.join(workdir, "datapipe-10x-shards")
         ours.write(generate(w), many, shard_bytes=ours.SHARD_BYTES // 10)
