@@ -136,7 +136,13 @@ def run_workload(readers: Readers, w: Workload, workdir: str, timeout: float, re
     del data
     gc.collect()
     reads = [(tool, mode, os.path.join(workdir, tool)) for tool, modes in READ_MODES.items() for mode in modes]
-    for (tool, mode), r in read_rounds(readers, reads, timeout, repeats).items():
+    floors = [("floor", mode, os.path.join(workdir, "datapipe")) for mode in ("cat", "memmap", "copy")]
+    result["floor"] = {}
+    for (tool, mode), r in read_rounds(readers, reads + floors, timeout, repeats).items():
+        if tool == "floor":  # in the same rounds as the reads: a floor of the same minutes
+            result["floor"][mode] = r
+            log(f"  floor {mode}: {r['bytes'] / r['seconds'] / 1e9:.2f} GB/s")
+            continue
         result["tools"][tool]["read"][mode] = r
         log(f"  read {tool} {mode}: {r['samples'] / r['seconds']:,.0f} samples/s, "
             f"{r['bytes'] / r['seconds'] / 1e6:,.0f} MB/s, RSS {r['rss_mb']:.0f}+{r['child_rss_mb']:.0f} MB")
@@ -147,11 +153,6 @@ def run_workload(readers: Readers, w: Workload, workdir: str, timeout: float, re
         result["rss_10x_shards"] = r
         log(f"  read datapipe one, 10x shards: {r['samples'] / r['seconds']:,.0f} samples/s, RSS {r['rss_mb']:.0f} MB")
         shutil.rmtree(many)
-    result["floor"] = {}
-    for mode in ("cat", "memmap", "copy"):
-        r = read_one(readers, "floor", mode, os.path.join(workdir, "datapipe"), timeout)
-        result["floor"][mode] = r
-        log(f"  floor {mode}: {r['bytes'] / r['seconds'] / 1e9:.2f} GB/s")
     result["build"] = []
     for workers in (1, 2):
         b = building.build(pipeline, os.path.join(workdir, "built"), workers, timeout)
