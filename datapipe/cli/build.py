@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from datapipe.cli.options import storage_options
+from datapipe.cli.options import scheduler_timeout_option, storage_options
 from datapipe.errors import ConfigError
 from datapipe.versioning.store import Store
 
@@ -71,8 +71,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
 @click.option("--workers", type=int, envvar="DATAPIPE_WORKERS",
               help="Dask worker processes of the embedded cluster [default: CPU count; env DATAPIPE_WORKERS].")
 @click.option("--scheduler", help="Run on an existing Dask cluster: tcp://HOST:PORT of its scheduler.")
-@click.option("--scheduler-timeout", type=float, envvar="DATAPIPE_SCHEDULER_TIMEOUT", metavar="SECONDS",
-              help="How long to keep trying to reach --scheduler [default: 10; env DATAPIPE_SCHEDULER_TIMEOUT].")
+@scheduler_timeout_option
 @click.option("--memory-limit", metavar="SIZE",
               help="Memory per worker of the embedded cluster, e.g. 2GB or 1.5GiB (Dask spills to disk at 60%, "
                    "pauses the worker at 80% and restarts it at 95%) [default: the machine's memory shared among "

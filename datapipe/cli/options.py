@@ -1,4 +1,4 @@
-"""Options shared by the commands: fsspec storage options given with -o KEY=VALUE on the root command."""
+"""Options shared by the commands: fsspec storage options (-o KEY=VALUE on the root command), --scheduler-timeout."""
 
 from __future__ import annotations
 
@@ -27,3 +27,9 @@ def storage_options() -> dict[str, Any]:
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_root().obj if ctx is not None else None
     return dict((obj or {}).get("storage_options", {}))
+
+
+# shared by the commands that build (build, check): how long to keep trying to reach --scheduler
+scheduler_timeout_option = click.option(
+    "--scheduler-timeout", type=float, envvar="DATAPIPE_SCHEDULER_TIMEOUT", metavar="SECONDS",
+    help="How long to keep trying to reach --scheduler [default: 10; env DATAPIPE_SCHEDULER_TIMEOUT].")

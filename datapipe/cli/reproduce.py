@@ -9,7 +9,7 @@ import tempfile
 
 import click
 
-from datapipe.cli.options import storage_options
+from datapipe.cli.options import scheduler_timeout_option, storage_options
 from datapipe.errors import ConfigError
 from datapipe.versioning.compare import manifest_differences, sample_differences
 from datapipe.versioning.dvc import build_stage, find_repo, relative, update_dvc_yaml
@@ -61,9 +61,10 @@ def dvc_stage(pipeline: str, store_url: str) -> None:
               help="Store of the recorded version, when DATASET is not given (then STORE/NAME@latest).")
 @click.option("--workers", type=int, envvar="DATAPIPE_WORKERS", help="Dask workers of the rebuild.")
 @click.option("--scheduler", help="Rebuild on an existing Dask cluster.")
+@scheduler_timeout_option
 @click.pass_context
 def check(ctx: click.Context, pipeline: str, dataset: str | None, store_url: str, workers: int | None,
-          scheduler: str | None) -> None:
+          scheduler: str | None, scheduler_timeout: float | None) -> None:
     """Rebuild PIPELINE into a temporary store and compare with DATASET; exit 1 naming what differs."""
     from datapipe.build.config import load_pipeline
     from datapipe.build.run import build
@@ -77,7 +78,8 @@ def check(ctx: click.Context, pipeline: str, dataset: str | None, store_url: str
     problems = [f"stored {p}" for p in verify_version(store, name, recorded, version)]
     with tempfile.TemporaryDirectory(prefix="datapipe-check-") as tmp:
         rebuilt_store = Store(tmp)
-        rebuilt = build(loaded, rebuilt_store, workers=workers, scheduler=scheduler).manifest
+        rebuilt = build(loaded, rebuilt_store, workers=workers, scheduler=scheduler,
+                        scheduler_timeout=scheduler_timeout).manifest
         differences = []
         if rebuilt.version != recorded.version:
             differences = manifest_differences(recorded, rebuilt)

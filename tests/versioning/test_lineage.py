@@ -140,3 +140,12 @@ def test_check_names_the_sample_and_field_that_changed(tmp_path, client):
     assert any(re.fullmatch(r"  lineage: source changed: raw/words.csv \(sha256:\w+ -> sha256:\w+\)", line)
                for line in lines), lines
     assert not any("cls" in line for line in lines)  # the field that did not change is not named
+
+
+def test_check_gives_up_on_an_unreachable_scheduler_after_scheduler_timeout(tmp_path, client):
+    pipeline, _ = make_project(tmp_path)
+    build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), client=client)
+    out = subprocess.run([sys.executable, "-m", "datapipe", "check", "pipeline.yaml", "--scheduler", "tcp://127.0.0.1:9",
+                          "--scheduler-timeout", "1"], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 2 and "cannot connect to a Dask scheduler" in out.stderr, out.stderr
+    assert "after 1 s" in out.stderr and "Traceback" not in out.stderr
