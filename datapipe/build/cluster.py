@@ -85,7 +85,8 @@ def worker_server(enabled: bool = True) -> Iterator[None]:
     from multiprocessing import forkserver
 
     server = forkserver._forkserver  # the process's one forkserver (multiprocessing keeps a single one)
-    started = enabled and _forkserver_available() and server._forkserver_pid is None
+    # (private attributes of CPython's forkserver: where they differ, leave the start to Dask, as before)
+    started = enabled and _forkserver_available() and getattr(server, "_forkserver_pid", False) is None
     if started:
         server.set_forkserver_preload(WORKER_PRELOAD)
         server.ensure_running()
