@@ -61,14 +61,6 @@ class FaultProxy:
             def log_message(self, *args):  # quiet
                 pass
 
-            def _reply(self, status: int, payload: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/xml")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(payload)
-
             def _handle(self):
                 start = time.monotonic()
                 length = int(self.headers.get("Content-Length") or 0)
@@ -79,13 +71,18 @@ class FaultProxy:
                 if prefix:  # a listing: logged as the prefix it lists
                     path = f"{path.rstrip('/')}/{prefix[0].rstrip('/')}"
                 copy_source = self.headers.get("x-amz-copy-source")
-                status = self._forward(path, body, copy_source)
+                status, headers, data = self._forward(path, body, copy_source)
+                # Logged before the reply goes out: the client may act on the reply (and a test read the log)
+                # before this thread runs again.
                 with proxy.lock:
                     proxy.log.append((self.command, path, status, start, time.monotonic(), copy_source))
                     if self.command == "GET" and status < 300:
                         proxy.gets[path] += 1
+                self._send(status, headers, data)
 
-            def _forward(self, path: str, body: bytes | None, copy_source: str | None) -> int:
+            def _forward(self, path: str, body: bytes | None,
+                         copy_source: str | None) -> tuple[int, list[tuple[str, str]], bytes]:
+                """The reply to send: a fault of the proxy's own, or the target's."""
                 with proxy.lock:
                     denied = any(path.endswith(suffix) for suffix in proxy.deny)
                     moved = any(path.endswith(suffix) for suffix in proxy.moved)
@@ -93,45 +90,44 @@ class FaultProxy:
                             and proxy.rng.random() < proxy.fail_rate)
                     proxy.failed += fail
                     proxy.forwarded += not (fail or denied or moved)
-                if denied:
-                    self._reply(403, DENIED)
-                    return 403
-                if moved:
-                    self._reply(301, MOVED)
-                    return 301
-                if fail:
-                    self._reply(503, UNAVAILABLE)
-                    return 503
+                for fault, status, payload in ((denied, 403, DENIED), (moved, 301, MOVED), (fail, 503, UNAVAILABLE)):
+                    if fault:
+                        return status, [("Content-Type", "application/xml")], payload
                 if copy_source:
                     with proxy.lock:
                         proxy.copies_in_flight += 1
                         proxy.max_copies = max(proxy.max_copies, proxy.copies_in_flight)
                     time.sleep(proxy.copy_delay)
+                conn = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=60)
                 try:
-                    conn = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=60)
                     headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
                     headers["Host"] = f"{proxy.target.hostname}:{proxy.target.port}"
                     conn.request(self.command, self.path, body=body, headers=headers)
                     response = conn.getresponse()
                     data = response.read()
                 finally:
+                    conn.close()
                     if copy_source:
                         with proxy.lock:
                             proxy.copies_in_flight -= 1
-                self.send_response(response.status)
-                for k, v in response.getheaders():
-                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
-                        self.send_header(k, v)
+                kept = [(k, v) for k, v in response.getheaders()
+                        if k.lower() not in ("transfer-encoding", "connection", "content-length")]
                 length = response.getheader("Content-Length") if self.command == "HEAD" else None
-                self.send_header("Content-Length", length or str(len(data)))
+                kept.append(("Content-Length", length or str(len(data))))
+                return response.status, kept, data
+
+            def _send(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
+                self.send_response(status)
+                for k, v in headers:
+                    self.send_header(k, v)
+                if not any(k == "Content-Length" for k, _ in headers):
+                    self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     for i in range(0, len(data), 64 << 10):
                         self.wfile.write(data[i : i + (64 << 10)])
                         if proxy.delay_per_chunk:
                             time.sleep(proxy.delay_per_chunk)
-                conn.close()
-                return response.status
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
 
