@@ -1,8 +1,7 @@
 """One field of a batch as it is gathered: byte ranges of mapped shards (tar), or decoded objects (TFRecord).
 
 Keeping ranges lets the collators work per batch with numpy: payloads of one size are copied
-by one fancy index over a strided window of the map, big ones by a slice copy each (numpy
-releases the GIL for both, so a prefetch thread overlaps the consumer), ASCII integers are
+by one fancy index over a strided window of the map, big ones by a slice copy each, ASCII integers are
 parsed as a digit matrix; no bytes object per sample on those paths.
 """
 

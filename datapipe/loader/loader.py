@@ -39,6 +39,21 @@ def resolve_world(rank: int | None, world_size: int | None, env: Mapping[str, st
     return World(*from_env) if from_env else World()
 
 PREFETCH_BYTES = 64 << 20  # bound on the bytes of batches prepared ahead, per process
+WORKER_PREFETCH = 4  # the default batches a DataLoader worker prepares ahead
+
+
+def default_prefetch(prefetch: int | None, num_workers: int) -> int:
+    """``prefetch`` as given; by default 4 per DataLoader worker and none in process.
+
+    In process, batches ahead need a thread, which shares the GIL with the training loop, so it
+    overlaps only what the loop does without the GIL. On W1 (``python -m benchmarks.prefetch``,
+    processes alternating), neither setting won beyond the VM's noise for a loop that does nothing,
+    one that runs Python, or one that sleeps; a thread costs the memory of the batches it holds
+    ahead (up to 64 MB). As with torch's DataLoader(num_workers=0), a batch is made when asked.
+    """
+    if prefetch is not None:
+        return prefetch
+    return WORKER_PREFETCH if num_workers else 0
 
 
 class Loader:
@@ -53,7 +68,7 @@ class Loader:
         rank: int | None = None,
         world_size: int | None = None,
         num_workers: int = 2,
-        prefetch: int = 4,
+        prefetch: int | None = None,
         drop_last: DropLast = True,
         fields: Sequence[str] | None = None,
         decode: Mapping[str, Decoder] | None = None,
@@ -72,7 +87,7 @@ class Loader:
         if drop_last not in (True, "pad"):
             raise ConfigError(f"drop_last={drop_last!r}: use True (drop the last partial global batch) or 'pad' "
                               "(repeat samples to fill it); ranks must get equal batches, so no short batch")
-        if num_workers < 0 or prefetch < 0 or block_shards < 1:
+        if num_workers < 0 or (prefetch is not None and prefetch < 0) or block_shards < 1:
             raise ConfigError("num_workers and prefetch must be >= 0, block_shards >= 1")
         if num_workers and not _torch_available():
             raise ConfigError("num_workers > 0 needs torch (pip install 'datapipe[torch]'), or use num_workers=0")
@@ -82,7 +97,8 @@ class Loader:
         self.dataset.check_shards()
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.world = resolve_world(rank, world_size, os.environ)
-        self.num_workers, self.prefetch, self.drop_last = num_workers, prefetch, drop_last
+        self.num_workers, self.drop_last = num_workers, drop_last
+        self.prefetch = default_prefetch(prefetch, num_workers)
         self.block_shards, self.pin_memory = block_shards, pin_memory
         self.decoders = decoders_for(self.dataset.fields, fields, decode)
         self.epoch = 0

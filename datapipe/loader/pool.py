@@ -1,7 +1,7 @@
 """Reuse of big batch buffers in one process, once the consumer has let go of them.
 
 A fresh 25 MB buffer costs ~6,000 page faults (the allocator maps new memory for each one
-while several batches are alive in the prefetch queue): more than copying the payloads into
+while several batches are alive: held by the loop, or ahead in a queue): more than copying the payloads into
 it. Buffers are taken back when CPython's reference count shows that only the pool holds them;
 batches handed on (a tensor over the buffer, a slice of it) keep theirs alive until dropped.
 """

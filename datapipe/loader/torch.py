@@ -212,7 +212,8 @@ class ShardDataset(IterableDataset):
     def __init__(self, dataset: str | Dataset, batch_size: int = 256, *, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None, drop_last: DropLast = True,
                  fields: Sequence[str] | None = None, decode: Mapping[str, Decoder] | None = None,
-                 prefetch: int = 4, block_shards: int = DEFAULT_BLOCK_SHARDS, position: int = 0) -> None:
+                 prefetch: int | None = None, block_shards: int = DEFAULT_BLOCK_SHARDS,
+                 position: int = 0) -> None:
         from datapipe.loader.loader import Loader
 
         loader = Loader(dataset, batch_size, shuffle, seed, rank, world_size, 0, prefetch, drop_last, fields, decode,
@@ -221,7 +222,7 @@ class ShardDataset(IterableDataset):
         plan = loader.plan()
         self.source = loader._source(plan)
         self.num_batches = plan.num_batches()
-        self.prefetch = prefetch
+        self.prefetch = loader.prefetch  # a thread ahead in each process only if asked: DataLoader prefetches
 
     @classmethod
     def from_source(cls, source: BatchSource, num_batches: int, prefetch: int, packed: bool = False) -> ShardDataset:

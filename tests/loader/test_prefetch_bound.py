@@ -1,8 +1,10 @@
 """What `prefetch` bounds, as the README says: batches made ahead of the training loop are at most about
-2 x prefetch per DataLoader worker (its thread's queue plus the DataLoader's prefetch_factor), prefetch in process."""
+2 x prefetch per DataLoader worker (its thread's queue plus the DataLoader's prefetch_factor), prefetch in process;
+by default none in process (no thread sharing the GIL with the loop) and 4 per worker."""
 
 import functools
 import os
+import threading
 import time
 
 import pytest
@@ -35,4 +37,18 @@ def test_batches_made_ahead_stay_within_the_prefetch_bound(toy, tmp_path, worker
         # per producer: its queue, the batch it is finishing, and with workers the DataLoader's prefetch_factor
         ahead = prefetch + 1 if workers == 0 else workers * (2 * prefetch + 1)
         assert consumed <= made <= consumed + ahead < TOTAL
+    batches.close()
+
+
+def test_in_process_batches_are_made_when_the_loop_asks_by_default(toy, tmp_path):
+    log = str(tmp_path / "decoded")
+    loader = datapipe.Loader(toy, batch_size=1, num_workers=0, decode={"bin": functools.partial(record, log)})
+    assert loader.prefetch_depth() == 0
+    assert datapipe.Loader(toy, batch_size=1, num_workers=2).prefetch_depth() == 4
+    batches = iter(loader)
+    for consumed in range(1, 4):
+        next(batches)
+        time.sleep(0.3)  # a thread ahead would decode more meanwhile
+        assert os.path.getsize(log) == consumed
+        assert not [t for t in threading.enumerate() if t.name == "datapipe-prefetch"]
     batches.close()
