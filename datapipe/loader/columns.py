@@ -131,7 +131,7 @@ class Column:
             if width == int(sizes.min()):  # one width (labels 0-9, say): no masking
                 if (digits > 9).any():
                     return None
-                values[slots] = digits @ 10 ** np.arange(width - 1, -1, -1)
+                values[slots] = digits[:, 0] if width == 1 else digits @ _POW10_INT[width - 1 :: -1]
                 continue
             inside = np.arange(width) < sizes[:, None]
             if ((digits > 9) & inside).any():
@@ -219,7 +219,7 @@ def _gather(source: Any, offsets: np.ndarray, width: int) -> np.ndarray:
     if len(offsets) > 1:
         step = int(offsets[1] - offsets[0])
         first, last = int(offsets[0]), int(offsets[-1])
-        if step >= 0 and last == first + step * (len(offsets) - 1) and (np.diff(offsets) == step).all() \
+        if step >= 0 and last == first + step * (len(offsets) - 1) and ((offsets[1:] - offsets[:-1]) == step).all() \
                 and first >= 0 and last + width <= memoryview(source).nbytes:
             view = np.ndarray((len(offsets), width), dtype=np.uint8, buffer=source, offset=first, strides=(step, 1))
             view.flags.writeable = False
@@ -230,7 +230,7 @@ def _gather(source: Any, offsets: np.ndarray, width: int) -> np.ndarray:
 def _put(rows: np.ndarray, slots: np.ndarray, values: np.ndarray) -> None:
     """``rows[slots] = values``, as a slice assignment when ``slots`` is a run (one shard's part of a batch)."""
     first = int(slots[0]) if len(slots) else 0
-    if len(slots) and int(slots[-1]) == first + len(slots) - 1 and (np.diff(slots) == 1).all():
+    if len(slots) and int(slots[-1]) == first + len(slots) - 1 and ((slots[1:] - slots[:-1]) == 1).all():
         rows[first : first + len(slots)] = values
     else:
         rows[slots] = values
