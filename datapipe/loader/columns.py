@@ -1,7 +1,8 @@
 """One field of a batch as it is gathered: byte ranges of mapped shards (tar), or decoded objects (TFRecord).
 
 Keeping ranges lets the collators work per batch with numpy: payloads of one size are copied
-by one fancy index over a strided window of the map, big ones by a slice copy each, ASCII integers are
+by one fancy index over a strided window of the map, big ones by a slice copy each (split over
+threads for big batches: loader/copies.py), ASCII integers are
 parsed as a digit matrix; no bytes object per sample on those paths.
 """
 
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from datapipe.loader.copies import copy_payloads
 
 Allocate = Callable[[int], np.ndarray]  # nbytes -> a writable uint8 array of that length
 
@@ -74,11 +77,8 @@ class Column:
         if self.spans_only() and sizes.min() == sizes.max() and total // self.n < BIG_PAYLOAD:
             self.rows(0, total // self.n, lambda _: out)
         elif self.spans_only() and total // self.n >= BIG_PAYLOAD:
-            for slots, source, offsets, part_sizes in self._parts:
-                src = np.frombuffer(source, dtype=np.uint8)
-                for start, offset, size in zip(bounds[slots].tolist(), offsets.tolist(), part_sizes.tolist(),
-                                               strict=True):
-                    out[start : start + size] = src[offset : offset + size]
+            copy_payloads(out, [(source, bounds[slots].tolist(), offsets.tolist(), part_sizes.tolist())
+                                for slots, source, offsets, part_sizes in self._parts])
         else:  # small payloads of mixed sizes, or objects: one memcpy each in C
             out[:] = np.frombuffer(bytearray().join(self.values()), dtype=np.uint8)
         return out, bounds
@@ -107,13 +107,12 @@ class Column:
         order: one fancy index per shard over a window view of its map, or a slice copy per payload when big."""
         out = allocate(self.n * width) if allocate is not None else np.empty(self.n * width, dtype=np.uint8)
         rows = out.reshape(self.n, width)
+        if width >= BIG_PAYLOAD:
+            copy_payloads(out, [(source, (slots * width).tolist(), (offsets + skip).tolist(), [width] * len(slots))
+                                for slots, source, offsets, _ in self._parts])
+            return rows
         for slots, source, offsets, _ in self._parts:
-            if width < BIG_PAYLOAD:
-                _put(rows, slots, _gather(source, offsets + skip, width))
-                continue
-            src = np.frombuffer(source, dtype=np.uint8)
-            for slot, offset in zip(slots.tolist(), (offsets + skip).tolist(), strict=True):
-                rows[slot] = src[offset : offset + width]
+            _put(rows, slots, _gather(source, offsets + skip, width))
         return rows
 
     def integers(self) -> np.ndarray | None:

@@ -36,6 +36,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from datapipe.errors import ConfigError, DatapipeError
+from datapipe.loader import copies
 from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import Decoder
 from datapipe.loader.dataset import Dataset
@@ -237,6 +238,8 @@ class ShardDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is not None:  # the DataLoader's workers use the cores already
+            copies.set_threads(1)
         steps = worker_steps(self.num_batches, worker, workers)
         if self.packed:
             segments = WorkerSegments(self.slots, worker, self.token) if self.slots is not None else None
