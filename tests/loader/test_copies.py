@@ -95,7 +95,7 @@ def test_loader_batches_copied_by_threads_and_workers_copy_alone(tmp_path, three
             assert data[a:b].tobytes() == by_key[key]
             seen += 1
     assert seen == 80  # 90 samples, 5 full batches of 16
-    in_workers = [v for batch in datapipe.Loader(url, batch_size=16, num_workers=2, decode={"cls": threads_in_this_process})
-                  for v in batch["cls"]]
+    loader = datapipe.Loader(url, batch_size=16, num_workers=2, decode={"cls": threads_in_this_process})
+    in_workers = [v for batch in loader for v in batch["cls"]]
     assert in_workers == [1] * 80
     assert copies.threads() == 3  # the training process keeps its threads
