@@ -88,11 +88,11 @@ class TarShardReader(ShardReader):
         if isinstance(table, tuple):  # every sample has the field, or none has
             per, position = table
             members = rows * per + position[fid] if fid >= 0 and position[fid] >= 0 else np.full(len(rows), -1)
-            missing = len(rows) and members[0] < 0
+            absent = len(rows) and members[0] < 0
         else:
             members = table[rows, fid] if fid >= 0 else np.full(len(rows), -1)
-            missing = (members < 0).any()
-        if missing:
+            absent = (members < 0).any()
+        if absent:
             missing = index.key(int(rows[int(np.argmax(members < 0))]))
             raise SampleError(f"{self.name}: sample {missing!r} has no field {field!r}")
         return index.member_offset[members].astype(np.int64), index.member_size[members].astype(np.int64)
