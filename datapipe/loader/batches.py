@@ -60,8 +60,8 @@ class BatchSource:
         if defer_ragged or self.dataset.cache is not None \
                 or any(callable(d) or d == "image" for d in self.decoders.values()):
             return 1
-        sample_bytes = sum(s.bytes for s in self.dataset.manifest.shards) / max(len(self.dataset), 1)
-        return int(max(1, min(CHUNK_BATCHES, CHUNK_BYTES // max(sample_bytes * self.plan.batch_size, 1))))
+        batch_bytes = self.dataset.sample_bytes * self.plan.batch_size
+        return int(max(1, min(CHUNK_BATCHES, CHUNK_BYTES // max(batch_bytes, 1))))
 
     def produce(self, steps: Iterable[int], finish: Callable[[dict[str, Any]], Any] | None = None,
                 defer_ragged: bool = False) -> Iterator[Any]:
@@ -89,7 +89,7 @@ class BatchSource:
         pool = BufferPool()
         mapped: set[int] = set()
         unmapped_bytes = 0
-        sample_bytes = sum(s.bytes for s in self.dataset.manifest.shards) / max(len(self.dataset), 1)
+        sample_bytes = self.dataset.sample_bytes
         chunk = self.chunk_batches(defer_ragged)
         upcoming = iter(steps)
         following = next(upcoming, None)

@@ -61,6 +61,11 @@ class Dataset:
     def __len__(self) -> int:
         return int(self._starts[-1])
 
+    @property
+    def sample_bytes(self) -> float:
+        """Mean stored bytes per sample (shard bytes, headers included): what sizes batches' memory."""
+        return self.manifest.bytes / max(len(self), 1)
+
     def __repr__(self) -> str:
         return f"Dataset({self.name}@{self.version[:12]}, {len(self)} samples, {len(self.shard_sizes)} shards)"
 

@@ -124,8 +124,8 @@ class Loader:
         """
         if not self.prefetch:
             return 0
-        sample_bytes = sum(s.bytes for s in self.dataset.manifest.shards) / max(len(self.dataset), 1)
-        return int(min(self.prefetch, max(1, PREFETCH_BYTES // max(sample_bytes * self.batch_size, 1))))
+        batch_bytes = self.dataset.sample_bytes * self.batch_size
+        return int(min(self.prefetch, max(1, PREFETCH_BYTES // max(batch_bytes, 1))))
 
     def _source(self, plan: BatchPlan) -> BatchSource:
         return BatchSource(self.dataset, plan, self.world.rank, self.seed, self.epoch, self.shuffle,
