@@ -15,7 +15,7 @@ from datapipe.versioning.store import Store
 
 def _progress(rich_bars: bool) -> Any:
     """A BuildProgress that draws rich bars on a terminal, or logs one line per pass otherwise."""
-    from datapipe.build.progress import BuildProgress
+    from datapipe.builder.progress import BuildProgress
 
     class LineProgress(BuildProgress):
         def dashboard(self, link: str | None) -> None:
@@ -81,8 +81,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
 def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | None,
           scheduler_timeout: float | None, memory_limit: str | None, tags: tuple[str, ...], as_json: bool) -> None:
     """Build PIPELINE (a YAML file) into a new version of its dataset."""
-    from datapipe.build.config import load_pipeline, parse_size
-    from datapipe.build.run import build as run_build
+    from datapipe.builder.config import load_pipeline, parse_size
+    from datapipe.builder.run import build as run_build
 
     limit = None
     if memory_limit is not None:

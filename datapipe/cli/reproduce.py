@@ -32,9 +32,9 @@ def _source_dep(url: str) -> str:
 @click.option("--out", "store_url", default="storage", show_default=True, help="Local store the stage builds into.")
 def dvc_stage(pipeline: str, store_url: str) -> None:
     """Add or update the dvc.yaml stage that builds PIPELINE, so `dvc repro` rebuilds it when an input changes."""
-    from datapipe.build.config import load_pipeline
-    from datapipe.build.lineage import code_files
-    from datapipe.build.sources import source_url
+    from datapipe.builder.config import load_pipeline
+    from datapipe.builder.lineage import code_files
+    from datapipe.builder.sources import source_url
 
     if "://" in store_url:
         raise ConfigError(f"--out {store_url}: DVC tracks a local store; push it to a DVC remote with `dvc push`")
@@ -66,8 +66,8 @@ def dvc_stage(pipeline: str, store_url: str) -> None:
 def check(ctx: click.Context, pipeline: str, dataset: str | None, store_url: str, workers: int | None,
           scheduler: str | None, scheduler_timeout: float | None) -> None:
     """Rebuild PIPELINE into a temporary store and compare with DATASET; exit 1 naming what differs."""
-    from datapipe.build.config import load_pipeline
-    from datapipe.build.run import build
+    from datapipe.builder.config import load_pipeline
+    from datapipe.builder.run import build
 
     loaded = load_pipeline(pipeline)
     url = dataset or f"{store_url.rstrip('/')}/{loaded.pipeline.name}"

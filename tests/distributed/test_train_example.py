@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from datapipe.build.config import load_pipeline
-from datapipe.build.run import build
+from datapipe.builder.config import load_pipeline
+from datapipe.builder.run import build
 from datapipe.versioning.store import Store
 
 REPO = Path(__file__).parents[2]

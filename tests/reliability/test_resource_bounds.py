@@ -92,8 +92,8 @@ def test_loader_memory_does_not_grow_with_10x_more_shards(tmp_path_factory, work
 BUILDER = textwrap.dedent("""
     import json, logging, sys
     from distributed import Client, LocalCluster
-    from datapipe.build.config import load_pipeline
-    from datapipe.build.run import build
+    from datapipe.builder.config import load_pipeline
+    from datapipe.builder.run import build
     from datapipe.versioning.store import Store
 
     if __name__ == "__main__":

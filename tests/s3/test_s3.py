@@ -18,8 +18,8 @@ import pytest
 from faults import FaultProxy
 
 import datapipe
-from datapipe.build.config import load_pipeline
-from datapipe.build.run import build
+from datapipe.builder.config import load_pipeline
+from datapipe.builder.run import build
 from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.storage.cache import ShardCache
 from datapipe.versioning.store import Store

@@ -15,8 +15,8 @@ import pyarrow
 import pytest
 
 import datapipe
-from datapipe.build.config import load_pipeline
-from datapipe.build.run import build
+from datapipe.builder.config import load_pipeline
+from datapipe.builder.run import build
 from datapipe.versioning.compare import lineage_changes
 from datapipe.versioning.manifest import CodeRef, SourceFile
 from datapipe.versioning.store import Store

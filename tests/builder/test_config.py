@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 import yaml
 
-from datapipe.build.config import (
+from datapipe.builder.config import (
     EXECUTION_OPTIONS,
     STAGE_KINDS,
     TYPE_NAMES,
@@ -74,8 +74,8 @@ def config_error(text: str) -> str:
 def test_schema_file_matches_models():
     expected = json.dumps(pipeline_json_schema(), indent=2, sort_keys=True) + "\n"
     assert SCHEMA_FILE.read_text() == expected, (
-        "schemas/pipeline.schema.json is out of date with datapipe/build/config.py; regenerate it with "
-        "`python -m datapipe.build.config > schemas/pipeline.schema.json`"
+        "schemas/pipeline.schema.json is out of date with datapipe/builder/config.py; regenerate it with "
+        "`python -m datapipe.builder.config > schemas/pipeline.schema.json`"
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from datapipe.build.encode import jsonable
+from datapipe.builder.encode import jsonable
 
 COLUMNS = ("stage", "reason", "source", "row", "data")
 

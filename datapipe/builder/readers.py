@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 from fsspec.utils import read_block
 
-from datapipe.build.schema import apply_schema
-from datapipe.build.sources import Part, SourcePlan
+from datapipe.builder.schema import apply_schema
+from datapipe.builder.sources import Part, SourcePlan
 from datapipe.errors import ConfigError, NotFoundError
 
 

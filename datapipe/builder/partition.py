@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from datapipe.build.config import Pipeline, stage_path
-from datapipe.build.encode import EncodedRows, SampleEncoder, encode_columns
-from datapipe.build.quarantine import Reject, row_json
-from datapipe.build.readers import read_part
-from datapipe.build.sources import Part, SourcePlan
-from datapipe.build.stages import dedupe_hashes, run_stage
+from datapipe.builder.config import Pipeline, stage_path
+from datapipe.builder.encode import EncodedRows, SampleEncoder, encode_columns
+from datapipe.builder.quarantine import Reject, row_json
+from datapipe.builder.readers import read_part
+from datapipe.builder.sources import Part, SourcePlan
+from datapipe.builder.stages import dedupe_hashes, run_stage
 from datapipe.errors import BuildError, ConfigError
 from datapipe.formats.encoded import EncodedSamples, in_output_order
 from datapipe.formats.registry import get_format

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from datapipe.build.config import StageConfig
-from datapipe.build.stages import dedupe_hashes, run_stage
+from datapipe.builder.config import StageConfig
+from datapipe.builder.stages import dedupe_hashes, run_stage
 from datapipe.errors import BuildError, ConfigError
 
 

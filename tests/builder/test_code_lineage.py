@@ -4,8 +4,8 @@ import hashlib
 import importlib
 import sys
 
-from datapipe.build.config import load_pipeline
-from datapipe.build.lineage import code_refs
+from datapipe.builder.config import load_pipeline
+from datapipe.builder.lineage import code_refs
 
 PIPELINE = """\
 name: {name}

@@ -60,7 +60,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
 
 
 # What a worker needs for its first task, imported once by the forkserver its processes are forked from
-WORKER_PRELOAD = ["distributed", "numpy", "pandas", "pyarrow.parquet", "datapipe.build.run"]
+WORKER_PRELOAD = ["distributed", "numpy", "pandas", "pyarrow.parquet", "datapipe.builder.run"]
 
 
 def _forkserver_available() -> bool:

@@ -10,8 +10,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from datapipe.build.config import LoadedPipeline, Pipeline
-from datapipe.build.sources import InputFile
+from datapipe.builder.config import LoadedPipeline, Pipeline
+from datapipe.builder.sources import InputFile
 from datapipe.errors import ConfigError
 from datapipe.storage.fs import sha256_of
 from datapipe.versioning.manifest import CodeRef, SourceFile
@@ -70,7 +70,7 @@ def code_refs(pipeline: Pipeline, base_dir: str) -> tuple[CodeRef, ...]:
 def checked_code(loaded: LoadedPipeline) -> tuple[CodeRef, ...]:
     """``code_refs`` after importing every map stage's function here, before any cluster starts, so a
     missing module or function, or a module that fails on import, is an error naming the stage and its line."""
-    from datapipe.build.stages import load_function
+    from datapipe.builder.stages import load_function
 
     def named(e: ConfigError, key: str) -> ConfigError:
         return ConfigError(f"{loaded.where(key)}: {key}: {str(e).removeprefix(key + ': ')}")

@@ -4,7 +4,7 @@ import multiprocessing
 import os
 from multiprocessing import forkserver
 
-from tests.build.test_build import people, write_people
+from tests.builder.test_build import people, write_people
 
 
 def _environment_variable(name: str, queue) -> None:

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from datapipe.build.config import EXECUTION_OPTIONS, SourceConfig, parse_size
-from datapipe.build.schema import SAMPLE_BYTES, SCHEMA_TYPES, infer_schema
+from datapipe.builder.config import EXECUTION_OPTIONS, SourceConfig, parse_size
+from datapipe.builder.schema import SAMPLE_BYTES, SCHEMA_TYPES, infer_schema
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.storage.fs import filesystem, is_local
 

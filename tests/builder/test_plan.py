@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datapipe.build.plan import (
+from datapipe.builder.plan import (
     first_occurrences,
     output_positions,
     shard_boundaries,

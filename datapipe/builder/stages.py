@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from datapipe.build.config import ColumnRule, StageConfig
-from datapipe.build.quarantine import Reject, rejects_of
+from datapipe.builder.config import ColumnRule, StageConfig
+from datapipe.builder.quarantine import Reject, rejects_of
 from datapipe.errors import BuildError, ConfigError
 
 _INT_RANGES = {f"{p}{b}": (0 if p == "uint" else -(2 ** (b - 1)), 2**b - 1 if p == "uint" else 2 ** (b - 1) - 1)

@@ -5,8 +5,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from datapipe.build.config import load_pipeline
-from datapipe.build.run import BuildResult, build
+from datapipe.builder.config import load_pipeline
+from datapipe.builder.run import BuildResult, build
 from datapipe.versioning.store import Store
 
 REPO = Path(__file__).parents[2]

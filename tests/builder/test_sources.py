@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datapipe.build.config import SourceConfig
-from datapipe.build.readers import read_part
-from datapipe.build.sources import csv_layout, plan_source
+from datapipe.builder.config import SourceConfig
+from datapipe.builder.readers import read_part
+from datapipe.builder.sources import csv_layout, plan_source
 from datapipe.errors import ConfigError
 
 
@@ -172,7 +172,7 @@ def test_files_partitions_are_bounded_in_bytes_as_well_as_in_count(tmp_path):
 
 
 def test_a_file_larger_than_a_worker_can_hold_fails_before_the_passes(tmp_path):
-    from datapipe.build.run import FILE_COPIES, check_file_sizes
+    from datapipe.builder.run import FILE_COPIES, check_file_sizes
     from datapipe.errors import BuildError
 
     (tmp_path / "small.bin").write_bytes(b"x" * 100)

@@ -126,8 +126,8 @@ def test_same_version_and_bytes_whatever_the_workers_and_blocksize(project, clie
         shard_bytes.add(tuple(open(os.path.join(directory, e.path), "rb").read() for e in result.manifest.shards))
     assert len(ids) == 1 and len(shard_bytes) == 1
     assert len(result.manifest.shards) >= 5  # shard boundaries to place, wherever the partitions end
-    from datapipe.build.config import load_pipeline
-    from datapipe.build.sources import plan_source
+    from datapipe.builder.config import load_pipeline
+    from datapipe.builder.sources import plan_source
 
     project.pipeline(people("4KB", fmt, "null"))
     parts = plan_source(load_pipeline(project.root / "pipeline.yaml").pipeline.source, str(project.root)).parts
@@ -325,8 +325,8 @@ def test_cli_errors_name_key_and_line_without_traceback(project):
 def test_memory_store_builds_with_thread_workers(project):
     import uuid
 
-    from datapipe.build.config import load_pipeline
-    from datapipe.build.run import build
+    from datapipe.builder.config import load_pipeline
+    from datapipe.builder.run import build
     from datapipe.versioning.store import Store
 
     project.write("raw/a.csv", "id,v\nk1,1\nk2,2\n")

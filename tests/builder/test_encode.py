@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datapipe.build.encode import EncodedRows, MissingValue, SampleEncoder, encode_columns, encode_value
+from datapipe.builder.encode import EncodedRows, MissingValue, SampleEncoder, encode_columns, encode_value
 from datapipe.errors import SampleError
 from datapipe.formats.base import KEY
 from datapipe.formats.registry import get_format
@@ -212,7 +212,7 @@ def _written_one_by_one(writer, samples) -> bytes:
 
 
 def test_clean_typed_columns_take_the_fast_path_and_match(monkeypatch):
-    import datapipe.build.encode as encode
+    import datapipe.builder.encode as encode
 
     frame = pd.DataFrame({"key": [f"k{i}" for i in range(50)], "n": np.arange(50, dtype=np.int64) - 25,
                           "x": np.linspace(-1, 1, 50), "s": [f"é{i}" for i in range(50)],

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.build.cluster import dashboard_link, dask_client, worker_server
-from datapipe.build.config import LoadedPipeline
-from datapipe.build.lineage import checked_code, environment, hash_source
-from datapipe.build.partition import (
+from datapipe.builder.cluster import dashboard_link, dask_client, worker_server
+from datapipe.builder.config import LoadedPipeline
+from datapipe.builder.lineage import checked_code, environment, hash_source
+from datapipe.builder.partition import (
     SAMPLE_STAGE,
     BuildJob,
     Measured,
@@ -32,16 +32,16 @@ from datapipe.build.partition import (
     take_piece,
     write_shard_task,
 )
-from datapipe.build.plan import (
+from datapipe.builder.plan import (
     first_occurrences,
     output_positions,
     shard_boundaries,
     shards_of,
     sizes_in_output_order,
 )
-from datapipe.build.progress import BuildProgress
-from datapipe.build.quarantine import Reject, quarantine_bytes
-from datapipe.build.sources import (
+from datapipe.builder.progress import BuildProgress
+from datapipe.builder.quarantine import Reject, quarantine_bytes
+from datapipe.builder.sources import (
     DEFAULT_BLOCKSIZE,
     SourcePlan,
     align_parts,
@@ -419,7 +419,7 @@ def _fitted(plan: SourcePlan, loaded: LoadedPipeline, storage_options: Mapping[s
     if fitting is None or source.format == "parquet" or fitting >= execution_size(source.options, "blocksize",
                                                                                      DEFAULT_BLOCKSIZE):
         return plan
-    logging.getLogger("datapipe.build").info("blocksize %d: partitions a worker of %d bytes can hold",
+    logging.getLogger("datapipe.builder").info("blocksize %d: partitions a worker of %d bytes can hold",
                                              fitting, min(limits))
     return plan_source(source, loaded.base_dir, storage_options, {"blocksize": fitting}, align=False)
 

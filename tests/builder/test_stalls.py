@@ -7,8 +7,8 @@ import time
 import pytest
 from distributed import Client, LocalCluster
 
-from datapipe.build import run as build_run
-from datapipe.build.progress import BuildProgress
+from datapipe.builder import run as build_run
+from datapipe.builder.progress import BuildProgress
 from datapipe.errors import BuildError
 
 
