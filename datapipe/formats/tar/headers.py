@@ -39,16 +39,17 @@ def _template() -> bytearray:
     return block
 
 
-_TEMPLATE = bytes(_template())
-_TEMPLATE_SUM = sum(_TEMPLATE) + 8 * ord(" ")  # the checksum counts its own field as spaces
+# The header block every member we write starts from (all but name, size, checksum and typeflag),
+# and its share of the checksum, which counts the checksum field itself as spaces.
+USTAR_TEMPLATE = bytes(_template())
+USTAR_TEMPLATE_SUM = sum(USTAR_TEMPLATE) + 8 * ord(" ")
 
-
-_MODE_TO_SIZE, _MTIME, _AFTER_TYPEFLAG = _TEMPLATE[100:124], _TEMPLATE[136:148], _TEMPLATE[157:]
+_MODE_TO_SIZE, _MTIME, _AFTER_TYPEFLAG = USTAR_TEMPLATE[100:124], USTAR_TEMPLATE[136:148], USTAR_TEMPLATE[157:]
 
 
 def _ustar(name: bytes, size: int, typeflag: bytes) -> bytes:
     size_field = b"%011o\x00" % size
-    checksum = b"%06o\x00 " % (_TEMPLATE_SUM + sum(name) + sum(size_field) + typeflag[0])
+    checksum = b"%06o\x00 " % (USTAR_TEMPLATE_SUM + sum(name) + sum(size_field) + typeflag[0])
     return b"".join((name.ljust(100, b"\x00"), _MODE_TO_SIZE, size_field, _MTIME, checksum, typeflag, _AFTER_TYPEFLAG))
 
 

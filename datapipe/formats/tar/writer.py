@@ -13,13 +13,11 @@ from datapipe.formats.base import ShardWriter
 from datapipe.formats.encoded import EncodedSamples
 from datapipe.formats.index import HASH_SIZE
 from datapipe.formats.tar.headers import (
-    _TEMPLATE as _USTAR_TEMPLATE,
-)
-from datapipe.formats.tar.headers import (
-    _TEMPLATE_SUM,
     BLOCK,
     END_OF_ARCHIVE,
     MAX_USTAR_SIZE,
+    USTAR_TEMPLATE,
+    USTAR_TEMPLATE_SUM,
     member_header,
     padding,
 )
@@ -110,7 +108,7 @@ class TarShardWriter(ShardWriter):
         data = bytearray(total)
         flat = np.frombuffer(data, dtype=np.uint8)
         blocks, rows = flat.reshape(-1, BLOCK), header_at // BLOCK
-        blocks[rows] = np.frombuffer(_USTAR_TEMPLATE, dtype=np.uint8)  # then each header's own fields:
+        blocks[rows] = np.frombuffer(USTAR_TEMPLATE, dtype=np.uint8)  # then each header's own fields:
         suffixes = [b"." + name.encode() for name in names]
         blob = np.frombuffer(b"".join([k + suffix for k in key_bytes for suffix in suffixes]), dtype=np.uint8)
         lengths = name_len.reshape(-1)
@@ -119,7 +117,8 @@ class TarShardWriter(ShardWriter):
         size_digits = ((sizes.reshape(-1, 1) >> (3 * np.arange(10, -1, -1))) & 7) + ord("0")
         blocks[rows, 124:135] = size_digits  # size: 11 octal digits and the template's NUL
         blocks[rows, 156] = ord("0")  # typeflag: regular file
-        checksum = _TEMPLATE_SUM + ord("0") + np.add.reduceat(blob.astype(np.int64), starts) + size_digits.sum(axis=1)
+        name_sums = np.add.reduceat(blob.astype(np.int64), starts)
+        checksum = USTAR_TEMPLATE_SUM + ord("0") + name_sums + size_digits.sum(axis=1)
         blocks[rows, 148:156] = np.concatenate([((checksum[:, None] >> (3 * np.arange(5, -1, -1))) & 7) + ord("0"),
                                                 np.broadcast_to([0, ord(" ")], (len(rows), 2))], axis=1)
         payload_at = header_at + BLOCK
