@@ -61,7 +61,7 @@ def collect(store: Store, name: str, prune: bool = False) -> GcReport:
         store.remote(path, lambda: fs.rm(path, recursive=True) if recursive else fs.rm_file(path))
         report.removed.append(path)
 
-    for entry in store._names(versions_dir):
+    for entry in store.entry_names(versions_dir):
         path = f"{versions_dir}/{entry}"
         if entry.startswith(PARTIAL_PREFIX):
             if _writer_alive(store, path, now):
@@ -76,7 +76,7 @@ def collect(store: Store, name: str, prune: bool = False) -> GcReport:
                         remove(leftover)
                 continue
         remove(path, recursive=True)
-    for ref in store._names(store.path(name, REFS)):
+    for ref in store.entry_names(store.path(name, REFS)):
         if ref.startswith("."):
             remove(store.path(name, REFS, ref))
     return report

@@ -117,7 +117,8 @@ class Store:
                                 "check the URL, the endpoint and the credentials")
         self._bucket_seen = True
 
-    def _names(self, path: str) -> list[str]:
+    def entry_names(self, path: str) -> list[str]:
+        """Sorted names of the entries directly below ``path`` of this store (none when it does not exist)."""
         try:
             entries = self.remote(path, lambda: self.fs.ls(path, detail=False))
         except FileNotFoundError:
@@ -127,7 +128,7 @@ class Store:
 
     def datasets(self) -> list[str]:
         """Names of the datasets in this store."""
-        names = [n for n in self._names(self.root) if self._exists(self.path(n, VERSIONS))]
+        names = [n for n in self.entry_names(self.root) if self._exists(self.path(n, VERSIONS))]
         if not names:
             self.check_bucket()
         return names
@@ -135,13 +136,13 @@ class Store:
     def versions(self, name: str) -> list[str]:
         """Complete versions (with a manifest) of dataset ``name``."""
         return [
-            v for v in self._names(self.path(name, VERSIONS))
+            v for v in self.entry_names(self.path(name, VERSIONS))
             if not v.startswith(".") and self._exists(self.path(name, VERSIONS, v, MANIFEST_NAME))
         ]
 
     def refs(self, name: str) -> dict[str, str]:
         """ref name -> version id."""
-        return {r: self.read_ref(name, r) for r in self._names(self.path(name, REFS)) if not r.startswith(".")}
+        return {r: self.read_ref(name, r) for r in self.entry_names(self.path(name, REFS)) if not r.startswith(".")}
 
     def read_ref(self, name: str, ref: str) -> str | None:
         """The version a ref names, or None when the ref does not exist."""
