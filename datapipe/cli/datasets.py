@@ -10,9 +10,9 @@ import click
 
 from datapipe.cli.options import storage_options
 from datapipe.errors import ConfigError, NotFoundError
-from datapipe.versioning.diff import diff_versions, sample_hashes
 from datapipe.versioning.gc import collect
 from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.sample_diff import diff_versions, sample_hashes
 from datapipe.versioning.store import Store, check_ref_name, open_dataset_url, parse_dataset_url
 from datapipe.versioning.verify import verify_version
 

@@ -11,8 +11,8 @@ import click
 
 from datapipe.cli.options import scheduler_timeout_option, storage_options
 from datapipe.errors import ConfigError
-from datapipe.versioning.compare import manifest_differences, sample_differences
 from datapipe.versioning.dvc import build_stage, find_repo, relative, update_dvc_yaml
+from datapipe.versioning.rebuild_report import manifest_differences, sample_differences
 from datapipe.versioning.store import Store, parse_dataset_url
 from datapipe.versioning.verify import verify_version
 

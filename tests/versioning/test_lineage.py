@@ -17,8 +17,8 @@ import pytest
 import datapipe
 from datapipe.builder.config import load_pipeline
 from datapipe.builder.run import build
-from datapipe.versioning.compare import lineage_changes
 from datapipe.versioning.manifest import CodeRef, SourceFile
+from datapipe.versioning.rebuild_report import lineage_changes
 from datapipe.versioning.store import Store
 from datapipe.versioning.verify import verify_version
 

@@ -14,9 +14,9 @@ from sample_data import simple_samples
 from datapipe.errors import ConfigError, FormatVersionError, NotFoundError
 from datapipe.formats.base import KEY
 from datapipe.formats.registry import get_format
-from datapipe.versioning.diff import diff_versions, sample_hashes
 from datapipe.versioning.gc import collect
 from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.sample_diff import diff_versions, sample_hashes
 from datapipe.versioning.store import Store, open_dataset_url, parse_dataset_url
 from datapipe.versioning.verify import verify_version
 

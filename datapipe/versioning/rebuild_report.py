@@ -1,6 +1,6 @@
-"""Why two manifests of one dataset differ: shards, fields, counts, and the lineage input that changed.
+"""The report of `datapipe check`: why a rebuild's manifest differs from the recorded one.
 
-`datapipe check` rebuilds a version and explains a different id with these lines.
+It names the shards, fields, counts, samples and lineage inputs that changed.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from datapipe.formats.base import KEY
 from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import get_format
 from datapipe.storage.fs import read_bytes
-from datapipe.versioning.diff import sample_locations
 from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.sample_diff import sample_locations
 from datapipe.versioning.store import VERSIONS, Store
 
 SAMPLES_SHOWN = 10  # changed samples described field by field; the rest are counted

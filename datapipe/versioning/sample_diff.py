@@ -1,4 +1,4 @@
-"""Compare two versions sample by sample, by key and content hash from the shard indexes."""
+"""The sample diff of two versions (`datapipe diff`): keys added, removed and changed, by the hashes in the indexes."""
 
 from __future__ import annotations
 
