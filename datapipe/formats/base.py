@@ -175,7 +175,7 @@ class ShardWriter(ABC):
             raise RuntimeError(f"{self.name}: write_encoded() after finish()")
         start = self._pos
         self._emit(memoryview(block.data).cast("B"))
-        self._index.add_encoded(block, start)
+        block.add_to_index(self._index, start)
 
     @classmethod
     def encode_samples(cls, keys: Sequence[str], fields: Mapping[str, Sequence[Any]]) -> EncodedSamples:
@@ -188,15 +188,7 @@ class ShardWriter(ABC):
         names = sorted(fields)
         for key, *values in zip(keys, *(fields[n] for n in names), strict=True):
             writer.write({KEY: key, **dict(zip(names, values, strict=True))})
-        index = writer._index.build(writer._pos)
-        starts = index.sample_start.astype(np.int64)
-        return EncodedSamples(
-            data=out.getvalue(), bounds=np.append(starts, writer._pos), hashes=index.sample_hash,
-            member_counts=np.diff(index.sample_members.astype(np.int64)),
-            member_offset=index.member_offset.astype(np.int64), member_size=index.member_size.astype(np.int64),
-            member_field=index.member_field.astype(np.int64), fields=index.fields, key_blob=index.key_blob,
-            key_ends=index.key_ends.astype(np.int64),
-        )
+        return EncodedSamples.from_index(out.getvalue(), writer._index.build(writer._pos))
 
     @abstractmethod
     def _write_sample(self, key: str, fields: dict[str, Any], sample_sha: Any) -> list[tuple[str, int, int]]:

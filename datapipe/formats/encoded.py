@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from datapipe.formats.index import HASH_SIZE
+from datapipe.formats.index import HASH_SIZE, IndexBuilder, ShardIndex
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,6 +34,27 @@ class EncodedSamples:
 
     def __len__(self) -> int:
         return len(self.member_counts)
+
+    @classmethod
+    def from_index(cls, data: bytes, index: ShardIndex) -> EncodedSamples:
+        """The block of every sample of a shard held in ``data`` and described by ``index``."""
+        starts = index.sample_start.astype(np.int64)
+        return cls(
+            data=data, bounds=np.append(starts, len(data)), hashes=index.sample_hash,
+            member_counts=np.diff(index.sample_members.astype(np.int64)),
+            member_offset=index.member_offset.astype(np.int64), member_size=index.member_size.astype(np.int64),
+            member_field=index.member_field.astype(np.int64), fields=index.fields, key_blob=index.key_blob,
+            key_ends=index.key_ends.astype(np.int64),
+        )
+
+    def add_to_index(self, index: IndexBuilder, offset: int) -> None:
+        """Record these samples in ``index``, the block having been written at byte ``offset`` of the shard."""
+        index.extend(
+            starts=self.bounds[:-1] + offset, ends=self.bounds[1:] + offset, hashes=self.hashes,
+            member_counts=self.member_counts, member_offsets=self.member_offset + offset,
+            member_sizes=self.member_size, member_fields=self.member_field, fields=self.fields,
+            key_blob=self.key_blob, key_ends=self.key_ends,
+        )
 
     def __reduce__(self) -> tuple:
         # the bytes as an out-of-band buffer: Dask moves them between workers without a pickle copy,

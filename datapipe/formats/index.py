@@ -15,15 +15,11 @@ import struct
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import crc32c
 import numpy as np
 
 from datapipe.errors import FormatVersionError, ShardCorruptError
-
-if TYPE_CHECKING:
-    from datapipe.formats.encoded import EncodedSamples
 
 MAGIC = b"DPIDX\x00\x00\x00"
 VERSION = 1
@@ -223,20 +219,30 @@ class IndexBuilder:
         self._keys += key.encode("utf-8", "surrogateescape")
         self._key_ends.append(len(self._keys))
 
-    def add_encoded(self, block: EncodedSamples, offset: int) -> None:
-        """Record every sample of an encoded block written at byte ``offset`` of the shard."""
+    def extend(
+        self, *, starts: np.ndarray, ends: np.ndarray, hashes: np.ndarray, member_counts: np.ndarray,
+        member_offsets: np.ndarray, member_sizes: np.ndarray, member_fields: np.ndarray, fields: Sequence[str],
+        key_blob: bytes, key_ends: np.ndarray,
+    ) -> None:
+        """Record many samples given as arrays: what ``add`` records for each, with array appends.
+
+        Sample i spans ``starts[i]:ends[i]`` of the shard and has the sha256 ``hashes[i]`` (an n x 32
+        uint8 array); its key is the UTF-8 of ``key_blob`` up to ``key_ends[i]``. Its ``member_counts[i]``
+        members follow those of sample i - 1 in ``member_offsets``, ``member_sizes`` and ``member_fields``
+        (positions in ``fields``).
+        """
         ids = self._field_ids
-        field_ids = np.array([ids.setdefault(f, len(ids)) for f in block.fields], dtype=np.uint32)
+        field_ids = np.array([ids.setdefault(f, len(ids)) for f in fields], dtype=np.uint32)
         u8 = lambda a: np.ascontiguousarray(a, dtype="<u8").tobytes()  # noqa: E731
-        self._start.frombytes(u8(block.bounds[:-1] + offset))
-        self._end.frombytes(u8(block.bounds[1:] + offset))
-        self._hashes += block.hashes.tobytes()
-        self._members.frombytes(u8(self._members[-1] + np.cumsum(block.member_counts)))
-        self._offset.frombytes(u8(block.member_offset + offset))
-        self._size.frombytes(u8(block.member_size))
-        self._field.frombytes(field_ids[block.member_field].astype("<u4").tobytes())
-        self._key_ends.frombytes(u8(block.key_ends + len(self._keys)))
-        self._keys += block.key_blob
+        self._start.frombytes(u8(starts))
+        self._end.frombytes(u8(ends))
+        self._hashes += np.ascontiguousarray(hashes, dtype=np.uint8).tobytes()
+        self._members.frombytes(u8(self._members[-1] + np.cumsum(member_counts)))
+        self._offset.frombytes(u8(member_offsets))
+        self._size.frombytes(u8(member_sizes))
+        self._field.frombytes(field_ids[member_fields].astype("<u4").tobytes())
+        self._key_ends.frombytes(u8(key_ends + len(self._keys)))
+        self._keys += key_blob
 
     def build(self, shard_size: int) -> ShardIndex:
         """The finished index for a shard of ``shard_size`` bytes."""

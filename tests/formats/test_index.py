@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sample_data import simple_samples
 
 from datapipe.errors import FormatVersionError, ShardCorruptError
-from datapipe.formats.index import MAGIC, ShardIndex
+from datapipe.formats.index import MAGIC, IndexBuilder, ShardIndex
 from datapipe.formats.shards import index_path, open_shard, write_shard
 
 
@@ -65,3 +66,24 @@ def test_damaged_index_file_named_when_opening_shard(tmp_path):
     idx.write_bytes(idx.read_bytes()[:-3])
     with pytest.raises(ShardCorruptError, match=str(idx)):
         open_shard(path)
+
+
+def test_extend_records_what_add_records_sample_by_sample():
+    rows = [("a", 0, 10, [("x", 1, 4), ("y", 6, 3)]), ("bé", 10, 30, []), ("c", 30, 31, [("y", 30, 1)])]
+    one_by_one, at_once = IndexBuilder(1), IndexBuilder(1)
+    one_by_one.add("z", 0, 0, bytes(32), [("w", 0, 0)])  # rows already there: extend appends after them
+    at_once.add("z", 0, 0, bytes(32), [("w", 0, 0)])
+    hashes = [bytes([i]) * 32 for i in range(len(rows))]
+    for (key, start, end, members), digest in zip(rows, hashes, strict=True):
+        one_by_one.add(key, start, end, digest, members, ["x", "y"])
+    keys = [key.encode() for key, *_ in rows]
+    at_once.extend(
+        starts=np.array([r[1] for r in rows]), ends=np.array([r[2] for r in rows]),
+        hashes=np.frombuffer(b"".join(hashes), dtype=np.uint8).reshape(-1, 32),
+        member_counts=np.array([len(r[3]) for r in rows]),
+        member_offsets=np.array([m[1] for r in rows for m in r[3]]),
+        member_sizes=np.array([m[2] for r in rows for m in r[3]]),
+        member_fields=np.array([("x", "y").index(m[0]) for r in rows for m in r[3]]), fields=("x", "y"),
+        key_blob=b"".join(keys), key_ends=np.cumsum([len(k) for k in keys]),
+    )
+    assert at_once.build(31).to_bytes() == one_by_one.build(31).to_bytes()
