@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import SampleError
-from datapipe.formats.base import KEY, check_field, check_key
+from datapipe.formats.base import KEY
+from datapipe.formats.keys import check_field, check_key
 
 KINDS = ("int", "float", "str", "bytes", "npy", "json")
 

@@ -1,11 +1,10 @@
-"""What every shard format implements, and the rules for sample keys and field names."""
+"""What every shard format implements: a writer and a reader of one shard."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import io
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ import numpy as np
 from datapipe.errors import ConfigError, IndexRequiredError, SampleError, ShardCorruptError
 from datapipe.formats.encoded import EncodedSamples
 from datapipe.formats.index import IndexBuilder, ShardIndex
+from datapipe.formats.keys import check_field, check_key, plain_keys
 from datapipe.storage.local import Buffer, drop_pages, release
 
 KEY = "__key__"
@@ -23,48 +23,6 @@ KEY = "__key__"
 # A sample: {"__key__": str, field: payload, ...}. Tar payloads are bytes-like; TFRecord also
 # holds int64 and float lists (see the tfrecord package).
 Sample = dict[str, Any]
-
-
-# Unicode categories Cc (controls, NUL included) and Cs (lone surrogates), as one character class.
-_BAD_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def _bad_char(text: str) -> str | None:
-    """The first NUL, control or lone-surrogate character of ``text`` (these cannot travel in a name)."""
-    match = _BAD_CHARS.search(text)
-    return match.group() if match else None
-
-
-def check_key(key: object, *, allow_dots: bool) -> str:
-    """Validate a sample key: a non-empty str without '/', NUL or control characters.
-
-    WebDataset readers split a member name at the first '.' of its basename, so the tar format
-    passes ``allow_dots=False`` and a key with a dot is refused rather than silently split.
-    """
-    if not isinstance(key, str) or not key:
-        raise SampleError(f"sample key must be a non-empty str, got {key!r}")
-    if "/" in key:
-        raise SampleError(f"sample key {key!r} contains '/'; keys name one sample, not a path")
-    bad = _bad_char(key)
-    if bad is not None:
-        raise SampleError(f"sample key {key!r} contains the control character {bad!r}")
-    if not allow_dots and "." in key:
-        raise SampleError(
-            f"sample key {key!r} contains '.', which WebDataset readers take as the start of the field "
-            "name; replace the dots (e.g. with '_') in a map stage, or use the tfrecord format"
-        )
-    return key
-
-
-def check_field(name: object, key: str) -> str:
-    """Validate a field name (the tar extension): non-empty, no '/', NUL or control characters."""
-    if not isinstance(name, str) or not name:
-        raise SampleError(f"sample {key!r}: field names must be non-empty str, got {name!r}")
-    if "/" in name or _bad_char(name) is not None or name.startswith("__"):
-        raise SampleError(
-            f"sample {key!r}: field name {name!r} is not allowed (no '/', control characters or leading '__')"
-        )
-    return name
 
 
 @dataclass(frozen=True)
@@ -144,7 +102,7 @@ class ShardWriter(ABC):
         if not run:
             return
         keys = [sample.get(KEY) for sample in run]
-        if not self._plain_keys(keys):
+        if not plain_keys(keys, allow_dots=self.allow_dots_in_keys):
             for sample in run:  # raises for the first sample that write() would refuse
                 check_key(sample.get(KEY), allow_dots=self.allow_dots_in_keys)
         names = sorted(check_field(k, str(keys[0])) for k in layout if k != KEY)
@@ -157,13 +115,6 @@ class ShardWriter(ABC):
                 seen.add(key)
         self._keys |= fresh
         self.write_encoded(self.encode_samples(keys, {n: [s[n] for s in run] for n in names}))
-
-    def _plain_keys(self, keys: list[Any]) -> bool:
-        """Whether every key passes ``check_key``, tested on all of them at once."""
-        if not all(type(k) is str and k for k in keys):
-            return False
-        joined = "".join(keys)  # a bad character of any key is one of the whole
-        return "/" not in joined and (self.allow_dots_in_keys or "." not in joined) and _bad_char(joined) is None
 
     def write_encoded(self, block: EncodedSamples) -> None:
         """Append samples that ``encode_samples`` encoded: one write, index rows appended as arrays.
