@@ -43,6 +43,9 @@ class ShardWriter(ABC):
 
     format_code: ClassVar[int]
     allow_dots_in_keys: ClassVar[bool]
+    # True where the format's ``encode_samples`` is faster than writing samples one by one:
+    # ``write_many`` then encodes runs of samples column-wise.
+    encodes_columns: ClassVar[bool] = False
 
     def __init__(self, out: BinaryIO, name: str = "<stream>") -> None:
         self.name = name
@@ -75,8 +78,8 @@ class ShardWriter(ABC):
     def write_many(self, samples: Iterable[Mapping[str, Any] | EncodedSamples], chunk: int = 4096) -> None:
         """Append samples (and encoded blocks) in order: what ``write`` does to each, with the same checks,
         but runs of samples with the same fields are encoded column-wise by ``encode_samples``."""
-        if type(self).encode_samples.__func__ is ShardWriter.encode_samples.__func__:  # type: ignore[attr-defined]
-            for sample in samples:  # no faster encoder than writing one by one
+        if not self.encodes_columns:
+            for sample in samples:
                 self.write_encoded(sample) if isinstance(sample, EncodedSamples) else self.write(sample)
             return
         run: list[Mapping[str, Any]] = []
@@ -132,7 +135,8 @@ class ShardWriter(ABC):
     def encode_samples(cls, keys: Sequence[str], fields: Mapping[str, Sequence[Any]]) -> EncodedSamples:
         """Samples given column-wise, encoded exactly as ``write`` would emit them, for ``write_encoded``.
 
-        This general version runs a writer into memory; formats override it with faster code.
+        This general version runs a writer into memory; a format that overrides it with faster code
+        sets ``encodes_columns``.
         """
         out = io.BytesIO()
         writer = cls(out)
@@ -218,6 +222,7 @@ class ShardReader(ABC):
         self.copy = copy
         self.verify_crc = verify_crc
         self.index = index
+        self._key_array: np.ndarray | None = None
         if index is not None:
             self._check_index(index)
 
@@ -280,25 +285,14 @@ class ShardReader(ABC):
 
     def key_array(self) -> np.ndarray:
         """Every key of the shard, as ``ShardIndex.key_array`` gives them (built once per reader)."""
-        keys = getattr(self, "_keys", None)
-        if keys is None:
-            keys = self._keys = self._require_index().key_array()
-        return keys
+        if self._key_array is None:
+            self._key_array = self._require_index().key_array()
+        return self._key_array
 
     def gather_keys(self, indices: Sequence[int]) -> list[str]:
         """Keys of samples ``indices``."""
         keys = self.key_array()[np.asarray(indices, dtype=np.int64)].tolist()
         return list(map(bytes.decode, keys)) if keys and isinstance(keys[0], bytes) else keys  # 2x astype("U")
-
-    def spans(self, indices: Sequence[int], field: str) -> tuple[Any, Any] | None:
-        """Payload (offsets, sizes) arrays of ``field`` within the buffer, or None when payloads are not
-        plain byte ranges of the file (TFRecord's live inside serialised protos)."""
-        return None
-
-    @property
-    def buffer(self) -> memoryview:
-        """The shard's bytes (for readers of ``spans``)."""
-        return self._view
 
     def keys(self) -> list[str]:
         """Every key in shard order (from the index when present, else by a scan)."""
@@ -342,3 +336,19 @@ class ShardReader(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SpanReader(ShardReader):
+    """A reader of a format whose payloads are plain byte ranges of the shard (tar's members; not
+    TFRecord's, which live inside serialised protos): a batch's payloads can be copied straight
+    from the shard's bytes."""
+
+    @abstractmethod
+    def spans(self, indices: Sequence[int], field: str) -> tuple[np.ndarray, np.ndarray]:
+        """Payload (offsets, sizes) int64 arrays of ``field`` within ``buffer`` for samples ``indices``;
+        SampleError names the first sample that lacks the field."""
+
+    @property
+    def buffer(self) -> memoryview:
+        """The shard's bytes, which ``spans`` index into."""
+        return self._view

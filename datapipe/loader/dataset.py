@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import ConfigError, NotFoundError, SampleError, ShardCorruptError
-from datapipe.formats.base import Sample, ShardReader
+from datapipe.formats.base import Sample, ShardReader, SpanReader
 from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import get_format
 from datapipe.loader.columns import Column, batch_order
@@ -174,14 +174,14 @@ class Dataset:
                 part_keys.extend(reader.gather_keys(rows))
                 scattered = self._read_scattered(shard, reader, rows)
                 for name, column in columns.items():
-                    spans = reader.spans(rows, name)
-                    if spans is not None and scattered is not None:
-                        copy, shift = scattered
-                        column.add_spans(group, copy, spans[0] + shift, spans[1])
-                    elif spans is not None:
-                        column.add_spans(group, reader.buffer, *spans)
-                    else:
+                    if not isinstance(reader, SpanReader):  # payloads are not byte ranges of the shard
                         column.add_objects(group, reader.gather(rows, [name])[1][name])
+                    elif scattered is not None:
+                        copy, shift = scattered
+                        offsets, sizes = reader.spans(rows, name)
+                        column.add_spans(group, copy, offsets + shift, sizes)
+                    else:
+                        column.add_spans(group, reader.buffer, *reader.spans(rows, name))
             except SampleError as e:
                 raise ConfigError(f"{e}; select the fields every sample has with fields=[...]") from None
         if len(groups) > 1:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sample_data import field_names, keys, payload, plain, simple_samples
 
 from datapipe.errors import ConfigError, SampleError, ShardCorruptError
-from datapipe.formats.base import KEY
+from datapipe.formats.base import KEY, SpanReader
 from datapipe.formats.registry import FORMATS, ShardFormat
 from datapipe.formats.shards import build_index, index_path, open_shard, read_index, write_shard
 
@@ -62,6 +62,12 @@ def check_round_trip(tmp_path: Path, fmt: ShardFormat, samples: list[dict]) -> N
             reader[len(samples)]
         # the index a scan builds is the one the writer built, byte for byte
         assert reader.build_index().to_bytes() == written.index.to_bytes()
+        if isinstance(reader, SpanReader) and samples:  # payloads are byte ranges of the shard: spans find them
+            rows = list(range(len(samples)))[::-1]
+            for name in sorted(set.intersection(*(set(s) - {KEY} for s in samples))):
+                offsets, sizes = reader.spans(rows, name)
+                found = [bytes(reader.buffer[a : a + b]) for a, b in zip(offsets.tolist(), sizes.tolist(), strict=True)]
+                assert found == [bytes(samples[i][name]) for i in rows]
 
 
 class TestRoundTrip:

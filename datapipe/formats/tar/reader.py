@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import SampleError, ShardCorruptError
-from datapipe.formats.base import KEY, Sample, ScanEntry, ShardReader
+from datapipe.formats.base import KEY, Sample, ScanEntry, SpanReader
 from datapipe.formats.tar.headers import (
     BLOCK,
     DIRECTORY,
@@ -50,7 +50,7 @@ def unsafe_name(name: str) -> bool:
     return name.startswith("/") or ".." in name.split("/")
 
 
-class TarShardReader(ShardReader):
+class TarShardReader(SpanReader):
     """Reader for tar shards; see the module docstring for what a scan skips."""
 
     format_code = TAR_FORMAT_CODE

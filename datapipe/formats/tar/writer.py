@@ -34,6 +34,7 @@ class TarShardWriter(ShardWriter):
 
     format_code = TAR_FORMAT_CODE
     allow_dots_in_keys = False
+    encodes_columns = True
 
     def _write_sample(self, key: str, fields: dict[str, Any], sample_sha: Any) -> list[tuple[str, int, int]]:
         members = []
