@@ -292,7 +292,8 @@ class ShardReader(ABC):
     def gather_keys(self, indices: Sequence[int]) -> list[str]:
         """Keys of samples ``indices``."""
         keys = self.key_array()[np.asarray(indices, dtype=np.int64)].tolist()
-        return list(map(bytes.decode, keys)) if keys and isinstance(keys[0], bytes) else keys  # 2x astype("U")
+        # fixed-width keys come back as bytes; decoding each is quicker than numpy's astype("U")
+        return list(map(bytes.decode, keys)) if keys and isinstance(keys[0], bytes) else keys
 
     def keys(self) -> list[str]:
         """Every key in shard order (from the index when present, else by a scan)."""
