@@ -166,3 +166,7 @@ def test_readme_is_a_short_front_door_with_the_two_commands_first():
     assert ".venv/bin/pip install -e '.[examples]' && .venv/bin/python pipelines/prepare_digits.py && " \
            ".venv/bin/datapipe build pipelines/digits.yaml" in first
     assert ".venv/bin/pip install -e '.[dev]' && .venv/bin/python -m pytest -q" in first
+    # mkdocs checks the site's links; the README's point into the repository
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    missing = [t for t in targets if "://" not in t and not (REPO / t).exists()]
+    assert targets and not missing, missing
