@@ -65,3 +65,24 @@ def test_damaged_index_file_named_when_opening_shard(tmp_path):
     idx.write_bytes(idx.read_bytes()[:-3])
     with pytest.raises(ShardCorruptError, match=str(idx)):
         open_shard(path)
+
+
+def test_open_shard_checks_what_a_manifest_records(tmp_path):
+    """The loader opens its shards with open_shard: index stored elsewhere, size and sha256 from the manifest."""
+    import hashlib
+
+    from datapipe.errors import NotFoundError
+
+    path = tmp_path / "s.tar"
+    write_shard(path, simple_samples(5))
+    moved = tmp_path / "elsewhere.idx"
+    index_path(path).rename(moved)
+    size, digest = path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
+    with open_shard(path, index_file=moved, name="store/s.tar", size=size, sha256=digest) as reader:
+        assert reader.name == "store/s.tar" and len(reader.index) == 5
+    with pytest.raises(ShardCorruptError, match="the manifest says 1"):
+        open_shard(path, index_file=moved, size=1)
+    with pytest.raises(ShardCorruptError, match="sha256 does not match the manifest"):
+        open_shard(path, index_file=moved, sha256="0" * 64)
+    with pytest.raises(NotFoundError, match="no such file"):
+        open_shard(path, index_file=tmp_path / "absent.idx")
