@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from datapipe.loader.collate import Decoder, collate
+from datapipe.loader.collate import Decoder, collate, decoders_for
 from datapipe.loader.dataset import Dataset
 from datapipe.loader.download import Downloader, first_uses
 from datapipe.loader.pool import BufferPool
 from datapipe.loader.schedule import BatchPlan, EpochOrder
+from datapipe.loader.settings import LoaderSettings
+from datapipe.loader.world import World
 
 DROP_BYTES = 8 << 20  # a batch source unmaps the shard pages it has read once they add up to this
 CHUNK_BYTES = 8 << 20  # small batches are read and collated this many stored bytes at a time ...
@@ -21,36 +24,47 @@ CHUNK_BATCHES = 8  # ... but at most this many batches at once
 
 @dataclass(frozen=True)
 class BatchSource:
-    """Rank ``rank``'s batches of one epoch under ``plan``, read from ``dataset``."""
+    """Rank ``world.rank``'s batches of epoch ``epoch`` under ``settings``, read from ``dataset``, starting at
+    epoch position ``position`` (the samples all ranks consumed of the epoch so far)."""
 
     dataset: Dataset
-    plan: BatchPlan
-    rank: int
-    seed: int
-    epoch: int
-    shuffle: bool
-    block_shards: int
-    decoders: dict[str, Decoder]
-    download_ahead: int = 0
+    settings: LoaderSettings
+    world: World
+    epoch: int = 0
+    position: int = 0
+    decoders: dict[str, Decoder] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:  # the fields and decoders asked for, checked against the dataset's now
+        decoders = decoders_for(self.dataset.fields, self.settings.fields, self.settings.decode)
+        object.__setattr__(self, "decoders", decoders)
+
+    @cached_property
+    def plan(self) -> BatchPlan:
+        """Which epoch positions each of the world's batch steps holds, from ``position`` on."""
+        settings = self.settings
+        return BatchPlan(len(self.dataset), settings.batch_size, self.world.world_size, settings.drop_last,
+                         self.position)
 
     def _shards(self, order: EpochOrder, steps: Iterable[int]) -> Iterator[list[int]]:
         for step in steps:
-            shard_ids, _ = order.locate(self.plan.positions(self.rank, step))
+            shard_ids, _ = order.locate(self.plan.positions(self.world.rank, step))
             yield list(dict.fromkeys(shard_ids.tolist()))
 
     def done_at(self, order: EpochOrder) -> np.ndarray:
         """Per shard, the epoch position from which ``order`` reads it no more: the end of its block when
         shuffled (a block's shards are read together), else the end of the shard itself."""
-        if not self.shuffle:
+        if not self.settings.shuffle:
             return order.shard_starts[1:]
         n = len(order.shard_sizes)
         block = np.empty(n, dtype=np.int64)
-        block[order.shard_order] = np.arange(n) // max(1, int(self.block_shards))
+        block[order.shard_order] = np.arange(n) // max(1, int(self.settings.block_shards))
         return order.block_starts[block + 1]
 
     def order(self) -> EpochOrder:
         """The epoch's global order (built per process; holds one block's permutation at a time)."""
-        return EpochOrder(self.dataset.shard_sizes, self.seed, self.epoch, self.shuffle, self.block_shards)
+        settings = self.settings
+        return EpochOrder(self.dataset.shard_sizes, settings.seed, self.epoch, settings.shuffle,
+                          settings.block_shards)
 
     def chunk_batches(self, defer_ragged: bool) -> int:
         """How many consecutive steps to read and collate as one: about half of a small batch's cost is per
@@ -80,9 +94,9 @@ class BatchSource:
         if not isinstance(steps, range):
             steps = list(steps)  # read twice (the downloader's order, then the batches); a range stays O(1)
         downloader = None
-        if self.download_ahead and self.dataset.cache is not None:
+        if self.settings.download_ahead and self.dataset.cache is not None:
             downloader = Downloader(self.dataset, first_uses(self._shards(self.order(), steps)),
-                                    self.download_ahead)
+                                    self.settings.download_ahead)
         done_at = self.done_at(order) if self.dataset.cache is not None else None
         in_use: set[int] = set()
         opened: set[int] = set()
@@ -100,7 +114,7 @@ class BatchSource:
                 while following is not None and len(chunk_steps) < chunk:
                     chunk_steps.append(following)
                     following = next(upcoming, None)
-                positions = [self.plan.positions(self.rank, step) for step in chunk_steps]
+                positions = [self.plan.positions(self.world.rank, step) for step in chunk_steps]
                 shard_ids, local = order.locate(positions[0] if chunk == 1 else np.concatenate(positions))
                 keys, columns = self.dataset.read_columns(shard_ids, local, list(self.decoders))
                 if downloader is not None:  # after the read: the consumer holds the shards it opened now
@@ -123,7 +137,7 @@ class BatchSource:
                     unmapped_bytes = 0
                 if done_at is not None:
                     in_use.update(shard_ids.tolist())
-                    after = None if following is None else int(self.plan.positions(self.rank, following).min())
+                    after = None if following is None else int(self.plan.positions(self.world.rank, following).min())
                     for shard in [s for s in in_use if after is None or done_at[s] <= after]:
                         in_use.discard(shard)
                         mapped.discard(shard)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import math
+import os
 import pickle
 import secrets
 import traceback
@@ -39,10 +40,12 @@ from datapipe.errors import ConfigError, DatapipeError
 from datapipe.loader import copies
 from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import Decoder
-from datapipe.loader.dataset import Dataset
+from datapipe.loader.dataset import Dataset, open_dataset
 from datapipe.loader.packing import pack, unpack
 from datapipe.loader.prefetch import prefetch as prefetched
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, DropLast, worker_steps
+from datapipe.loader.settings import LoaderSettings
+from datapipe.loader.world import resolve_world
 
 PIPE_LIMIT = 64 << 10  # bytes of a packed batch below which workers pickle it rather than share memory
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
@@ -215,15 +218,13 @@ class ShardDataset(IterableDataset):
                  fields: Sequence[str] | None = None, decode: Mapping[str, Decoder] | None = None,
                  prefetch: int | None = None, block_shards: int = DEFAULT_BLOCK_SHARDS,
                  position: int = 0) -> None:
-        from datapipe.loader.loader import Loader
-
-        loader = Loader(dataset, batch_size, shuffle, seed, rank, world_size, 0, prefetch, drop_last, fields, decode,
-                        block_shards=block_shards)
-        loader.epoch, loader.position = epoch, position
-        plan = loader.plan()
-        self.source = loader._source(plan)
-        self.num_batches = plan.num_batches()
-        self.prefetch = loader.prefetch  # a thread ahead in each process only if asked: DataLoader prefetches
+        settings = LoaderSettings(batch_size, shuffle, seed, drop_last, block_shards, fields, decode, prefetch=prefetch)
+        dataset = open_dataset(dataset)
+        dataset.check_shards()
+        world = resolve_world(rank, world_size, os.environ, distributed_world)
+        self.source = BatchSource(dataset, settings, world, epoch, position)
+        self.num_batches = self.source.plan.num_batches()
+        self.prefetch = settings.prefetch  # a thread ahead in each process only if asked: DataLoader prefetches
 
     @classmethod
     def from_source(cls, source: BatchSource, num_batches: int, prefetch: int, packed: bool = False) -> ShardDataset:
