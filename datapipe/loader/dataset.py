@@ -190,7 +190,7 @@ class Dataset:
         buffer, and per sample the shift from shard offsets to that buffer; None to read through the map.
 
         Through the map, each scattered sample faults in its pages, and those pages must be unmapped
-        again after the batch to bound resident memory: 3-4x slower than the reads (benchmarks/README.md).
+        again after the batch to bound resident memory: slower than the reads (benchmarks/README.md).
         """
         index = reader.index
         if index is None or shard not in self._paths or len(rows) < 2 or int(rows[-1]) - int(rows[0]) == len(rows) - 1:

@@ -124,7 +124,7 @@ class ShardDataset(IterableDataset):
                 return handle, _pickled_layout(layout)
 
             try:  # no thread ahead here: the DataLoader asks each worker for `prefetch` batches ahead already,
-                # and a second thread in the worker only contended for its GIL (~1/4 of a W1 worker's time)
+                # and a second thread in the worker only contends for its GIL (benchmarks/README.md)
                 for (buffer, slot), layout in self.source.produce(steps, packed, True):
                     yield Packed(buffer, layout, slot)
             except DatapipeError as e:
@@ -167,8 +167,8 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
     dataset.token = secrets.token_hex(8)
     batches = iter(loader)
     _widen_pipe(getattr(batches, "_worker_result_queue", None))
-    # DataLoader.__next__ wraps each batch in a profiler record_function (~15 us, about a tenth of the
-    # training process's time per W1 batch); the batches themselves come from _next_data
+    # DataLoader.__next__ wraps each batch in a profiler record_function, a cost per batch worth skipping
+    # (benchmarks/README.md); the batches themselves come from _next_data
     next_batch = getattr(batches, "_next_data", batches.__next__)
     try:
         while True:
