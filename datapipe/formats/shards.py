@@ -9,11 +9,11 @@ from typing import Any, Literal
 
 from fsspec.implementations.local import LocalFileSystem
 
-from datapipe.errors import NotFoundError
+from datapipe.errors import NotFoundError, ShardCorruptError
 from datapipe.formats.base import ShardReader, WrittenShard
 from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import ShardFormat, format_for_path, get_format
-from datapipe.storage.fs import open_atomic, put_atomic
+from datapipe.storage.fs import open_atomic, put_atomic, sha256_of
 from datapipe.storage.local import atomic_write, map_file, release
 
 INDEX_SUFFIX = ".idx"
@@ -66,9 +66,9 @@ def write_index(shard: str | os.PathLike[str], index: ShardIndex) -> Path:
     return target
 
 
-def read_index(shard: str | os.PathLike[str]) -> ShardIndex | None:
-    """The index stored next to ``shard``, or None when there is none."""
-    target = index_path(shard)
+def read_index(shard: str | os.PathLike[str], index_file: str | os.PathLike[str] | None = None) -> ShardIndex | None:
+    """The index of ``shard`` (stored next to it, or at ``index_file``), or None when there is none."""
+    target = index_path(shard) if index_file is None else index_file
     try:
         data = map_file(target)
     except NotFoundError:
@@ -78,21 +78,36 @@ def read_index(shard: str | os.PathLike[str]) -> ShardIndex | None:
 
 def open_shard(
     path: str | os.PathLike[str],
-    fmt: str | None = None,
+    fmt: str | ShardFormat | None = None,
     *,
     index: bool | Literal["auto"] = "auto",
     copy: bool = False,
     verify_crc: bool = True,
+    index_file: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    size: int | None = None,
+    sha256: str | None = None,
 ) -> ShardReader:
     """Open a local shard through mmap. ``index='auto'`` uses ``<shard>.idx`` when it exists,
-    True requires it, False ignores it (sequential scan only)."""
+    True requires it, False ignores it (sequential scan only).
+
+    ``index_file``: the index is stored there instead, and required. ``name`` is what errors call
+    the shard (default: ``path``; for a cached copy, its store path). ``size`` and ``sha256``, where
+    given, are what a manifest records of the shard: a shard that differs is a ShardCorruptError.
+    """
     shard_format = _resolve(path, fmt)
-    name = os.fspath(path)
-    shard_index = read_index(path) if index else None
-    if index is True and shard_index is None:
+    name = os.fspath(path) if name is None else name
+    shard_index = read_index(path, index_file) if index or index_file is not None else None
+    if shard_index is None and index_file is not None:
+        raise NotFoundError(f"{os.fspath(index_file)}: no such file (the index of {name})")
+    if shard_index is None and index is True:
         raise NotFoundError(f"{index_path(path)}: no index for this shard; build it with `datapipe index {name}`")
     buffer = map_file(path)
     try:
+        if size is not None and len(buffer) != size:
+            raise ShardCorruptError(name, f"{len(buffer)} bytes, the manifest says {size}")
+        if sha256 is not None and sha256_of(LocalFileSystem(), os.fspath(path)) != sha256:
+            raise ShardCorruptError(name, "sha256 does not match the manifest; the shard was changed or damaged")
         return shard_format.reader(buffer, name, shard_index, copy=copy, verify_crc=verify_crc)
     except BaseException:
         release(buffer)

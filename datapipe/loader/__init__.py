@@ -1,1 +1,1 @@
-"""Load: world, schedules, dataset access, collation, prefetch; the torch adapter in torch.py."""
+"""Load: world, settings, schedules, dataset access, collation, prefetch; the torch adapter in torch/."""

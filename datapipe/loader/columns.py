@@ -213,7 +213,7 @@ def _aligned(source: Any, offsets: np.ndarray, sizes: np.ndarray, width: int, ri
 
 def _gather(source: Any, offsets: np.ndarray, width: int) -> np.ndarray:
     """The ``width`` bytes at each of ``offsets`` of ``source``, as rows. Evenly spaced offsets (consecutive
-    samples of one layout, as unshuffled reads give) are a strided view, which numpy copies 2-3x faster
+    samples of one layout, as unshuffled reads give) are a strided view, which numpy copies faster
     than it gathers rows by a fancy index."""
     if len(offsets) > 1:
         step = int(offsets[1] - offsets[0])

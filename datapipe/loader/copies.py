@@ -1,8 +1,8 @@
 """Copies of big payloads into a batch array, split over a few threads.
 
-One core copies ~5-7 GB/s here, less than the memory system delivers: numpy releases the GIL
-for each slice copy, so two threads copying halves of a W2 batch (25 MB) reach 9-11 GB/s
-(benchmarks/README.md). Batches under PARALLEL_BYTES stay on the calling thread, where handing
+One core copies less than the memory system delivers, and numpy releases the GIL for each slice
+copy, so threads copying parts of a big batch go faster (benchmarks/README.md, "Where the time
+goes"). Batches under PARALLEL_BYTES stay on the calling thread, where handing
 work to another costs more than it saves. DataLoader workers copy on their own thread only
 (``set_threads(1)``): the workers already use the cores.
 """

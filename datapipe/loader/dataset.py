@@ -11,12 +11,11 @@ import numpy as np
 
 from datapipe.errors import ConfigError, NotFoundError, SampleError, ShardCorruptError
 from datapipe.formats.base import Sample, ShardReader, SpanReader
-from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import get_format
+from datapipe.formats.shards import open_shard
 from datapipe.loader.columns import Column, batch_order
 from datapipe.storage.cache import CachedFile, ShardCache
-from datapipe.storage.fs import is_local, sha256_of
-from datapipe.storage.local import map_file
+from datapipe.storage.fs import is_local
 from datapipe.storage.retry import RetryPolicy
 from datapipe.versioning.manifest import Manifest
 from datapipe.versioning.store import VERSIONS, Store, open_dataset_url
@@ -90,26 +89,23 @@ class Dataset:
 
     def _open(self, shard: int) -> ShardReader:
         entry = self.manifest.shards[shard]
-        fs, path = self.store.fs, self.shard_path(shard)
+        path = self.shard_path(shard)
         index_file = self.store.path(self.name, VERSIONS, self.version, entry.index_path)
         try:
             if self.cache is None:
                 local = path
-                index_bytes: Any = map_file(index_file)
             else:  # remote: a verified local copy, mapped like a local shard
                 held = self.fetch(shard)
                 self._held[shard] = held
-                local, index_bytes = held[0].path, map_file(held[1].path)
-            buffer: Any = map_file(local)
-            self._paths[shard] = local
+                local, index_file = held[0].path, held[1].path
+            # the cache verified its copy; a local shard is hashed when asked
+            sha256 = entry.sha256 if self.verify and self.cache is None else None
+            reader = open_shard(local, self.format, index_file=index_file, name=path, size=entry.bytes,
+                                sha256=sha256)
         except (NotFoundError, FileNotFoundError):
             raise NotFoundError(f"{path}: shard {shard} of {self.name}@{self.version[:12]} is missing") from None
-        if len(buffer) != entry.bytes:
-            raise ShardCorruptError(path, f"{len(buffer)} bytes, the manifest says {entry.bytes}")
-        if self.verify and self.cache is None and sha256_of(fs, path) != entry.sha256:
-            raise ShardCorruptError(path, "sha256 does not match the manifest; the shard was changed or damaged")
-        index = ShardIndex.from_bytes(index_bytes, index_file)
-        return self.format.reader(buffer, path, index)
+        self._paths[shard] = local
+        return reader
 
     def fetch(self, shard: int) -> tuple[CachedFile, CachedFile]:
         """The cached, verified local copies of a remote shard and its index (held until closed)."""
@@ -194,7 +190,7 @@ class Dataset:
         buffer, and per sample the shift from shard offsets to that buffer; None to read through the map.
 
         Through the map, each scattered sample faults in its pages, and those pages must be unmapped
-        again after the batch to bound resident memory: 3-4x slower than the reads (benchmarks/README.md).
+        again after the batch to bound resident memory: slower than the reads (benchmarks/README.md).
         """
         index = reader.index
         if index is None or shard not in self._paths or len(rows) < 2 or int(rows[-1]) - int(rows[0]) == len(rows) - 1:

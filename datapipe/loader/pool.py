@@ -1,8 +1,8 @@
 """Reuse of big batch buffers in one process, once the consumer has let go of them.
 
-A fresh 25 MB buffer costs ~6,000 page faults (the allocator maps new memory for each one
-while several batches are alive: held by the loop, or ahead in a queue): more than copying the payloads into
-it. Buffers are taken back when CPython's reference count shows that only the pool holds them;
+A fresh big buffer costs a page fault per 4 KiB page (the allocator maps new memory for each one
+while several batches are alive: held by the loop, or ahead in a queue): more than copying the payloads
+into it. Buffers are taken back when CPython's reference count shows that only the pool holds them;
 batches handed on (a tensor over the buffer, a slice of it) keep theirs alive until dropped.
 """
 
@@ -20,8 +20,8 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux
 
 def fresh_buffer(nbytes: int) -> np.ndarray:
     """A new uint8 array whose pages the kernel maps in one call (MAP_POPULATE) rather than one fault per 4 KiB
-    page at first write: a 25 MB buffer's first fill 15-17 ms -> 6-7 ms here (a warm fill is ~3.3 ms).
-    Each process pays that for the buffers it keeps in flight, a W2 epoch in a fresh process ~6 of them."""
+    page at first write, which makes a new buffer's first fill faster (benchmarks/README.md). Each process
+    pays that once for each buffer it keeps in flight."""
     if not _POPULATE:
         return np.empty(nbytes, dtype=np.uint8)
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE)

@@ -1,27 +1,29 @@
-"""Who is reading: a rank of a world of ranks, and a DataLoader worker of that rank. A value, built at the edge."""
+"""Who is reading: a rank of a world of ranks. A value, built at the edge from arguments or what is detected."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from datapipe.errors import ConfigError
 
+Detect = Callable[[], tuple[int, int] | None]  # (rank, world size) of a running job, or None
+
 
 @dataclass(frozen=True)
 class World:
-    """Rank ``rank`` of ``world_size`` ranks, DataLoader worker ``worker`` of ``num_workers`` (0 = in process)."""
+    """Rank ``rank`` of ``world_size`` ranks.
+
+    (A rank's DataLoader workers are not part of it: which worker makes which batch is dealt inside
+    the workers, from the DataLoader's worker info, by ``schedule.worker_steps``.)
+    """
 
     rank: int = 0
     world_size: int = 1
-    worker: int = 0
-    num_workers: int = 0
 
     def __post_init__(self) -> None:
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ConfigError(f"rank {self.rank} is not within a world of {self.world_size}")
-        if self.num_workers < 0 or (self.num_workers and not 0 <= self.worker < self.num_workers):
-            raise ConfigError(f"worker {self.worker} is not within {self.num_workers} workers")
 
 
 def world_from_env(env: Mapping[str, str]) -> tuple[int, int] | None:
@@ -32,3 +34,18 @@ def world_from_env(env: Mapping[str, str]) -> tuple[int, int] | None:
         except ValueError:
             raise ConfigError(f"RANK={env['RANK']!r} and WORLD_SIZE={env['WORLD_SIZE']!r} must be integers") from None
     return None
+
+
+def resolve_world(rank: int | None, world_size: int | None, env: Mapping[str, str],
+                  detect: Detect | None = None) -> World:
+    """The world: ``rank`` and ``world_size`` as given, else what ``detect`` finds (torch.distributed's
+    default process group, say), else RANK/WORLD_SIZE in ``env``, else rank 0 of 1."""
+    if rank is not None and world_size is not None:
+        return World(rank, world_size)
+    if rank is not None or world_size is not None:
+        raise ConfigError("give both rank and world_size, or neither (then they are detected)")
+    detected = detect() if detect is not None else None
+    if detected is not None:
+        return World(*detected)
+    from_env = world_from_env(env)
+    return World(*from_env) if from_env else World()

@@ -87,3 +87,24 @@ def test_extend_records_what_add_records_sample_by_sample():
         key_blob=b"".join(keys), key_ends=np.cumsum([len(k) for k in keys]),
     )
     assert at_once.build(31).to_bytes() == one_by_one.build(31).to_bytes()
+
+
+def test_open_shard_checks_what_a_manifest_records(tmp_path):
+    """The loader opens its shards with open_shard: index stored elsewhere, size and sha256 from the manifest."""
+    import hashlib
+
+    from datapipe.errors import NotFoundError
+
+    path = tmp_path / "s.tar"
+    write_shard(path, simple_samples(5))
+    moved = tmp_path / "elsewhere.idx"
+    index_path(path).rename(moved)
+    size, digest = path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
+    with open_shard(path, index_file=moved, name="store/s.tar", size=size, sha256=digest) as reader:
+        assert reader.name == "store/s.tar" and len(reader.index) == 5
+    with pytest.raises(ShardCorruptError, match="the manifest says 1"):
+        open_shard(path, index_file=moved, size=1)
+    with pytest.raises(ShardCorruptError, match="sha256 does not match the manifest"):
+        open_shard(path, index_file=moved, sha256="0" * 64)
+    with pytest.raises(NotFoundError, match="no such file"):
+        open_shard(path, index_file=tmp_path / "absent.idx")

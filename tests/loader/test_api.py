@@ -229,7 +229,7 @@ def test_pin_memory_gives_the_same_batches(toy, workers, monkeypatch):
     """pin_memory=True: the same batches. This machine has no CUDA, so page-locked buffers are stood in for by
     plain ones to run the pinned path (gathered into one buffer ahead, unpacked into views); benchmarks/
     gpu_transfer.py checks real pinning and copies to a GPU."""
-    import datapipe.loader.torch as loader_torch
+    from datapipe.loader.torch import dataloader as loader_torch
 
     def kwargs(pin):
         return dict(batch_size=5, num_workers=workers, shuffle=True, seed=3, pin_memory=pin, decode={"bin": "ragged"})
@@ -244,7 +244,7 @@ def test_pin_memory_gives_the_same_batches(toy, workers, monkeypatch):
         return tensor, tensor.numpy()
 
     monkeypatch.setattr(loader_torch, "can_pin", lambda: True)
-    monkeypatch.setattr(loader_torch, "_pinned_buffer", buffer)
+    monkeypatch.setattr(loader_torch, "pinned_buffer", buffer)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self.clone())
     if workers:  # the DataLoader's pinning thread needs a device: call what it calls on each worker batch
         packed = loader_torch.Packed(np.arange(10, dtype=np.uint8), [], None).pin_memory()

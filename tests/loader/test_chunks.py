@@ -21,7 +21,7 @@ def test_batches_read_a_few_at_a_time_equal_batches_read_one_by_one(toy, monkeyp
     def epoch() -> list:
         loader = datapipe.Loader(toy, batch_size=2, shuffle=shuffle, seed=7, rank=1, world_size=2, num_workers=0,
                                  drop_last=drop_last, fields=["bin", "cls"], decode={"bin": "ragged"})
-        source = loader._source(loader.plan())
+        source = loader.batch_source()
         chunk = source.chunk_batches(False)
         out = []
         assert len(loader) > 2 * CHUNK_BATCHES and len(loader) % CHUNK_BATCHES  # chunks, and a last one cut short
@@ -45,9 +45,9 @@ def count(payload: bytes) -> int:
 
 def test_user_decoders_and_images_are_not_read_ahead(toy):
     loader = datapipe.Loader(toy, batch_size=3, num_workers=0, decode={"bin": count})
-    assert loader._source(loader.plan()).chunk_batches(False) == 1
+    assert loader.batch_source().chunk_batches(False) == 1
     loader = datapipe.Loader(toy, batch_size=3, num_workers=0)
-    source: BatchSource = loader._source(loader.plan())
+    source: BatchSource = loader.batch_source()
     assert source.chunk_batches(False) == CHUNK_BATCHES and source.chunk_batches(True) == 1
 
 

@@ -160,8 +160,8 @@ def _received(sent):
 
 
 def test_a_worker_reuses_a_segment_once_its_slot_is_released():
-    from datapipe.loader import torch as loader_torch
-    from datapipe.loader.torch import SegmentBatch, WorkerSegments, slot_table
+    from datapipe.loader.torch import segments
+    from datapipe.loader.torch.segments import SegmentBatch, WorkerSegments, slot_table
 
     table = slot_table(2, prefetch=2)
     slots = table.shape[1]
@@ -185,12 +185,12 @@ def test_a_worker_reuses_a_segment_once_its_slot_is_released():
     (bigger, bigger_slot), _ = worker.allocate(5000)  # a free segment too small for the batch is replaced
     assert bigger_slot == (1, 0) and bigger.segment.numel() == 5000 and bigger.segment_id != sent.segment_id
     assert not np.shares_memory(_received(bigger), first)
-    assert sent.segment_id not in loader_torch._RECEIVED  # the replaced segment is let go
+    assert sent.segment_id not in segments._RECEIVED  # the replaced segment is let go
     for _ in range(slots):  # every slot busy: fresh segments, not pooled, sent whole each time
         (extra, extra_slot), _ = worker.allocate(100)
     assert extra_slot is None and table[0].sum() == 0
-    loader_torch.forget_segments("run")
-    assert not any(k[0] == "run" for k in loader_torch._RECEIVED)
+    segments.forget_segments("run")
+    assert not any(k[0] == "run" for k in segments._RECEIVED)
 
 
 @pytest.mark.parametrize("received_as", ["array", "tensor"])
@@ -198,14 +198,15 @@ def test_the_training_process_releases_a_slot_when_the_batch_buffer_dies(receive
     """A pooled batch arrives as a numpy array (SegmentBatch), an unpooled or pinned one as a tensor."""
     import torch
 
-    from datapipe.loader.torch import Releases, _tensor_view, slot_table
+    from datapipe.loader.torch.segments import Releases, slot_table
+    from datapipe.loader.torch.tensors import tensor_view
 
     table = slot_table(1, prefetch=1)
     table[0, 3] = 1
     releases = Releases(table)
     received = np.zeros(64, dtype=np.uint8) if received_as == "array" else torch.zeros(64, dtype=torch.uint8)
     releases.track(received, (0, 3))
-    view = _tensor_view(received, 8, "<i8", (1,))  # a tensor of the batch keeps its buffer alive
+    view = tensor_view(received, 8, "<i8", (1,))  # a tensor of the batch keeps its buffer alive
     del received
     releases.track(torch.zeros(1), None)
     assert table[0, 3] == 1

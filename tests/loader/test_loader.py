@@ -186,7 +186,7 @@ def test_ragged_batches_are_the_same_in_process_and_from_workers(tmp_path, monke
     # with a tiny PIPE_LIMIT every batch is packed into a worker's shared-memory segments, and
     # 20 batches over 2 workers reuse each segment once the loop below has dropped its batch
     if shared:
-        monkeypatch.setattr("datapipe.loader.torch.PIPE_LIMIT", 1024)
+        monkeypatch.setattr("datapipe.loader.torch.dataloader.PIPE_LIMIT", 1024)
     url = fixed_size_dataset(tmp_path, 4096, 160)
     runs = {w: [ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=w,
                                                             decode={"bin": "ragged"})] for w in (0, 2)}
@@ -200,9 +200,9 @@ def test_ragged_batches_are_the_same_in_process_and_from_workers(tmp_path, monke
 
 def test_a_shared_memory_segment_crosses_to_the_training_process_once(tmp_path, monkeypatch):
     """Later batches in a segment travel as its id (a segment costs a socket round trip to pass)."""
-    from datapipe.loader import torch as loader_torch
+    from datapipe.loader.torch import dataloader, segments
 
-    monkeypatch.setattr(loader_torch, "PIPE_LIMIT", 1024)
+    monkeypatch.setattr(dataloader, "PIPE_LIMIT", 1024)
     crossed = []
 
     class Segments(dict):  # the training process's segments by id: each is stored as it crosses
@@ -210,7 +210,7 @@ def test_a_shared_memory_segment_crosses_to_the_training_process_once(tmp_path, 
             crossed.append(key)
             super().__setitem__(key, value)
 
-    monkeypatch.setattr(loader_torch, "_RECEIVED", Segments())
+    monkeypatch.setattr(segments, "_RECEIVED", Segments())
     url = fixed_size_dataset(tmp_path, 4096, 480)
     batches = [ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=2, prefetch=1,
                                                            decode={"bin": "ragged"})]
@@ -218,7 +218,7 @@ def test_a_shared_memory_segment_crosses_to_the_training_process_once(tmp_path, 
     assert 2 <= len(crossed) == len(set(crossed)) <= 2 * 5  # once per slot at most: 2 workers x (prefetch + 4)
     assert batches == [ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=0,
                                                                    decode={"bin": "ragged"})]
-    assert not loader_torch._RECEIVED  # the run's segments are let go at its end
+    assert not segments._RECEIVED  # the run's segments are let go at its end
 
 
 def test_scattered_samples_of_a_shuffled_batch_are_read_by_pread(tmp_path, monkeypatch):

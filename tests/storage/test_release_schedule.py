@@ -11,10 +11,14 @@ from hypothesis import strategies as st
 
 from datapipe.loader.batches import BatchSource
 from datapipe.loader.schedule import BatchPlan, EpochOrder, worker_steps
+from datapipe.loader.settings import LoaderSettings
+from datapipe.loader.world import World
 
 
 class _Sized:
-    """Just what BatchSource.done_at reads of a dataset: nothing (it works on the order)."""
+    """Just what a BatchSource and its done_at read of a dataset: its fields (done_at works on the order)."""
+
+    fields: dict = {}
 
 
 @settings(max_examples=150, deadline=None)
@@ -25,7 +29,7 @@ def test_no_shard_is_read_after_its_release_point(sizes, block, seed, shuffle, b
     if sum(sizes) == 0:
         return
     order = EpochOrder(np.array(sizes), seed, 1, shuffle, block)
-    source = BatchSource(_Sized(), BatchPlan(sum(sizes), batch, world), 0, seed, 1, shuffle, block, {})
+    source = BatchSource(_Sized(), LoaderSettings(batch, shuffle, seed, block_shards=block), World(0, world), epoch=1)
     done_at = source.done_at(order)
     k = max(1, block)
     unit = np.empty(len(sizes), dtype=np.int64)  # what is read together: the block (shuffled) or the shard
