@@ -1,4 +1,4 @@
-"""Shard files by path: write a shard with its index, open one for reading, (re)build an index."""
+"""Shard files by path: write a shard with its index, open or read one, (re)build an index."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from datapipe.errors import NotFoundError, ShardCorruptError
 from datapipe.formats.base import ShardReader, WrittenShard
 from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import ShardFormat, format_for_path, get_format
-from datapipe.storage.fs import open_atomic, put_atomic, sha256_of
+from datapipe.storage.fs import open_atomic, put_atomic, read_bytes, sha256_of
 from datapipe.storage.local import atomic_write, map_file, release
 
 INDEX_SUFFIX = ".idx"
@@ -112,6 +112,12 @@ def open_shard(
     except BaseException:
         release(buffer)
         raise
+
+
+def read_shard_from(fs: Any, path: str, index_file: str, fmt: str | ShardFormat | None = None) -> ShardReader:
+    """Read a whole shard and its index through any fsspec filesystem into memory (``open_shard`` maps local ones)."""
+    index = ShardIndex.from_bytes(read_bytes(fs, index_file), index_file)
+    return _resolve(path, fmt).reader(read_bytes(fs, path), path, index, copy=True)
 
 
 def build_index(path: str | os.PathLike[str], fmt: str | None = None) -> tuple[Path, ShardIndex]:

@@ -11,9 +11,8 @@ from typing import Any
 import numpy as np
 
 from datapipe.formats.base import KEY
-from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import get_format
-from datapipe.storage.fs import read_bytes
+from datapipe.formats.shards import read_shard_from
 from datapipe.versioning.manifest import Manifest
 from datapipe.versioning.sample_diff import sample_locations
 from datapipe.versioning.store import VERSIONS, Store
@@ -121,10 +120,9 @@ class _Samples:
         if self._open is None or self._open[0] != shard:
             self.close()
             root = self.store.path(self.name, VERSIONS, self.manifest.version)
-            index_path = f"{root}/{self.shards[shard].index_path}"
-            index = ShardIndex.from_bytes(read_bytes(self.store.fs, index_path), index_path)
-            data = read_bytes(self.store.fs, f"{root}/{shard}")
-            self._open = (shard, self.fmt.reader(data, f"{root}/{shard}", index, copy=True))
+            reader = read_shard_from(self.store.fs, f"{root}/{shard}", f"{root}/{self.shards[shard].index_path}",
+                                     self.fmt)
+            self._open = (shard, reader)
         return dict(self._open[1][i])
 
     def close(self) -> None:
