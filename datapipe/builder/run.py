@@ -18,7 +18,7 @@ import numpy as np
 from datapipe.builder.cluster import dashboard_link, dask_client, worker_server
 from datapipe.builder.config import LoadedPipeline
 from datapipe.builder.lineage import checked_code, environment, hash_source
-from datapipe.builder.partition import (
+from datapipe.builder.passes import (
     SAMPLE_STAGE,
     BuildJob,
     Measured,
@@ -32,15 +32,15 @@ from datapipe.builder.partition import (
     take_piece,
     write_shard_task,
 )
-from datapipe.builder.plan import (
+from datapipe.builder.progress import BuildProgress
+from datapipe.builder.quarantine import Reject, quarantine_bytes
+from datapipe.builder.shard_plan import (
     first_occurrences,
     output_positions,
     shard_boundaries,
     shards_of,
     sizes_in_output_order,
 )
-from datapipe.builder.progress import BuildProgress
-from datapipe.builder.quarantine import Reject, quarantine_bytes
 from datapipe.builder.sources import (
     DEFAULT_BLOCKSIZE,
     SourcePlan,
