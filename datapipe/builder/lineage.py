@@ -8,7 +8,7 @@ from importlib import metadata
 from typing import Any
 
 from datapipe.builder.config import LoadedPipeline, Pipeline
-from datapipe.builder.sources import InputFile
+from datapipe.builder.source.base import InputFile
 from datapipe.builder.user_code import find_module, load_function
 from datapipe.errors import ConfigError
 from datapipe.storage.fs import sha256_of

@@ -41,15 +41,9 @@ from datapipe.builder.shard_plan import (
     shards_of,
     sizes_in_output_order,
 )
-from datapipe.builder.sources import (
-    DEFAULT_BLOCKSIZE,
-    SourcePlan,
-    align_parts,
-    execution_size,
-    plan_source,
-    scan_block,
-    scans_needed,
-)
+from datapipe.builder.source.align import align_parts, scan_block, scans_needed
+from datapipe.builder.source.base import Source
+from datapipe.builder.source.planning import open_source, partition
 from datapipe.errors import BuildError, ConfigError
 from datapipe.formats.registry import get_format
 from datapipe.storage.fs import is_local, put_atomic
@@ -162,7 +156,7 @@ def _sum_counts(measured: Sequence[Measured], duplicates: int) -> tuple[StageCou
     return tuple(StageCounts(stage, *t) for stage, t in totals.items())
 
 
-def _placed(plan: SourcePlan, measured: Sequence[Measured],
+def _placed(plan: Source, measured: Sequence[Measured],
             rejects: Mapping[int, list[Reject]]) -> Iterator[tuple[Reject, str, int]]:
     """Each reject with its source file and 1-based row number in that file, in source order."""
     offsets: dict[int, int] = {}
@@ -323,16 +317,16 @@ def build(
     progress = progress or BuildProgress()
     # the embedded cluster's workers import what they need while this process plans
     with worker_server(enabled=client is None and scheduler is None and not _in_process_only(store.fs)):
-        plan = plan_source(pipeline.source, loaded.base_dir, storage_options, align=False)
+        opened = open_source(pipeline.source, loaded.base_dir, storage_options)
         code = checked_code(loaded)
-        processes = not (_in_process_only(store.fs) or _in_process_only(plan.fs))
+        processes = not (_in_process_only(store.fs) or _in_process_only(opened.fs))
         scope = contextlib.nullcontext(client) if client is not None else dask_client(
             workers, scheduler, processes=processes, memory_limit=memory_limit, scheduler_timeout=scheduler_timeout)
         with scope as c:
             progress.dashboard(dashboard_link(c))
             run = _Runner(c, progress)
             run.seconds["start"] = time.perf_counter() - started  # planning the source and starting the cluster
-            plan = _align(run, _fitted(plan, loaded, storage_options, worker_memory_limits(c)))
+            plan = _align(run, partition(opened, fitted_blocksize(opened, worker_memory_limits(c))))
             check_file_sizes(plan, worker_memory_limits(c))
             job = BuildJob(pipeline, loaded.base_dir, plan, {ref.module: ref.sha256 for ref in code})
             source_files = c.compute([_hash_task(plan.fs, f) for f in plan.files])
@@ -380,7 +374,7 @@ def worker_memory_limits(client: Any) -> list[int]:
 FILE_COPIES = 3  # a 'files' sample is in memory as read, as its encoded payload, and in its partition's block
 
 
-def check_file_sizes(plan: SourcePlan, limits: Sequence[int]) -> None:
+def check_file_sizes(plan: Source, limits: Sequence[int]) -> None:
     """A 'files' source whose largest file cannot be held (FILE_COPIES times) by a worker fails before any
     pass runs, naming the file: each file is one sample, read whole into its worker's memory."""
     known = [m for m in limits if m]
@@ -410,21 +404,18 @@ def fitting_blocksize(limits: Sequence[int]) -> int | None:
     return max(MIN_BLOCKSIZE, int((TARGET_FRACTION * min(known) - WORKER_BASELINE) // PARTITION_EXPANSION))
 
 
-def _fitted(plan: SourcePlan, loaded: LoadedPipeline, storage_options: Mapping[str, Any] | None,
-            limits: Sequence[int]) -> SourcePlan:
-    """The plan again with smaller blocks when the configured ones would not fit the workers' memory
+def fitted_blocksize(source: Source, limits: Sequence[int]) -> int:
+    """The configured blocksize, or a smaller one where its partitions would not fit the workers' memory
     (an execution setting: the version is the same at any blocksize); Parquet row groups stay whole."""
-    source = loaded.pipeline.source
     fitting = fitting_blocksize(limits)
-    if fitting is None or source.format == "parquet" or fitting >= execution_size(source.options, "blocksize",
-                                                                                     DEFAULT_BLOCKSIZE):
-        return plan
+    if fitting is None or source.format == "parquet" or fitting >= source.blocksize:
+        return source.blocksize
     logging.getLogger("datapipe.builder").info("blocksize %d: partitions a worker of %d bytes can hold",
-                                             fitting, min(limits))
-    return plan_source(source, loaded.base_dir, storage_options, {"blocksize": fitting}, align=False)
+                                               fitting, min(limits))
+    return fitting
 
 
-def fits_in_memory(client: Any, plan: SourcePlan) -> bool:
+def fits_in_memory(client: Any, plan: Source) -> bool:
     """Whether the encoded dataset (guessed from the source's size) fits in KEEP_FRACTION of the workers' memory.
 
     Larger inputs stream: the write pass reads and cleans each partition again instead.
@@ -449,7 +440,7 @@ def check_store_location(store: Store) -> None:
         raise ConfigError(f"{store.url}: the store is a file, not a directory; give a directory for the store")
 
 
-def _align(run: _Runner, plan: SourcePlan) -> SourcePlan:
+def _align(run: _Runner, plan: Source) -> Source:
     """Cut quoted CSV files between records: one quote-counting task per nominal block (``align_parts``)."""
     needed = scans_needed(plan)
     if not needed:

@@ -127,7 +127,7 @@ def test_same_version_and_bytes_whatever_the_workers_and_blocksize(project, clie
     assert len(ids) == 1 and len(shard_bytes) == 1
     assert len(result.manifest.shards) >= 5  # shard boundaries to place, wherever the partitions end
     from datapipe.builder.config import load_pipeline
-    from datapipe.builder.sources import plan_source
+    from datapipe.builder.source.planning import plan_source
 
     project.pipeline(people("4KB", fmt, "null"))
     parts = plan_source(load_pipeline(project.root / "pipeline.yaml").pipeline.source, str(project.root)).parts

@@ -7,8 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from datapipe.builder.config import SourceConfig
-from datapipe.builder.readers import read_part
-from datapipe.builder.sources import csv_layout, plan_source
+from datapipe.builder.source.csvfile import csv_layout
+from datapipe.builder.source.planning import plan_source
+from datapipe.builder.source.registry import read_part
 from datapipe.errors import ConfigError
 
 

@@ -1,66 +1,116 @@
-"""Reads one partition of the source into a pandas frame; rows that cannot be parsed are kept as rejects.
-
-Every frame is indexed by the row's position in its partition (0, 1, ...; raw rows, rejects
-included), which stays the row's identity through the stages and, plus the partition's offset,
-gives its row number in the source file for the quarantine.
-"""
+"""CSV sources: pandas' C parser where a block is clean, record by record where not; blocks cut between records."""
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
-import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from fsspec.utils import read_block
 
-from datapipe.builder.schema import apply_schema
-from datapipe.builder.sources import Part, SourcePlan
-from datapipe.errors import ConfigError, NotFoundError
+from datapipe.builder.source.base import (
+    DEFAULT_ENCODING,
+    InputFile,
+    Part,
+    RawPart,
+    Source,
+    SourceFormat,
+    block_bytes,
+    open_input,
+    read_sample,
+    typed,
+)
+from datapipe.builder.source.partition import byte_blocks
+from datapipe.builder.source.schema import infer_schema
+from datapipe.errors import ConfigError
 
-
-@dataclass
-class RawPart:
-    """A parsed partition: good rows, and (row id, reason, raw text) of the rows that failed to parse."""
-
-    frame: pd.DataFrame
-    rows_in: int
-    rejects: list[tuple[int, str, str]] = field(default_factory=list)
-
-
-def _open(plan: SourcePlan, path: str, label: str, compression: str | None = "infer") -> Any:
-    try:
-        return plan.fs.open(path, "rb", compression=compression)
-    except FileNotFoundError:
-        raise NotFoundError(f"{label}: the source file disappeared during the build") from None
-    except PermissionError:
-        raise ConfigError(f"{label}: cannot read the source file (permission denied)") from None
+# What the reader takes of pandas.read_csv's own keywords
+_CSV_NOT_TAKEN = ("filepath_or_buffer", "chunksize", "iterator", "index_col", "compression", "memory_map")
 
 
-def _block(plan: SourcePlan, part: Part) -> tuple[bytes, bytes]:
-    """(the start of the file up to its first record, for a CSV block after the first, else b''; the block's bytes).
+@dataclass(frozen=True)
+class CsvDialect:
+    """The separator, quote character and encoding of CSV reader options, their defaults filled in."""
 
-    The first record is a CSV file's header (prepended to the block), or, without a header row,
-    what says how many fields a record has. Exact parts were cut between records by the quote
-    scan; others at the first newline after their nominal start.
+    sep: str
+    quotechar: str
+    encoding: str
+
+
+def csv_dialect(options: Mapping[str, Any]) -> CsvDialect:
+    """The dialect of CSV reader ``options``: pandas' ``sep`` (or ``delimiter``), ``quotechar``, ``encoding``."""
+    return CsvDialect(options.get("sep") or options.get("delimiter") or ",", options.get("quotechar") or '"',
+                      options.get("encoding") or DEFAULT_ENCODING)
+
+
+# pandas options that give a row a meaning by its place in the file: a block cut from the middle
+# of the file cannot apply them, so such files are read whole (one partition per file).
+_WHOLE_FILE_OPTIONS = ("skiprows", "skipfooter", "nrows", "comment", "escapechar", "lineterminator")
+_ASCII_COMPATIBLE = ("utf-8", "utf8", "ascii", "latin-1", "latin1", "iso-8859-1", "cp1252", "windows-1252")
+
+
+def csv_layout(options: Mapping[str, Any]) -> tuple[bool, bool, int | None]:
+    """(whole files?, header row?, quote byte or None) for CSV reader ``options``.
+
+    The quote byte is None when quoting is off (``quoting: 3``); otherwise block boundaries are
+    placed only at newlines outside quotes (``align_parts``), so a quoted field holding a newline
+    is never cut in two.
     """
-    f = plan.files[part.file]
+    header = options.get("header", "infer")
+    if header == "infer":
+        has_header = "names" not in options  # pandas: explicit names mean no header row
+    elif header is None:
+        has_header = False
+    elif header == 0:
+        has_header = True
+    else:
+        return True, True, None  # a header row further down: only a whole file knows which line it is
+    dialect = csv_dialect(options)
+    encoding = str(dialect.encoding).lower().replace("_", "-")
+    whole = (any(options.get(k) not in (None, 0, "\n") for k in _WHOLE_FILE_OPTIONS)
+             or options.get("skip_blank_lines") is False or options.get("doublequote") is False
+             or encoding not in _ASCII_COMPATIBLE)
+    quotechar = dialect.quotechar
+    if options.get("quoting") == csv.QUOTE_NONE or len(str(quotechar).encode()) != 1:
+        return whole or options.get("quoting") != csv.QUOTE_NONE, has_header, None
+    return whole, has_header, str(quotechar).encode()[0]
+
+
+def _well_formed(sample: bytes, options: dict[str, Any]) -> str:
+    """The header and the records of a CSV sample that have as many fields as the header."""
+    dialect = csv_dialect(options)
+    delimiter = dialect.sep
+    text = sample.decode(dialect.encoding, "replace")
+    csv.field_size_limit(2**31 - 1)
+    records = []
+    try:
+        for record in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter):
+            if record and (not records or len(record) == len(records[0])):
+                records.append(record)
+    except csv.Error:
+        pass
+    out = io.StringIO()
+    csv.writer(out, delimiter=delimiter, lineterminator="\n").writerows(records)
+    return out.getvalue()
+
+
+def _block(source: Source, part: Part) -> tuple[bytes, bytes]:
+    """(the start of the file up to its first record, for a block after the first, else b''; the block's bytes).
+
+    The first record is the file's header (prepended to the block), or, without a header row,
+    what says how many fields a record has.
+    """
+    f = source.files[part.file]
     first = b""
-    with _open(plan, f.path, f.label) as handle:
-        if part.length is None:
-            data = handle.read()
-        elif part.exact:
-            handle.seek(part.start)
-            data = handle.read(part.length)
-        else:
-            data = read_block(handle, part.start, part.length, delimiter=b"\n")
-        if part.start and plan.format == "csv":
+    with open_input(source, f) as handle:
+        data = block_bytes(handle, part)
+        if part.start:
             handle.seek(0)
-            first = _leading_record(handle, plan.quote)
+            first = _leading_record(handle, source.quote)
     return first, data
 
 
@@ -77,26 +127,6 @@ def _leading_record(handle: Any, quote: int | None) -> bytes:
             break
     return b"".join(lines)
 
-
-def _with_schema(plan: SourcePlan, raw: RawPart, *, strings: bool) -> RawPart:
-    frame, bad = apply_schema(raw.frame, plan.schema, strings=strings)
-    if len(bad):
-        for row, reason in bad.items():
-            raw.rejects.append((int(row), reason, json.dumps(_row_text(raw.frame, row), ensure_ascii=False)))
-        frame = frame.drop(index=bad.index)
-    raw.frame = frame
-    return raw
-
-
-def _row_text(frame: pd.DataFrame, row: Any) -> dict[str, Any]:
-    return {str(k): (None if pd.isna(v) else str(v)) for k, v in frame.loc[row].items()}
-
-
-# CSV ---------------------------------------------------------------------------------------------
-
-
-def _csv_options(plan: SourcePlan) -> dict[str, Any]:
-    return {**plan.options, "dtype": str}
 
 
 def _csv_fast(data: bytes, options: dict[str, Any]) -> pd.DataFrame:
@@ -192,9 +222,8 @@ def _csv_slow(data: bytes, options: dict[str, Any], has_header: bool = True,
     header row, ``width`` (the fields of the file's first record, or of ``names``) is the number
     of fields every record must have.
     """
-    encoding = options.get("encoding") or "utf-8"
-    delimiter = options.get("sep") or options.get("delimiter") or ","
-    quotechar = options.get("quotechar") or '"'
+    dialect = csv_dialect(options)
+    encoding, delimiter, quotechar = dialect.encoding, dialect.sep, dialect.quotechar
     text = data.decode(encoding, "surrogateescape")
     csv.field_size_limit(2**31 - 1)
     good, rows, rejects = io.StringIO(), [], []
@@ -235,20 +264,19 @@ def _csv_slow(data: bytes, options: dict[str, Any], has_header: bool = True,
     return frame, rejects, row + 1
 
 
-def _no_header_width(plan: SourcePlan, first: bytes, data: bytes) -> int | None:
+def _no_header_width(source: Source, first: bytes, data: bytes) -> int | None:
     """Without a header row: the fields every record must have (of ``names``, or of the file's first
     record that parses, read as the record-by-record path reads it)."""
-    names = plan.options.get("names")
+    names = source.options.get("names")
     if names is not None:
         return len(names)
-    source = first or data
-    encoding = plan.options.get("encoding") or "utf-8"
-    delimiter = plan.options.get("sep") or plan.options.get("delimiter") or ","
-    quotechar = plan.options.get("quotechar") or '"'
+    dialect = csv_dialect(source.options)
+    leading = first or data
+    encoding, delimiter, quotechar = dialect.encoding, dialect.sep, dialect.quotechar
     size = 1 << 16
     while True:
-        complete = size >= len(source)
-        text = source[:size].decode(encoding, "surrogateescape")
+        complete = size >= len(leading)
+        text = leading[:size].decode(encoding, "surrogateescape")
         if not complete:
             text = text[: text.rfind("\n") + 1]
         for raw, closed in _logical_records(text, quotechar):
@@ -264,7 +292,7 @@ def _no_header_width(plan: SourcePlan, first: bytes, data: bytes) -> int | None:
         size *= 4
 
 
-def read_csv_part(plan: SourcePlan, part: Part) -> RawPart:
+def read_csv_part(source: Source, part: Part) -> RawPart:
     """A CSV block: pandas' C parser when the block is clean, record by record when it is not.
 
     Clean means that pandas read one row per record with the file's number of fields, records
@@ -272,14 +300,14 @@ def read_csv_part(plan: SourcePlan, part: Part) -> RawPart:
     short row makes them differ, the block is read record by record, so that the rows and the
     quarantine never depend on where the blocks were cut.
     """
-    first, data = _block(plan, part)
-    text = first + data if plan.has_header else data
+    first, data = _block(source, part)
+    text = first + data if source.has_header else data
     if not text.strip():
         return RawPart(pd.DataFrame(), 0)
-    options = _csv_options(plan)
-    sep = options.get("sep") or options.get("delimiter") or ","
+    options = {**source.options, "dtype": str}
+    sep = csv_dialect(options).sep
     checked = part.length is not None and len(sep.encode()) == 1  # a file read whole is never cut
-    width = _no_header_width(plan, first, data) if checked and not plan.has_header else None
+    width = _no_header_width(source, first, data) if checked and not source.has_header else None
     try:
         try:
             frame = _csv_fast(text, options)
@@ -287,90 +315,66 @@ def read_csv_part(plan: SourcePlan, part: Part) -> RawPart:
             if not checked:
                 return RawPart(pd.DataFrame(), 0)
             raise pd.errors.ParserError("pandas found no records") from None
-        if checked and not _agrees(frame, record_fields(text, sep.encode()[0], plan.quote), width, plan.has_header):
+        if checked and not _agrees(frame, record_fields(text, sep.encode()[0], source.quote), width,
+                                       source.has_header):
             raise pd.errors.ParserError("the records are not all whole")
         raw = RawPart(frame, len(frame))
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError):
-        frame, rejects, rows_in = _csv_slow(text, options, plan.has_header, width)
+        frame, rejects, rows_in = _csv_slow(text, options, source.has_header, width)
         raw = RawPart(frame, rows_in, rejects)
-    return _with_schema(plan, raw, strings=True)
+    return typed(source, raw, strings=True)
 
 
-# JSON lines --------------------------------------------------------------------------------------
-
-
-def read_jsonl_part(plan: SourcePlan, part: Part) -> RawPart:
-    """One JSON object per line (in ``options.encoding``, default UTF-8); a line that is not one is a reject."""
-    _, data = _block(plan, part)
-    encoding = plan.options.get("encoding") or "utf-8"
-    records, rows, rejects = [], [], []
-    row = -1
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        row += 1
+def _sample_schema(sample: bytes, options: dict[str, Any]) -> dict[str, str]:
+    if not sample:
+        return {}
+    try:
         try:
-            record = json.loads(line.decode(encoding))
-        except UnicodeDecodeError:
-            rejects.append((row, f"invalid {encoding}", line.decode(encoding, "replace")))
-            continue
-        except ValueError as e:
-            rejects.append((row, f"not valid JSON ({e})", line.decode(encoding, "replace")))
-            continue
-        if not isinstance(record, dict):
-            rejects.append((row, f"expected a JSON object, got {type(record).__name__}", line.decode(encoding)))
-            continue
-        records.append(record)
-        rows.append(row)
-    frame = pd.DataFrame.from_records(records, index=pd.Index(rows, dtype="int64")) if records else pd.DataFrame()
-    known = [c for c in plan.schema if c in frame.columns]
-    frame = frame[known + sorted(c for c in frame.columns if c not in plan.schema)]
-    return _with_schema(plan, RawPart(frame, row + 1, rejects), strings=False)
+            frame = pd.read_csv(io.BytesIO(sample), on_bad_lines="skip", encoding_errors="replace", **options)
+        except pd.errors.ParserError:  # e.g. an unclosed quote: infer from the records that parse
+            frame = pd.read_csv(io.StringIO(_well_formed(sample, options)), **options)
+    except pd.errors.EmptyDataError:
+        return {}
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"source.options: the CSV reader refused them ({e})") from None
+    return infer_schema(frame)
 
 
-# Parquet and files -------------------------------------------------------------------------------
+class CsvFormat(SourceFormat):
+    """CSV read by pandas.read_csv, whose keywords are the reader options."""
+
+    name = "csv"
+    options_help = "the keywords of pandas.read_csv (sep, encoding, quotechar, header, names, na_values, ...)"
+
+    def reader_options(self) -> tuple[str, ...]:
+        """pandas.read_csv's keywords, but those the reader sets itself."""
+        return _read_csv_keywords()
+
+    def check_options(self, options: Mapping[str, Any]) -> tuple[str, str] | None:
+        """pandas checks the values when it first reads (the schema sample)."""
+        return None
+
+    def describe(self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any],
+                 dtypes: Mapping[str, str]) -> Source:
+        """The layout the options give (``csv_layout``) and the schema of the first MiB."""
+        whole, has_header, quote = csv_layout(options)
+        schema = {**_sample_schema(read_sample(fs, files), options), **dtypes}
+        return Source(self.name, fs, files, (), options, schema, has_header, quote, whole_files=whole)
+
+    def partition(self, source: Source, blocksize: int) -> Source:
+        """Byte blocks, whose cuts the quote scan still has to move between records where quotes may hold
+        newlines (``source.unaligned``)."""
+        parts = byte_blocks(source.files, blocksize, source.whole_files)
+        unaligned = tuple(sorted({p.file for p in parts if p.start > 0})) if source.quote is not None else ()
+        return replace(source, parts=tuple(parts), unaligned=unaligned)
+
+    def read(self, source: Source, part: Part) -> RawPart:
+        """``read_csv_part``."""
+        return read_csv_part(source, part)
 
 
-def _nullable(arrow_type: Any) -> Any:
-    import pyarrow as pa
+@functools.cache
+def _read_csv_keywords() -> tuple[str, ...]:
+    import inspect
 
-    if pa.types.is_integer(arrow_type):
-        return pd.Int64Dtype()
-    if pa.types.is_boolean(arrow_type):
-        return pd.BooleanDtype()
-    return None
-
-
-def read_parquet_part(plan: SourcePlan, part: Part) -> RawPart:
-    """One row group, with integer and bool columns kept nullable (not turned into floats)."""
-    import pyarrow.parquet as pq
-
-    f = plan.files[part.file]
-    with _open(plan, f.path, f.label, compression=None) as handle:
-        try:
-            table = pq.ParquetFile(handle).read_row_group(part.row_group, **plan.options)
-        except Exception as e:  # pyarrow's error kinds vary by damage
-            raise ConfigError(f"{f.label}: row group {part.row_group} cannot be read ({e})") from None
-    frame = table.to_pandas(types_mapper=_nullable)
-    frame.index = pd.RangeIndex(len(frame))
-    return RawPart(frame, len(frame))
-
-
-def read_files_part(plan: SourcePlan, part: Part) -> RawPart:
-    """Columns path, name, parent and bytes, one row per file."""
-    rows = []
-    for i in part.members:
-        f = plan.files[i]
-        with _open(plan, f.path, f.label, compression=None) as handle:
-            content = handle.read()
-        parent, _, name = f.label.rpartition("/")
-        rows.append({"path": f.label, "name": name, "parent": parent.rpartition("/")[2], "bytes": content})
-    return RawPart(pd.DataFrame(rows, columns=["path", "name", "parent", "bytes"]), len(rows))
-
-
-READERS = {"csv": read_csv_part, "jsonl": read_jsonl_part, "parquet": read_parquet_part, "files": read_files_part}
-
-
-def read_part(plan: SourcePlan, part: Part) -> RawPart:
-    """Parse partition ``part`` of ``plan``."""
-    return READERS[plan.format](plan, part)
+    return tuple(k for k in inspect.signature(pd.read_csv).parameters if k not in _CSV_NOT_TAKEN)
