@@ -121,3 +121,8 @@ def dashboard_link(client: Any) -> str | None:
         return client.dashboard_link if client.scheduler_info().get("services", {}).get("dashboard") else None
     except Exception:  # an old or remote scheduler without the info
         return None
+
+
+def worker_memory_limits(client: Any) -> list[int]:
+    """Each worker's memory limit in bytes (0 where a worker has none)."""
+    return [w.get("memory_limit") or 0 for w in client.scheduler_info().get("workers", {}).values()]

@@ -173,7 +173,7 @@ def test_files_partitions_are_bounded_in_bytes_as_well_as_in_count(tmp_path):
 
 
 def test_a_file_larger_than_a_worker_can_hold_fails_before_the_passes(tmp_path):
-    from datapipe.builder.run import FILE_COPIES, check_file_sizes
+    from datapipe.builder.sizing import FILE_COPIES, check_file_sizes
     from datapipe.errors import BuildError
 
     (tmp_path / "small.bin").write_bytes(b"x" * 100)
