@@ -59,8 +59,10 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
         yield client
 
 
-# What a worker needs for its first task, imported once by the forkserver its processes are forked from
-WORKER_PRELOAD = ["distributed", "numpy", "pandas", "pyarrow.parquet", "datapipe.builder.run"]
+# What a worker needs for its first task, imported once by the forkserver its processes are forked from:
+# the modules of the tasks (passes and the source readers they call, the quote scan, the source hashes)
+WORKER_PRELOAD = ["distributed", "numpy", "pandas", "pyarrow.parquet", "datapipe.builder.passes",
+                  "datapipe.builder.source.align", "datapipe.builder.lineage"]
 
 
 def _forkserver_available() -> bool:
