@@ -78,7 +78,7 @@ def _forkserver_available() -> bool:
 @contextlib.contextmanager
 def worker_server(enabled: bool = True) -> Iterator[None]:
     """Start the forkserver the embedded cluster's workers will come from, and let it import WORKER_PRELOAD
-    while this process plans the build (it imports in the background; a worker's start waits for it).
+    while this process opens the build's source (it imports in the background; a worker's start waits for it).
 
     The forkserver is stopped on the way out if this started it: a forkserver keeps the environment it
     started with, so one left running would give later workers (this process's next build, or a Loader's
@@ -104,9 +104,9 @@ def _forkserver_workers() -> Iterator[None]:
     """Start the LocalCluster's workers from a forkserver rather than by spawning each.
 
     Dask spawns a fresh interpreter per worker by default, and each imports distributed, numpy and
-    pandas (~1.5 s of CPU apiece), then pyarrow and datapipe in its first task. A forkserver imports
-    them once, while the build plans (``worker_server``), and a worker is a fork of it. A method
-    the user configured other than Dask's default is kept.
+    pandas, then pyarrow and datapipe in its first task. A forkserver imports them once, while the
+    build opens its source (``worker_server``), and a worker is a fork of it. A method the user
+    configured other than Dask's default is kept.
     """
     import dask
 
