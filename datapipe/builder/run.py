@@ -1,7 +1,7 @@
 """`datapipe build`: open the source, run the passes on Dask, plan the shards, write them, commit a version.
 
 The steps, in order: the config (``LoadedPipeline``) names a source, listed and sampled once
-(``source.planning.open_source``); the cluster starts; the source is partitioned to fit the
+(``source.opening.open_source``); the cluster starts; the source is partitioned to fit the
 workers (``sizing``) and quoted CSV aligned (``source.align``, a pass); the passes clean,
 measure and encode (``passes``, run by ``runner.PassRunner``); the shard plan places every
 sample (``shard_plan``); the write pass writes the shards; versioning assembles and commits
@@ -51,7 +51,7 @@ from datapipe.builder.shard_plan import (
 from datapipe.builder.sizing import check_file_sizes, fits_in_memory, fitted_blocksize
 from datapipe.builder.source.align import align_parts, scan_block, scans_needed
 from datapipe.builder.source.base import Source
-from datapipe.builder.source.planning import open_source, partition
+from datapipe.builder.source.opening import open_source, partition_source
 from datapipe.errors import BuildError
 from datapipe.formats.registry import get_format
 from datapipe.storage.fs import put_atomic
@@ -121,7 +121,7 @@ def build(
             run = PassRunner(c, progress)
             run.seconds["start"] = time.perf_counter() - started  # opening the source and starting the cluster
             limits = worker_memory_limits(c)
-            source = _align(run, partition(source, fitted_blocksize(source, limits)))
+            source = _align(run, partition_source(source, fitted_blocksize(source, limits)))
             check_file_sizes(source, limits)
             job = BuildJob(pipeline, loaded.base_dir, source, {ref.module: ref.sha256 for ref in code})
             source_files = c.compute([_hash_task(source.fs, f) for f in source.files])

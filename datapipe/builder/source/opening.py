@@ -43,14 +43,14 @@ def open_source(spec: SourceSpec, base_dir: str, storage_options: Mapping[str, A
     return replace(described, blocksize=blocksize, files_per_partition=per)
 
 
-def partition(source: Source, blocksize: int | None = None) -> Source:
+def partition_source(source: Source, blocksize: int | None = None) -> Source:
     """``source`` cut into partitions of ``blocksize`` bytes (default: the configured one); quoted CSV files
     still to be aligned (``align.scans_needed``, ``align.align_parts``)."""
     return get_source_format(source.format).partition(source, blocksize or source.blocksize)
 
 
-def plan_source(spec: SourceSpec, base_dir: str, storage_options: Mapping[str, Any] | None = None,
-                execution: Mapping[str, Any] | None = None, *, align: bool = True) -> Source:
-    """``open_source``, ``partition`` and, unless ``align=False``, the quote scan run here (``align_here``)."""
-    source = partition(open_source(spec, base_dir, storage_options, execution))
+def partitioned_source(spec: SourceSpec, base_dir: str, storage_options: Mapping[str, Any] | None = None,
+                       execution: Mapping[str, Any] | None = None, *, align: bool = True) -> Source:
+    """``open_source``, ``partition_source`` and, unless ``align=False``, the quote scan run here (``align_here``)."""
+    source = partition_source(open_source(spec, base_dir, storage_options, execution))
     return align_here(source) if align else source
