@@ -1,5 +1,8 @@
 """Planning and reading the source: CSV blocks cut only between records, so rows never depend on the blocksize."""
 
+import os
+import typing
+
 import pandas as pd
 import pydantic
 import pytest
@@ -7,9 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from datapipe.builder.config import SourceConfig
+from datapipe.builder.source.base import InputFile
 from datapipe.builder.source.csvfile import csv_layout
-from datapipe.builder.source.opening import partitioned_source
-from datapipe.builder.source.registry import read_part
+from datapipe.builder.source.opening import open_source, partition_source, partitioned_source
+from datapipe.builder.source.partition import byte_blocks, file_groups
+from datapipe.builder.source.registry import SOURCE_FORMATS, read_part
 from datapipe.errors import ConfigError
 
 
@@ -102,7 +107,7 @@ def test_options_that_count_lines_from_the_top_read_whole_files(tmp_path, option
 def test_quoting_off_needs_no_scan(tmp_path):
     (tmp_path / "a.csv").write_text('x,y\n"1,2\n' * 100)
     plan = partitioned_source(SourceConfig(path="a.csv", format="csv", options={"blocksize": 64, "quoting": 3}),
-                       str(tmp_path))
+                              str(tmp_path))
     assert plan.quote is None and len(plan.parts) > 1 and not any(p.exact for p in plan.parts)
 
 
@@ -206,3 +211,54 @@ def test_any_csv_reads_the_same_at_every_blocksize(tmp_path_factory, body, heade
     expected = read(1 << 20)
     for blocksize in (7, 16, 33):
         assert read(blocksize) == expected, blocksize
+
+
+def test_every_source_format_has_a_reader():
+    assert set(SOURCE_FORMATS) == set(typing.get_args(SourceConfig.model_fields["format"].annotation))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "files"])
+def test_a_source_opened_once_partitions_at_any_blocksize_without_reading_it(tmp_path, fmt):
+    """The files are listed and sampled once (open_source); partition_source is pure: the same parts as a
+    source planned afresh at that blocksize, with the files gone."""
+    line = {"csv": 'r{i},"two\nlines {i}",{i}\n', "jsonl": '{{"id": "r{i}", "n": {i}}}\n', "files": "x{i}\n"}[fmt]
+    path = "d/*" if fmt == "files" else f"a.{fmt}"
+    body = "".join(line.format(i=i) for i in range(200))
+    if fmt == "files":
+        (tmp_path / "d").mkdir()
+        for n in range(3):
+            (tmp_path / "d" / f"f{n}").write_text(body)
+    else:
+        (tmp_path / f"a.{fmt}").write_text(("id,text,n\n" if fmt == "csv" else "") + body)
+    config = SourceConfig(path=path, format=fmt)
+    fresh = {bs: partitioned_source(config, str(tmp_path), execution={"blocksize": bs}, align=False)
+             for bs in (100, 700, 64 << 20)}
+    opened = open_source(config, str(tmp_path))
+    assert opened.parts == () and opened.schema == fresh[100].schema
+    for f in opened.files:
+        os.remove(f.path)
+    for bs, source in fresh.items():
+        cut = partition_source(opened, bs)
+        assert (cut.parts, cut.unaligned) == (source.parts, source.unaligned) and len(cut.parts) >= 1
+    assert partition_source(opened).parts == fresh[64 << 20].parts  # the configured (default) blocksize
+    assert len(fresh[100].parts) >= len(fresh[700].parts) > len(fresh[64 << 20].parts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(0, 5000), max_size=12), blocksize=st.integers(1, 3000),
+       per=st.integers(1, 5), gz=st.booleans())
+def test_partitions_cover_every_byte_and_file_once_in_order(sizes, blocksize, per, gz):
+    files = [InputFile(f"f{i}.csv" + (".gz" if gz and i % 2 else ""), f"f{i}", size) for i, size in enumerate(sizes)]
+    blocks = byte_blocks(files, blocksize)
+    assert [p.number for p in blocks] == list(range(len(blocks)))
+    for i, f in enumerate(files):
+        mine = [p for p in blocks if p.file == i]
+        if f.size == 0 or f.path.endswith(".gz"):
+            assert [(p.start, p.length) for p in mine] == [(0, None)]
+        else:
+            assert [p.start for p in mine] == list(range(0, f.size, blocksize))
+    groups = file_groups(files, per, blocksize)
+    assert [m for p in groups for m in p.members] == list(range(len(files)))
+    for p in groups:
+        assert p.file == p.members[0] and len(p.members) <= per
+        assert len(p.members) == 1 or sum(files[m].size for m in p.members) <= blocksize
