@@ -1,1 +1,1 @@
-"""Build: pipeline config, Dask stages, shard plan, run."""
+"""Build: pipeline config, the source, passes on Dask, shard plan, write and commit (`datapipe build`)."""

@@ -59,8 +59,10 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
         yield client
 
 
-# What a worker needs for its first task, imported once by the forkserver its processes are forked from
-WORKER_PRELOAD = ["distributed", "numpy", "pandas", "pyarrow.parquet", "datapipe.builder.run"]
+# What a worker needs for its first task, imported once by the forkserver its processes are forked from:
+# the modules of the tasks (passes and the source readers they call, the quote scan, the source hashes)
+WORKER_PRELOAD = ["distributed", "numpy", "pandas", "pyarrow.parquet", "datapipe.builder.passes",
+                  "datapipe.builder.source.align", "datapipe.builder.lineage"]
 
 
 def _forkserver_available() -> bool:
@@ -76,7 +78,7 @@ def _forkserver_available() -> bool:
 @contextlib.contextmanager
 def worker_server(enabled: bool = True) -> Iterator[None]:
     """Start the forkserver the embedded cluster's workers will come from, and let it import WORKER_PRELOAD
-    while this process plans the build (it imports in the background; a worker's start waits for it).
+    while this process opens the build's source (it imports in the background; a worker's start waits for it).
 
     The forkserver is stopped on the way out if this started it: a forkserver keeps the environment it
     started with, so one left running would give later workers (this process's next build, or a Loader's
@@ -102,9 +104,9 @@ def _forkserver_workers() -> Iterator[None]:
     """Start the LocalCluster's workers from a forkserver rather than by spawning each.
 
     Dask spawns a fresh interpreter per worker by default, and each imports distributed, numpy and
-    pandas (~1.5 s of CPU apiece), then pyarrow and datapipe in its first task. A forkserver imports
-    them once, while the build plans (``worker_server``), and a worker is a fork of it. A method
-    the user configured other than Dask's default is kept.
+    pandas, then pyarrow and datapipe in its first task. A forkserver imports them once, while the
+    build opens its source (``worker_server``), and a worker is a fork of it. A method the user
+    configured other than Dask's default is kept.
     """
     import dask
 
@@ -121,3 +123,8 @@ def dashboard_link(client: Any) -> str | None:
         return client.dashboard_link if client.scheduler_info().get("services", {}).get("dashboard") else None
     except Exception:  # an old or remote scheduler without the info
         return None
+
+
+def worker_memory_limits(client: Any) -> list[int]:
+    """Each worker's memory limit in bytes (0 where a worker has none)."""
+    return [w.get("memory_limit") or 0 for w in client.scheduler_info().get("workers", {}).values()]

@@ -13,7 +13,6 @@ import typing
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 import pydantic
@@ -21,6 +20,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from datapipe.builder.sizes import SIZE_PATTERN, parse_size
+from datapipe.builder.source.options import EXECUTION_OPTIONS
+from datapipe.builder.source.registry import check_source_options
 from datapipe.errors import ConfigError, NotFoundError
 
 TypeName = Literal[
@@ -29,90 +31,13 @@ TypeName = Literal[
 ]
 TYPE_NAMES: tuple[str, ...] = typing.get_args(TypeName)
 STAGE_KINDS = ("dropna", "fillna", "filter", "dedupe", "cast", "map", "validate")
-# source.options keys that only change how the input is split (or reached), never a byte of output.
-EXECUTION_OPTIONS = frozenset({"blocksize", "files_per_partition", "storage_options"})
-
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAP_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
-SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([KkMmGgTt][Ii]?[Bb]|[Bb])?\s*$"
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_SIZE_FORMS = ("an integer number of bytes or a string like '64MB', '512KiB', '1.5GB', '100 MB' "
-               "(KB/MB/GB/TB = powers of 1000, KiB/MiB/GiB/TiB = powers of 1024, B = bytes)")
 _FORBID = ConfigDict(extra="forbid", frozen=True)
-
-
-def parse_size(value: Any) -> int:
-    """A byte count from an int or a string like "64MB", "512KiB", "1.5GB", "100 MB"; ValueError otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"must be {_SIZE_FORMS}")
-    if isinstance(value, str):
-        if not re.match(SIZE_PATTERN, value):
-            raise ValueError(f"not a size: use {_SIZE_FORMS}")
-        number, unit = re.match(r"\s*([0-9.]+)\s*([A-Za-z]*)", value).groups()
-        exact = Decimal(number) * _SIZE_UNITS[unit.lower()]
-    else:
-        exact = Decimal(value)
-    if exact != exact.to_integral_value():
-        raise ValueError(f"must be a whole number of bytes, use {_SIZE_FORMS}")
-    if exact < 1:
-        raise ValueError("must be at least 1 byte")
-    return int(exact)
 
 
 ByteSize = Annotated[int, pydantic.BeforeValidator(parse_size), pydantic.WithJsonSchema({"anyOf": [
     {"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]})]
-
-
-# What each reader takes besides the partitioning options (csv: pandas.read_csv's own keywords).
-_CSV_NOT_TAKEN = ("filepath_or_buffer", "chunksize", "iterator", "index_col", "compression", "memory_map")
-READER_OPTIONS: dict[str, tuple[str, ...]] = {
-    "jsonl": ("encoding", "dtype"),
-    "parquet": ("columns", "use_pandas_metadata"),
-    "files": (),
-}
-
-
-def reader_options(fmt: str) -> tuple[str, ...]:
-    """The source.options keys the ``fmt`` reader takes (besides the partitioning ones)."""
-    if fmt == "csv":
-        import inspect
-
-        import pandas as pd
-
-        return tuple(k for k in inspect.signature(pd.read_csv).parameters if k not in _CSV_NOT_TAKEN)
-    return READER_OPTIONS[fmt]
-
-
-def check_source_options(fmt: str, options: dict[str, Any]) -> tuple[str, str] | None:
-    """(key, problem) of the first option the ``fmt`` reader cannot take, or None."""
-    for key, value in options.items():
-        if key in ("blocksize",):
-            try:
-                parse_size(value)
-            except ValueError as e:
-                return key, f"{e} (got {value!r})"
-        elif key == "files_per_partition":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                return key, f"must be a whole number of at least 1 (got {value!r})"
-        elif key == "storage_options":
-            if not isinstance(value, dict):
-                return key, "must be a mapping of fsspec storage options"
-        elif key not in reader_options(fmt):
-            taken = ", ".join(sorted({*reader_options(fmt), *EXECUTION_OPTIONS})) if fmt != "csv" else (
-                "the keywords of pandas.read_csv (sep, encoding, quotechar, header, names, na_values, ...) and "
-                + ", ".join(sorted(EXECUTION_OPTIONS)))
-            return key, f"the {fmt} reader does not take this option; it takes {taken}"
-    if fmt == "jsonl" and "encoding" in options:
-        import codecs
-
-        try:
-            ascii_compatible = codecs.lookup(str(options["encoding"])).encode("\n")[0] == b"\n"
-        except LookupError:
-            return "encoding", f"unknown encoding {options['encoding']!r}"
-        if not ascii_compatible:
-            return "encoding", "JSON lines are read line by line: use an encoding where a newline is one byte"
-    return None
 
 
 class SourceConfig(BaseModel):

@@ -7,11 +7,8 @@ keys first, so here it only applies a keep-mask that the run computed in an earl
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import math
 import re
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,11 +18,11 @@ import pandas as pd
 
 from datapipe.builder.config import ColumnRule, StageConfig
 from datapipe.builder.quarantine import Reject, rejects_of
+from datapipe.builder.user_code import load_function
 from datapipe.errors import BuildError, ConfigError
 
 _INT_RANGES = {f"{p}{b}": (0 if p == "uint" else -(2 ** (b - 1)), 2**b - 1 if p == "uint" else 2 ** (b - 1) - 1)
                for p in ("int", "uint") for b in (8, 16, 32, 64)}
-_FUNCTIONS: dict[tuple[str, str, str | None], Callable[..., Any]] = {}
 
 
 @dataclass
@@ -59,55 +56,6 @@ def dedupe_hashes(frame: pd.DataFrame, columns: list[str] | None, label: str) ->
     a = pd.util.hash_pandas_object(part, index=False, hash_key="datapipe-dedup-1").to_numpy()
     b = pd.util.hash_pandas_object(part, index=False, hash_key="datapipe-dedup-2").to_numpy()
     return np.stack([a, b], axis=1).astype(np.uint64)
-
-
-def _file_sha256(module: Any) -> str | None:
-    path = getattr(module, "__file__", None)
-    if not path:
-        return None
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def load_function(spec: str, base_dir: str, sha256: str | None = None) -> Callable[..., Any]:
-    """Import 'module.path:function', looking in the pipeline file's directory first.
-
-    ``sha256`` is the hash of the module file the build recorded in its lineage: a long-lived
-    worker that imported an older file (or a same-named module of another pipeline) imports
-    it afresh rather than run stale code.
-    """
-    cached = _FUNCTIONS.get((spec, base_dir, sha256))
-    if cached is not None:
-        return cached
-    module_name, _, name = spec.partition(":")
-    if base_dir in sys.path:
-        sys.path.remove(base_dir)
-    sys.path.insert(0, base_dir)
-    try:
-        module = importlib.import_module(module_name)
-        if sha256 is not None and _file_sha256(module) != sha256:
-            for loaded in [m for m in sys.modules if m == module_name or m.startswith(module_name + ".")]:
-                del sys.modules[loaded]
-            importlib.invalidate_caches()
-            module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"map {spec!r}: cannot import module {module_name!r} ({e}); it is looked up in "
-                          f"{base_dir} and on the Python path") from None
-    except SyntaxError as e:
-        where = f"{e.filename}:{e.lineno}" if e.filename else module_name
-        raise ConfigError(f"map {spec!r}: module {module_name!r} has a syntax error ({where}: {e.msg}); "
-                          "fix the module") from None
-    except Exception as e:  # the module's top-level code failed: the user's bug, reported without a traceback
-        raise ConfigError(f"map {spec!r}: importing module {module_name!r} failed ({type(e).__name__}: {e}); "
-                          "fix the module's top-level code") from None
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
-                       and getattr(v, "__module__", None) == module.__name__)
-        raise ConfigError(f"map {spec!r}: module {module_name!r} has no function {name!r}"
-                          + (f" (it has: {', '.join(found)})" if found else ""))
-    _FUNCTIONS[(spec, base_dir, sha256)] = fn
-    return fn
 
 
 def _dropna(frame: pd.DataFrame, args: Any, label: str) -> StageOutcome:

@@ -34,7 +34,7 @@ def dvc_stage(pipeline: str, store_url: str) -> None:
     """Add or update the dvc.yaml stage that builds PIPELINE, so `dvc repro` rebuilds it when an input changes."""
     from datapipe.builder.config import load_pipeline
     from datapipe.builder.lineage import code_files
-    from datapipe.builder.sources import source_url
+    from datapipe.builder.source.listing import source_url
 
     if "://" in store_url:
         raise ConfigError(f"--out {store_url}: DVC tracks a local store; push it to a DVC remote with `dvc push`")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -251,3 +252,22 @@ def _manifest_from_dict(raw: dict[str, Any], where: str = "manifest") -> Manifes
 def canonical_json(data: Any) -> bytes:
     """One byte string per value: sorted keys, no whitespace, UTF-8."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def assemble_manifest(name: str, shard_format: str, shards: Iterable[ShardEntry], stages: Iterable[StageCounts],
+                      field_kinds: Iterable[Mapping[str, Iterable[str]]], lineage: Lineage) -> Manifest:
+    """The manifest of a new version from a build's pieces: its shards in order, the per-stage counts, the
+    kinds of value each field held (one mapping per partition, merged into ``fields``) and its lineage.
+    The quarantine file is named when a stage rejected rows."""
+    kinds: dict[str, set[str]] = {}
+    for partition in field_kinds:
+        for field_name, seen in partition.items():
+            kinds.setdefault(field_name, set()).update(seen)
+    stages = tuple(stages)
+    rejected = sum(s.rejected for s in stages)
+    return Manifest(
+        name=name, shard_format=shard_format,
+        fields={field_name: "|".join(sorted(kinds[field_name])) for field_name in sorted(kinds)},
+        shards=tuple(shards), stages=stages, lineage=lineage,
+        rejected=REJECTED_NAME if rejected else None, rejected_rows=rejected,
+    )

@@ -117,6 +117,19 @@ class Store:
                                 "check the URL, the endpoint and the credentials")
         self._bucket_seen = True
 
+    def check_location(self) -> None:
+        """A store that is a file (or under one) is a ConfigError before anything runs, not an OSError after it."""
+        if is_local(self.fs):
+            path = os.path.abspath(self.root)
+            while not os.path.exists(path) and os.path.dirname(path) != path:
+                path = os.path.dirname(path)
+            if os.path.exists(path) and not os.path.isdir(path):
+                what = "is a file" if path == os.path.abspath(self.root) else f"is under a file ({path})"
+                raise ConfigError(f"{self.url}: the store {what}, not a directory; give a directory for the store "
+                                  "(it is created when missing)")
+        elif self.fs.isfile(self.root):
+            raise ConfigError(f"{self.url}: the store is a file, not a directory; give a directory for the store")
+
     def entry_names(self, path: str) -> list[str]:
         """Sorted names of the entries directly below ``path`` of this store (none when it does not exist)."""
         try:

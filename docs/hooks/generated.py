@@ -187,6 +187,9 @@ def import_contracts() -> str:
         out.append(f"- **{contract['name']}** ({contract['type']})")
         if contract["type"] == "layers":
             out += [f"    {i}. `{layer}`" for i, layer in enumerate(contract["layers"], 1)]
+        elif contract["type"] == "acyclic_siblings":
+            ancestors = ", ".join(f"`{m}`" for m in contract["ancestors"])
+            out.append(f"    - no module or package below {ancestors} imports one that imports it back")
         else:
             sources = ", ".join(f"`{m}`" for m in contract["source_modules"])
             forbidden = ", ".join(f"`{m}`" for m in contract["forbidden_modules"])

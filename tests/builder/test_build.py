@@ -127,10 +127,10 @@ def test_same_version_and_bytes_whatever_the_workers_and_blocksize(project, clie
     assert len(ids) == 1 and len(shard_bytes) == 1
     assert len(result.manifest.shards) >= 5  # shard boundaries to place, wherever the partitions end
     from datapipe.builder.config import load_pipeline
-    from datapipe.builder.sources import plan_source
+    from datapipe.builder.source.opening import partitioned_source
 
     project.pipeline(people("4KB", fmt, "null"))
-    parts = plan_source(load_pipeline(project.root / "pipeline.yaml").pipeline.source, str(project.root)).parts
+    parts = partitioned_source(load_pipeline(project.root / "pipeline.yaml").pipeline.source, str(project.root)).parts
     assert len(parts) >= 2 * 3  # more than one partition per worker
 
 

@@ -1,5 +1,8 @@
 """Planning and reading the source: CSV blocks cut only between records, so rows never depend on the blocksize."""
 
+import os
+import typing
+
 import pandas as pd
 import pydantic
 import pytest
@@ -7,8 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from datapipe.builder.config import SourceConfig
-from datapipe.builder.readers import read_part
-from datapipe.builder.sources import csv_layout, plan_source
+from datapipe.builder.source.base import InputFile
+from datapipe.builder.source.csvfile import csv_layout
+from datapipe.builder.source.opening import open_source, partition_source, partitioned_source
+from datapipe.builder.source.partition import byte_blocks, file_groups
+from datapipe.builder.source.registry import SOURCE_FORMATS, read_part
 from datapipe.errors import ConfigError
 
 
@@ -22,7 +28,8 @@ def quoted_newlines(rows: int = 300) -> bytes:
 
 def read_all(root, name: str, blocksize: int, **options) -> tuple[list[tuple], list[tuple], int, int]:
     """(rows, (row in file, reason) of rejects, rows read, partitions) of the whole source at ``blocksize``."""
-    plan = plan_source(SourceConfig(path=name, format="csv", options={"blocksize": blocksize, **options}), str(root))
+    plan = partitioned_source(SourceConfig(path=name, format="csv", options={"blocksize": blocksize, **options}),
+                              str(root))
     rows, rejects, offset = [], [], 0
     for part in plan.parts:
         raw = read_part(plan, part)
@@ -91,15 +98,16 @@ def test_no_header_with_malformed_rows_keeps_row_numbers(tmp_path):
                                      {"encoding": "utf-16"}, {"escapechar": "\\"}])
 def test_options_that_count_lines_from_the_top_read_whole_files(tmp_path, options):
     (tmp_path / "a.csv").write_text("x,y\n" * 200, encoding=options.get("encoding", "utf-8"))
-    plan = plan_source(SourceConfig(path="a.csv", format="csv", options={"blocksize": 64, **options}), str(tmp_path))
+    plan = partitioned_source(SourceConfig(path="a.csv", format="csv", options={"blocksize": 64, **options}),
+                              str(tmp_path))
     assert len(plan.parts) == 1 and plan.parts[0].length is None
     assert csv_layout(options)[0]
 
 
 def test_quoting_off_needs_no_scan(tmp_path):
     (tmp_path / "a.csv").write_text('x,y\n"1,2\n' * 100)
-    plan = plan_source(SourceConfig(path="a.csv", format="csv", options={"blocksize": 64, "quoting": 3}),
-                       str(tmp_path))
+    plan = partitioned_source(SourceConfig(path="a.csv", format="csv", options={"blocksize": 64, "quoting": 3}),
+                              str(tmp_path))
     assert plan.quote is None and len(plan.parts) > 1 and not any(p.exact for p in plan.parts)
 
 
@@ -110,11 +118,11 @@ def test_quoting_off_needs_no_scan(tmp_path):
     ("files_per_partition", 0, r"source.options.files_per_partition: must be a whole number"),
 ])
 def test_bad_partitioning_options_name_the_key(tmp_path, key, value, expected):
-    """In the pipeline file they are caught with their line (test_cli); given to plan_source directly, too."""
+    """In the pipeline file they are caught with their line (test_cli); given to partitioned_source directly, too."""
     (tmp_path / "a.csv").write_text("x,y\n1,2\n")
     fmt = "files" if key == "files_per_partition" else "csv"
     with pytest.raises(ConfigError, match=expected):
-        plan_source(SourceConfig(path="a.csv", format=fmt), str(tmp_path), execution={key: value})
+        partitioned_source(SourceConfig(path="a.csv", format=fmt), str(tmp_path), execution={key: value})
     with pytest.raises(pydantic.ValidationError, match=key):
         SourceConfig(path="a.csv", format=fmt, options={key: value})
 
@@ -122,7 +130,7 @@ def test_bad_partitioning_options_name_the_key(tmp_path, key, value, expected):
 def test_jsonl_reads_in_the_given_encoding(tmp_path):
     (tmp_path / "a.jsonl").write_bytes('{"id": "café", "n": 1}\n{"id": "naïve", "n": 2}\n'.encode("latin-1"))
     for options, ids, rejects in [({"encoding": "latin-1"}, ["café", "naïve"], 0), ({}, [], 2)]:
-        plan = plan_source(SourceConfig(path="a.jsonl", format="jsonl", options=options), str(tmp_path))
+        plan = partitioned_source(SourceConfig(path="a.jsonl", format="jsonl", options=options), str(tmp_path))
         raw = read_part(plan, plan.parts[0])
         assert list(raw.frame.get("id", [])) == ids and len(raw.rejects) == rejects
     assert raw.rejects[0][1] == "invalid utf-8"
@@ -133,7 +141,7 @@ def test_parquet_reads_only_the_given_columns(tmp_path):
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"id": ["a", "b"], "x": [1, 2], "big": [b"x" * 10, b"y" * 10]}), tmp_path / "t.parquet")
-    plan = plan_source(SourceConfig(path="t.parquet", format="parquet", options={"columns": ["id", "x"]}),
+    plan = partitioned_source(SourceConfig(path="t.parquet", format="parquet", options={"columns": ["id", "x"]}),
                        str(tmp_path))
     assert list(read_part(plan, plan.parts[0]).frame.columns) == ["id", "x"]
 
@@ -158,12 +166,13 @@ def test_files_partitions_are_bounded_in_bytes_as_well_as_in_count(tmp_path):
     for i, size in enumerate(sizes):
         (tmp_path / "img").mkdir(exist_ok=True)
         (tmp_path / "img" / f"f{i:02d}.bin").write_bytes(bytes([i]) * size)
-    plan = plan_source(SourceConfig(path="img/*.bin", format="files", options={"blocksize": 2500}), str(tmp_path))
+    plan = partitioned_source(SourceConfig(path="img/*.bin", format="files", options={"blocksize": 2500}),
+                              str(tmp_path))
     groups = [[int(plan.files[m].label[-6:-4]) for m in p.members] for p in plan.parts]
     assert groups == [[0, 1], [2, 3], [4, 5], [6], [7, 8, 9, 10, 11]]  # the 5000-byte file alone
     for part in plan.parts:
         assert sum(plan.files[m].size for m in part.members) <= 2500 or len(part.members) == 1
-    plan = plan_source(SourceConfig(path="img/*.bin", format="files", options={"files_per_partition": 2}),
+    plan = partitioned_source(SourceConfig(path="img/*.bin", format="files", options={"files_per_partition": 2}),
                        str(tmp_path))
     assert [len(p.members) for p in plan.parts] == [2, 2, 2, 2, 2, 2]  # the default 64 MiB does not bind here
     raw = read_part(plan, plan.parts[3])
@@ -172,12 +181,12 @@ def test_files_partitions_are_bounded_in_bytes_as_well_as_in_count(tmp_path):
 
 
 def test_a_file_larger_than_a_worker_can_hold_fails_before_the_passes(tmp_path):
-    from datapipe.builder.run import FILE_COPIES, check_file_sizes
+    from datapipe.builder.sizing import FILE_COPIES, check_file_sizes
     from datapipe.errors import BuildError
 
     (tmp_path / "small.bin").write_bytes(b"x" * 100)
     (tmp_path / "big.bin").write_bytes(b"x" * 1000)
-    plan = plan_source(SourceConfig(path="*.bin", format="files"), str(tmp_path))
+    plan = partitioned_source(SourceConfig(path="*.bin", format="files"), str(tmp_path))
     check_file_sizes(plan, [FILE_COPIES * 1000, 10**9])  # fits every worker
     check_file_sizes(plan, [0, 10])  # a worker without a limit: nothing to check against
     with pytest.raises(BuildError, match=r"big.bin: 1000 bytes, one sample read whole .* a worker has 2999 bytes"):
@@ -202,3 +211,54 @@ def test_any_csv_reads_the_same_at_every_blocksize(tmp_path_factory, body, heade
     expected = read(1 << 20)
     for blocksize in (7, 16, 33):
         assert read(blocksize) == expected, blocksize
+
+
+def test_every_source_format_has_a_reader():
+    assert set(SOURCE_FORMATS) == set(typing.get_args(SourceConfig.model_fields["format"].annotation))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "files"])
+def test_a_source_opened_once_partitions_at_any_blocksize_without_reading_it(tmp_path, fmt):
+    """The files are listed and sampled once (open_source); partition_source is pure: the same parts as a
+    source planned afresh at that blocksize, with the files gone."""
+    line = {"csv": 'r{i},"two\nlines {i}",{i}\n', "jsonl": '{{"id": "r{i}", "n": {i}}}\n', "files": "x{i}\n"}[fmt]
+    path = "d/*" if fmt == "files" else f"a.{fmt}"
+    body = "".join(line.format(i=i) for i in range(200))
+    if fmt == "files":
+        (tmp_path / "d").mkdir()
+        for n in range(3):
+            (tmp_path / "d" / f"f{n}").write_text(body)
+    else:
+        (tmp_path / f"a.{fmt}").write_text(("id,text,n\n" if fmt == "csv" else "") + body)
+    config = SourceConfig(path=path, format=fmt)
+    fresh = {bs: partitioned_source(config, str(tmp_path), execution={"blocksize": bs}, align=False)
+             for bs in (100, 700, 64 << 20)}
+    opened = open_source(config, str(tmp_path))
+    assert opened.parts == () and opened.schema == fresh[100].schema
+    for f in opened.files:
+        os.remove(f.path)
+    for bs, source in fresh.items():
+        cut = partition_source(opened, bs)
+        assert (cut.parts, cut.unaligned) == (source.parts, source.unaligned) and len(cut.parts) >= 1
+    assert partition_source(opened).parts == fresh[64 << 20].parts  # the configured (default) blocksize
+    assert len(fresh[100].parts) >= len(fresh[700].parts) > len(fresh[64 << 20].parts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(0, 5000), max_size=12), blocksize=st.integers(1, 3000),
+       per=st.integers(1, 5), gz=st.booleans())
+def test_partitions_cover_every_byte_and_file_once_in_order(sizes, blocksize, per, gz):
+    files = [InputFile(f"f{i}.csv" + (".gz" if gz and i % 2 else ""), f"f{i}", size) for i, size in enumerate(sizes)]
+    blocks = byte_blocks(files, blocksize)
+    assert [p.number for p in blocks] == list(range(len(blocks)))
+    for i, f in enumerate(files):
+        mine = [p for p in blocks if p.file == i]
+        if f.size == 0 or f.path.endswith(".gz"):
+            assert [(p.start, p.length) for p in mine] == [(0, None)]
+        else:
+            assert [p.start for p in mine] == list(range(0, f.size, blocksize))
+    groups = file_groups(files, per, blocksize)
+    assert [m for p in groups for m in p.members] == list(range(len(files)))
+    for p in groups:
+        assert p.file == p.members[0] and len(p.members) <= per
+        assert len(p.members) == 1 or sum(files[m].size for m in p.members) <= blocksize

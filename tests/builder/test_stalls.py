@@ -7,7 +7,7 @@ import time
 import pytest
 from distributed import Client, LocalCluster
 
-from datapipe.builder import run as build_run
+from datapipe.builder import runner, sizing
 from datapipe.builder.progress import BuildProgress
 from datapipe.errors import BuildError
 
@@ -20,18 +20,18 @@ def _sleep(seconds):
 def test_a_pass_without_workers_is_an_error_not_a_wait(monkeypatch):
     from dask import delayed
 
-    monkeypatch.setattr(build_run, "STALL_CHECK_SECONDS", 0.5)
-    monkeypatch.setattr(build_run, "STALL_CHECKS", 2)
+    monkeypatch.setattr(runner, "STALL_CHECK_SECONDS", 0.5)
+    monkeypatch.setattr(runner, "STALL_CHECKS", 2)
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None,
                       silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
-        runner = build_run._Runner(client, BuildProgress())
-        assert runner("warm", [delayed(_sleep)(0)]) == [0]  # a healthy pass finishes
+        run = runner.PassRunner(client, BuildProgress())
+        assert run("warm", [delayed(_sleep)(0)]) == [0]  # a healthy pass finishes
         cluster.scale(0)
         deadline = time.time() + 10
         while client.scheduler_info()["workers"] and time.time() < deadline:
             time.sleep(0.1)
         with pytest.raises(BuildError, match="measure: no Dask worker is left .*--memory-limit"):
-            runner("measure", [delayed(_sleep, pure=False)(0.1)])
+            run("measure", [delayed(_sleep, pure=False)(0.1)])
 
 
 class Counted(BuildProgress):
@@ -52,10 +52,10 @@ def test_a_pass_reports_every_task_once_and_returns_the_results_in_order(dask_cl
     from dask import delayed
 
     progress = Counted()
-    runner = build_run._Runner(dask_client, progress)
+    run = runner.PassRunner(dask_client, progress)
     tasks = [delayed(_sleep, pure=False)(0.001 * (i % 7)) for i in range(300)]
-    assert runner("write shards", tasks) == [0.001 * (i % 7) for i in range(300)]
-    assert runner("measure", [delayed(_sleep, pure=False)(0)]) == [0]
+    assert run("write shards", tasks) == [0.001 * (i % 7) for i in range(300)]
+    assert run("measure", [delayed(_sleep, pure=False)(0)]) == [0]
     assert progress.totals == progress.done == {"write shards": 300, "measure": 1}
 
 
@@ -65,4 +65,4 @@ def test_a_pass_reports_every_task_once_and_returns_the_results_in_order(dask_cl
     ([200_000_000], 1 << 20),  # below the baseline: the smallest blocks
 ])
 def test_blocks_fit_the_smallest_worker(limits, expected):
-    assert build_run.fitting_blocksize(limits) == expected
+    assert sizing.fitting_blocksize(limits) == expected

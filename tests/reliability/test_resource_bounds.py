@@ -108,7 +108,7 @@ BUILDER = textwrap.dedent("""
 ROWS_PER_FILE, FILES, TEXT_BYTES = 140_000, 3, 1000  # 426 MB of CSV (10^6 bytes), 6% over the worker's 400 MB
 # One worker of 400 MB. A worker holds ~160 MB once it imported the build's stack, and Dask pauses it at 80% of
 # its limit and restarts it at 95%: a 250 MB worker has ~40 MB to work in, too little for one 64 MB shard's
-# writer. The build sizes its partitions to what is left (run.fitting_blocksize); shards stay 64 MB.
+# writer. The build sizes its partitions to what is left (sizing.fitting_blocksize); shards stay 64 MB.
 WORKERS, WORKER_LIMIT = 1, 400_000_000
 
 

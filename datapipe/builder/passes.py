@@ -18,8 +18,8 @@ import pandas as pd
 from datapipe.builder.config import Pipeline, stage_path
 from datapipe.builder.encode import EncodedRows, SampleEncoder, encode_columns
 from datapipe.builder.quarantine import Reject, row_json
-from datapipe.builder.readers import read_part
-from datapipe.builder.sources import Part, SourcePlan
+from datapipe.builder.source.base import Part, Source
+from datapipe.builder.source.registry import read_part
 from datapipe.builder.stages import dedupe_hashes, run_stage
 from datapipe.errors import BuildError, ConfigError
 from datapipe.formats.encoded import EncodedSamples, in_output_order
@@ -40,7 +40,7 @@ class BuildJob:
 
     pipeline: Pipeline
     base_dir: str
-    source: SourcePlan
+    source: Source
     code: dict[str, str] = field(default_factory=dict)  # module of a map stage -> sha256 of its file
 
     def encoder(self) -> SampleEncoder:

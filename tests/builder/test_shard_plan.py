@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datapipe.builder.plan import (
+from datapipe.builder.shard_plan import (
     first_occurrences,
     output_positions,
     shard_boundaries,

@@ -1,0 +1,71 @@
+"""Runs one pass of a build (a list of dask.delayed tasks) on the client, with progress and stall detection."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from datapipe.builder.progress import BuildProgress
+from datapipe.errors import BuildError
+
+STALL_CHECK_SECONDS = 20
+STALL_CHECKS = 3  # a minute without progress, workers paused or gone
+FOLLOW_POLL_SECONDS = 0.01  # how often a pass looks for finished tasks when none was ready
+
+
+class PassRunner:
+    """Runs passes on ``client``, reporting each to ``progress`` and keeping each one's wall time in ``seconds``."""
+
+    def __init__(self, client: Any, progress: BuildProgress) -> None:
+        self.client = client
+        self.progress = progress
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, phase: str, tasks: Sequence[Any]) -> list[Any]:
+        """The results of ``tasks``, in order; a BuildError when a worker dies or the pass stalls."""
+        from distributed.client import FutureCancelledError
+        from distributed.scheduler import KilledWorker
+
+        self.progress.phase(phase, len(tasks))
+        start = time.perf_counter()
+        futures = self.client.compute(list(tasks))
+        try:
+            self._follow(phase, futures)
+            results = self.client.gather(futures)
+            self.seconds[phase] = time.perf_counter() - start
+            return results
+        except (KilledWorker, FutureCancelledError) as e:
+            raise BuildError(f"{phase}: a Dask worker died while running this pass ({type(e).__name__}: {e}); "
+                             "check the workers' memory limit, then run the build again") from None
+
+    def _follow(self, phase: str, futures: list[Any]) -> None:
+        """Advance the progress as tasks finish; a pass whose workers all stay paused (Dask stops a worker
+        whose memory passes its pause level, and memory a task left behind may never drop back) or that has
+        no worker left is a BuildError, not a build that waits for ever."""
+        from distributed import as_completed
+
+        finished = as_completed(futures, loop=self.client.loop)  # each future tracked once, not re-waited on
+        stalled, quiet_since = 0, time.monotonic()
+        while not finished.is_empty():
+            done = finished.next_batch(block=False)
+            if done:
+                self.progress.advance(phase, len(done))
+                stalled, quiet_since = 0, time.monotonic()
+            elif time.monotonic() - quiet_since < STALL_CHECK_SECONDS:
+                time.sleep(FOLLOW_POLL_SECONDS)
+            else:
+                quiet_since = time.monotonic()
+                stalled = stalled + 1 if self._stuck() else 0
+                if stalled >= STALL_CHECKS:
+                    raise BuildError(f"{phase}: {self._stuck()} for {STALL_CHECKS * STALL_CHECK_SECONDS} s; give the "
+                                     "workers more memory (--memory-limit, fewer --workers) or use a smaller "
+                                     "source.options.blocksize, then run the build again")
+
+    def _stuck(self) -> str | None:
+        workers = self.client.scheduler_info().get("workers", {})
+        if not workers:
+            return "no Dask worker is left"
+        if all(w.get("status") == "paused" for w in workers.values()):
+            return "every Dask worker is paused at its memory limit"
+        return None

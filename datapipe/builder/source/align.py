@@ -1,0 +1,100 @@
+"""CSV alignment: cut quoted CSV files only between records, from a quote scan of each nominal block."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from datapipe.builder.source.base import InputFile, Part, Source
+
+SCAN_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class BlockScan:
+    """Where a nominal block's quote parity flips: what ``align_parts`` needs to cut a file between records."""
+
+    parity: int  # number of quote bytes in the block, mod 2
+    first_even: int  # absolute offset of the first newline after an even number of the block's quotes, or -1
+    first_odd: int  # the same after an odd number, or -1
+
+
+def scan_block(fs: Any, path: str, start: int, length: int, quote: int) -> BlockScan:
+    """Quote parity and first newline of each parity in bytes [start, start + length) of ``path`` (a worker task)."""
+    parity, first = 0, [-1, -1]
+    with fs.open(path, "rb") as handle:
+        handle.seek(start)
+        pos, left = start, length
+        while left > 0:
+            chunk = handle.read(min(SCAN_CHUNK, left))
+            if not chunk:
+                break
+            data = np.frombuffer(chunk, dtype=np.uint8)
+            # quote parity after each byte (a uint8 sum wraps at 256, an even number, so parity survives)
+            after = (np.cumsum(data == quote, dtype=np.uint8) & 1) ^ parity
+            newlines = np.flatnonzero(data == 10)
+            for p in (0, 1):
+                if first[p] < 0:
+                    hits = newlines[after[newlines] == p]
+                    if len(hits):
+                        first[p] = pos + int(hits[0])
+            parity = int(after[-1])
+            pos, left = pos + len(chunk), left - len(chunk)
+    return BlockScan(parity, first[0], first[1])
+
+
+def scans_needed(source: Source) -> list[tuple[int, Part]]:
+    """(file, nominal part) of every block whose quotes must be counted before the file can be cut."""
+    return [(p.file, p) for p in source.parts if p.file in source.unaligned]
+
+
+def align_parts(source: Source, scans: Sequence[BlockScan]) -> Source:
+    """The source with every quoted CSV file cut only at newlines outside quotes, from ``scans`` of
+    ``scans_needed(source)`` in that order.
+
+    A nominal boundary at byte s moves to just after the first newline at or after s that follows
+    an even number of quote bytes since the start of the file (RFC 4180 quoting: a doubled quote
+    counts twice). Which blocks were nominal does not matter: the cuts are all record boundaries, so
+    the records, and every byte after them, do not depend on the blocksize.
+    """
+    if not source.unaligned:
+        return source
+    by_file: dict[int, list[tuple[Part, BlockScan]]] = {}
+    for (i, part), scan in zip(scans_needed(source), scans, strict=True):
+        by_file.setdefault(i, []).append((part, scan))
+    parts: list[Part] = []
+    for p in source.parts:
+        if p.file not in by_file:
+            parts.append(Part(len(parts), p.file, p.start, p.length, p.row_group, p.members))
+        elif p.start == 0:
+            parts.extend(_aligned(source.files[p.file], p.file, by_file[p.file], len(parts)))
+    return replace(source, parts=tuple(parts), unaligned=())
+
+
+def align_here(source: Source) -> Source:
+    """``align_parts`` with the quote scans run in this process (the build runs them on the cluster)."""
+    return align_parts(source, [scan_block(source.fs, source.files[i].path, p.start, p.length or 0, source.quote or 0)
+                                for i, p in scans_needed(source)])
+
+
+def _aligned(f: InputFile, index: int, blocks: list[tuple[Part, BlockScan]], first: int) -> list[Part]:
+    parities = [0]
+    for _, scan in blocks:
+        parities.append(parities[-1] ^ scan.parity)
+
+    def record_end(j: int) -> int | None:
+        """Just past the first newline outside quotes at or after block j's start."""
+        for k in range(j, len(blocks)):
+            scan = blocks[k][1]
+            hit = scan.first_odd if parities[k] else scan.first_even
+            if hit >= 0:
+                return hit + 1
+        return None
+
+    cuts = sorted({0, *(c for c in (record_end(j) for j in range(1, len(blocks))) if c is not None and c < f.size)})
+    ends = [*cuts[1:], f.size]
+    return [Part(first + n, index, start, end - start, exact=True)
+            for n, (start, end) in enumerate(zip(cuts, ends, strict=True))]

@@ -1,0 +1,165 @@
+"""What every source format shares: the listed files, the partitions, the source a worker reads, the interface.
+
+Partitions follow source order (files sorted by path, then byte blocks or row groups in file
+order), so the concatenation of all partitions is the same rows in the same order whatever
+the blocksize. That is what lets the sample order and the shard bytes ignore partitioning.
+
+Every frame a reader returns is indexed by the row's position in its partition (0, 1, ...; raw
+rows, rejects included), which stays the row's identity through the stages and, plus the
+partition's offset, gives its row number in the source file for the quarantine.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import pandas as pd
+from fsspec.utils import read_block
+
+from datapipe.builder.source.options import DEFAULT_BLOCKSIZE, DEFAULT_FILES_PER_PARTITION
+from datapipe.builder.source.schema import SAMPLE_BYTES, apply_schema
+from datapipe.errors import ConfigError, NotFoundError
+
+DEFAULT_ENCODING = "utf-8"  # of text sources without options.encoding
+
+
+class SourceSpec(Protocol):
+    """What a source is read from: the pipeline file's ``source`` (``config.SourceConfig``) has these."""
+
+    path: str
+    format: str
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One raw input file: its filesystem path, the name it has in messages and lineage, its size and etag."""
+
+    path: str
+    label: str
+    size: int
+    etag: str | None = None
+
+
+@dataclass(frozen=True)
+class Part:
+    """One partition: a byte block of a text file, a Parquet row group, or a group of files."""
+
+    number: int
+    file: int  # index into Source.files (the first file, for a group)
+    start: int = 0
+    length: int | None = None  # None: to the end of the file
+    row_group: int | None = None
+    members: tuple[int, ...] = ()  # the files of a 'files' partition
+    exact: bool = False  # start and length are record boundaries (CSV with quoting): read them as they are
+
+
+@dataclass(frozen=True)
+class Source:
+    """Everything a worker needs to read any partition of the source."""
+
+    format: str
+    fs: Any
+    files: tuple[InputFile, ...]
+    parts: tuple[Part, ...] = ()  # none until it is partitioned
+    options: dict[str, Any] = field(default_factory=dict)  # passed to the reader
+    schema: dict[str, str] = field(default_factory=dict)  # text formats: column -> SCHEMA_TYPES
+    has_header: bool = True  # CSV: the first record of each file names the columns
+    quote: int | None = None  # CSV: the quote byte, when a quoted field may hold a newline
+    unaligned: tuple[int, ...] = ()  # CSV files whose block boundaries still have to be found (align_parts)
+    whole_files: bool = False  # CSV: options that only a whole file can apply, so one partition per file
+    row_groups: tuple[int, ...] = ()  # Parquet: the row groups of each file
+    blocksize: int = DEFAULT_BLOCKSIZE  # the configured partition size (an execution setting)
+    files_per_partition: int = DEFAULT_FILES_PER_PARTITION
+
+
+@dataclass
+class RawPart:
+    """A parsed partition: good rows, and (row id, reason, raw text) of the rows that failed to parse."""
+
+    frame: pd.DataFrame
+    rows_in: int
+    rejects: list[tuple[int, str, str]] = field(default_factory=list)
+
+
+class SourceFormat(ABC):
+    """One source format: the options its reader takes, what is learnt of the files once, how they are
+    partitioned (a pure function of that) and how a partition is read."""
+
+    name: ClassVar[str]
+    options_help: ClassVar[str | None] = None  # how messages list the reader options, where not one by one
+
+    @abstractmethod
+    def reader_options(self) -> tuple[str, ...]:
+        """The source.options keys the reader takes (besides the partitioning ones)."""
+
+    @abstractmethod
+    def check_options(self, options: Mapping[str, Any]) -> tuple[str, str] | None:
+        """(key, problem) of a reader option whose value this format cannot take, or None."""
+
+    @abstractmethod
+    def describe(self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any],
+                 dtypes: Mapping[str, str]) -> Source:
+        """The source unpartitioned, with what reading it needs that the listing does not say (the schema,
+        with ``dtypes`` over the inferred types; the CSV layout; Parquet row groups), read from the files once."""
+
+    @abstractmethod
+    def partition(self, source: Source, blocksize: int) -> Source:
+        """``source`` cut into partitions of about ``blocksize`` bytes: no I/O, the same cuts for the same input."""
+
+    @abstractmethod
+    def read(self, source: Source, part: Part) -> RawPart:
+        """Parse partition ``part`` of ``source``; rows that cannot be parsed are kept as rejects."""
+
+
+def open_input(source: Source, f: InputFile, compression: str | None = "infer") -> Any:
+    """``f`` opened for reading, with errors that name it."""
+    try:
+        return source.fs.open(f.path, "rb", compression=compression)
+    except FileNotFoundError:
+        raise NotFoundError(f"{f.label}: the source file disappeared during the build") from None
+    except PermissionError:
+        raise ConfigError(f"{f.label}: cannot read the source file (permission denied)") from None
+
+
+def block_bytes(handle: Any, part: Part) -> bytes:
+    """The bytes of text partition ``part`` from its open file. Exact parts were cut between records by the
+    quote scan; others at the first newline after their nominal start."""
+    if part.length is None:
+        return handle.read()
+    if part.exact:
+        handle.seek(part.start)
+        return handle.read(part.length)
+    return read_block(handle, part.start, part.length, delimiter=b"\n")
+
+
+def read_sample(fs: Any, files: Sequence[InputFile]) -> bytes:
+    """The schema sample: the first MiB of the first non-empty file, cut after its last complete line."""
+    for f in files:
+        if f.size == 0:
+            continue
+        with fs.open(f.path, "rb", compression="infer") as handle:
+            data = handle.read(SAMPLE_BYTES)
+        if len(data) == SAMPLE_BYTES and b"\n" in data:
+            data = data[: data.rindex(b"\n") + 1]
+        return data
+    return b""
+
+
+def typed(source: Source, raw: RawPart, *, strings: bool) -> RawPart:
+    """``raw`` with the source's column types applied; a value that does not convert rejects its row."""
+    frame, bad = apply_schema(raw.frame, source.schema, strings=strings)
+    if len(bad):
+        for row, reason in bad.items():
+            raw.rejects.append((int(row), reason, json.dumps(_row_text(raw.frame, row), ensure_ascii=False)))
+        frame = frame.drop(index=bad.index)
+    raw.frame = frame
+    return raw
+
+
+def _row_text(frame: pd.DataFrame, row: Any) -> dict[str, Any]:
+    return {str(k): (None if pd.isna(v) else str(v)) for k, v in frame.loc[row].items()}

@@ -1,0 +1,185 @@
+"""CSV records as the quote scan sees them: records end at newlines outside quotes; read one by one if need be."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from datapipe.builder.source.base import DEFAULT_ENCODING
+
+
+@dataclass(frozen=True)
+class CsvDialect:
+    """The separator, quote character and encoding of CSV reader options, their defaults filled in."""
+
+    sep: str
+    quotechar: str
+    encoding: str
+
+
+def csv_dialect(options: Mapping[str, Any]) -> CsvDialect:
+    """The dialect of CSV reader ``options``: pandas' ``sep`` (or ``delimiter``), ``quotechar``, ``encoding``."""
+    return CsvDialect(options.get("sep") or options.get("delimiter") or ",", options.get("quotechar") or '"',
+                      options.get("encoding") or DEFAULT_ENCODING)
+
+
+def logical_records(text: str, quotechar: str) -> Iterator[tuple[str, bool]]:
+    """(record text, quotes closed) per logical record: physical lines joined while a quote is open.
+
+    A quote still open at the end of the block is reported on its first line alone, and reading
+    goes on from the next line, so one stray quote costs one row instead of the rest of the file.
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    i = 0
+    while i < len(lines):
+        j, record = i, lines[i]
+        while record.count(quotechar) % 2 and j + 1 < len(lines):
+            j += 1
+            record += "\n" + lines[j]
+        if record.count(quotechar) % 2:
+            yield lines[i], False
+            i += 1
+        else:
+            yield record, True
+            i = j + 1
+
+
+def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None:
+    """The number of fields of each non-blank record of ``data``, where records end at newlines
+    outside quotes and fields at separators outside quotes (the record model of the slow path and
+    of the quote scan that cut the file), computed with numpy. None when a carriage return outside
+    quotes is not part of a CRLF (pandas ends a record there, the slow path does not), or when a
+    quote is still open at the end."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if not len(raw):
+        return np.zeros(0, dtype=np.int64)
+    newline, delims = raw == 10, raw == sep
+    bare_cr = raw == 13
+    bare_cr[:-1] &= ~newline[1:]
+    if quote is not None:
+        quotes = raw == quote
+        if quotes.any():  # a uint8 sum wraps at 256, an even number, so the parity survives
+            outside = (np.cumsum(quotes, dtype=np.uint8) & 1) == 0
+            if not outside[-1]:  # a quote still open at the end: pandas may read it as a plain character
+                return None
+            # RFC 4180 quoting only: a quote opens at a field's start (or escapes one: "") and closes
+            # before a separator, a line end or another quote. A stray quote is read one way by pandas,
+            # another by the quote parity: such a block goes record by record.
+            bounds = np.zeros(256, dtype=bool)
+            bounds[[sep, 10, 13, quote]] = True
+            at = np.flatnonzero(quotes)
+            opens = ~outside[at]
+            before = bounds[raw[np.maximum(at - 1, 0)]] | (at == 0)
+            after = bounds[raw[np.minimum(at + 1, len(raw) - 1)]] | (at == len(raw) - 1)
+            if (opens & ~before).any() or (~opens & ~after).any():
+                return None
+            newline &= outside
+            delims &= outside
+            bare_cr &= outside
+    if bare_cr.any():
+        return None
+    starts = np.concatenate([[0], np.flatnonzero(newline) + 1])
+    starts = starts[starts < len(raw)]
+    nonblank = np.logical_or.reduceat(~_BLANK[raw], starts)
+    return (np.add.reduceat(delims, starts, dtype=np.int64) + 1)[nonblank]
+
+
+_BLANK = np.zeros(256, dtype=bool)  # bytes pandas treats as a blank line's
+_BLANK[list(b" \t\r\n")] = True
+
+
+def fields_agree(frame: pd.DataFrame, fields: np.ndarray | None, width: int | None, has_header: bool) -> bool:
+    """Whether pandas read the records the slow path would: one row per record, each with ``width``
+    fields (pandas pads a short row with missing values, where the slow path quarantines it)."""
+    if fields is None:
+        return False
+    if has_header:
+        width, fields = (int(fields[0]), fields[1:]) if len(fields) else (width, fields)
+    return len(frame) == len(fields) and bool((fields == width).all())
+
+
+def read_records(data: bytes, options: dict[str, Any], has_header: bool = True,
+              width: int | None = None) -> tuple[pd.DataFrame, list[tuple[int, str, str]], int]:
+    """Record by record: bad records become rejects (with their text), the rest is parsed by pandas.
+
+    Records end at newlines outside quotes, as the quote scan that cut the file assumed. Without a
+    header row, ``width`` (the fields of the file's first record, or of ``names``) is the number
+    of fields every record must have.
+    """
+    dialect = csv_dialect(options)
+    encoding, delimiter, quotechar = dialect.encoding, dialect.sep, dialect.quotechar
+    text = data.decode(encoding, "surrogateescape")
+    csv.field_size_limit(2**31 - 1)
+    good, rows, rejects = io.StringIO(), [], []
+    # every field quoted: pandas reads a field of spaces or a \r back as it was (NA values stay NA)
+    quoting = csv.QUOTE_MINIMAL if options.get("quoting") == csv.QUOTE_NONE else csv.QUOTE_ALL
+    writer = csv.writer(good, delimiter=delimiter, quotechar=quotechar, lineterminator="\r\n", quoting=quoting)
+    row = -1
+    for raw, closed in logical_records(text, quotechar):
+        if not raw.strip():
+            continue  # a blank line, as pandas skips it
+        shown = raw.encode(encoding, "surrogateescape").decode(encoding, "replace")
+        try:  # not strict: text after a closing quote joins the field ("x"y is xy), as pandas reads it
+            record = next(csv.reader([raw], delimiter=delimiter, quotechar=quotechar)) if closed else None
+        except csv.Error as e:
+            record, why = None, f"malformed CSV ({e})"
+        else:
+            why = "a quote that is never closed"
+        if width is None and record is not None and has_header:
+            width = len(record)
+            writer.writerow(record)
+            continue
+        row += 1
+        if width is None and record is not None:  # no header row, and the file's first record not known
+            width = len(record)
+        if record is None:
+            rejects.append((row, why, shown))
+        elif any("\udc80" <= ch <= "\udcff" for ch in raw):
+            rejects.append((row, f"invalid {encoding} bytes", shown))
+        elif len(record) != width:
+            rejects.append((row, f"expected {width} fields, saw {len(record)}", shown))
+        else:
+            writer.writerow(record)
+            rows.append(row)
+    if not good.getvalue():  # no header and no good row
+        return pd.DataFrame(index=pd.Index([], dtype="int64")), rejects, row + 1
+    frame = pd.read_csv(io.StringIO(good.getvalue()), **{**options, "encoding": None})
+    frame.index = pd.Index(rows[: len(frame)], dtype="int64")
+    return frame, rejects, row + 1
+
+
+def no_header_width(options: Mapping[str, Any], first: bytes, data: bytes) -> int | None:
+    """Without a header row: the fields every record must have (of ``names``, or of the file's first
+    record that parses, read as the record-by-record path reads it); ``first`` is the file's first
+    record where ``data`` is a later block."""
+    names = options.get("names")
+    if names is not None:
+        return len(names)
+    dialect = csv_dialect(options)
+    leading = first or data
+    encoding, delimiter, quotechar = dialect.encoding, dialect.sep, dialect.quotechar
+    size = 1 << 16
+    while True:
+        complete = size >= len(leading)
+        text = leading[:size].decode(encoding, "surrogateescape")
+        if not complete:
+            text = text[: text.rfind("\n") + 1]
+        for raw, closed in logical_records(text, quotechar):
+            if not raw.strip():
+                continue
+            if not closed and not complete:
+                break  # the quote may close further on: read more
+            if closed:
+                return len(next(csv.reader([raw], delimiter=delimiter, quotechar=quotechar)))
+        else:
+            if complete:
+                return None
+        size *= 4

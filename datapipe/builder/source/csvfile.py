@@ -1,0 +1,215 @@
+"""CSV sources: pandas' C parser where a block is clean, record by record where not; blocks cut between records."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+
+from datapipe.builder.source.base import (
+    InputFile,
+    Part,
+    RawPart,
+    Source,
+    SourceFormat,
+    block_bytes,
+    open_input,
+    read_sample,
+    typed,
+)
+from datapipe.builder.source.csv_records import (
+    csv_dialect,
+    fields_agree,
+    no_header_width,
+    read_records,
+    record_fields,
+)
+from datapipe.builder.source.partition import byte_blocks
+from datapipe.builder.source.schema import infer_schema
+from datapipe.errors import ConfigError
+
+# What the reader takes of pandas.read_csv's own keywords
+_CSV_NOT_TAKEN = ("filepath_or_buffer", "chunksize", "iterator", "index_col", "compression", "memory_map")
+
+
+# pandas options that give a row a meaning by its place in the file: a block cut from the middle
+# of the file cannot apply them, so such files are read whole (one partition per file).
+_WHOLE_FILE_OPTIONS = ("skiprows", "skipfooter", "nrows", "comment", "escapechar", "lineterminator")
+_ASCII_COMPATIBLE = ("utf-8", "utf8", "ascii", "latin-1", "latin1", "iso-8859-1", "cp1252", "windows-1252")
+
+
+def csv_layout(options: Mapping[str, Any]) -> tuple[bool, bool, int | None]:
+    """(whole files?, header row?, quote byte or None) for CSV reader ``options``.
+
+    The quote byte is None when quoting is off (``quoting: 3``); otherwise block boundaries are
+    placed only at newlines outside quotes (``align_parts``), so a quoted field holding a newline
+    is never cut in two.
+    """
+    header = options.get("header", "infer")
+    if header == "infer":
+        has_header = "names" not in options  # pandas: explicit names mean no header row
+    elif header is None:
+        has_header = False
+    elif header == 0:
+        has_header = True
+    else:
+        return True, True, None  # a header row further down: only a whole file knows which line it is
+    dialect = csv_dialect(options)
+    encoding = str(dialect.encoding).lower().replace("_", "-")
+    whole = (any(options.get(k) not in (None, 0, "\n") for k in _WHOLE_FILE_OPTIONS)
+             or options.get("skip_blank_lines") is False or options.get("doublequote") is False
+             or encoding not in _ASCII_COMPATIBLE)
+    quotechar = dialect.quotechar
+    if options.get("quoting") == csv.QUOTE_NONE or len(str(quotechar).encode()) != 1:
+        return whole or options.get("quoting") != csv.QUOTE_NONE, has_header, None
+    return whole, has_header, str(quotechar).encode()[0]
+
+
+def _well_formed(sample: bytes, options: dict[str, Any]) -> str:
+    """The header and the records of a CSV sample that have as many fields as the header."""
+    dialect = csv_dialect(options)
+    delimiter = dialect.sep
+    text = sample.decode(dialect.encoding, "replace")
+    csv.field_size_limit(2**31 - 1)
+    records = []
+    try:
+        for record in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter):
+            if record and (not records or len(record) == len(records[0])):
+                records.append(record)
+    except csv.Error:
+        pass
+    out = io.StringIO()
+    csv.writer(out, delimiter=delimiter, lineterminator="\n").writerows(records)
+    return out.getvalue()
+
+
+def _block(source: Source, part: Part) -> tuple[bytes, bytes]:
+    """(the start of the file up to its first record, for a block after the first, else b''; the block's bytes).
+
+    The first record is the file's header (prepended to the block), or, without a header row,
+    what says how many fields a record has.
+    """
+    f = source.files[part.file]
+    first = b""
+    with open_input(source, f) as handle:
+        data = block_bytes(handle, part)
+        if part.start:
+            handle.seek(0)
+            first = _leading_record(handle, source.quote)
+    return first, data
+
+
+def _leading_record(handle: Any, quote: int | None) -> bytes:
+    """The file's lines up to the end of its first non-blank record (blank lines before it, as pandas
+    skips them; a record ends at a newline outside quotes)."""
+    lines, parity, text = [], 0, False
+    for line in iter(handle.readline, b""):
+        lines.append(line)
+        text = text or bool(line.strip())
+        if quote is not None:
+            parity ^= line.count(quote) & 1
+        if text and not parity:
+            break
+    return b"".join(lines)
+
+
+
+def _csv_fast(data: bytes, options: dict[str, Any]) -> pd.DataFrame:
+    frame = pd.read_csv(io.BytesIO(data), **options)
+    if not isinstance(frame.index, pd.RangeIndex):  # rows with more fields than columns: pandas made them an index
+        raise pd.errors.ParserError("rows with more fields than the header")
+    frame.index = pd.RangeIndex(len(frame))
+    return frame
+
+
+def read_csv_part(source: Source, part: Part) -> RawPart:
+    """A CSV block: pandas' C parser when the block is clean, record by record when it is not.
+
+    Clean means that pandas read one row per record with the file's number of fields, records
+    and fields found as the quote scan found them (``record_fields``); where a stray quote or a
+    short row makes them differ, the block is read record by record, so that the rows and the
+    quarantine never depend on where the blocks were cut.
+    """
+    first, data = _block(source, part)
+    text = first + data if source.has_header else data
+    if not text.strip():
+        return RawPart(pd.DataFrame(), 0)
+    options = {**source.options, "dtype": str}
+    sep = csv_dialect(options).sep
+    checked = part.length is not None and len(sep.encode()) == 1  # a file read whole is never cut
+    width = no_header_width(source.options, first, data) if checked and not source.has_header else None
+    try:
+        try:
+            frame = _csv_fast(text, options)
+        except pd.errors.EmptyDataError:
+            if not checked:
+                return RawPart(pd.DataFrame(), 0)
+            raise pd.errors.ParserError("pandas found no records") from None
+        if checked and not fields_agree(frame, record_fields(text, sep.encode()[0], source.quote), width,
+                                       source.has_header):
+            raise pd.errors.ParserError("the records are not all whole")
+        raw = RawPart(frame, len(frame))
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError):
+        frame, rejects, rows_in = read_records(text, options, source.has_header, width)
+        raw = RawPart(frame, rows_in, rejects)
+    return typed(source, raw, strings=True)
+
+
+def _sample_schema(sample: bytes, options: dict[str, Any]) -> dict[str, str]:
+    if not sample:
+        return {}
+    try:
+        try:
+            frame = pd.read_csv(io.BytesIO(sample), on_bad_lines="skip", encoding_errors="replace", **options)
+        except pd.errors.ParserError:  # e.g. an unclosed quote: infer from the records that parse
+            frame = pd.read_csv(io.StringIO(_well_formed(sample, options)), **options)
+    except pd.errors.EmptyDataError:
+        return {}
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"source.options: the CSV reader refused them ({e})") from None
+    return infer_schema(frame)
+
+
+class CsvFormat(SourceFormat):
+    """CSV read by pandas.read_csv, whose keywords are the reader options."""
+
+    name = "csv"
+    options_help = "the keywords of pandas.read_csv (sep, encoding, quotechar, header, names, na_values, ...)"
+
+    def reader_options(self) -> tuple[str, ...]:
+        """pandas.read_csv's keywords, but those the reader sets itself."""
+        return _read_csv_keywords()
+
+    def check_options(self, options: Mapping[str, Any]) -> tuple[str, str] | None:
+        """pandas checks the values when it first reads (the schema sample)."""
+        return None
+
+    def describe(self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any],
+                 dtypes: Mapping[str, str]) -> Source:
+        """The layout the options give (``csv_layout``) and the schema of the first MiB."""
+        whole, has_header, quote = csv_layout(options)
+        schema = {**_sample_schema(read_sample(fs, files), options), **dtypes}
+        return Source(self.name, fs, files, (), options, schema, has_header, quote, whole_files=whole)
+
+    def partition(self, source: Source, blocksize: int) -> Source:
+        """Byte blocks, whose cuts the quote scan still has to move between records where quotes may hold
+        newlines (``source.unaligned``)."""
+        parts = byte_blocks(source.files, blocksize, source.whole_files)
+        unaligned = tuple(sorted({p.file for p in parts if p.start > 0})) if source.quote is not None else ()
+        return replace(source, parts=tuple(parts), unaligned=unaligned)
+
+    def read(self, source: Source, part: Part) -> RawPart:
+        """``read_csv_part``."""
+        return read_csv_part(source, part)
+
+
+@functools.cache
+def _read_csv_keywords() -> tuple[str, ...]:
+    import inspect
+
+    return tuple(k for k in inspect.signature(pd.read_csv).parameters if k not in _CSV_NOT_TAKEN)

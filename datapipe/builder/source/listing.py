@@ -1,0 +1,52 @@
+"""Listing a source: its path as a URL, the files it names in sorted order, with sizes and etags."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from datapipe.builder.source.base import InputFile, SourceSpec
+from datapipe.errors import NotFoundError
+from datapipe.storage.fs import filesystem, is_local
+
+_GLOB = set("*?[")
+
+
+def source_url(source: SourceSpec, base_dir: str) -> str:
+    """The source path as a URL: relative local paths are taken from the pipeline file's directory."""
+    if "://" in source.path or os.path.isabs(source.path):
+        return source.path
+    return os.path.join(base_dir, source.path)
+
+
+def _label(path: str, url: str, fs: Any, base_dir: str) -> str:
+    if is_local(fs):
+        rel = os.path.relpath(path, base_dir)
+        return rel if not rel.startswith("..") else path
+    protocol = fs.protocol[0] if isinstance(fs.protocol, tuple | list) else fs.protocol
+    return f"{protocol}://{path}"
+
+
+def list_files(source: SourceSpec, base_dir: str, storage_options: Mapping[str, Any]) -> tuple[Any, list[InputFile]]:
+    """The source's files in sorted order, with sizes; a clear error when nothing matches."""
+    url = source_url(source, base_dir)
+    fs, path = filesystem(url, dict(storage_options))
+    if _GLOB & set(path):
+        paths = fs.glob(path)
+    elif fs.isdir(path):
+        paths = fs.find(path)
+    elif fs.exists(path):
+        paths = [path]
+    else:
+        raise NotFoundError(f"source.path: {source.path!r} does not exist (looked for {url})")
+    infos = []
+    for p in sorted(paths):
+        info = fs.info(p)
+        if info.get("type") == "directory":
+            continue
+        etag = None if is_local(fs) else str(info.get("ETag") or info.get("etag") or info.get("checksum") or "")
+        infos.append(InputFile(p, _label(p, url, fs, base_dir), int(info.get("size") or 0), etag or None))
+    if not infos:
+        raise NotFoundError(f"source.path: {source.path!r} matches no files (looked for {url})")
+    return fs, infos
