@@ -1,6 +1,6 @@
 """Turns cleaned rows into samples: the key, and each field's value encoded for the shard format.
 
-Encoding, by the value's type (README "Field encoding"):
+Encoding, by the value's type (docs/guide/building.md, "Field encoding"):
 
     int, bool      tar: ASCII decimal (the .cls convention; bools as 0/1)   tfrecord: int64
     float          tar: ASCII, shortest round-trip repr                    tfrecord: float

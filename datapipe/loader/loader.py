@@ -35,7 +35,7 @@ def _distributed() -> Detect | None:
 
 
 class Loader:
-    """Iterate batches of a dataset version for this rank; see README "Loading" for the order and guarantees."""
+    """Iterate batches of a dataset version for this rank; see docs/guide/loading.md for the order and guarantees."""
 
     def __init__(
         self,

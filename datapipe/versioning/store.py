@@ -1,6 +1,6 @@
 """The dataset store on any fsspec URL, and the commit protocol that publishes a version.
 
-Layout (documented in README and schemas/manifest.schema.json):
+Layout (documented in docs/reference/store.md and schemas/manifest.schema.json):
 
     STORE/NAME/versions/VERSION/shard-000000.tar      shards (or .tfrecord) and their .idx
     STORE/NAME/versions/VERSION/manifest.json         written last: a version is complete iff it exists
