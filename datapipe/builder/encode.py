@@ -28,7 +28,7 @@ import numpy as np
 
 from datapipe.errors import SampleError
 from datapipe.formats.base import KEY
-from datapipe.formats.keys import check_field, check_key
+from datapipe.formats.keys import check_field, check_key, refused_key_chars
 
 KINDS = ("int", "float", "str", "bytes", "npy", "json")
 
@@ -155,9 +155,6 @@ class SampleEncoder:
 # The same bytes as SampleEncoder.encode, computed per column with numpy and pandas where the
 # column's dtype allows it; rows the fast path cannot vouch for go through ``encode`` one by one.
 
-_BAD_KEY_CHARS = r"[/\x00-\x1f\x7f-\x9f\ud800-\udfff]"
-
-
 @dataclass
 class EncodedRows:
     """A partition's samples, column-wise: row ids, keys, each field's payloads and kinds, and rejects."""
@@ -188,7 +185,7 @@ def _fast_keys(series: Any, allow_dots: bool) -> list[str] | None:
         keys = series
     else:
         return None
-    pattern = _BAD_KEY_CHARS if allow_dots else _BAD_KEY_CHARS[:-1] + ".]"
+    pattern = refused_key_chars(allow_dots=allow_dots)
     if keys.str.len().eq(0).any() or keys.str.contains(pattern, regex=True).any():
         return None
     return keys.tolist()
