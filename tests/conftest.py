@@ -128,6 +128,12 @@ def dask_client():
 
 
 @pytest.fixture(scope="session")
+def scheduler(dask_client) -> str:
+    """The address of the session's Dask scheduler, for `datapipe build|check --scheduler` run in process."""
+    return dask_client.scheduler.address
+
+
+@pytest.fixture(scope="session")
 def copy_digits(tmp_path_factory):
     """copy_digits(directory, *pipeline_files): the digits example (the pipeline files named, from pipelines/) with
     its prepared raw data in DIRECTORY/raw, as `prepare_digits.py --out DIRECTORY/raw` leaves it.
@@ -148,3 +154,23 @@ def copy_digits(tmp_path_factory):
         shutil.copytree(prepared[0], directory / "raw")
         return directory
     return copy
+
+
+@pytest.fixture(scope="session")
+def digits_built(tmp_path_factory, copy_digits, scheduler):
+    """The digits example (digits.yaml, webdataset) built once per session by `datapipe build --json` in process on
+    the session's cluster, into PROJECT/store. Read it, never change it: tests that change it take ``digits``."""
+    from helpers.cli import datapipe_in_process
+    from helpers.digits import DigitsBuild
+
+    project = copy_digits(tmp_path_factory.mktemp("digits-built"), "digits.yaml", "digits_tfrecord.yaml",
+                          "digits_code.py")
+    out = datapipe_in_process("build", "digits.yaml", "--out", "store", "--scheduler", scheduler, "--json", cwd=project)
+    assert out.returncode == 0, out.stderr
+    return DigitsBuild(project, project / "store", json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+@pytest.fixture
+def digits(digits_built, tmp_path):
+    """A copy of the session's digits project and store in tmp_path/digits, for a test that changes them."""
+    return digits_built.copy(tmp_path / "digits")

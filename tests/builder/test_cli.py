@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_in_process import datapipe_in_process
+from helpers.cli import datapipe_in_process
 
 SIMPLE = """\
 name: simple

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from cli_in_process import datapipe_in_process
 from conftest import crash_moments, datapipe_cli, last_json, leftovers
+from helpers.cli import datapipe_in_process
 
 
 def start_build(project, store, *extra):

@@ -9,8 +9,8 @@ import os
 
 import pandas as pd
 import pytest
-from cli_in_process import datapipe_in_process
 from conftest import datapipe_cli, last_json
+from helpers.cli import datapipe_in_process
 
 PIPELINE = """\
 name: dirty

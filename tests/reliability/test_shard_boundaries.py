@@ -14,8 +14,8 @@ import tarfile
 import tracemalloc
 
 import pytest
-from cli_in_process import datapipe_in_process
 from conftest import datapipe_cli
+from helpers.cli import datapipe_in_process
 from sample_data import plain, simple_samples
 
 import datapipe

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_in_process import datapipe_in_process
+from helpers.cli import datapipe_in_process
 
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
