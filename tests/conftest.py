@@ -128,6 +128,21 @@ def dask_client():
 
 
 @pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 API server (moto's server mode) on 127.0.0.1; yields its endpoint URL."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def scheduler(dask_client) -> str:
     """The address of the session's Dask scheduler, for `datapipe build|check --scheduler` run in process."""
     return dask_client.scheduler.address
