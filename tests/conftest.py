@@ -175,12 +175,13 @@ def copy_digits(tmp_path_factory):
 def digits_built(tmp_path_factory, copy_digits, scheduler):
     """The digits example (digits.yaml, webdataset) built once per session by `datapipe build --json` in process on
     the session's cluster, into PROJECT/store. Read it, never change it: tests that change it take ``digits``."""
-    from helpers.cli import datapipe_in_process
+    from helpers.cli import datapipe_in_process, on_session_cluster
     from helpers.digits import DigitsBuild
 
     project = copy_digits(tmp_path_factory.mktemp("digits-built"), "digits.yaml", "digits_tfrecord.yaml",
                           "digits_code.py")
-    out = datapipe_in_process("build", "digits.yaml", "--out", "store", "--scheduler", scheduler, "--json", cwd=project)
+    out = datapipe_in_process("build", "digits.yaml", "--out", "store", *on_session_cluster(scheduler), "--json",
+                              cwd=project)
     assert out.returncode == 0, out.stderr
     return DigitsBuild(project, project / "store", json.loads(out.stdout.strip().splitlines()[-1]))
 

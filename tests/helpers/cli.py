@@ -80,3 +80,15 @@ def datapipe_process(*args: str, cwd: Path | str | None = None, env: Mapping[str
                      **popen: object) -> subprocess.Popen:
     """Start the installed ``datapipe ARGS`` command without waiting (for tests that kill or race builds)."""
     return subprocess.Popen([str(INSTALLED), *args], cwd=cwd, env=env, **popen)
+
+
+# The session's scheduler is known to be up (its fixture started it): the only thing a longer timeout than the
+# default 10 s can change is how slow its answer may be. Dask bounds the handshake with a reachable scheduler by
+# the same timeout as the retries of a refused connection, and the scheduler answers from the test process,
+# which shares 2 cores with builds and DataLoader workers: under load an answer can take more than 10 s.
+SESSION_SCHEDULER_TIMEOUT = "120"
+
+
+def on_session_cluster(address: str) -> tuple[str, ...]:
+    """The options of `build|check` that run it on the session's Dask cluster at ``address``."""
+    return ("--scheduler", address, "--scheduler-timeout", SESSION_SCHEDULER_TIMEOUT)

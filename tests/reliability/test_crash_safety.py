@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from conftest import crash_moments, last_json, leftovers
-from helpers.cli import datapipe_in_process, datapipe_process
+from helpers.cli import datapipe_in_process, datapipe_process, on_session_cluster
 
 
 def start_build(project, store, *extra):
@@ -213,7 +213,7 @@ def consistent(project, store, reference_version) -> list[str]:
 
 
 def rerun(project, store, version, scheduler: str) -> None:
-    out = datapipe_in_process("build", "digits.yaml", "--out", str(store), "--scheduler", scheduler, "--json",
+    out = datapipe_in_process("build", "digits.yaml", "--out", str(store), *on_session_cluster(scheduler), "--json",
                               cwd=project)
     assert out.returncode == 0, out.stderr[-2000:]
     assert last_json(out)["version"] == version

@@ -10,7 +10,7 @@ import os
 import pandas as pd
 import pytest
 from conftest import last_json
-from helpers.cli import datapipe_in_process
+from helpers.cli import datapipe_in_process, on_session_cluster
 
 PIPELINE = """\
 name: dirty
@@ -36,7 +36,7 @@ def build(tmp_path, files: dict[str, bytes], fmt="csv", options="", path="raw/*"
     if scheduler is None:
         return datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), "--workers", "1", "--json",
                                    cwd=tmp_path)
-    return datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), "--scheduler", scheduler,
+    return datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), *on_session_cluster(scheduler),
                                "--json", cwd=tmp_path)
 
 
@@ -133,8 +133,8 @@ def test_nan_values_are_quarantined_with_their_reason(tmp_path, scheduler, case,
     (tmp_path / "raw" / "d.csv").write_bytes(data)
     fmt = "tfrecord" if case == "NaN in a float key" else "webdataset"
     (tmp_path / "p.yaml").write_text(NAN_PIPELINE.format(key=key, options=options, fmt=fmt))
-    out = datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), "--scheduler", scheduler, "--json",
-                              cwd=tmp_path)
+    out = datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), *on_session_cluster(scheduler),
+                              "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     summary = last_json(out)
     accounted(summary)

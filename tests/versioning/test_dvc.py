@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.cli import datapipe_in_process, datapipe_installed
+from helpers.cli import datapipe_in_process, datapipe_installed, on_session_cluster
 
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
@@ -50,7 +50,7 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     root, run = dvc_repo
 
     def check() -> subprocess.CompletedProcess:
-        return datapipe_in_process("check", "pipelines/digits.yaml", "--scheduler", dask_client.scheduler.address,
+        return datapipe_in_process("check", "pipelines/digits.yaml", *on_session_cluster(dask_client.scheduler.address),
                                    cwd=root)
     assert datapipe_in_process("dvc", "pipelines/digits.yaml", cwd=root).returncode == 0
     stage = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]["digits"]

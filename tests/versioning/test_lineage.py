@@ -12,7 +12,7 @@ from pathlib import Path
 import dask
 import pyarrow
 import pytest
-from helpers.cli import datapipe_in_process, datapipe_installed
+from helpers.cli import datapipe_in_process, datapipe_installed, on_session_cluster
 
 import datapipe
 from datapipe.builder.config import load_pipeline
@@ -131,7 +131,7 @@ def test_check_names_the_sample_and_field_that_changed(tmp_path, client):
 
     raw = tmp_path / "raw/words.csv"
     raw.write_text(raw.read_text().replace("w0003,three,0", "w0003,tree,0"))
-    out = datapipe_cli("check", "pipeline.yaml", "--scheduler", client.scheduler.address)
+    out = datapipe_cli("check", "pipeline.yaml", *on_session_cluster(client.scheduler.address))
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("not reproducible: words@")
