@@ -6,6 +6,8 @@ raced), `check` in tests/versioning/test_lineage.py, `dvc` in tests/versioning/t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from helpers.cli import datapipe_installed
@@ -27,6 +29,11 @@ def store(tmp_path_factory):
 
 def test_version():
     out = datapipe_installed("--version")
+    assert out.returncode == 0 and datapipe.__version__ in out.stdout
+
+
+def test_python_dash_m_datapipe_is_the_same_command():
+    out = subprocess.run([sys.executable, "-m", "datapipe", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and datapipe.__version__ in out.stdout
 
 
