@@ -174,7 +174,7 @@ def copy_digits(tmp_path_factory):
 @pytest.fixture(scope="session")
 def digits_built(tmp_path_factory, copy_digits, scheduler):
     """The digits example (digits.yaml, webdataset) built once per session by `datapipe build --json` in process on
-    the session's cluster, into PROJECT/store. Read it, never change it: tests that change it take ``digits``."""
+    the session's cluster, into PROJECT/store. Read it, never change it (DigitsBuild.copy makes a copy to change)."""
     from helpers.cli import datapipe_in_process, on_session_cluster
     from helpers.digits import DigitsBuild
 
@@ -185,8 +185,3 @@ def digits_built(tmp_path_factory, copy_digits, scheduler):
     assert out.returncode == 0, out.stderr
     return DigitsBuild(project, project / "store", json.loads(out.stdout.strip().splitlines()[-1]))
 
-
-@pytest.fixture
-def digits(digits_built, tmp_path):
-    """A copy of the session's digits project and store in tmp_path/digits, for a test that changes them."""
-    return digits_built.copy(tmp_path / "digits")

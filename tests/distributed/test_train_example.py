@@ -2,7 +2,6 @@
 and restarted from its last checkpoint ends with exactly the weights of the uninterrupted job."""
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,12 +16,11 @@ STEPS_PER_EPOCH = 1773 // (2 * 32)  # samples // (ranks x batch size): 27
 
 @pytest.mark.distributed
 def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoint(tmp_path, digits_built):
-    # what `datapipe build digits.yaml` makes (storage/digits): the session's digits build
-    shutil.copytree(digits_built.store, tmp_path / "storage")
+    # what `datapipe build digits.yaml` makes: the session's digits build (training only reads it)
 
     def train(checkpoint: str, epochs: int, *more: str) -> list[dict]:
         out = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2",
-                              str(REPO / "examples" / "train_ddp.py"), "storage/digits", "--epochs", str(epochs),
+                              str(REPO / "examples" / "train_ddp.py"), digits_built.url, "--epochs", str(epochs),
                               "--checkpoint", checkpoint, "--checkpoint-every", "10", *more],
                              cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
