@@ -128,6 +128,27 @@ def dask_client():
 
 
 @pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 API server (moto's server mode) on 127.0.0.1; yields its endpoint URL."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def scheduler(dask_client) -> str:
+    """The address of the session's Dask scheduler, for `datapipe build|check --scheduler` run in process."""
+    return dask_client.scheduler.address
+
+
+@pytest.fixture(scope="session")
 def copy_digits(tmp_path_factory):
     """copy_digits(directory, *pipeline_files): the digits example (the pipeline files named, from pipelines/) with
     its prepared raw data in DIRECTORY/raw, as `prepare_digits.py --out DIRECTORY/raw` leaves it.
@@ -148,3 +169,19 @@ def copy_digits(tmp_path_factory):
         shutil.copytree(prepared[0], directory / "raw")
         return directory
     return copy
+
+
+@pytest.fixture(scope="session")
+def digits_built(tmp_path_factory, copy_digits, scheduler):
+    """The digits example (digits.yaml, webdataset) built once per session by `datapipe build --json` in process on
+    the session's cluster, into PROJECT/store. Read it, never change it (DigitsBuild.copy makes a copy to change)."""
+    from helpers.cli import datapipe_in_process, on_session_cluster
+    from helpers.digits import DigitsBuild
+
+    project = copy_digits(tmp_path_factory.mktemp("digits-built"), "digits.yaml", "digits_tfrecord.yaml",
+                          "digits_code.py")
+    out = datapipe_in_process("build", "digits.yaml", "--out", "store", *on_session_cluster(scheduler), "--json",
+                              cwd=project)
+    assert out.returncode == 0, out.stderr
+    return DigitsBuild(project, project / "store", json.loads(out.stdout.strip().splitlines()[-1]))
+

@@ -7,6 +7,7 @@ import pytest
 
 from datapipe.builder.config import load_pipeline
 from datapipe.builder.run import BuildResult, build
+from datapipe.versioning.manifest import Manifest
 from datapipe.versioning.store import Store
 
 REPO = Path(__file__).parents[2]
@@ -39,13 +40,15 @@ class Project:
         jsonschema.validate(json.loads(Path(manifest_path).read_text()), MANIFEST_SCHEMA)
         return result
 
-    def samples(self, result: BuildResult) -> list[dict]:
+    def samples(self, result: BuildResult | Manifest, store: Store | None = None) -> list[dict]:
+        """The samples of a build (or of a version's manifest in ``store``, default this project's)."""
         from datapipe.formats.shards import open_shard
 
+        manifest = result.manifest if isinstance(result, BuildResult) else result
         out = []
-        directory = Path(self.store.path(result.manifest.name, "versions", result.manifest.version))
-        for entry in result.manifest.shards:
-            with open_shard(directory / entry.path, result.manifest.shard_format, copy=True) as reader:
+        directory = Path((store or self.store).path(manifest.name, "versions", manifest.version))
+        for entry in manifest.shards:
+            with open_shard(directory / entry.path, manifest.shard_format, copy=True) as reader:
                 out.extend(dict(s) for s in reader)
         return out
 

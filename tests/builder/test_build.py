@@ -1,16 +1,14 @@
 """`datapipe build` end to end on a real LocalCluster: every stage, every source format, accounting, quarantine."""
 
 import contextlib
-import json
 import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from datapipe.errors import BuildError, ConfigError
 from datapipe.versioning.manifest import REJECTED_NAME
+from datapipe.versioning.store import Store
 
 
 def accounting_holds(manifest) -> None:
@@ -24,12 +22,11 @@ def accounting_holds(manifest) -> None:
     assert stages[0].rows_in == manifest.samples + sum(s.dropped + s.rejected for s in stages)
 
 
-def test_digits_example_through_the_cli(project):
-    pipeline = project.digits()
-    out = subprocess.run([sys.executable, "-m", "datapipe", "build", str(pipeline), "--out", str(project.store.url),
-                          "--workers", "2", "--json"], capture_output=True, text=True, cwd=project.root)
-    assert out.returncode == 0, out.stderr
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+def test_digits_example_through_the_cli(digits_built):
+    """The session's digits build: `datapipe build digits.yaml --json` (in process, on the session's cluster)."""
+    from helpers.cli import datapipe_in_process
+
+    summary = digits_built.summary
     assert summary["samples"] == 1773 and summary["rejected"] == 7 and summary["shards"] > 1
     seconds = summary["seconds"]  # where the wall time went: start-up, each pass, the whole build
     assert {"start", "write shards", "total"} <= set(seconds) and seconds["total"] >= sum(
@@ -39,29 +36,32 @@ def test_digits_example_through_the_cli(project):
     assert by_stage["stages[0].dropna"]["dropped"] == 12  # missing labels
     assert by_stage["stages[3].dedupe"]["dropped"] == 9  # duplicate ids
     assert by_stage["stages[6].validate"]["rejected"] == 6  # label 12
-    result_manifest = project.store.manifest("digits", summary["version"])
+    store = Store(str(digits_built.store))
+    result_manifest = store.manifest("digits", summary["version"])
     accounting_holds(result_manifest)
     assert result_manifest.fields == {"cls": "int", "json": "json", "png": "bytes"}
-    quarantine = pd.read_parquet(project.store.path("digits", "versions", summary["version"], REJECTED_NAME))
+    quarantine = pd.read_parquet(store.path("digits", "versions", summary["version"], REJECTED_NAME))
     assert len(quarantine) == 7
     malformed = quarantine[quarantine.stage == "source"].iloc[0]
     assert (malformed.source, malformed.row, malformed.reason) == ("raw/digits-0.csv", 41,
                                                                     "expected 4 fields, saw 5")
     assert set(quarantine[quarantine.stage != "source"].reason) == {"label: 12 is above max 9"}
-    verify = subprocess.run([sys.executable, "-m", "datapipe", "verify", summary["url"]], capture_output=True)
-    assert verify.returncode == 0
+    assert summary["url"] == f"store/digits@{summary['version']}"  # the store as given to --out
+    verify = datapipe_in_process("verify", summary["url"], cwd=digits_built.project)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
-def test_digits_samples_decode_and_tfrecord_twin_matches(project, dask_client):
+def test_digits_samples_decode_and_tfrecord_twin_matches(project, dask_client, digits_built):
     project.digits()
-    wds = project.build("digits.yaml", client=dask_client)
     tfr = project.build("digits_tfrecord.yaml", client=dask_client)
-    a, b = project.samples(wds), project.samples(tfr)
+    session = Store(str(digits_built.store))  # the webdataset build: the session's
+    wds = session.manifest("digits", digits_built.version)
+    a, b = project.samples(wds, session), project.samples(tfr)
     assert [s["__key__"] for s in a] == [s["__key__"] for s in b]
     assert all(s["png"].startswith(b"\x89PNG") for s in a)
     assert [int(s["cls"]) for s in a] == [int(s["cls"][0]) for s in b]
     assert all(0 <= int(s["cls"]) <= 9 for s in a)
-    assert tfr.manifest.shard_format == "tfrecord" and tfr.manifest.stages == wds.manifest.stages
+    assert tfr.manifest.shard_format == "tfrecord" and tfr.manifest.stages == wds.stages
 
 
 def write_people(project, files: int = 3, rows: int = 400) -> None:
@@ -316,8 +316,9 @@ def test_cli_errors_name_key_and_line_without_traceback(project):
         sample: {key: id, fields: {cls: v}}
         shards: {max_sample: 3}
         """)
-    out = subprocess.run([sys.executable, "-m", "datapipe", "build", "pipeline.yaml"], capture_output=True,
-                         text=True, cwd=project.root)
+    from helpers.cli import datapipe_in_process
+
+    out = datapipe_in_process("build", "pipeline.yaml", cwd=project.root)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "pipeline.yaml:4" in out.stderr and "shards.max_sample" in out.stderr
 

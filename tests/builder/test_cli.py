@@ -2,14 +2,13 @@
 --tag, --memory-limit, the plain-text summary and log lines when stderr is not a terminal, and the progress
 bars when it is.
 
-The parametrized mistakes run the command in process (``cli_here``: the same command code, exit code and output,
-without an interpreter start per case); the others run the installed command."""
+Every case runs the command in process (``cli_here``: the same command code, exit code and output, without an
+interpreter start per case), but the progress bars: they need the installed command on a pseudo-terminal."""
 
 import subprocess
-import sys
 
 import pytest
-from cli_in_process import datapipe_in_process
+from helpers.cli import INSTALLED, datapipe_in_process
 
 SIMPLE = """\
 name: simple
@@ -23,11 +22,6 @@ stages:
   key: id
   fields: {{cls: v}}
 """
-
-
-def cli(project, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "datapipe", "build", *args], capture_output=True, text=True,
-                          cwd=project.root, timeout=300)
 
 
 def cli_here(project, *args: str) -> subprocess.CompletedProcess:
@@ -83,14 +77,14 @@ def test_map_modules_that_cannot_give_the_function_fail_before_the_cluster(proje
 
 def test_missing_map_module_names_stage_and_line(project, simple):
     simple(extra="  - filter: 'v > 0'\n  - map: nowhere.to.be:found\n")
-    user_error(cli(project, "pipeline.yaml"), "pipeline.yaml:9: stages[2].map: cannot find module 'nowhere.to.be'")
+    user_error(cli_here(project, "pipeline.yaml"), "pipeline.yaml:9: stages[2].map: cannot find module 'nowhere.to.be'")
 
 
 def test_out_that_is_a_file_fails_before_the_build(project, simple):
     simple()
     project.write("afile", "not a store")
-    user_error(cli(project, "pipeline.yaml", "--out", "afile"), "afile: the store is a file, not a directory")
-    user_error(cli(project, "pipeline.yaml", "--out", "afile/sub"), "is under a file")
+    user_error(cli_here(project, "pipeline.yaml", "--out", "afile"), "afile: the store is a file, not a directory")
+    user_error(cli_here(project, "pipeline.yaml", "--out", "afile/sub"), "is under a file")
 
 
 @pytest.mark.parametrize(("args", "expected"), [
@@ -122,8 +116,9 @@ def probe(df):
 def test_tags_memory_limit_and_plain_output(project, simple):
     project.write("probe.py", MEMORY_PROBE)
     simple(extra="  - map: probe:probe\n")
-    out = cli(project, "pipeline.yaml", "--workers", "2", "--memory-limit", "1.5GiB", "--tag", "v1", "--tag", "best",
-              "--out", "store")
+    # the embedded cluster (this process's), not the session's: the point is what its workers get
+    out = cli_here(project, "pipeline.yaml", "--workers", "2", "--memory-limit", "1.5GiB", "--tag", "v1", "--tag",
+                   "best", "--out", "store")
     assert out.returncode == 0, out.stderr
     # the workers got the limit
     limits = {int(x) for x in (project.root / "limits.txt").read_text().split()}
@@ -153,7 +148,7 @@ def test_progress_bars_on_a_terminal(project, simple):
     simple()
     leader, follower = pty.openpty()
     try:
-        done = subprocess.run([sys.executable, "-m", "datapipe", "build", "pipeline.yaml", "--workers", "1",
+        done = subprocess.run([str(INSTALLED), "build", "pipeline.yaml", "--workers", "1",
                                "--out", "store"], stdout=subprocess.PIPE, stderr=follower, text=True,
                               cwd=project.root, timeout=300,
                               env={**os.environ, "COLUMNS": "100", "TERM": "xterm-256color"})

@@ -23,6 +23,10 @@ def seen_by_a_forkserver_child(name: str) -> str | None:
 
 
 def test_forkserver_workers_build_the_same_version_and_leave_no_stale_server(project, dask_client, monkeypatch):
+    # the case of a forkserver started before the build is the next test's; a test that ran earlier in this
+    # process (DataLoader workers start from the forkserver) may have left one running
+    if forkserver._forkserver._forkserver_pid is not None:
+        forkserver._forkserver._stop()
     write_people(project)
     project.pipeline(people("4KB", "webdataset", "7"))
     spawned = project.build(client=dask_client)  # the session's cluster: Dask's default, spawned workers

@@ -1,15 +1,16 @@
-"""`datapipe info|verify|gc|diff` on damaged and edited stores, run as a user runs them: one line, no traceback."""
+"""`datapipe info|verify|gc|diff` on damaged and edited stores: one line, no traceback. In process (the command's
+code, exit codes and output); the installed command runs the malformed-manifest case and test_installed_command.py."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
 from click.testing import CliRunner
+from helpers.cli import datapipe_in_process, datapipe_installed
 from sample_data import make_dataset
 
 from datapipe.cli.main import cli
@@ -20,7 +21,7 @@ SCHEMA = jsonschema.Draft202012Validator(
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "datapipe", *args], capture_output=True, text=True, cwd=cwd)
+    return datapipe_in_process(*args, cwd=cwd)
 
 
 def manifest_path(url: str) -> Path:
@@ -95,7 +96,7 @@ def test_a_malformed_manifest_through_the_installed_command(tmp_path):
     path = manifest_path(url)
     edit(path, _set("shards", "abc"))
     for command in ("info", "verify"):
-        out = run(command, url)
+        out = datapipe_installed(command, url)
         assert out.returncode == 6 and "Traceback" not in out.stderr, out.stderr
         assert out.stderr == (f"error: {path}: malformed manifest: field 'shards': expected a list, got str \"abc\"; "
                               "the file was edited or damaged (restore it from a copy, or delete its version "

@@ -1,25 +1,19 @@
-"""`datapipe --version`, `inspect` and `index`, run as a user runs them."""
+"""`datapipe inspect` and `index`, in process (test_installed_command.py runs them, and --version, installed)."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import datapipe_in_process
 from sample_data import simple_samples
 
-import datapipe
 from datapipe.formats.shards import index_path, write_shard
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "datapipe", *args], capture_output=True, text=True, cwd=cwd)
-
-
-def test_version():
-    out = run("--version")
-    assert out.returncode == 0 and datapipe.__version__ in out.stdout
+    return datapipe_in_process(*args, cwd=cwd)
 
 
 @pytest.mark.parametrize("ext", [".tar", ".tfrecord"])

@@ -10,10 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from datapipe.builder.config import load_pipeline
-from datapipe.builder.run import build
-from datapipe.versioning.store import Store
+from helpers.cli import datapipe_in_process, datapipe_installed
 
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
@@ -57,16 +54,16 @@ def dask_cluster(tmp_path):
 
 
 @pytest.mark.distributed
-def test_scheduler_build_matches_local_build(tmp_path, dask_cluster, copy_digits, dask_client):
+def test_scheduler_build_matches_local_build(tmp_path, dask_cluster, copy_digits, digits_built):
     copy_digits(tmp_path, "digits.yaml", "digits_code.py")
-    out = subprocess.run([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--json", "--out", "remote",
-                          "--scheduler", dask_cluster], capture_output=True, text=True, cwd=tmp_path)
+    out = datapipe_installed("build", "digits.yaml", "--json", "--out", "remote", "--scheduler", dask_cluster,
+                             cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     remote = json.loads(out.stdout.strip().splitlines()[-1])
-    # the local build: a LocalCluster in this process (the session's), through the API the command calls
-    local = build(load_pipeline(tmp_path / "digits.yaml"), Store(str(tmp_path / "local")), client=dask_client).summary()
+    # the local build: the session's digits build (a LocalCluster in this process)
+    local = digits_built.summary
     assert remote["version"] == local["version"] and remote["samples"] == 1773
-    for shard in sorted((tmp_path / "local/digits/versions" / local["version"]).glob("shard-*")):
+    for shard in sorted((digits_built.store / "digits/versions" / local["version"]).glob("shard-*")):
         assert shard.read_bytes() == (tmp_path / "remote/digits/versions" / remote["version"] / shard.name).read_bytes()
 
 
@@ -77,8 +74,7 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path):
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "digits-0.csv").write_text("id,label,pixels,note\n")
     shutil.copy(REPO / "pipelines" / "digits_code.py", tmp_path / "digits_code.py")
-    out = subprocess.run([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--scheduler",
-                          "tcp://127.0.0.1:9"], capture_output=True, text=True, cwd=tmp_path,
-                         env={**os.environ, "DATAPIPE_SCHEDULER_TIMEOUT": "1"})
+    out = datapipe_in_process("build", "digits.yaml", "--scheduler", "tcp://127.0.0.1:9", cwd=tmp_path,
+                              env={**os.environ, "DATAPIPE_SCHEDULER_TIMEOUT": "1"})
     assert out.returncode == 2 and "cannot connect to a Dask scheduler" in out.stderr and "Traceback" not in out.stderr
     assert "after 1 s" in out.stderr, out.stderr  # the timeout given

@@ -9,25 +9,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from datapipe.builder.config import load_pipeline
-from datapipe.builder.run import build
-from datapipe.versioning.store import Store
-
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
 STEPS_PER_EPOCH = 1773 // (2 * 32)  # samples // (ranks x batch size): 27
 
 
 @pytest.mark.distributed
-def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoint(tmp_path, copy_digits,
-                                                                                   dask_client):
-    copy_digits(tmp_path, "digits.yaml", "digits_code.py")
-    # what `datapipe build digits.yaml` makes (storage/digits), built on the session's cluster
-    build(load_pipeline(tmp_path / "digits.yaml"), Store(str(tmp_path / "storage")), client=dask_client)
+def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoint(tmp_path, digits_built):
+    # what `datapipe build digits.yaml` makes: the session's digits build (training only reads it)
 
     def train(checkpoint: str, epochs: int, *more: str) -> list[dict]:
         out = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2",
-                              str(REPO / "examples" / "train_ddp.py"), "storage/digits", "--epochs", str(epochs),
+                              str(REPO / "examples" / "train_ddp.py"), digits_built.url, "--epochs", str(epochs),
                               "--checkpoint", checkpoint, "--checkpoint-every", "10", *more],
                              cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]

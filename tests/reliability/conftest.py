@@ -1,15 +1,15 @@
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import datapipe_installed
 
 
 def datapipe_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "datapipe", *args], cwd=cwd, capture_output=True, text=True,
-                         env=env, timeout=timeout)
+    """The installed command, which must not print a traceback."""
+    out = datapipe_installed(*args, cwd=cwd, env=env, timeout=timeout)
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
     return out
 

@@ -3,15 +3,15 @@
 
 import json
 import subprocess
-import sys
 
 import pytest
-from conftest import datapipe_cli, leftovers
+from conftest import leftovers
+from helpers.cli import datapipe_in_process, datapipe_process
 
 
 def build_together(project, store, pipelines):
-    procs = [subprocess.Popen([sys.executable, "-m", "datapipe", "build", p, "--out", str(store), "--workers", "1",
-                               "--json"], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [datapipe_process("build", p, "--out", str(store), "--workers", "1", "--json", cwd=project,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for p in pipelines]
     return [(p, *p.communicate(timeout=600)) for p in procs]
 
@@ -28,7 +28,7 @@ def test_concurrent_builds_into_one_store(digits_project, tmp_path, pipelines):
     for summary in ok:
         name = summary["name"]
         assert (store / name / "refs" / "latest").read_text().strip() == summary["version"]
-        assert datapipe_cli("verify", f"{store}/{name}", cwd=digits_project).returncode == 0
+        assert datapipe_in_process("verify", f"{store}/{name}", cwd=digits_project).returncode == 0
     if pipelines[0] == pipelines[1]:
         assert len({s["version"] for s in ok}) == 1  # the same inputs: the same version, written once
     assert leftovers(store) == []

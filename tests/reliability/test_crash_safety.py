@@ -10,7 +10,8 @@ under the version id), and the rest land at random moments. Each trial reports t
 landed in (a kill is never instant).
 
 The builds that are killed run the installed command with their own cluster; the checks after each kill (`ls`,
-`verify`, `gc`, the rerun) run the commands in process, the rerun on the session's Dask cluster.
+`verify`, `gc`, the rerun) run the commands in process, the rerun on the session's Dask cluster, and so does the
+build whose Dask worker is killed (on an embedded cluster of its own).
 """
 
 import json
@@ -20,20 +21,18 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from cli_in_process import datapipe_in_process
-from conftest import crash_moments, datapipe_cli, last_json, leftovers
+from conftest import crash_moments, last_json, leftovers
+from helpers.cli import datapipe_in_process, datapipe_process, on_session_cluster
 
 
 def start_build(project, store, *extra):
-    return subprocess.Popen([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--out", str(store),
-                             "--workers", "2", *extra], cwd=project, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    return datapipe_process("build", "digits.yaml", "--out", str(store), "--workers", "2", *extra, cwd=project,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def running_in_group(pgid: int) -> bool:
@@ -141,8 +140,8 @@ def reference(tmp_path_factory, copy_digits):
     project = copy_digits(tmp_path_factory.mktemp("digits"), "digits.yaml", "digits_tfrecord.yaml", "digits_code.py")
     store = project / "reference-store"
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "datapipe", "build", "digits.yaml", "--out", str(store),
-                             "--workers", "2", "--json"], cwd=project, stdout=subprocess.PIPE, text=True)
+    proc = datapipe_process("build", "digits.yaml", "--out", str(store), "--workers", "2", "--json", cwd=project,
+                            stdout=subprocess.PIPE, text=True)
     seen: dict[str, float] = {}
     shards = 0
     while proc.poll() is None:
@@ -214,7 +213,7 @@ def consistent(project, store, reference_version) -> list[str]:
 
 
 def rerun(project, store, version, scheduler: str) -> None:
-    out = datapipe_in_process("build", "digits.yaml", "--out", str(store), "--scheduler", scheduler, "--json",
+    out = datapipe_in_process("build", "digits.yaml", "--out", str(store), *on_session_cluster(scheduler), "--json",
                               cwd=project)
     assert out.returncode == 0, out.stderr[-2000:]
     assert last_json(out)["version"] == version
@@ -300,10 +299,13 @@ def test_a_dask_worker_killed_mid_build(reference, tmp_path, always):
     store = tmp_path / "store"
     shutil.copytree(project / "reference-store", store)
     assert (store / "digits" / "refs" / "latest").read_text().strip() == version
-    (work / "killer.py").write_text(KILLER.format(marker="killed-once", always=always))
-    pipeline = (work / "digits.yaml").read_text().replace("digits_code:pixels_to_png", "killer:pixels_then_die")
+    # a module name of its own per case: this process keeps the first module of a name it imported
+    killer = f"killer_{'always' if always else 'once'}"
+    (work / f"{killer}.py").write_text(KILLER.format(marker="killed-once", always=always))
+    pipeline = (work / "digits.yaml").read_text().replace("digits_code:pixels_to_png", f"{killer}:pixels_then_die")
     (work / "digits.yaml").write_text(pipeline)
-    out = datapipe_cli("build", "digits.yaml", "--out", str(store), "--workers", "2", "--json", cwd=work)
+    # in process, on an embedded cluster of its own (its workers are the ones that die, not the session's)
+    out = datapipe_in_process("build", "digits.yaml", "--out", str(store), "--workers", "2", "--json", cwd=work)
     latest = (store / "digits" / "refs" / "latest").read_text().strip()
     if always:  # every try dies: a clear failure, and no ref moves
         assert out.returncode == 8 and "a Dask worker died" in out.stderr

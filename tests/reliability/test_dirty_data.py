@@ -9,8 +9,8 @@ import os
 
 import pandas as pd
 import pytest
-from cli_in_process import datapipe_in_process
-from conftest import datapipe_cli, last_json
+from conftest import last_json
+from helpers.cli import datapipe_in_process, on_session_cluster
 
 PIPELINE = """\
 name: dirty
@@ -27,16 +27,16 @@ def scheduler(dask_client) -> str:
 
 
 def build(tmp_path, files: dict[str, bytes], fmt="csv", options="", path="raw/*", scheduler: str | None = None):
-    """`datapipe build --json` of the dirty pipeline: in process on ``scheduler``, or (None) through the installed
-    command with a cluster of its own."""
+    """`datapipe build --json` of the dirty pipeline, in process: on ``scheduler``, or (None) with an embedded
+    cluster of its own."""
     for name, data in files.items():
         (tmp_path / "raw").mkdir(exist_ok=True)
         (tmp_path / "raw" / name).write_bytes(data)
     (tmp_path / "p.yaml").write_text(PIPELINE.format(path=path, fmt=fmt, options=options))
     if scheduler is None:
-        return datapipe_cli("build", "p.yaml", "--out", str(tmp_path / "store"), "--workers", "1", "--json",
-                            cwd=tmp_path)
-    return datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), "--scheduler", scheduler,
+        return datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), "--workers", "1", "--json",
+                                   cwd=tmp_path)
+    return datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), *on_session_cluster(scheduler),
                                "--json", cwd=tmp_path)
 
 
@@ -72,20 +72,20 @@ def test_dirty_rows_are_quarantined_with_their_reason(tmp_path, scheduler, case)
     assert summary["rejected"] >= 1
 
 
-@pytest.mark.parametrize("files, message, code, installed", [
+@pytest.mark.parametrize("files, message, code, own_cluster", [
     ({"empty.csv": b""}, "no rows in raw/empty.csv", 8, False),
     ({"header.csv": b"id,n\n"}, "no rows in raw/header.csv", 8, True),  # found by the passes, cluster running
     ({}, "matches no files", 3, False),
 ])
-def test_inputs_without_rows_are_clear_errors(tmp_path, scheduler, files, message, code, installed):
-    out = build(tmp_path, files, scheduler=None if installed else scheduler)
+def test_inputs_without_rows_are_clear_errors(tmp_path, scheduler, files, message, code, own_cluster):
+    out = build(tmp_path, files, scheduler=None if own_cluster else scheduler)
     assert out.returncode == code and message in out.stderr
 
 
 def test_an_unreadable_source_file_is_named(tmp_path):
     (tmp_path / "raw").mkdir()
     os.symlink(tmp_path / "nowhere.csv", tmp_path / "raw" / "gone.csv")  # listed, but cannot be opened
-    out = build(tmp_path, {}, path="raw/gone.csv")  # the installed command: found before any cluster starts
+    out = build(tmp_path, {}, path="raw/gone.csv")  # found before any cluster starts
     assert out.returncode == 3 and "raw/gone.csv" in out.stderr
 
 
@@ -133,8 +133,8 @@ def test_nan_values_are_quarantined_with_their_reason(tmp_path, scheduler, case,
     (tmp_path / "raw" / "d.csv").write_bytes(data)
     fmt = "tfrecord" if case == "NaN in a float key" else "webdataset"
     (tmp_path / "p.yaml").write_text(NAN_PIPELINE.format(key=key, options=options, fmt=fmt))
-    out = datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), "--scheduler", scheduler, "--json",
-                              cwd=tmp_path)
+    out = datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), *on_session_cluster(scheduler),
+                              "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     summary = last_json(out)
     accounted(summary)

@@ -5,8 +5,8 @@ import os
 import tracemalloc
 
 import pytest
-from cli_in_process import datapipe_in_process
 from conftest import datapipe_cli
+from helpers.cli import datapipe_in_process
 from sample_data import make_dataset
 
 import datapipe

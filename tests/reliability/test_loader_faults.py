@@ -14,10 +14,13 @@ MARKER = Path(os.environ.get("TMPDIR", "/tmp")) / f"datapipe-kill-worker-{os.get
 
 
 def die_when_asked(payload: bytes) -> int:
-    """A decoder that kills its DataLoader worker once the test drops the marker file."""
-    if MARKER.exists():
-        MARKER.unlink(missing_ok=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+    """A decoder that kills its DataLoader worker once the test drops the marker file: the worker that removes
+    the marker dies (removal is the atomic claim: with exists-then-unlink both workers could see it and die)."""
+    try:
+        MARKER.unlink()
+    except FileNotFoundError:
+        return int(payload)
+    os.kill(os.getpid(), signal.SIGKILL)
     return int(payload)
 
 

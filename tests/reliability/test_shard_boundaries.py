@@ -14,8 +14,7 @@ import tarfile
 import tracemalloc
 
 import pytest
-from cli_in_process import datapipe_in_process
-from conftest import datapipe_cli
+from helpers.cli import datapipe_in_process
 from sample_data import plain, simple_samples
 
 import datapipe
@@ -169,19 +168,19 @@ def test_hostile_members_are_skipped_by_loader_inspect_and_verify(hostile_datase
         got = [key for batch in datapipe.Loader(url, batch_size=1, num_workers=0, shuffle=False, verify=True)
                for key in batch["__key__"]]
     assert got == ["good0", "good1"]
-    out = datapipe_cli("verify", url, cwd=tmp)  # the files are what the manifest says: nothing to report
+    out = datapipe_in_process("verify", url, cwd=tmp)  # the files are what the manifest says: nothing to report
     assert out.returncode == 0, out.stdout + out.stderr
-    out = datapipe_cli("inspect", shard, "--n", "10", cwd=tmp)
+    out = datapipe_in_process("inspect", shard, "--n", "10", cwd=tmp)
     assert out.returncode == 0 and "[0] good0" in out.stdout and "[1] good1" in out.stdout, out.stderr
     os.remove(shard + ".idx")  # and by scanning, where each skip is logged naming the shard and the member
-    out = datapipe_cli("inspect", shard, "--n", "10", cwd=tmp)
+    out = datapipe_in_process("inspect", shard, "--n", "10", cwd=tmp)
     assert out.returncode == 0 and "[1] good1" in out.stdout and "[2]" not in out.stdout
     for name in HOSTILE:
         assert f"{shard}: skipping" in out.stderr and repr(name) in out.stderr, (name, out.stderr)
-    out = datapipe_cli("verify", url, cwd=tmp)
+    out = datapipe_in_process("verify", url, cwd=tmp)
     assert out.returncode == 1 and f"missing: {shard}.idx" in out.stdout  # verify names what is gone
     build_index(shard, "webdataset")
-    assert datapipe_cli("verify", url, cwd=tmp).returncode == 0
+    assert datapipe_in_process("verify", url, cwd=tmp).returncode == 0
     assert listing(tmp) == before  # nothing extracted, linked or created anywhere
     for target in ("escape.cls", "up.cls"):
         assert not (tmp.parent / target).exists() and not (tmp / target).exists()

@@ -1,24 +1,10 @@
-import logging
+"""The S3 tests' bucket: one per module, on the session's S3 server (the ``s3_server`` fixture, tests/conftest.py)."""
+
 import os
 import uuid
 
 import pytest
-
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing-key", "AWS_SECRET_ACCESS_KEY": "testing-secret-do-not-print",
-               "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-@pytest.fixture(scope="session")
-def s3_server():
-    """A real S3 API server (moto's server mode) on 127.0.0.1; yields its endpoint URL."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+from helpers.s3 import CREDENTIALS
 
 
 @pytest.fixture(scope="module")

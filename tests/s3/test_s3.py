@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from faults import FaultProxy
+from helpers.cli import datapipe_in_process
 
 import datapipe
 from datapipe.builder.config import load_pipeline
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.s3
 
 
 def cli(env, *args, cwd=None):
-    out = subprocess.run([sys.executable, "-m", "datapipe", *args], capture_output=True, text=True, env=env, cwd=cwd)
+    out = datapipe_in_process(*args, env=env, cwd=cwd)
     assert SECRET not in out.stdout + out.stderr
     return out
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from faults import FaultProxy
+from helpers.cli import datapipe_in_process
 
 import datapipe
 from datapipe.errors import ConfigError, NotFoundError
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.s3
 
 
 def cli(env, *args, cwd=None):
-    out = subprocess.run([sys.executable, "-m", "datapipe", *args], capture_output=True, text=True, env=env, cwd=cwd)
+    out = datapipe_in_process(*args, env=env, cwd=cwd)
     assert SECRET not in out.stdout + out.stderr
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
     return out

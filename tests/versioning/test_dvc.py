@@ -1,8 +1,9 @@
 """DVC tracks a pipeline for real: the dvc CLI in a temporary git repository, `dvc repro`, push/pull, and
 `datapipe check` proving a version rebuilds byte for byte (and saying why when it does not).
 
-`dvc repro` runs `datapipe build` as DVC runs it, with its own cluster; `datapipe check` runs in process on the
-session's Dask cluster (its command line is tested in test_lineage.py), saving a cluster start per check."""
+`dvc repro` runs the installed `datapipe build` as DVC runs it, with its own cluster; `datapipe check`, `dvc`,
+`verify` and `diff` run in process (`check` on the session's Dask cluster), saving an interpreter and a cluster
+start per call."""
 
 import json
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_in_process import datapipe_in_process
+from helpers.cli import datapipe_in_process, datapipe_installed, on_session_cluster
 
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
@@ -47,12 +48,11 @@ def status(run) -> dict:
 @pytest.mark.slow
 def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_repo, dask_client):
     root, run = dvc_repo
-    datapipe = (sys.executable, "-m", "datapipe")
 
     def check() -> subprocess.CompletedProcess:
-        return datapipe_in_process("check", "pipelines/digits.yaml", "--scheduler", dask_client.scheduler.address,
+        return datapipe_in_process("check", "pipelines/digits.yaml", *on_session_cluster(dask_client.scheduler.address),
                                    cwd=root)
-    run(*datapipe, "dvc", "pipelines/digits.yaml")
+    assert datapipe_in_process("dvc", "pipelines/digits.yaml", cwd=root).returncode == 0
     stage = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]["digits"]
     assert stage["cmd"] == "datapipe build pipelines/digits.yaml --out storage"
     assert stage["deps"] == ["pipelines/digits.yaml", "pipelines/raw", "pipelines/digits_code.py"]
@@ -83,7 +83,7 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     run("dvc", "push", "-q")
     shutil.rmtree(root / "storage")
     run("dvc", "pull", "-q")
-    assert run(*datapipe, "verify", "storage/digits").returncode == 0
+    assert datapipe_in_process("verify", "storage/digits", cwd=root).returncode == 0
 
     # edit one raw row: DVC sees it, check names the input, repro makes a version differing in that sample only
     raw = root / "pipelines/raw/digits-0.csv"
@@ -104,7 +104,8 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     assert "Running stage 'digits'" in rebuilt.stdout
     second = (root / "storage/digits/refs/latest").read_text().strip()
     assert second != first and status(run) == {}
-    diff = json.loads(run(*datapipe, "diff", f"storage/digits@{first}", "storage/digits@latest", "--json").stdout)
+    diff = json.loads(datapipe_in_process("diff", f"storage/digits@{first}", "storage/digits@latest", "--json",
+                                          cwd=root).stdout)
     assert (diff["changed"], diff["added"], diff["removed"]) == (["d0100"], [], [])
     assert (root / f"storage/digits/versions/{first}/manifest.json").exists()  # persist: older versions stay
 
@@ -125,6 +126,5 @@ def store_files(root: Path) -> dict[str, tuple[int, int]]:
 
 def test_dvc_outside_a_repository_is_a_clear_error(tmp_path):
     shutil.copy(REPO / "pipelines" / "digits.yaml", tmp_path / "digits.yaml")
-    out = subprocess.run([sys.executable, "-m", "datapipe", "dvc", "digits.yaml"], cwd=tmp_path,
-                         capture_output=True, text=True)
+    out = datapipe_installed("dvc", "digits.yaml", cwd=tmp_path)  # the `dvc` smoke test
     assert out.returncode == 3 and "not inside a DVC repository" in out.stderr and "Traceback" not in out.stderr

@@ -6,13 +6,13 @@ import json
 import platform
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import dask
 import pyarrow
 import pytest
+from helpers.cli import datapipe_in_process, datapipe_installed, on_session_cluster
 
 import datapipe
 from datapipe.builder.config import load_pipeline
@@ -120,18 +120,18 @@ def test_editing_the_map_code_changes_the_version_and_undoing_it_restores_it(tmp
 
 
 def test_check_names_the_sample_and_field_that_changed(tmp_path, client):
-    """`datapipe check` as a user runs it: once with a cluster of its own, once on a running one (--scheduler)."""
+    """`datapipe check` (in process): once with a cluster of its own, once on a running one (--scheduler)."""
     pipeline, _ = make_project(tmp_path)
     build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), client=client)  # what `datapipe build` makes
 
     def datapipe_cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "datapipe", *args], capture_output=True, text=True, cwd=tmp_path)
+        return datapipe_in_process(*args, cwd=tmp_path)
 
-    assert datapipe_cli("check", "pipeline.yaml", "--workers", "1").returncode == 0
+    assert datapipe_cli("check", "pipeline.yaml", "--workers", "1").returncode == 0  # its embedded cluster
 
     raw = tmp_path / "raw/words.csv"
     raw.write_text(raw.read_text().replace("w0003,three,0", "w0003,tree,0"))
-    out = datapipe_cli("check", "pipeline.yaml", "--scheduler", client.scheduler.address)
+    out = datapipe_cli("check", "pipeline.yaml", *on_session_cluster(client.scheduler.address))
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("not reproducible: words@")
@@ -145,7 +145,8 @@ def test_check_names_the_sample_and_field_that_changed(tmp_path, client):
 def test_check_gives_up_on_an_unreachable_scheduler_after_scheduler_timeout(tmp_path, client):
     pipeline, _ = make_project(tmp_path)
     build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), client=client)
-    out = subprocess.run([sys.executable, "-m", "datapipe", "check", "pipeline.yaml", "--scheduler", "tcp://127.0.0.1:9",
-                          "--scheduler-timeout", "1"], capture_output=True, text=True, cwd=tmp_path)
+    # the installed command (the `check` smoke test)
+    out = datapipe_installed("check", "pipeline.yaml", "--scheduler", "tcp://127.0.0.1:9", "--scheduler-timeout", "1",
+                             cwd=tmp_path)
     assert out.returncode == 2 and "cannot connect to a Dask scheduler" in out.stderr, out.stderr
     assert "after 1 s" in out.stderr and "Traceback" not in out.stderr

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from conftest import commit, two_shards
+from helpers.cli import datapipe_in_process
 from sample_data import simple_samples
 
 from datapipe.errors import ConfigError, FormatVersionError, NotFoundError
@@ -175,7 +176,7 @@ def _dead_pid() -> int:
 
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "datapipe", *args], capture_output=True, text=True, cwd=cwd)
+    return datapipe_in_process(*args, cwd=cwd)
 
 
 def test_cli_ls_info_tag_verify_diff_gc(tmp_path):

@@ -1,0 +1,1 @@
+"""Helpers shared by the test directories: the CLI runners (``helpers.cli``)."""
