@@ -42,7 +42,11 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
         try:
             client = Client(scheduler, timeout=timeout)
         except (OSError, TimeoutError) as e:
-            raise ConfigError(f"--scheduler {scheduler}: cannot connect to a Dask scheduler there ({e})") from None
+            # Dask raises a bare TimeoutError when the TCP connection was made but the handshake
+            # did not finish in time: a busy scheduler, not a missing one
+            why = str(e) or f"it accepted the connection but did not answer within {timeout:g} s"
+            raise ConfigError(f"--scheduler {scheduler}: cannot connect to a Dask scheduler there ({why}); check "
+                              "the address, or give a busy scheduler longer with --scheduler-timeout") from None
         with client:
             yield client
         return
