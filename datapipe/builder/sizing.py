@@ -11,7 +11,7 @@ from datapipe.errors import BuildError
 KEEP_FRACTION = 0.25  # of the workers' memory that encoded samples may take between passes
 ENCODED_PER_SOURCE_BYTE = 4  # a guess on the safe side: tar framing and decompressed Parquet
 FILE_COPIES = 3  # a 'files' sample is in memory as read, as its encoded payload, and in its partition's block
-TARGET_FRACTION = 0.6  # Dask spills at 70% of a worker's memory limit, pauses it at 80%, restarts it at 95%
+TARGET_FRACTION = 0.6  # Dask starts spilling at 60% of a worker's memory limit, pauses it at 80%, restarts it at 95%
 WORKER_BASELINE = 160 << 20  # a worker's memory once it imported the build's stack (pandas, pyarrow, datapipe)
 # a partition's peak in a worker per source byte: frame, encoded fields, encoded block, allocator slack
 PARTITION_EXPANSION = 20
