@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from datapipe.builder.sizes import SIZE_PATTERN, parse_size
+from datapipe.builder.byte_size import SIZE_PATTERN, parse_size
 from datapipe.builder.source.options import EXECUTION_OPTIONS
 from datapipe.builder.source.registry import check_source_options
 from datapipe.errors import ConfigError, NotFoundError

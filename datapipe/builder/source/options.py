@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from datapipe.builder.sizes import parse_size
+from datapipe.builder.byte_size import parse_size
 from datapipe.errors import ConfigError
 
 EXECUTION_OPTIONS = frozenset({"blocksize", "files_per_partition", "storage_options"})
