@@ -48,7 +48,7 @@ from datapipe.builder.shard_plan import (
     shards_of,
     sizes_in_output_order,
 )
-from datapipe.builder.sizing import check_file_sizes, fits_in_memory, fitted_blocksize
+from datapipe.builder.sizing import fit_to_workers
 from datapipe.builder.source.align import align_parts, scan_block, scans_needed
 from datapipe.builder.source.base import Source
 from datapipe.builder.source.opening import open_source, partition_source
@@ -99,7 +99,7 @@ def build(
     ``client`` reuses an existing distributed Client (tests, notebooks); otherwise ``scheduler``
     names a running Dask scheduler, or a LocalCluster of ``workers`` processes is started.
     ``keep_encoded``: whether the workers hold the encoded samples between the measure and the
-    write pass instead of reading the source twice; by default, when they fit (``fits_in_memory``).
+    write pass instead of reading the source twice; by default, when they fit (``sizing.fit_to_workers``).
     The result is the same either way. ``memory_limit``: bytes per worker of the embedded
     LocalCluster (Dask's default otherwise: the machine's memory shared among the workers).
     ``scheduler_timeout``: seconds to keep trying to reach ``scheduler`` (cluster.SCHEDULER_TIMEOUT).
@@ -120,12 +120,11 @@ def build(
             progress.dashboard(dashboard_link(c))
             run = PassRunner(c, progress)
             run.seconds["start"] = time.perf_counter() - started  # opening the source and starting the cluster
-            limits = worker_memory_limits(c)
-            source = _align(run, partition_source(source, fitted_blocksize(source, limits)))
-            check_file_sizes(source, limits)
+            fit = fit_to_workers(source, worker_memory_limits(c))
+            source = _align(run, partition_source(source, fit.blocksize))
             job = BuildJob(pipeline, loaded.base_dir, source, {ref.module: ref.sha256 for ref in code})
             source_files = c.compute([_hash_task(source.fs, f) for f in source.files])
-            b = _Build(store, run, job, fits_in_memory(source, limits) if keep_encoded is None else keep_encoded)
+            b = _Build(store, run, job, fit.keep_encoded if keep_encoded is None else keep_encoded)
             b.dedupe()
             measured, key_keep, rejects = b.measure()
             stages = _sum_counts(measured, sum(int((~k).sum()) for k in key_keep))

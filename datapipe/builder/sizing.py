@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from datapipe.builder.source.base import Source
 from datapipe.errors import BuildError
@@ -65,3 +66,17 @@ def fits_in_memory(source: Source, limits: Sequence[int]) -> bool:
     if not limits or 0 in limits:  # no limit known: do not guess
         return False
     return ENCODED_PER_SOURCE_BYTE * sum(f.size for f in source.files) <= KEEP_FRACTION * sum(limits)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How a build's work is sized to its workers: the blocksize and whether encoded samples stay between passes."""
+
+    blocksize: int
+    keep_encoded: bool
+
+
+def fit_to_workers(source: Source, limits: Sequence[int]) -> Fit:
+    """The build's sizing for workers of ``limits`` bytes, after checking that every file fits one of them."""
+    check_file_sizes(source, limits)
+    return Fit(fitted_blocksize(source, limits), fits_in_memory(source, limits))
