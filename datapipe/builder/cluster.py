@@ -14,6 +14,40 @@ from datapipe.errors import ConfigError
 SCHEDULER_TIMEOUT = 10.0  # seconds to keep trying to reach a --scheduler (Dask retries refused connections)
 
 
+def _unreachable(scheduler: str, timeout: float, error: BaseException) -> str:
+    # Dask's TimeoutError is bare when the TCP connection was made but the handshake did not
+    # finish in time: a busy or stuck scheduler, not a missing one
+    why = str(error) or f"it accepted the connection but did not answer within {timeout:g} s"
+    return (f"--scheduler {scheduler}: cannot connect to a Dask scheduler there ({why}); check the address, "
+            "or give a busy scheduler longer with --scheduler-timeout")
+
+
+def check_scheduler(scheduler: str, timeout: float) -> None:
+    """A ConfigError unless a Dask scheduler at ``scheduler`` answers within ``timeout`` seconds.
+
+    distributed's Client waits for ever on a peer that takes the connection and never answers
+    (a stuck scheduler, or another server on that port), so the build asks first, with a deadline
+    of its own, on a thread: the caller may be inside a running event loop (a notebook).
+    """
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.core import rpc
+
+    async def identity() -> Any:
+        async with rpc(scheduler, timeout=timeout) as scheduler_rpc:
+            return await scheduler_rpc.identity()
+
+    with ThreadPoolExecutor(1) as pool:
+        try:  # the deadline leaves the connection its own timeout first, so a refusal is named as one
+            pool.submit(asyncio.run, asyncio.wait_for(identity(), 2 * timeout + 1)).result()
+        except ValueError as e:
+            raise ConfigError(f"--scheduler {scheduler}: not a Dask scheduler address ({e}); give one like "
+                              "tcp://HOST:8786") from None
+        except (OSError, TimeoutError) as e:
+            raise ConfigError(_unreachable(scheduler, 2 * timeout + 1, e)) from None
+
+
 @contextlib.contextmanager
 def dask_client(workers: int | None = None, scheduler: str | None = None, *,
                 processes: bool = True, memory_limit: int | None = None,
@@ -39,14 +73,11 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
         timeout = SCHEDULER_TIMEOUT if scheduler_timeout is None else scheduler_timeout
         if not timeout > 0:
             raise ConfigError(f"--scheduler-timeout {timeout:g}: must be more than 0 seconds")
+        check_scheduler(scheduler, timeout)
         try:
             client = Client(scheduler, timeout=timeout)
         except (OSError, TimeoutError) as e:
-            # Dask raises a bare TimeoutError when the TCP connection was made but the handshake
-            # did not finish in time: a busy scheduler, not a missing one
-            why = str(e) or f"it accepted the connection but did not answer within {timeout:g} s"
-            raise ConfigError(f"--scheduler {scheduler}: cannot connect to a Dask scheduler there ({why}); check "
-                              "the address, or give a busy scheduler longer with --scheduler-timeout") from None
+            raise ConfigError(_unreachable(scheduler, timeout, e)) from None
         with client:
             yield client
         return

@@ -4,6 +4,8 @@ import multiprocessing
 import os
 from multiprocessing import forkserver
 
+import pytest
+
 from tests.builder.test_build import people, write_people
 
 
@@ -49,3 +51,30 @@ def test_a_forkserver_running_before_the_build_is_left_running(project):
     project.build(workers=1)
     assert forkserver._forkserver._forkserver_pid == running
     forkserver._forkserver._stop()
+
+
+def test_a_scheduler_that_takes_the_connection_but_never_answers_is_an_error_not_a_wait():
+    """distributed's Client alone waits for ever on such a peer (a stuck scheduler, another server's port)."""
+    import socket
+
+    from datapipe.builder.cluster import dask_client
+    from datapipe.errors import ConfigError
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the connections; nothing ever answers them
+        address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(ConfigError, match=r"accepted the connection but did not answer within 3 s\); check the "
+                                              r"address, or give a busy scheduler longer with --scheduler-timeout"):
+            with dask_client(None, address, scheduler_timeout=1):
+                pass
+
+
+@pytest.mark.parametrize("address", ["localhost", "nope://host:1"])
+def test_a_scheduler_address_dask_cannot_parse_is_a_config_error(address):
+    from datapipe.builder.cluster import dask_client
+    from datapipe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"--scheduler {address}: not a Dask scheduler address .*tcp://HOST:8786"):
+        with dask_client(None, address, scheduler_timeout=1):
+            pass
