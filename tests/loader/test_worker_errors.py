@@ -74,3 +74,21 @@ def test_a_decoded_value_that_cannot_leave_a_worker_is_a_config_error_not_a_hang
     assert not thread.is_alive(), "the loader hung"
     assert len(outcome) == 1 and type(outcome[0]) is ConfigError
     assert "field 'cls'" in str(outcome[0]) and "num_workers=0" in str(outcome[0])
+
+
+def test_the_workers_are_stopped_when_the_error_reaches_the_training_process(toy):
+    """Not later, by the garbage collector: the error's traceback keeps the DataLoader's iterator, and a worker
+    stopped from the collector could miss its stop signal and wait for torch to kill it after a timeout."""
+    import gc
+    import multiprocessing
+
+    corrupt(toy, 2)
+    gc.disable()  # what the test is about: nothing may rely on a collection
+    try:
+        before = set(multiprocessing.active_children())  # other tests' DataLoaders may still wait for theirs
+        with pytest.raises(ShardCorruptError) as raised:
+            list(datapipe.Loader(toy, batch_size=4, num_workers=2, shuffle=False))
+        assert set(multiprocessing.active_children()) <= before, "DataLoader workers still running after the error"
+        del raised
+    finally:
+        gc.enable()

@@ -180,6 +180,14 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
                 raise buffer.error
             releases.track(buffer, slot)
             yield unpack(buffer, pickle.loads(layout), tensor_view)
+    except BaseException:
+        # The error's traceback keeps this frame, and the DataLoader's iterator with it, until the garbage
+        # collector frees them; shut the workers down now, while the index queues still deliver their
+        # stop signal (from the collector, a worker can miss it and is killed after torch's join timeout).
+        shutdown = getattr(batches, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        raise
     finally:
         forget_segments(dataset.token)  # batches still held keep their own views
 
