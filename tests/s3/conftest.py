@@ -18,3 +18,13 @@ def s3(s3_server):
         bucket = f"bucket-{uuid.uuid4().hex[:12]}"
         boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket=bucket)
         yield {"endpoint": s3_server, "bucket": bucket, "env": dict(os.environ)}
+
+
+@pytest.fixture
+def quick_backoff(monkeypatch):
+    """Retries wait a twentieth of their backoff: tests that fail hundreds of requests on purpose test that each
+    is retried, not how long the jittered wait is (tests/storage/test_retry.py tests that)."""
+    from datapipe.storage.retry import RetryPolicy
+
+    full = RetryPolicy.delay
+    monkeypatch.setattr(RetryPolicy, "delay", lambda self, attempt, rng: full(self, attempt, rng) / 20)

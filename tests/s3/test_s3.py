@@ -209,7 +209,7 @@ def test_missing_objects_fail_at_once_naming_bucket_and_key(digits_on_s3, tmp_pa
 
 
 def test_transient_failures_are_retried_by_datapipe_until_the_epoch_is_complete(digits_on_s3, tmp_path, caplog,
-                                                                                 monkeypatch):
+                                                                                 monkeypatch, quick_backoff):
     """The proxy fails 3 GETs in 10 (ref and manifest reads and listings included) with a 503 that neither
     s3fs nor botocore (total_max_attempts=1) tries again: every failure reaches datapipe, which retries it.
     With DATAPIPE_RETRIES=1 the same faults end the epoch with an error naming bucket, key and cause."""

@@ -162,7 +162,7 @@ def test_gc_on_s3_removes_a_partial_version_its_dead_writer_left(tiny):
     assert cli(tiny["env"], "verify", tiny["url"]).returncode == 0  # the complete version is untouched
 
 
-def test_gc_and_verify_on_s3_retry_every_transient_failure(s3, caplog, monkeypatch):
+def test_gc_and_verify_on_s3_retry_every_transient_failure(s3, caplog, monkeypatch, quick_backoff):
     """gc's listings, existence checks and deletes, and verify's listing and reads, through a proxy that fails 3 in
     10 requests of every method with a 503 that only datapipe retries: each failure is retried, gc removes the dead
     writer's partial and nothing else, and verify finds every file."""
