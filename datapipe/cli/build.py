@@ -81,7 +81,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
 def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | None,
           scheduler_timeout: float | None, memory_limit: str | None, tags: tuple[str, ...], as_json: bool) -> None:
     """Build PIPELINE (a YAML file) into a new version of its dataset."""
-    from datapipe.builder.config import load_pipeline, parse_size
+    from datapipe.builder.byte_size import parse_size
+    from datapipe.builder.config import load_pipeline
     from datapipe.builder.run import build as run_build
 
     limit = None

@@ -8,7 +8,6 @@ import pytest
 import yaml
 
 from datapipe.builder.config import (
-    EXECUTION_OPTIONS,
     STAGE_KINDS,
     TYPE_NAMES,
     ColumnRule,
@@ -16,13 +15,14 @@ from datapipe.builder.config import (
     DropnaArgs,
     FillnaArgs,
     ShardConfig,
-    check_source_options,
     load_pipeline,
     parse_pipeline,
     parse_size,
     pipeline_json_schema,
     stage_path,
 )
+from datapipe.builder.source.options import EXECUTION_OPTIONS
+from datapipe.builder.source.registry import check_source_options
 from datapipe.errors import ConfigError, NotFoundError
 
 SCHEMA_FILE = Path(__file__).parents[2] / "schemas" / "pipeline.schema.json"
