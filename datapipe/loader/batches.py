@@ -10,31 +10,37 @@ from typing import Any
 import numpy as np
 
 from datapipe.loader.collate import Decoder, collate, decoders_for
-from datapipe.loader.dataset import Dataset
 from datapipe.loader.download import first_uses
 from datapipe.loader.lease import ShardLease
 from datapipe.loader.pool import BufferPool
-from datapipe.loader.schedule import BatchPlan, EpochOrder
+from datapipe.loader.schedule import BatchPlan
 from datapipe.loader.settings import LoaderSettings
+from datapipe.loader.shard_set import Order, ShardSet
 from datapipe.loader.world import World
 
+SOURCE = "__source__"  # the batch field that names each sample's source, in a mix
 CHUNK_BYTES = 8 << 20  # small batches are read and collated this many stored bytes at a time ...
 CHUNK_BATCHES = 8  # ... but at most this many batches at once
 
 
 @dataclass(frozen=True)
 class BatchSource:
-    """Rank ``world.rank``'s batches of epoch ``epoch`` under ``settings``, read from ``dataset``, starting at
-    epoch position ``position`` (the samples all ranks consumed of the epoch so far)."""
+    """Rank ``world.rank``'s batches of epoch ``epoch`` under ``settings``, read from ``dataset`` (a Dataset or
+    a Mix), starting at epoch position ``position`` (the samples all ranks consumed of the epoch so far).
 
-    dataset: Dataset
+    ``steps``: the plan's batch steps to deliver, ascending (None: all; skipped steps are left out).
+    """
+
+    dataset: ShardSet
     settings: LoaderSettings
     world: World
     epoch: int = 0
     position: int = 0
+    steps: np.ndarray | None = None
     decoders: dict[str, Decoder] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:  # the fields and decoders asked for, checked against the dataset's now
+        self.dataset.check_fields(self.settings.fields, self.settings.decode)
         decoders = decoders_for(self.dataset.fields, self.settings.fields, self.settings.decode)
         object.__setattr__(self, "decoders", decoders)
 
@@ -45,26 +51,19 @@ class BatchSource:
         return BatchPlan(len(self.dataset), settings.batch_size, self.world.world_size, settings.drop_last,
                          self.position)
 
-    def _shards(self, order: EpochOrder, steps: Iterable[int]) -> Iterator[list[int]]:
+    def delivered(self) -> range | np.ndarray:
+        """The plan's steps this source's consumers deliver, in order (a worker takes every n-th of them)."""
+        return range(self.plan.num_batches()) if self.steps is None else self.steps
+
+    def _shards(self, order: Order, steps: Iterable[int]) -> Iterator[list[int]]:
         for step in steps:
             shard_ids, _ = order.locate(self.plan.positions(self.world.rank, step))
             yield list(dict.fromkeys(shard_ids.tolist()))
 
-    def done_at(self, order: EpochOrder) -> np.ndarray:
-        """Per shard, the epoch position from which ``order`` reads it no more: the end of its block when
-        shuffled (a block's shards are read together), else the end of the shard itself."""
-        if not self.settings.shuffle:
-            return order.shard_starts[1:]
-        n = len(order.shard_sizes)
-        block = np.empty(n, dtype=np.int64)
-        block[order.shard_order] = np.arange(n) // max(1, int(self.settings.block_shards))
-        return order.block_starts[block + 1]
-
-    def order(self) -> EpochOrder:
+    def order(self) -> Order:
         """The epoch's global order (built per process; holds one block's permutation at a time)."""
         settings = self.settings
-        return EpochOrder(self.dataset.shard_sizes, settings.seed, self.epoch, settings.shuffle,
-                          settings.block_shards)
+        return self.dataset.order(settings.seed, self.epoch, settings.shuffle, settings.block_shards)
 
     def chunk_batches(self, defer_ragged: bool) -> int:
         """How many consecutive steps to read and collate as one: much of a small batch's cost is per batch,
@@ -96,7 +95,7 @@ class BatchSource:
             steps = list(steps)  # read twice (the downloader's order, then the batches); a range stays O(1)
         cached = self.dataset.cache is not None
         upcoming = first_uses(self._shards(self.order(), steps)) if cached else None
-        lease = ShardLease(self.dataset, self.done_at(order) if cached else None, upcoming,
+        lease = ShardLease(self.dataset, order.done_at() if cached else None, upcoming,
                            self.settings.download_ahead)
         pool = BufferPool()
         chunk = self.chunk_batches(defer_ragged)
@@ -107,6 +106,9 @@ class BatchSource:
                 keys, columns = self.dataset.read_columns(shard_ids, local, list(self.decoders))
                 lease.opened(shard_ids)
                 collated = collate(keys, columns, self.decoders, defer=defer_ragged, allocate=pool.allocate)
+                names = self.dataset.source_names(shard_ids)
+                if names is not None:
+                    collated[SOURCE] = names
                 del columns
                 batches = [collated] if chunk == 1 else cut(collated, [len(p) for p in positions])
                 if finish is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -9,11 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.errors import ConfigError, NotFoundError, SampleError, ShardCorruptError
+from datapipe.errors import ConfigError, IntegrityError, NotFoundError, SampleError, ShardCorruptError
 from datapipe.formats.base import Sample, ShardReader, SpanReader
+from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import get_format
 from datapipe.formats.shards import open_shard
 from datapipe.loader.columns import Column, batch_order
+from datapipe.loader.schedule import EpochOrder
 from datapipe.storage.cache import CachedFile, ShardCache
 from datapipe.storage.fs import is_local
 from datapipe.storage.retry import RetryPolicy
@@ -46,6 +49,7 @@ class Dataset:
         self._readers: dict[int, ShardReader] = {}
         self._paths: dict[int, str] = {}  # shard -> the local file its reader maps
         self._fds: OrderedDict[int, int] = OrderedDict()  # the last OPEN_FDS shards read by pread, open
+        self._indexes: OrderedDict[int, ShardIndex] = OrderedDict()  # indexes read alone (keys_of)
 
     @property
     def version(self) -> str:
@@ -152,19 +156,30 @@ class Dataset:
                      fields: Sequence[str]) -> tuple[list[str], dict[str, Column]]:
         """Keys and per-field columns of a batch, in batch order, gathered shard by shard."""
         n = len(shard_ids)
+        columns = {name: Column(n) for name in fields}
+        keys, groups = self.gather(shard_ids, local, np.arange(n), columns)
+        if len(groups) > 1:
+            keys = [keys[i] for i in batch_order(n, groups).tolist()]
+        return keys, columns
+
+    def gather(self, shard_ids: np.ndarray, local: np.ndarray, slots: np.ndarray,
+               columns: Mapping[str, Column]) -> tuple[list[str], list[np.ndarray]]:
+        """Add the payloads of samples (``shard_ids``, ``local``) to ``columns`` at batch positions ``slots``;
+        their keys, listed group by group, and the groups' batch positions (one group per shard)."""
+        n = len(shard_ids)
         part_keys: list[str] = []
         groups: list[np.ndarray] = []
-        columns = {name: Column(n) for name in fields}
         first = int(shard_ids[0]) if n else 0
         if n and first == int(shard_ids[-1]) and not (shard_ids != first).any():  # one shard: no grouping
             parts = [np.arange(n)]
         else:
             order = np.argsort(shard_ids, kind="stable")
             parts = np.split(order, np.flatnonzero(np.diff(shard_ids[order])) + 1) if n else []
-        for group in parts:
-            shard = int(shard_ids[group[0]])
+        for part in parts:
+            shard = int(shard_ids[part[0]])
             reader = self.reader(shard)
-            rows = local[group]
+            rows = local[part]
+            group = slots[part]
             groups.append(group)
             try:
                 part_keys.extend(reader.gather_keys(rows))
@@ -180,9 +195,44 @@ class Dataset:
                         column.add_spans(group, reader.buffer, *reader.spans(rows, name))
             except SampleError as e:
                 raise ConfigError(f"{e}; select the fields every sample has with fields=[...]") from None
-        if len(groups) > 1:
-            part_keys = [part_keys[i] for i in batch_order(n, groups).tolist()]
-        return part_keys, columns
+        return part_keys, groups
+
+    def order(self, seed: int, epoch: int, shuffle: bool, block_shards: int) -> EpochOrder:
+        """The global order of epoch ``epoch`` (built per process; holds one block's permutation at a time)."""
+        return EpochOrder(self.shard_sizes, seed, epoch, shuffle, block_shards)
+
+    def check_fields(self, fields: Sequence[str] | None, decode: Mapping[str, Any] | None) -> None:
+        """Nothing to check beyond ``decoders_for``: one dataset's fields are every sample's."""
+
+    def source_names(self, shard_ids: np.ndarray) -> list[str] | None:
+        """None: the samples of one dataset have no source name."""
+        return None
+
+    def index(self, shard: int) -> ShardIndex:
+        """The index of shard ``shard``, read alone (the shard itself is not fetched) and verified."""
+        reader = self._readers.get(shard)
+        if reader is not None and reader.index is not None:
+            return reader.index
+        index = self._indexes.get(shard)
+        if index is None:
+            entry = self.manifest.shards[shard]
+            path = self.store.path(self.name, VERSIONS, self.version, entry.index_path)
+            try:
+                data = self.store.remote(path, lambda: self.store.fs.cat_file(path))
+            except FileNotFoundError:
+                raise NotFoundError(f"{path}: the index of shard {shard} of {self.name}@{self.version[:12]} "
+                                    "is missing") from None
+            if hashlib.sha256(data).hexdigest() != entry.index_sha256:
+                raise IntegrityError(f"{path}: the index does not match its sha256 in the manifest; "
+                                     f"check the store with `datapipe verify {self.store.url}/{self.name}`")
+            index = self._indexes[shard] = ShardIndex.from_bytes(data, path)
+            if len(self._indexes) > OPEN_FDS:
+                self._indexes.popitem(last=False)
+        return index
+
+    def keys_of(self, shard_ids: np.ndarray, local: np.ndarray) -> list[str]:
+        """The keys of samples, from the shard indexes alone (no payload is read)."""
+        return [self.index(shard).key(row) for shard, row in zip(shard_ids.tolist(), local.tolist(), strict=True)]
 
     def _read_scattered(self, shard: int, reader: ShardReader,
                         rows: np.ndarray) -> tuple[memoryview, np.ndarray] | None:
@@ -245,7 +295,7 @@ class Dataset:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_readers"], state["_held"], state["_paths"] = {}, {}, {}  # maps, locks, descriptors: one process
-        state["_fds"] = OrderedDict()
+        state["_fds"], state["_indexes"] = OrderedDict(), OrderedDict()
         return state
 
 

@@ -12,12 +12,17 @@ from datapipe.errors import ConfigError
 from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import Decoder
 from datapipe.loader.dataset import Dataset, open_dataset
+from datapipe.loader.ledger import batch_keys
+from datapipe.loader.mix import Mix, mix
 from datapipe.loader.prefetch import prefetch as prefetched
+from datapipe.loader.run_state import STATE_FORMAT, RunState
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, BatchPlan, DropLast
 from datapipe.loader.settings import LoaderSettings
+from datapipe.loader.shard_set import ShardSet
+from datapipe.loader.timeline import Skips
 from datapipe.loader.world import Detect, resolve_world
 
-STATE_FORMAT = 1
+__all__ = ["STATE_FORMAT", "Loader", "open_data"]
 PREFETCH_BYTES = 64 << 20  # bound on the bytes of batches prepared ahead, per process
 
 
@@ -34,12 +39,24 @@ def _distributed() -> Detect | None:
     return distributed_world
 
 
+def open_data(data: str | os.PathLike[str] | Dataset | Mix, storage_options: Mapping[str, Any] | None = None,
+              **options: Any) -> ShardSet:
+    """What a Loader reads: a Dataset or Mix as given, a mix file (.yaml/.yml), or a dataset URL."""
+    if isinstance(data, Dataset | Mix):
+        return data
+    text = os.fspath(data)
+    if text.endswith((".yaml", ".yml")) and os.path.isfile(text):
+        return mix(text, storage_options=storage_options, **options)
+    return open_dataset(text, storage_options, **options)
+
+
 class Loader:
-    """Iterate batches of a dataset version for this rank; see docs/guide/loading.md for the order and guarantees."""
+    """Iterate batches of a dataset version (or a mix) for this rank; docs/guide/loading.md has the order and
+    guarantees, docs/guide/training-runs.md the mix, the step ledger and skips."""
 
     def __init__(
         self,
-        dataset: str | Dataset,
+        dataset: str | os.PathLike[str] | Dataset | Mix,
         batch_size: int = 256,
         shuffle: bool = True,
         seed: int = 0,
@@ -52,6 +69,7 @@ class Loader:
         decode: Mapping[str, Decoder] | None = None,
         *,
         block_shards: int = DEFAULT_BLOCK_SHARDS,
+        skip_steps: Sequence[tuple[int, int]] = (),
         verify: bool = False,
         pin_memory: bool = False,
         storage_options: Mapping[str, Any] | None = None,
@@ -65,12 +83,11 @@ class Loader:
         if num_workers and not _torch_available():
             raise ConfigError("num_workers > 0 needs torch (pip install 'datapipe[torch]'), or use num_workers=0")
         self.settings = settings
-        self.dataset = open_dataset(dataset, storage_options, verify=verify, cache_dir=cache_dir,
-                                    cache_limit=cache_limit, retries=retries)
-        self.dataset.check_shards()
-        self.world = resolve_world(rank, world_size, os.environ, _distributed())
-        self.epoch = 0
-        self.position = 0  # samples all ranks consumed in this epoch
+        data = open_data(dataset, storage_options, verify=verify, cache_dir=cache_dir, cache_limit=cache_limit,
+                         retries=retries)
+        data.check_shards()
+        world = resolve_world(rank, world_size, os.environ, _distributed())
+        self.run = RunState(data, settings, world, Skips.of(skip_steps))
         self.batch_source()  # an unknown field or decoder fails here, not at the first batch
 
     def __getattr__(self, name: str) -> Any:
@@ -80,22 +97,64 @@ class Loader:
             return getattr(settings, name)
         raise AttributeError(f"'Loader' object has no attribute {name!r}")
 
+    @property
+    def dataset(self) -> ShardSet:
+        """What the loader reads: a Dataset, or a Mix."""
+        return self.run.data
+
+    @property
+    def world(self):  # noqa: ANN201 - a World
+        """This rank's world."""
+        return self.run.world
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self.run.epoch
+
+    @property
+    def position(self) -> int:
+        """Samples all ranks consumed in the current epoch."""
+        return self.run.position
+
+    @property
+    def step(self) -> int:
+        """The global step of the next batch (counted from step 0 of epoch 0, across epochs)."""
+        return self.run.step
+
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch``; the same epoch as the current one keeps its position (a resumed epoch)."""
-        if epoch != self.epoch:
-            self.epoch, self.position = epoch, 0
+        self.run.set_epoch(epoch)
+
+    def skip_steps(self, start: int, end: int) -> None:
+        """No rank delivers global steps [start, end) (end excluded), nor reads their payloads; every other step
+        delivers the batch it would have. Call it on every rank (the skips travel in ``state_dict``)."""
+        self.run.skip(start, end)
+
+    def batch_keys(self, step: int, rank: int | None = None) -> list[tuple[str, str]]:
+        """The (source, key) pairs global step ``step`` delivers: to ``rank``, or to every rank in rank order.
+
+        No payload is read (keys come from the shard indexes). A skipped step delivers none: [].
+        """
+        if step in self.run.skips:
+            return []
+        world = self.run.world.world_size
+        if rank is not None and not 0 <= rank < world:
+            raise ConfigError(f"rank {rank} is not within a world of {world}")
+        ranks = range(world) if rank is None else range(rank, rank + 1)
+        return batch_keys(self.run.data, self.settings, self.run.timeline, step, ranks)
 
     def batch_source(self) -> BatchSource:
         """What makes this rank's batches of the current epoch from the current position (picklable)."""
-        return BatchSource(self.dataset, self.settings, self.world, self.epoch, self.position)
+        return self.run.batch_source()
 
     def plan(self) -> BatchPlan:
-        """The batches left in the current epoch."""
-        return self.batch_source().plan
+        """The batches left in the current epoch (skipped steps included)."""
+        return self.run.plan()
 
     def __len__(self) -> int:
-        """Batches this rank still yields in the current epoch (the same on every rank)."""
-        return self.plan().num_batches()
+        """Batches this rank still yields in the current epoch (the same on every rank; skips left out)."""
+        return len(self.batch_source().delivered())
 
     def prefetch_depth(self) -> int:
         """Batches prepared ahead per process: ``prefetch``, fewer when they would pass PREFETCH_BYTES.
@@ -111,44 +170,33 @@ class Loader:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         source = self.batch_source()
         plan, settings = source.plan, self.settings
-        n = plan.num_batches()
+        steps = source.delivered()
+        n = len(steps)
         if _torch_available():
             from datapipe.loader.torch import iterate
 
             batches = iterate(source, n, settings.num_workers, self.prefetch_depth(), settings.pin_memory)
         else:
-            batches = prefetched(source.produce(range(n)), self.prefetch_depth())
+            batches = prefetched(source.produce(steps), self.prefetch_depth())
         consumed = 0
         try:
             for batch in batches:
+                self.run.consumed(plan, int(steps[consumed]))
                 consumed += 1
-                self.position = plan.position_after(consumed)
                 yield batch
         finally:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
         if consumed == n:  # the epoch is complete: the state now names the next one
-            self.epoch, self.position = self.epoch + 1, 0
+            self.run.next_epoch()
 
     def state_dict(self) -> dict[str, Any]:
         """A small state (no sample lists): enough for a new process to continue with exactly the next batch."""
-        return {"format": STATE_FORMAT, "dataset": self.dataset.version, "epoch": self.epoch,
-                "position": self.position, "seed": self.settings.seed, "shuffle": self.settings.shuffle,
-                "block_shards": self.settings.block_shards, "world_size": self.world.world_size,
-                "batch_size": self.settings.batch_size}
+        return self.run.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``; another world size, worker count or batch size finishes the epoch exactly once."""
-        if state.get("format") != STATE_FORMAT:
-            raise ConfigError(f"loader state format {state.get('format')!r} is not {STATE_FORMAT}")
-        if state["dataset"] != self.dataset.version:
-            raise ConfigError(f"the state is for version {state['dataset'][:12]} of the dataset, this loader reads "
-                              f"{self.dataset.version[:12]}; open the same version (pin it with NAME@VERSION)")
-        for key in ("seed", "shuffle", "block_shards"):
-            if state[key] != getattr(self.settings, key):
-                raise ConfigError(f"the state was saved with {key}={state[key]!r}, this loader has "
-                                  f"{getattr(self.settings, key)!r}; the sample order would differ")
-        if not 0 <= int(state["position"]) <= len(self.dataset):
-            raise ConfigError(f"state position {state['position']} is outside the dataset ({len(self.dataset)})")
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        """Continue from ``state``; another world size, worker count or batch size finishes the epoch exactly
+        once, and a mix with other weights continues each source from its cursor."""
+        self.run.load_state_dict(state)
+        self.batch_source()

@@ -23,6 +23,7 @@ size or worker count finishes the epoch with no sample repeated or skipped (up t
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -34,6 +35,18 @@ DEFAULT_BLOCK_SHARDS = 4
 
 def _rng(*words: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([w & 0xFFFFFFFF for w in words])))
+
+
+def groups(keys: np.ndarray) -> list[tuple[int, np.ndarray | slice]]:
+    """(key, where it is in ``keys``) of each distinct key: one sort, not a mask per key (an epoch has
+    thousands of blocks); a slice when ``keys`` is one run, as a batch's often is."""
+    if len(keys) == 0:
+        return []
+    if keys[0] == keys[-1] and not (keys != keys[0]).any():
+        return [(int(keys[0]), slice(None))]
+    order = np.argsort(keys, kind="stable")
+    cuts = np.flatnonzero(np.diff(keys[order])) + 1
+    return [(int(keys[part[0]]), part) for part in np.split(order, cuts)]
 
 
 def block_permutation(seed: int, epoch: int, block: int, n: int) -> np.ndarray:
@@ -98,12 +111,22 @@ class EpochOrder:
         shard_ids = np.empty(len(positions), dtype=np.int64)
         local = np.empty(len(positions), dtype=np.int64)
         blocks = np.searchsorted(self.block_starts, positions, side="right") - 1
-        for b in np.unique(blocks).tolist():
-            mask = blocks == b
+        for b, where in groups(blocks):
             shards, offsets = self._block(b)
-            i = positions[mask] - self.block_starts[b]
-            shard_ids[mask], local[mask] = shards[i], offsets[i]
+            i = positions[where] - self.block_starts[b]
+            shard_ids[where], local[where] = shards[i], offsets[i]
         return shard_ids, local
+
+
+    def done_at(self) -> np.ndarray:
+        """Per shard, the epoch position from which this order reads it no more: the end of its block when
+        shuffled (a block's shards are read together), else the end of the shard itself."""
+        if not self.shuffle:
+            return self.shard_starts[1:]
+        n = len(self.shard_sizes)
+        block = np.empty(n, dtype=np.int64)
+        block[self.shard_order] = np.arange(n) // self._k
+        return self.block_starts[block + 1]
 
 
 @dataclass(frozen=True)
@@ -139,6 +162,9 @@ class BatchPlan:
         return min(self.start + steps * self.global_batch, self.total)
 
 
-def worker_steps(num_batches: int, worker: int, num_workers: int) -> range:
-    """The batch steps a DataLoader worker produces: every num_workers-th, starting at its id."""
-    return range(worker, num_batches, max(num_workers, 1))
+def worker_steps(steps: int | Sequence[int], worker: int, num_workers: int) -> Sequence[int]:
+    """The batch steps a DataLoader worker produces: every num_workers-th of ``steps`` (a count: range(steps)),
+    starting at its id; the order a DataLoader yields them in is then the order of ``steps``."""
+    if isinstance(steps, int):
+        steps = range(steps)
+    return steps[worker :: max(num_workers, 1)]

@@ -1,6 +1,6 @@
 """When the loader lets the cache have a shard back: never while a later step of the same consumer reads it.
 
-``BatchSource.done_at`` gives, per shard, the epoch position from which the order reads it no more;
+``EpochOrder.done_at`` gives, per shard, the epoch position from which the order reads it no more;
 ``produce`` releases a shard once the consumer's next step starts at or past it. Swept over shard
 sizes, block sizes, seeds, shuffling, worlds and workers.
 """
@@ -9,16 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datapipe.loader.batches import BatchSource
 from datapipe.loader.schedule import BatchPlan, EpochOrder, worker_steps
-from datapipe.loader.settings import LoaderSettings
-from datapipe.loader.world import World
-
-
-class _Sized:
-    """Just what a BatchSource and its done_at read of a dataset: its fields (done_at works on the order)."""
-
-    fields: dict = {}
 
 
 @settings(max_examples=150, deadline=None)
@@ -29,8 +20,7 @@ def test_no_shard_is_read_after_its_release_point(sizes, block, seed, shuffle, b
     if sum(sizes) == 0:
         return
     order = EpochOrder(np.array(sizes), seed, 1, shuffle, block)
-    source = BatchSource(_Sized(), LoaderSettings(batch, shuffle, seed, block_shards=block), World(0, world), epoch=1)
-    done_at = source.done_at(order)
+    done_at = order.done_at()
     k = max(1, block)
     unit = np.empty(len(sizes), dtype=np.int64)  # what is read together: the block (shuffled) or the shard
     unit[order.shard_order] = np.arange(len(sizes)) // k if shuffle else order.shard_order

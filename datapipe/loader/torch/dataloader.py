@@ -107,7 +107,7 @@ class ShardDataset(IterableDataset):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         if info is not None:  # the DataLoader's workers use the cores already
             copies.set_threads(1)
-        steps = worker_steps(self.num_batches, worker, workers)
+        steps = worker_steps(self.source.delivered(), worker, workers)
         if self.packed:
             segments = WorkerSegments(self.slots, worker, self.token) if self.slots is not None else None
 

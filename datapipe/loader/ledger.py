@@ -1,0 +1,70 @@
+"""The step ledger: which samples a global step delivers, to which rank, found without reading a payload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from datapipe.loader.dataset import Dataset
+from datapipe.loader.mix import Mix
+from datapipe.loader.settings import LoaderSettings
+from datapipe.loader.shard_set import ShardSet
+from datapipe.loader.timeline import Timeline
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One sample of a step: the rank it goes to, its source and key, and where it is stored."""
+
+    step: int
+    rank: int
+    source: str
+    key: str
+    shard: str  # the shard file, relative to the version directory
+    offset: int  # the byte offset of the sample's first member in the shard
+
+
+def step_samples(data: ShardSet, settings: LoaderSettings, timeline: Timeline, step: int,
+                 rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """(shard ids, samples in shard) of rank ``rank``'s batch at global step ``step``."""
+    epoch, index = timeline.locate(step)
+    positions = timeline.plan(epoch).positions(rank, index)
+    return data.order(settings.seed, epoch, settings.shuffle, settings.block_shards).locate(positions)
+
+
+def member(data: ShardSet, shard: int) -> tuple[Dataset, int]:
+    """The dataset that holds ``shard`` and the shard's number in it."""
+    return data.member(shard) if isinstance(data, Mix) else (data, shard)  # type: ignore[return-value]
+
+
+def sources_of(data: ShardSet, shard_ids: np.ndarray) -> list[str]:
+    """Each sample's source: the mix source's name, or the dataset's name."""
+    names = data.source_names(shard_ids)
+    return names if names is not None else [data.name] * len(shard_ids)  # type: ignore[attr-defined]
+
+
+def batch_keys(data: ShardSet, settings: LoaderSettings, timeline: Timeline, step: int,
+               ranks: range) -> list[tuple[str, str]]:
+    """The (source, key) pairs of ``step`` for ``ranks``, rank after rank."""
+    pairs: list[tuple[str, str]] = []
+    for rank in ranks:
+        shard_ids, local = step_samples(data, settings, timeline, step, rank)
+        pairs.extend(zip(sources_of(data, shard_ids), data.keys_of(shard_ids, local), strict=True))
+    return pairs
+
+
+def entries(data: ShardSet, settings: LoaderSettings, timeline: Timeline, steps: range,
+            ranks: range) -> list[Entry]:
+    """Every sample of ``steps`` for ``ranks``, step by step and rank by rank, with shard and offset."""
+    out: list[Entry] = []
+    for step in steps:
+        for rank in ranks:
+            shard_ids, local = step_samples(data, settings, timeline, step, rank)
+            keys = data.keys_of(shard_ids, local)
+            for shard, row, source, key in zip(shard_ids.tolist(), local.tolist(), sources_of(data, shard_ids),
+                                               keys, strict=True):
+                ds, number = member(data, shard)
+                offset = int(ds.index(number).sample_start[row])
+                out.append(Entry(step, rank, source, key, ds.manifest.shards[number].path, offset))
+    return out

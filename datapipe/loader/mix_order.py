@@ -1,0 +1,94 @@
+"""A mix's global order, as a pure function of its sources' shard sizes, weights, seed and epoch.
+
+The mixed stream runs across epochs: epoch e holds stream positions [e * M, (e + 1) * M), M the
+mix's epoch_samples. Which source a position draws from is the interleave of the weights
+(loader/interleave.py), from the start of the current ``Segment`` (the run's start, or the resume
+at which the weights changed). Source s's items follow its passes: its t-th item is sample
+t mod N_s of pass t // N_s, and pass p is the order of one epoch of that source alone
+(``EpochOrder`` seeded by the mix seed and the source's name, epoch p): the same block-wise
+shuffle as one dataset's, a permutation of the source, so no sample repeats within a pass.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from datapipe.errors import ConfigError
+from datapipe.loader.interleave import Interleave
+from datapipe.loader.schedule import EpochOrder, groups
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Where the current weights took over: stream position ``start``, with each source's items so far."""
+
+    start: int = 0
+    cursors: tuple[int, ...] = ()
+
+
+def source_seed(seed: int, name: str) -> int:
+    """The seed of a source's passes: the mix seed salted with the source's name (not its place in the mix)."""
+    return (seed * 0x9E3779B1 ^ zlib.crc32(name.encode())) & 0xFFFFFFFF
+
+
+class MixOrder:
+    """Epoch positions of a mix -> (global shard id, sample in shard); global ids number the sources' shards
+    one source after the other."""
+
+    def __init__(self, names: tuple[str, ...], sizes: tuple[np.ndarray, ...], interleave: Interleave,
+                 segment: Segment, epoch_samples: int, seed: int, epoch: int, shuffle: bool,
+                 block_shards: int) -> None:
+        self.names, self.sizes, self.interleave, self.segment = names, sizes, interleave, segment
+        self.epoch_samples, self.seed, self.epoch = epoch_samples, seed, epoch
+        self.shuffle, self.block_shards = shuffle, block_shards
+        self.samples = np.array([int(s.sum()) for s in sizes], dtype=np.int64)
+        self.shard_offsets = np.concatenate([[0], np.cumsum([len(s) for s in sizes])]).astype(np.int64)
+        self._passes: OrderedDict[tuple[int, int], EpochOrder] = OrderedDict()
+
+    @property
+    def total(self) -> int:
+        """Positions in the epoch."""
+        return self.epoch_samples
+
+    def items(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source, the source's item number counted from the run's start) of each epoch position."""
+        stream = self.epoch * self.epoch_samples + np.asarray(positions, dtype=np.int64)
+        if len(stream) and int(stream.min()) < self.segment.start:
+            raise ConfigError(f"epoch {self.epoch} position {int(stream.min()) - self.epoch * self.epoch_samples} "
+                              f"was read before the weights changed at stream position {self.segment.start}; "
+                              "this mix's state no longer describes it")
+        source, index = self.interleave.locate(stream - self.segment.start)
+        return source, np.asarray(self.segment.cursors, dtype=np.int64)[source] + index
+
+    def _pass(self, source: int, number: int) -> EpochOrder:
+        key = (source, number)
+        order = self._passes.get(key)
+        if order is None:
+            order = self._passes[key] = EpochOrder(self.sizes[source], source_seed(self.seed, self.names[source]),
+                                                   number, self.shuffle, self.block_shards)
+            if len(self._passes) > 2 * len(self.names):
+                self._passes.popitem(last=False)
+        else:
+            self._passes.move_to_end(key)
+        return order
+
+    def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(global shard id, index within shard) of each epoch position."""
+        source, item = self.items(positions)
+        passes, within = np.divmod(item, self.samples[source])
+        shard_ids = np.empty(len(source), dtype=np.int64)
+        local = np.empty(len(source), dtype=np.int64)
+        width = int(passes.max()) + 1 if len(passes) else 1
+        for key, where in groups(source * width + passes):
+            s, p = divmod(key, width)
+            shards, rows = self._pass(s, p).locate(within[where])
+            shard_ids[where], local[where] = shards + self.shard_offsets[s], rows
+        return shard_ids, local
+
+    def done_at(self) -> None:
+        """Not known per shard: a source may be read in several passes in one epoch."""
+        return None
