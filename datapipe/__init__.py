@@ -1,7 +1,7 @@
 """datapipe: build, version and stream sharded datasets for training.
 
 Importing this package stays light (no torch, dask or s3fs); each subpackage pulls in what it
-needs. ``datapipe.open_dataset``, ``datapipe.Dataset`` and ``datapipe.Loader`` load on first use.
+needs. ``datapipe.open_dataset``, ``Dataset``, ``Loader``, ``mix``, ``Mix`` and ``audit`` load on first use.
 """
 
 from typing import Any
@@ -12,8 +12,11 @@ _LAZY = {
     "open_dataset": ("datapipe.loader.dataset", "open_dataset"),
     "Dataset": ("datapipe.loader.dataset", "Dataset"),
     "Loader": ("datapipe.loader.loader", "Loader"),
+    "mix": ("datapipe.loader.mix", "mix"),
+    "Mix": ("datapipe.loader.mix", "Mix"),
+    "audit": ("datapipe.loader.audit", "audit"),
 }
-__all__ = ["Dataset", "Loader", "__version__", "open_dataset"]
+__all__ = ["Dataset", "Loader", "Mix", "__version__", "audit", "mix", "open_dataset"]
 
 
 def __getattr__(name: str) -> Any:

@@ -157,6 +157,11 @@ class BatchPlan:
         pos = np.arange(base, base + self.batch_size, dtype=np.int64)
         return pos % self.total if self.drop_last == "pad" else pos
 
+    def raw_positions(self, rank: int, steps: np.ndarray) -> np.ndarray:
+        """(steps x batch_size) positions of rank ``rank``'s ``steps`` before the pad's wrap (>= total: padding)."""
+        base = self.start + np.asarray(steps, dtype=np.int64) * self.global_batch + rank * self.batch_size
+        return base[:, None] + np.arange(self.batch_size, dtype=np.int64)
+
     def position_after(self, steps: int) -> int:
         """The global position once every rank has consumed ``steps`` batches."""
         return min(self.start + steps * self.global_batch, self.total)
