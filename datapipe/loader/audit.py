@@ -133,7 +133,8 @@ def _deliveries(data: ShardSet, settings: LoaderSettings, epoch: int,
     """Every delivery of an epoch in (step, rank, sample) order: global sample id, step, rank, position, pad."""
     order = data.order(settings.seed, epoch, settings.shuffle, settings.block_shards)
     starts = np.concatenate([[0], np.cumsum(data.shard_sizes)])
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("sample", "step", "rank", "position", "pad", "shard", "local")}
+    names = ("sample", "step", "rank", "position", "pad", "shard", "local")
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
     for stretch in stretches:
         plan, steps = stretch.plan, stretch.steps
         raw = np.stack([plan.raw_positions(r, steps) for r in range(plan.world_size)], axis=1)  # steps x ranks x B
