@@ -26,7 +26,7 @@ SourceSpec = str | os.PathLike[str] | Dataset | Mapping[str, Any]  # a URL, a Da
 class Mix:
     """Datasets read together: ``len(mix)`` samples an epoch, each source's share set by its weight.
 
-    A Loader reads a Mix as it reads one dataset (docs/guide/mixing.md for the order); the batches
+    A Loader reads a Mix as it reads one dataset (docs/guide/training-runs.md for the order); the batches
     carry ``__source__``, the source name of each sample. Shards are numbered source after source.
     """
 
@@ -244,7 +244,8 @@ def mix(sources: Mapping[str, SourceSpec] | str | os.PathLike[str], weights: Map
     """Mix datasets by weight: ``mix({"web": "store/web@v3", "code": ds}, weights={"web": 0.7, "code": 0.3})``.
 
     ``sources``: name -> dataset URL, Dataset or {dataset: URL, split: NAME}; or the path of a mix file
-    (YAML with ``sources``, ``weights`` and optional ``epoch_samples``, docs/guide/mixing.md).
+    (YAML with ``sources``, ``weights`` and optional ``epoch_samples``, docs/guide/training-runs.md); the
+    ``weights`` and ``epoch_samples`` given here override the file's.
     ``weights`` default to the sources' sizes; ``epoch_samples`` (samples per epoch) to their sum.
     ``open_options`` (verify, cache_dir, cache_limit, retries) go to ``open_dataset`` for each URL.
     """
@@ -252,7 +253,7 @@ def mix(sources: Mapping[str, SourceSpec] | str | os.PathLike[str], weights: Map
         from datapipe.loader.mix_file import read_mix_file
 
         spec = read_mix_file(sources)
-        sources, weights = spec.sources, spec.weights
+        sources, weights = spec.sources, weights if weights is not None else spec.weights  # given: they win
         epoch_samples = spec.epoch_samples if epoch_samples is None else epoch_samples
     if not isinstance(sources, Mapping):
         raise ConfigError("mix sources must be a mapping of name -> dataset URL or Dataset, or a mix file path")
