@@ -59,6 +59,7 @@ class Loader:
         cache_limit: int | None = None,
         download_ahead: int = 2,
         retries: int | None = None,
+        split: str | None = None,
     ) -> None:
         settings = LoaderSettings(batch_size, shuffle, seed, drop_last, block_shards, fields, decode, num_workers,
                                   prefetch, pin_memory, download_ahead)
@@ -66,7 +67,7 @@ class Loader:
             raise ConfigError("num_workers > 0 needs torch (pip install 'datapipe[torch]'), or use num_workers=0")
         self.settings = settings
         self.dataset = open_dataset(dataset, storage_options, verify=verify, cache_dir=cache_dir,
-                                    cache_limit=cache_limit, retries=retries)
+                                    cache_limit=cache_limit, retries=retries, split=split)
         self.dataset.check_shards()
         self.world = resolve_world(rank, world_size, os.environ, _distributed())
         self.epoch = 0
@@ -136,7 +137,7 @@ class Loader:
         return {"format": STATE_FORMAT, "dataset": self.dataset.version, "epoch": self.epoch,
                 "position": self.position, "seed": self.settings.seed, "shuffle": self.settings.shuffle,
                 "block_shards": self.settings.block_shards, "world_size": self.world.world_size,
-                "batch_size": self.settings.batch_size}
+                "batch_size": self.settings.batch_size, "split": self.dataset.split}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``; another world size, worker count or batch size finishes the epoch exactly once."""
@@ -145,6 +146,9 @@ class Loader:
         if state["dataset"] != self.dataset.version:
             raise ConfigError(f"the state is for version {state['dataset'][:12]} of the dataset, this loader reads "
                               f"{self.dataset.version[:12]}; open the same version (pin it with NAME@VERSION)")
+        if state.get("split") != self.dataset.split:  # (states saved before splits have none: the whole version)
+            raise ConfigError(f"the state is for split {state.get('split')!r} of the dataset, this loader reads split "
+                              f"{self.dataset.split!r}; open the same split (split=...)")
         for key in ("seed", "shuffle", "block_shards"):
             if state[key] != getattr(self.settings, key):
                 raise ConfigError(f"the state was saved with {key}={state[key]!r}, this loader has "
