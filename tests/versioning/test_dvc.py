@@ -110,7 +110,7 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     assert (root / f"storage/digits/versions/{first}/manifest.json").exists()  # persist: older versions stay
 
     # tamper with a stored shard: check fails and names it
-    shard = sorted((root / "storage/digits/versions" / second).glob("shard-*.tar"))[1]
+    shard = sorted((root / "storage/digits/versions" / second).glob("*.tar"))[1]
     data = bytearray(shard.read_bytes())
     data[700] ^= 0xFF
     shard.write_bytes(bytes(data))
