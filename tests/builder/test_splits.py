@@ -168,3 +168,17 @@ def test_a_by_column_missing_after_the_stages_names_it_and_the_file(project, das
     with pytest.raises(ConfigError, match=r"pipeline.yaml:\d+: splits.by: no column 'user' after the stages "
                                           r"\(columns: id, group, label\)"):
         project.build(client=dask_client)
+
+
+def test_a_pipeline_without_splits_keeps_the_version_id_it_had_before_splits(project, dask_client):
+    """The id main gave this pipeline before splits existed (built there from the same file)."""
+    write_rows(project, range(300))
+    project.pipeline("""\
+        name: rows
+        source: {path: raw/*.csv, format: csv}
+        sample: {key: id, fields: {cls: label, txt: group}}
+        shards: {max_samples: 40, shuffle_seed: 7}
+        """)
+    m = project.build(client=dask_client).manifest
+    assert m.splits is None and all(s.split is None for s in m.shards) and m.shards[0].path == "shard-000000.tar"
+    assert m.version == "f1a131043e6eff934067a17ad096dc437a969c58edc9e1ddce069edec96a86c7"
