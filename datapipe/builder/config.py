@@ -23,6 +23,7 @@ from pydantic_core import PydanticCustomError
 from datapipe.builder.byte_size import SIZE_PATTERN, parse_size
 from datapipe.builder.source.options import EXECUTION_OPTIONS
 from datapipe.builder.source.registry import check_source_options
+from datapipe.builder.splits import SplitsConfig
 from datapipe.errors import ConfigError, NotFoundError
 
 TypeName = Literal[
@@ -211,7 +212,7 @@ class ShardConfig(BaseModel):
 
 
 class Pipeline(BaseModel):
-    """A whole pipeline file: source, cleaning stages, sample layout and sharding."""
+    """A whole pipeline file: source, cleaning stages, sample layout, splits and sharding."""
 
     model_config = _FORBID
     name: str = Field(json_schema_extra={"pattern": NAME_PATTERN})
@@ -219,6 +220,7 @@ class Pipeline(BaseModel):
     stages: list[StageConfig] = []
     sample: SampleConfig
     shards: ShardConfig = ShardConfig()
+    splits: SplitsConfig | None = None
     max_rejected: float = Field(default=0.01, ge=0, le=1)
 
     @field_validator("name")
@@ -230,7 +232,8 @@ class Pipeline(BaseModel):
 
     def canonical(self) -> dict[str, Any]:
         """The config as it goes into the version id: JSON types, without execution-only source options."""
-        data = self.model_dump(mode="json")
+        # without splits, the dump a pipeline had before splits existed: its version ids stay
+        data = self.model_dump(mode="json", exclude={"splits"} if self.splits is None else None)
         data["source"]["options"] = {k: v for k, v in data["source"]["options"].items() if k not in EXECUTION_OPTIONS}
         data["stages"] = [stage.canonical() for stage in self.stages]
         return data

@@ -20,6 +20,7 @@ from datapipe.builder.encode import EncodedRows, SampleEncoder, encode_columns
 from datapipe.builder.quarantine import Reject, row_json
 from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.registry import read_part
+from datapipe.builder.splits import assign_splits
 from datapipe.builder.stages import dedupe_hashes, run_stage
 from datapipe.errors import BuildError, ConfigError
 from datapipe.formats.encoded import EncodedSamples, in_output_order
@@ -42,6 +43,7 @@ class BuildJob:
     base_dir: str
     source: Source
     code: dict[str, str] = field(default_factory=dict)  # module of a map stage -> sha256 of its file
+    where: str = "the pipeline file"  # FILE:LINE of the splits section, for messages
 
     def encoder(self) -> SampleEncoder:
         """The sample encoder for this pipeline's fields and shard format."""
@@ -68,6 +70,7 @@ class Measured:
     sizes: np.ndarray
     key_hashes: np.ndarray
     kinds: dict[str, set[str]] = field(default_factory=dict)
+    splits: np.ndarray | None = None  # with a splits section: each sample's split number (split_names order)
 
 
 def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> Cleaned:
@@ -127,12 +130,31 @@ def measure_pass(job: BuildJob, part: Part, masks: Masks) -> Measured:
     cleaned = clean(job, part, masks)
     encoded, rejects = encode_rows(job, cleaned.frame)
     sizes = get_format(job.pipeline.shards.format).writer.sample_sizes(encoded.keys, encoded.fields)
-    return _measured(cleaned, encoded, rejects, sizes)
+    return _measured(job, cleaned, encoded, rejects, sizes)
 
 
-def _measured(cleaned: Cleaned, encoded: EncodedRows, rejects: list[Reject], sizes: np.ndarray) -> Measured:
+def _measured(job: BuildJob, cleaned: Cleaned, encoded: EncodedRows, rejects: list[Reject],
+              sizes: np.ndarray) -> Measured:
     counts = [*cleaned.counts, StageCounts(SAMPLE_STAGE, len(cleaned.frame), len(encoded.keys), 0, len(rejects))]
-    return Measured(counts, cleaned.rejects + rejects, sizes, key_hashes(encoded.keys), encoded.kinds)
+    return Measured(counts, cleaned.rejects + rejects, sizes, key_hashes(encoded.keys), encoded.kinds,
+                    sample_splits(job, cleaned.frame, encoded))
+
+
+def sample_splits(job: BuildJob, frame: pd.DataFrame, encoded: EncodedRows) -> np.ndarray | None:
+    """The split number of each encoded sample, from its ``splits.by`` value (default: its key); None without
+    a splits section."""
+    splits = job.pipeline.splits
+    if splits is None:
+        return None
+    if splits.by is None:
+        return assign_splits(encoded.keys, splits.fractions, splits.seed)
+    if splits.by not in frame.columns:
+        if not len(frame):
+            return np.zeros(0, dtype=np.int8)
+        raise ConfigError(f"{job.where}: splits.by: no column {splits.by!r} after the stages (columns: "
+                          f"{', '.join(map(str, frame.columns))}); name one of them, or leave 'by' out to "
+                          "split by the sample key")
+    return assign_splits(frame[splits.by].loc[encoded.rows], splits.fractions, splits.seed)
 
 
 def encode_pass(job: BuildJob, part: Part, masks: Masks) -> tuple[Measured, EncodedSamples]:
@@ -141,7 +163,7 @@ def encode_pass(job: BuildJob, part: Part, masks: Masks) -> tuple[Measured, Enco
     cleaned = clean(job, part, masks)
     encoded, rejects = encode_rows(job, cleaned.frame)
     block = get_format(job.pipeline.shards.format).writer.encode_samples(encoded.keys, encoded.fields)
-    return _measured(cleaned, encoded, rejects, np.diff(block.bounds)), block
+    return _measured(job, cleaned, encoded, rejects, np.diff(block.bounds)), block
 
 
 def measured_of(result: tuple[Measured, EncodedSamples]) -> Measured:

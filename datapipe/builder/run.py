@@ -16,13 +16,13 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from datapipe.builder.cluster import dashboard_link, dask_client, worker_memory_limits, worker_server
-from datapipe.builder.config import LoadedPipeline
+from datapipe.builder.config import LoadedPipeline, Pipeline
 from datapipe.builder.lineage import checked_code, environment, hash_source
 from datapipe.builder.passes import (
     SAMPLE_STAGE,
@@ -41,21 +41,25 @@ from datapipe.builder.passes import (
 from datapipe.builder.progress import BuildProgress
 from datapipe.builder.quarantine import Reject, quarantine_bytes
 from datapipe.builder.runner import PassRunner
-from datapipe.builder.shard_plan import (
-    first_occurrences,
-    output_positions,
-    shard_boundaries,
-    shards_of,
-    sizes_in_output_order,
-)
+from datapipe.builder.shard_plan import first_occurrences, split_shard_plan
 from datapipe.builder.sizing import fit_to_workers
 from datapipe.builder.source.align import align_parts, scan_block, scans_needed
 from datapipe.builder.source.base import Source
 from datapipe.builder.source.opening import open_source, partition_source
+from datapipe.builder.splits import split_names
 from datapipe.errors import BuildError
 from datapipe.formats.registry import get_format
 from datapipe.storage.fs import put_atomic
-from datapipe.versioning.manifest import REJECTED_NAME, CodeRef, Lineage, Manifest, StageCounts, assemble_manifest
+from datapipe.versioning.manifest import (
+    REJECTED_NAME,
+    CodeRef,
+    Lineage,
+    Manifest,
+    ShardEntry,
+    Splits,
+    StageCounts,
+    assemble_manifest,
+)
 from datapipe.versioning.store import LATEST, Store, VersionWriter, check_ref_name
 
 FAILED_QUARANTINE = "rejected"  # STORE/NAME/rejected/<time>-<id>.parquet: quarantine of builds that failed
@@ -72,12 +76,15 @@ class BuildResult:
     def summary(self) -> dict[str, Any]:
         """The JSON object `datapipe build --json` prints."""
         m = self.manifest
-        return {
+        out = {
             "name": m.name, "version": m.version, "url": self.url, "samples": m.samples, "shards": len(m.shards),
             "bytes": m.bytes, "rejected": m.rejected_rows, "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "stages": [{"stage": s.stage, "in": s.rows_in, "out": s.rows_out, "dropped": s.dropped,
                         "rejected": s.rejected} for s in m.stages],
         }
+        if m.splits is not None:
+            out["splits"] = dict(m.splits.samples)
+        return out
 
 
 def build(
@@ -122,7 +129,8 @@ def build(
             run.seconds["start"] = time.perf_counter() - started  # opening the source and starting the cluster
             fit = fit_to_workers(source, worker_memory_limits(c))
             source = _align(run, partition_source(source, fit.blocksize))
-            job = BuildJob(pipeline, loaded.base_dir, source, {ref.module: ref.sha256 for ref in code})
+            job = BuildJob(pipeline, loaded.base_dir, source, {ref.module: ref.sha256 for ref in code},
+                           loaded.where("splits.by"))
             source_files = c.compute([_hash_task(source.fs, f) for f in source.files])
             b = _Build(store, run, job, fit.keep_encoded if keep_encoded is None else keep_encoded)
             b.dedupe()
@@ -244,17 +252,23 @@ class _Build:
     def write(self, writer: VersionWriter, measured: Sequence[Measured], key_keep: Sequence[np.ndarray]) -> list:
         from dask import delayed
 
-        shards_cfg = self.pipeline.shards
+        shards_cfg, splits = self.pipeline.shards, self.pipeline.splits
         fmt = get_format(shards_cfg.format)
         sizes = [m.sizes[keep] for m, keep in zip(measured, key_keep, strict=True)]
-        positions = output_positions([len(s) for s in sizes], shards_cfg.shuffle_seed)
-        bounds = shard_boundaries(sizes_in_output_order(sizes, positions), shards_cfg.max_bytes,
-                                  shards_cfg.max_samples, fmt.writer.end_size)
+        if splits is None:
+            labels, names = [np.zeros(len(s), dtype=np.int8) for s in sizes], [None]
+        else:
+            names = split_names(splits.fractions)
+            labels = [m.splits[keep] for m, keep in zip(measured, key_keep, strict=True)]
+        positions, destinations, counts = split_shard_plan(sizes, labels, len(names), shards_cfg.shuffle_seed,
+                                                          shards_cfg.max_bytes, shards_cfg.max_samples,
+                                                          fmt.writer.end_size)
+        files = [(name, writer.shard_filename(i, fmt, name)) for name, n in zip(names, counts, strict=True)
+                 for i in range(n)]
         pieces: dict[int, list[Any]] = defaultdict(list)
-        for part, keep, pos in zip(self.parts, key_keep, positions, strict=True):
+        for part, keep, pos, dest in zip(self.parts, key_keep, positions, destinations, strict=True):
             if not len(pos):
                 continue
-            dest = shards_of(pos, bounds)
             if self.keep_encoded:
                 prepared = delayed(split_pass, pure=False)(self.encoded[part.number], keep, pos, dest)
             else:
@@ -263,13 +277,13 @@ class _Build:
             for shard in np.unique(dest).tolist():
                 pieces[shard].append(delayed(take_piece, pure=False)(prepared, shard))
         tasks = [
-            delayed(write_shard_task, pure=False)(self.store.fs, writer.partial,
-                                                  writer.shard_filename(s, fmt), fmt.name, *pieces[s])
-            for s in range(len(bounds) - 1)
+            delayed(write_shard_task, pure=False)(self.store.fs, writer.partial, filename, fmt.name, *pieces[s])
+            for s, (_, filename) in enumerate(files)
         ]
         entries = self.run("write shards", tasks)
         self.encoded = []  # frees the blocks on the workers
-        return entries
+        return [entry if split is None else replace(entry, split=split)
+                for entry, (split, _) in zip(entries, files, strict=True)]
 
     def commit(self, refs: Sequence[str], measured: Sequence[Measured], key_keep: Sequence[np.ndarray],
                rejects: Mapping[int, list[Reject]], stages: tuple[StageCounts, ...], code: tuple[CodeRef, ...],
@@ -286,11 +300,22 @@ class _Build:
             lineage = Lineage(pipeline=pipeline.canonical(), sources=tuple(self.run.client.gather(source_files)),
                               code=code, seed=pipeline.shards.shuffle_seed, environment=environment())
             manifest = assemble_manifest(pipeline.name, get_format(pipeline.shards.format).name, entries, stages,
-                                         (m.kinds for m in measured), lineage)
+                                         (m.kinds for m in measured), lineage, _splits(pipeline, entries))
             return writer.commit(manifest, refs)
         except BaseException:
             writer.abort()
             raise
+
+
+def _splits(pipeline: Pipeline, entries: Sequence[ShardEntry]) -> Splits | None:
+    """The manifest's splits section: the pipeline's, with the samples each split got."""
+    cfg = pipeline.splits
+    if cfg is None:
+        return None
+    samples = dict.fromkeys(split_names(cfg.fractions), 0)
+    for entry in entries:
+        samples[entry.split] += entry.samples
+    return Splits(dict(cfg.fractions), samples, cfg.by, cfg.seed)
 
 
 def _sum_counts(measured: Sequence[Measured], duplicates: int) -> tuple[StageCounts, ...]:

@@ -69,3 +69,31 @@ def sizes_in_output_order(sizes: Sequence[np.ndarray], positions: Sequence[np.nd
 def shards_of(positions: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """The shard number of each output position."""
     return np.searchsorted(bounds, positions, side="right") - 1
+
+
+def split_shard_plan(sizes: Sequence[np.ndarray], labels: Sequence[np.ndarray], splits: int, seed: int | None,
+                     max_bytes: int, max_samples: int | None, end_size: int = 0
+                     ) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:
+    """Each split's samples placed in shards of their own: per partition, each sample's output position
+    within its split and its shard number; and the number of shards of each split.
+
+    ``labels`` holds each sample's split (0 .. splits-1) per partition. The shards of split 0 come first,
+    then those of split 1, and so on; within a split, order and cuts are those of a dataset of its samples
+    alone (``output_positions``, ``shard_boundaries``). All labels 0 with ``splits=1`` is the plan without
+    splits.
+    """
+    positions = [np.zeros(len(s), dtype=np.int64) for s in sizes]
+    shards = [np.zeros(len(s), dtype=np.int64) for s in sizes]
+    counts: list[int] = []
+    first = 0
+    for split in range(splits):
+        masks = [np.asarray(label) == split for label in labels]
+        placed = output_positions([int(m.sum()) for m in masks], seed)
+        bounds = shard_boundaries(sizes_in_output_order([s[m] for s, m in zip(sizes, masks, strict=True)], placed),
+                                  max_bytes, max_samples, end_size)
+        for part, (mask, pos) in enumerate(zip(masks, placed, strict=True)):
+            positions[part][mask] = pos
+            shards[part][mask] = first + shards_of(pos, bounds)
+        counts.append(len(bounds) - 1)
+        first += len(bounds) - 1
+    return positions, shards, counts

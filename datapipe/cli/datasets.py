@@ -12,7 +12,7 @@ from datapipe.cli.options import storage_options
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.versioning.gc import collect
 from datapipe.versioning.manifest import Manifest
-from datapipe.versioning.sample_diff import diff_versions, sample_hashes
+from datapipe.versioning.sample_diff import VersionDiff, diff_splits, diff_versions, sample_hashes, split_hashes
 from datapipe.versioning.store import Store, check_ref_name, open_dataset_url, parse_dataset_url
 from datapipe.versioning.verify import verify_version
 
@@ -66,7 +66,16 @@ def _summary(m: Manifest) -> dict[str, Any]:
         "stages": [vars(s) for s in m.stages], "rejected_rows": m.rejected_rows,
         "lineage": {"sources": len(m.lineage.sources), "code": [vars(c) for c in m.lineage.code],
                     "seed": m.lineage.seed, "environment": m.lineage.environment},
+        **({"splits": _splits(m)} if m.splits is not None else {}),
     }
+
+
+def _splits(m: Manifest) -> dict[str, Any]:
+    """The splits section of `info --json`: by, seed and per split its fraction, samples and shards."""
+    assert m.splits is not None
+    return {"by": m.splits.by, "seed": m.splits.seed, "splits": {
+        name: {"fraction": m.splits.fractions[name], "samples": m.splits.samples[name],
+               "shards": len(m.split_shards(name))} for name in m.splits.names}}
 
 
 @click.command()
@@ -84,6 +93,10 @@ def info(dataset: str, as_json: bool) -> None:
     click.echo(f"  {m.samples} samples in {s['shards']['count']} {m.shard_format} shards, {_size(m.bytes)} "
                f"(shard sizes {_size(s['shards']['min_bytes'])} .. {_size(s['shards']['max_bytes'])})")
     click.echo("  fields: " + (", ".join(f"{k}:{v}" for k, v in m.fields.items()) or "-"))
+    if m.splits is not None:
+        click.echo(f"  splits by {m.splits.by or 'the sample key'}, seed {m.splits.seed}: " + ", ".join(
+            f"{name} {part['samples']} ({part['fraction']:g}, {part['shards']} shards)"
+            for name, part in s["splits"]["splits"].items()))
     for st in m.stages:
         click.echo(f"  stage {st.stage}: in {st.rows_in}, out {st.rows_out}, dropped {st.dropped}, "
                    f"rejected {st.rejected}")
@@ -127,17 +140,30 @@ def tag(dataset: str, tag: str) -> None:
 @click.argument("b")
 @_JSON
 def diff(a: str, b: str, as_json: bool) -> None:
-    """Samples added, removed and changed (by key and content hash) from version A to B."""
+    """Samples added, removed and changed (by key and content hash) from version A to B; per split too, when
+    either has splits (a sample that changed split is removed from one and added to the other)."""
     (sa, na, ma), (sb, nb, mb) = (open_dataset_url(url, storage_options()) for url in (a, b))
     d = diff_versions(sample_hashes(sa, na, ma), sample_hashes(sb, nb, mb))
+    per_split = diff_splits(split_hashes(sa, na, ma), split_hashes(sb, nb, mb))
     if as_json:
-        _echo_json({"a": ma.version, "b": mb.version, **vars(d)})
+        _echo_json({"a": ma.version, "b": mb.version, **vars(d),
+                    **({"splits": {s: vars(sd) for s, sd in per_split.items()}} if per_split else {})})
         return
-    click.echo(f"{na}@{ma.version[:12]} -> {nb}@{mb.version[:12]}: {len(d.added)} added, "
-               f"{len(d.removed)} removed, {len(d.changed)} changed, {d.unchanged} unchanged")
+    click.echo(f"{na}@{ma.version[:12]} -> {nb}@{mb.version[:12]}: {_counts(d)}")
+    for split, sd in per_split.items():
+        click.echo(f"  split {split}: {_counts(sd)}")
     for mark, keys in (("+", d.added), ("-", d.removed), ("~", d.changed)):
         for key in keys:
             click.echo(f"{mark} {key}")
+    new = set(d.added)
+    for split, sd in per_split.items() if ma.splits is not None else ():  # in both, in another split (new fractions)
+        for key in sd.added:
+            if key not in new:
+                click.echo(f"> {key} (moved to split {split})")
+
+
+def _counts(d: VersionDiff) -> str:
+    return f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed, {d.unchanged} unchanged"
 
 
 @click.command()

@@ -20,7 +20,7 @@ from datapipe.loader.schedule import EpochOrder
 from datapipe.storage.cache import CachedFile, ShardCache
 from datapipe.storage.fs import is_local
 from datapipe.storage.retry import RetryPolicy
-from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.manifest import Manifest, ShardEntry
 from datapipe.versioning.store import VERSIONS, Store, open_dataset_url
 
 SPARSE = 8  # a shard's samples in a batch that spread over more than SPARSE x their bytes are read by pread
@@ -31,20 +31,24 @@ OPEN_FDS = 64  # descriptors kept open for those reads, most recently used
 class Dataset:
     """Random access to a version: ``len(ds)``, ``ds[i]`` (global index in storage order), ``ds.fields``.
 
-    Shards open lazily, through mmap on local disks (other filesystems read the shard whole until
-    the remote cache lands); the open readers are per process, never pickled.
+    With ``split``, only that split's shards: shard numbers, indexes and length are those of the split
+    alone (``ds.split`` names it; None for the whole version). Shards open lazily, through mmap on local
+    disks (other filesystems read the shard whole until the remote cache lands); the open readers are per
+    process, never pickled.
     """
 
     def __init__(self, store: Store, name: str, manifest: Manifest, *, verify: bool = False,
-                 cache: ShardCache | None = None) -> None:
+                 cache: ShardCache | None = None, split: str | None = None) -> None:
         self.store = store
         self.name = name
         self.manifest = manifest
+        self.split = split
+        self.shards = _split_shards(manifest, name, split)  # this dataset's shard entries, in its numbering
         self.verify = verify
         self.cache = cache if cache is not None or is_local(store.fs) else ShardCache()
         self._held: dict[int, tuple[CachedFile, CachedFile]] = {}
         self.format = get_format(manifest.shard_format)
-        self.shard_sizes = np.array([s.samples for s in manifest.shards], dtype=np.int64)
+        self.shard_sizes = np.array([s.samples for s in self.shards], dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self.shard_sizes)])
         self._readers: dict[int, ShardReader] = {}
         self._paths: dict[int, str] = {}  # shard -> the local file its reader maps
@@ -67,14 +71,15 @@ class Dataset:
     @property
     def sample_bytes(self) -> float:
         """Mean stored bytes per sample (shard bytes, headers included): what sizes batches' memory."""
-        return self.manifest.bytes / max(len(self), 1)
+        return sum(s.bytes for s in self.shards) / max(len(self), 1)
 
     def __repr__(self) -> str:
-        return f"Dataset({self.name}@{self.version[:12]}, {len(self)} samples, {len(self.shard_sizes)} shards)"
+        split = f", split {self.split}" if self.split is not None else ""
+        return f"Dataset({self.name}@{self.version[:12]}{split}, {len(self)} samples, {len(self.shard_sizes)} shards)"
 
     def shard_path(self, shard: int) -> str:
         """Filesystem path of shard number ``shard``."""
-        return self.store.path(self.name, VERSIONS, self.version, self.manifest.shards[shard].path)
+        return self.store.path(self.name, VERSIONS, self.version, self.shards[shard].path)
 
     def check_shards(self) -> None:
         """Fail now, naming the shard, when a shard or its index is missing (before workers start)."""
@@ -84,7 +89,7 @@ class Dataset:
             present = {p.rstrip("/").rsplit("/", 1)[-1] for p in listed}
         except FileNotFoundError:
             present = set()
-        for i, entry in enumerate(self.manifest.shards):
+        for i, entry in enumerate(self.shards):
             for filename in (entry.path, entry.index_path):
                 if filename not in present:
                     raise NotFoundError(f"{directory}/{filename}: missing from {self.name}@{self.version[:12]} "
@@ -92,7 +97,7 @@ class Dataset:
                                         f"`datapipe verify {self.store.url}/{self.name}`")
 
     def _open(self, shard: int) -> ShardReader:
-        entry = self.manifest.shards[shard]
+        entry = self.shards[shard]
         path = self.shard_path(shard)
         index_file = self.store.path(self.name, VERSIONS, self.version, entry.index_path)
         try:
@@ -114,7 +119,7 @@ class Dataset:
     def fetch(self, shard: int) -> tuple[CachedFile, CachedFile]:
         """The cached, verified local copies of a remote shard and its index (held until closed)."""
         assert self.cache is not None
-        entry = self.manifest.shards[shard]
+        entry = self.shards[shard]
         base = self.store.path(self.name, VERSIONS, self.version)
         data = self.cache.open(self.store.fs, f"{base}/{entry.path}", entry.sha256, entry.bytes)
         try:
@@ -215,7 +220,7 @@ class Dataset:
             return reader.index
         index = self._indexes.get(shard)
         if index is None:
-            entry = self.manifest.shards[shard]
+            entry = self.shards[shard]
             path = self.store.path(self.name, VERSIONS, self.version, entry.index_path)
             try:
                 data = self.store.remote(path, lambda: self.store.fs.cat_file(path))
@@ -299,10 +304,27 @@ class Dataset:
         return state
 
 
+def _split_shards(manifest: Manifest, name: str, split: str | None) -> tuple[ShardEntry, ...]:
+    """The shards of ``split`` (all of them for None); ConfigError for a split the version does not have."""
+    if split is None:
+        return manifest.shards
+    where = f"{name}@{manifest.version[:12]}"
+    if manifest.splits is None:
+        raise ConfigError(f"split={split!r}: {where} has no splits (it was built without a splits section); "
+                          "open it without split=, or add splits to its pipeline and build again")
+    if split not in manifest.splits.fractions:
+        raise ConfigError(f"split={split!r}: {where} has no split {split!r}; its splits are "
+                          + ", ".join(manifest.splits.names))
+    return tuple(s for s in manifest.shards if s.split == split)
+
+
 def open_dataset(url: str | Dataset, storage_options: Mapping[str, Any] | None = None, *,
                  verify: bool = False, cache_dir: str | os.PathLike[str] | None = None,
-                 cache_limit: int | None = None, retries: int | None = None) -> Dataset:
+                 cache_limit: int | None = None, retries: int | None = None, split: str | None = None) -> Dataset:
     """Open 'STORE/NAME[@REF]' (a tag, 'latest' or a version prefix) for reading.
+
+    ``split``: only that split of a version built with splits (``Dataset.split``); an open Dataset of the
+    whole version gives that split of it, one of that split itself.
 
     Shards of a remote store (s3://, ...) are read through a local cache in ``cache_dir``
     (default: $DATAPIPE_CACHE or ~/.cache/datapipe/shards) kept under ``cache_limit`` bytes.
@@ -310,8 +332,13 @@ def open_dataset(url: str | Dataset, storage_options: Mapping[str, Any] | None =
     (default $DATAPIPE_RETRIES, else 6; 1 = no retry).
     """
     if isinstance(url, Dataset):
-        return url
+        if split is None or split == url.split:
+            return url
+        if url.split is not None:
+            raise ConfigError(f"split={split!r}: this Dataset is split {url.split!r} of {url.name}; open "
+                              f"split {split!r} from the dataset's URL or from the whole version")
+        return Dataset(url.store, url.name, url.manifest, verify=url.verify, cache=url.cache, split=split)
     policy = RetryPolicy.from_env(attempts=retries)
     store, name, manifest = open_dataset_url(os.fspath(url), storage_options, policy)
     cache = None if is_local(store.fs) else ShardCache(cache_dir, cache_limit, policy)
-    return Dataset(store, name, manifest, verify=verify, cache=cache)
+    return Dataset(store, name, manifest, verify=verify, cache=cache, split=split)

@@ -66,5 +66,5 @@ def entries(data: ShardSet, settings: LoaderSettings, timeline: Timeline, steps:
                                                keys, strict=True):
                 ds, number = member(data, shard)
                 offset = int(ds.index(number).sample_start[row])
-                out.append(Entry(step, rank, source, key, ds.manifest.shards[number].path, offset))
+                out.append(Entry(step, rank, source, key, ds.shards[number].path, offset))
     return out

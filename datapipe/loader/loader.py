@@ -40,14 +40,18 @@ def _distributed() -> Detect | None:
 
 
 def open_data(data: str | os.PathLike[str] | Dataset | Mix, storage_options: Mapping[str, Any] | None = None,
-              **options: Any) -> ShardSet:
-    """What a Loader reads: a Dataset or Mix as given, a mix file (.yaml/.yml), or a dataset URL."""
+              split: str | None = None, **options: Any) -> ShardSet:
+    """What a Loader reads: a Dataset or Mix as given, a mix file (.yaml/.yml), or a dataset URL (its ``split``)."""
+    text = None if isinstance(data, Dataset | Mix) else os.fspath(data)
+    is_mix = isinstance(data, Mix) or (text is not None and text.endswith((".yaml", ".yml")) and os.path.isfile(text))
+    if split is not None and (is_mix or isinstance(data, Dataset)):
+        raise ConfigError(f"split={split!r} applies to a dataset URL; for a mix, name the split of each source "
+                          "({dataset: URL, split: NAME}); for a Dataset, open it with open_dataset(url, split=...)")
     if isinstance(data, Dataset | Mix):
         return data
-    text = os.fspath(data)
-    if text.endswith((".yaml", ".yml")) and os.path.isfile(text):
+    if is_mix:
         return mix(text, storage_options=storage_options, **options)
-    return open_dataset(text, storage_options, **options)
+    return open_dataset(text, storage_options, split=split, **options)
 
 
 class Loader:
@@ -77,14 +81,15 @@ class Loader:
         cache_limit: int | None = None,
         download_ahead: int = 2,
         retries: int | None = None,
+        split: str | None = None,
     ) -> None:
         settings = LoaderSettings(batch_size, shuffle, seed, drop_last, block_shards, fields, decode, num_workers,
                                   prefetch, pin_memory, download_ahead)
         if num_workers and not _torch_available():
             raise ConfigError("num_workers > 0 needs torch (pip install 'datapipe[torch]'), or use num_workers=0")
         self.settings = settings
-        data = open_data(dataset, storage_options, verify=verify, cache_dir=cache_dir, cache_limit=cache_limit,
-                         retries=retries)
+        data = open_data(dataset, storage_options, split, verify=verify, cache_dir=cache_dir,
+                         cache_limit=cache_limit, retries=retries)
         data.check_shards()
         world = resolve_world(rank, world_size, os.environ, _distributed())
         self.run = RunState(data, settings, world, Skips.of(skip_steps))

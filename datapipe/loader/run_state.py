@@ -96,6 +96,8 @@ class RunState:
                  "drop_last": s.drop_last, "anchor": list(self.anchor), "skips": [list(r) for r in self.skips.ranges]}
         if isinstance(self.data, Mix):
             state["mix"] = _mix_state(self.data, self.epoch * len(self.data) + self.position)
+        else:
+            state["split"] = getattr(self.data, "split", None)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -110,6 +112,9 @@ class RunState:
         elif state["dataset"] != self.data.version:
             raise ConfigError(f"the state is for version {str(state['dataset'])[:12]} of the dataset, this loader "
                               f"reads {self.data.version[:12]}; open the same version (pin it with NAME@VERSION)")
+        elif state.get("split") != getattr(self.data, "split", None):  # states from before splits: the whole version
+            raise ConfigError(f"the state is for split {state.get('split')!r} of the dataset, this loader reads split "
+                              f"{getattr(self.data, 'split', None)!r}; open the same split (split=...)")
         for key in ("seed", "shuffle", "block_shards"):
             if state[key] != getattr(self.settings, key):
                 raise ConfigError(f"the state was saved with {key}={state[key]!r}, this loader has "

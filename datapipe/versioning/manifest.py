@@ -34,6 +34,7 @@ class ShardEntry:
     index_path: str
     index_bytes: int
     index_sha256: str
+    split: str | None = None  # the split its samples belong to, in a version with splits (left out of JSON when None)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,22 @@ class Lineage:
 
 
 @dataclass(frozen=True)
+class Splits:
+    """How a version's samples were split: the pipeline's fractions, ``by`` column and seed, and per split its
+    samples. Each split has its own shards (``ShardEntry.split``); splits take their intervals in name order."""
+
+    fractions: dict[str, float]
+    samples: dict[str, int]
+    by: str | None = None  # None: the sample key decides
+    seed: int = 0
+
+    @property
+    def names(self) -> list[str]:
+        """The split names, in the order of their intervals and shards (sorted)."""
+        return sorted(self.fractions)
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A complete description of one dataset version (stored as manifest.json)."""
 
@@ -92,6 +109,7 @@ class Manifest:
     host: str = ""
     version: str = ""
     format_version: int = FORMAT_VERSION
+    splits: Splits | None = None  # left out of JSON (and so of the id) when None
 
     @property
     def samples(self) -> int:
@@ -107,7 +125,16 @@ class Manifest:
         """Plain JSON-able dict, with totals included for readers that do not sum."""
         data = asdict(self)
         data["samples"], data["bytes"] = self.samples, self.bytes
+        if self.splits is None:  # a version without splits has the manifest (and id) it had before splits
+            del data["splits"]
+        for shard in data["shards"]:
+            if shard["split"] is None:
+                del shard["split"]
         return data
+
+    def split_shards(self, split: str) -> list[int]:
+        """The numbers (in ``shards``) of the shards of ``split``."""
+        return [i for i, s in enumerate(self.shards) if s.split == split]
 
     def content_id(self) -> str:
         """The version id: sha256 of the reproducible part of the manifest."""
@@ -161,10 +188,14 @@ _SPEC: dict[str, dict[str, tuple[str, bool]]] = {
         "shards": ("list[shard]", True), "stages": ("list[stage]", False), "lineage": ("lineage", False),
         "rejected": ("file?", False), "rejected_rows": ("count", False), "created_at": ("str", False),
         "host": ("str", False), "samples": ("count", False), "bytes": ("count", False),
+        "splits": ("splits", False),
     },
+    "splits": {"fractions": ("dict[number]", True), "samples": ("dict[count]", True), "by": ("str?", False),
+               "seed": ("int", False)},
     "shard": {
         "path": ("file", True), "samples": ("count", True), "bytes": ("count", True), "sha256": ("sha256", True),
         "index_path": ("file", True), "index_bytes": ("count", True), "index_sha256": ("sha256", True),
+        "split": ("str", False),
     },
     "stage": {"stage": ("str", True), "rows_in": ("count", True), "rows_out": ("count", True),
               "dropped": ("count", False), "rejected": ("count", False)},
@@ -173,7 +204,8 @@ _SPEC: dict[str, dict[str, tuple[str, bool]]] = {
     "source": {"path": ("str", True), "size": ("count", True), "hash": ("str", True)},
     "code": {"module": ("str", True), "sha256": ("sha256", True)},
 }
-_KINDS = {"shard": ShardEntry, "stage": StageCounts, "lineage": Lineage, "source": SourceFile, "code": CodeRef}
+_KINDS = {"splits": Splits, "shard": ShardEntry, "stage": StageCounts, "lineage": Lineage, "source": SourceFile,
+          "code": CodeRef}
 
 
 def _describe(value: Any) -> str:
@@ -190,6 +222,10 @@ def _convert(kind: str, value: Any, where: str) -> Any:
             raise _Malformed(where, f"expected {'a non-negative ' if kind == 'count' else 'an '}integer, "
                                     f"got {_describe(value)}")
         return value
+    if kind == "number":
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise _Malformed(where, f"expected a number, got {_describe(value)}")
+        return value
     if kind in ("str", "sha256", "file"):
         if not isinstance(value, str):
             raise _Malformed(where, f"expected a string, got {_describe(value)}")
@@ -201,9 +237,9 @@ def _convert(kind: str, value: Any, where: str) -> Any:
     if kind.startswith("dict"):
         if not isinstance(value, dict):
             raise _Malformed(where, f"expected an object, got {_describe(value)}")
-        if kind == "dict[str]":
+        if kind != "dict":
             for key, item in value.items():
-                _convert("str", item, f"{where}.{key}")
+                _convert(kind[5:-1], item, f"{where}.{key}")
         return value
     if kind.startswith("list["):
         if not isinstance(value, list):
@@ -239,6 +275,9 @@ def _manifest_from_dict(raw: dict[str, Any], where: str = "manifest") -> Manifes
     except _Malformed as e:
         raise IntegrityError(f"{where}: malformed manifest: {e}; the file was edited or damaged "
                              "(restore it from a copy, or delete its version directory and build again)") from None
+    problem = _split_problem(manifest)
+    if problem:
+        raise IntegrityError(f"{where}: malformed manifest: {problem}; the file was edited or damaged")
     for total in ("samples", "bytes"):
         if total in raw and raw[total] != getattr(manifest, total):
             raise IntegrityError(f"{where}: malformed manifest: field {total!r} is {raw[total]} but the shards "
@@ -249,16 +288,36 @@ def _manifest_from_dict(raw: dict[str, Any], where: str = "manifest") -> Manifes
     return manifest
 
 
+def _split_problem(manifest: Manifest) -> str | None:
+    """Why the shards' splits disagree with the splits section, if they do."""
+    splits = manifest.splits
+    if splits is None:
+        marked = next((i for i, s in enumerate(manifest.shards) if s.split is not None), None)
+        return None if marked is None else f"field 'shards[{marked}].split' names a split, but there is no 'splits'"
+    if set(splits.samples) != set(splits.fractions):
+        return "fields 'splits.samples' and 'splits.fractions' name different splits"
+    counts = dict.fromkeys(splits.names, 0)
+    for i, shard in enumerate(manifest.shards):
+        if shard.split not in counts:
+            return f"field 'shards[{i}].split' is {shard.split!r}, not one of {', '.join(splits.names)}"
+        counts[shard.split] += shard.samples
+    wrong = next((n for n in splits.names if counts[n] != splits.samples[n]), None)
+    if wrong is not None:
+        return f"field 'splits.samples.{wrong}' is {splits.samples[wrong]} but its shards add up to {counts[wrong]}"
+    return None
+
+
 def canonical_json(data: Any) -> bytes:
     """One byte string per value: sorted keys, no whitespace, UTF-8."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def assemble_manifest(name: str, shard_format: str, shards: Iterable[ShardEntry], stages: Iterable[StageCounts],
-                      field_kinds: Iterable[Mapping[str, Iterable[str]]], lineage: Lineage) -> Manifest:
+                      field_kinds: Iterable[Mapping[str, Iterable[str]]], lineage: Lineage,
+                      splits: Splits | None = None) -> Manifest:
     """The manifest of a new version from a build's pieces: its shards in order, the per-stage counts, the
     kinds of value each field held (one mapping per partition, merged into ``fields``) and its lineage.
-    The quarantine file is named when a stage rejected rows."""
+    The quarantine file is named when a stage rejected rows; ``splits``: the splits section, with splits."""
     kinds: dict[str, set[str]] = {}
     for partition in field_kinds:
         for field_name, seen in partition.items():
@@ -269,5 +328,5 @@ def assemble_manifest(name: str, shard_format: str, shards: Iterable[ShardEntry]
         name=name, shard_format=shard_format,
         fields={field_name: "|".join(sorted(kinds[field_name])) for field_name in sorted(kinds)},
         shards=tuple(shards), stages=stages, lineage=lineage,
-        rejected=REJECTED_NAME if rejected else None, rejected_rows=rejected,
+        rejected=REJECTED_NAME if rejected else None, rejected_rows=rejected, splits=splits,
     )

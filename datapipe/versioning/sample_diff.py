@@ -20,10 +20,12 @@ class VersionDiff:
     unchanged: int = 0
 
 
-def sample_hashes(store: Store, name: str, manifest: Manifest) -> dict[str, bytes]:
-    """key -> sha256 of the sample's bytes, over every shard of a version."""
+def sample_hashes(store: Store, name: str, manifest: Manifest, split: str | None = None) -> dict[str, bytes]:
+    """key -> sha256 of the sample's bytes, over every shard of a version (of ``split`` only, when given)."""
     out: dict[str, bytes] = {}
     for shard in manifest.shards:
+        if split is not None and shard.split != split:
+            continue
         path = store.path(name, VERSIONS, manifest.version, shard.index_path)
         index = ShardIndex.from_bytes(read_bytes(store.fs, path), path)
         out.update(zip(index.keys(), (h.tobytes() for h in index.sample_hash), strict=True))
@@ -39,6 +41,18 @@ def sample_locations(store: Store, name: str, manifest: Manifest) -> dict[str, t
         for i, (key, digest) in enumerate(zip(index.keys(), index.sample_hash, strict=True)):
             out[key] = (shard.path, i, digest.tobytes())
     return out
+
+
+def split_hashes(store: Store, name: str, manifest: Manifest) -> dict[str, dict[str, bytes]]:
+    """Per split of a version, key -> sha256 of the sample's bytes (empty for a version without splits)."""
+    if manifest.splits is None:
+        return {}
+    return {split: sample_hashes(store, name, manifest, split) for split in manifest.splits.names}
+
+
+def diff_splits(a: dict[str, dict[str, bytes]], b: dict[str, dict[str, bytes]]) -> dict[str, VersionDiff]:
+    """Per split either version has, the difference of its samples (a split one version lacks is empty there)."""
+    return {split: diff_versions(a.get(split, {}), b.get(split, {})) for split in sorted(a.keys() | b.keys())}
 
 
 def diff_versions(a: dict[str, bytes], b: dict[str, bytes]) -> VersionDiff:

@@ -3,6 +3,7 @@
 Layout (documented in docs/reference/store.md and schemas/manifest.schema.json):
 
     STORE/NAME/versions/VERSION/shard-000000.tar      shards (or .tfrecord) and their .idx
+    STORE/NAME/versions/VERSION/train-000000.tar      ... named by their split, in a version with splits
     STORE/NAME/versions/VERSION/manifest.json         written last: a version is complete iff it exists
     STORE/NAME/versions/VERSION/rejected.parquet      quarantined rows, when there are any
     STORE/NAME/versions/.partial-ID/                  a version being written (never listed)
@@ -255,9 +256,10 @@ class VersionWriter:
         store.remote(self.partial, start)
 
     @staticmethod
-    def shard_filename(number: int, fmt: ShardFormat) -> str:
-        """Name of shard ``number``: shard-000000.tar and so on."""
-        return f"shard-{number:06d}{fmt.extension}"
+    def shard_filename(number: int, fmt: ShardFormat, split: str | None = None) -> str:
+        """Name of shard ``number``: shard-000000.tar and so on; in a version with splits, shard ``number`` of
+        ``split``: train-000000.tar, val-000000.tar."""
+        return f"{split or 'shard'}-{number:06d}{fmt.extension}"
 
     def write_shard(self, number: int, samples: Iterable[Mapping[str, Any]], fmt: ShardFormat) -> ShardEntry:
         """Write shard ``number`` (and its index) into the partial directory."""

@@ -63,7 +63,7 @@ def test_scheduler_build_matches_local_build(tmp_path, dask_cluster, copy_digits
     # the local build: the session's digits build (a LocalCluster in this process)
     local = digits_built.summary
     assert remote["version"] == local["version"] and remote["samples"] == 1773
-    for shard in sorted((digits_built.store / "digits/versions" / local["version"]).glob("shard-*")):
+    for shard in sorted((digits_built.store / "digits/versions" / local["version"]).glob("*-[0-9]*")):
         assert shard.read_bytes() == (tmp_path / "remote/digits/versions" / remote["version"] / shard.name).read_bytes()
 
 

@@ -84,7 +84,7 @@ class StoreState:
     temporaries: list[str] = field(default_factory=list)
 
 
-SHARD = re.compile(r"^shard-\d{6}\.(tar|tfrecord)$")
+SHARD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*-\d{6}\.(tar|tfrecord)$")  # shard-000000.tar, train-000000.tar
 
 
 def look(store: Path) -> StoreState:

@@ -83,9 +83,9 @@ class ShardDataset(IterableDataset):
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None, drop_last: DropLast = True,
                  fields: Sequence[str] | None = None, decode: Mapping[str, Decoder] | None = None,
                  prefetch: int | None = None, block_shards: int = DEFAULT_BLOCK_SHARDS,
-                 position: int = 0) -> None:
+                 position: int = 0, split: str | None = None) -> None:
         settings = LoaderSettings(batch_size, shuffle, seed, drop_last, block_shards, fields, decode, prefetch=prefetch)
-        dataset = open_dataset(dataset)
+        dataset = open_dataset(dataset, split=split)
         dataset.check_shards()
         world = resolve_world(rank, world_size, os.environ, distributed_world)
         self.source = BatchSource(dataset, settings, world, epoch, position)
