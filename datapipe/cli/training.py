@@ -64,7 +64,7 @@ def batches(data: str, batch_size: int, world_size: int, seed: int, drop_last: s
     The run is described by the options, as the Loader was given them; nothing but the shard indexes is read.
     """
     from datapipe.loader.ledger import entries
-    from datapipe.loader.loader import open_data
+    from datapipe.loader.opening import open_data
     from datapipe.loader.timeline import Timeline
 
     settings = _settings(batch_size, seed, drop_last, no_shuffle, block_shards)
@@ -99,7 +99,7 @@ def audit_command(ctx: click.Context, data: str, batch_size: int, world_size: in
     rank and, for a mix, each source's share.
     """
     from datapipe.loader.audit import Resume, audit
-    from datapipe.loader.loader import open_data
+    from datapipe.loader.opening import open_data
 
     settings = _settings(batch_size, seed, drop_last, no_shuffle, block_shards)
     report = audit(open_data(data, storage_options()), batch_size, world_size, seed, epochs, settings.drop_last,

@@ -11,9 +11,10 @@ from typing import Any
 from datapipe.errors import ConfigError
 from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import Decoder
-from datapipe.loader.dataset import Dataset, open_dataset
+from datapipe.loader.dataset import Dataset
 from datapipe.loader.ledger import batch_keys
-from datapipe.loader.mix import Mix, mix
+from datapipe.loader.mix import Mix
+from datapipe.loader.opening import open_data
 from datapipe.loader.prefetch import prefetch as prefetched
 from datapipe.loader.run_state import STATE_FORMAT, RunState
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, BatchPlan, DropLast
@@ -22,7 +23,7 @@ from datapipe.loader.shard_set import ShardSet
 from datapipe.loader.timeline import Skips
 from datapipe.loader.world import Detect, resolve_world
 
-__all__ = ["STATE_FORMAT", "Loader", "open_data"]
+__all__ = ["STATE_FORMAT", "Loader"]
 PREFETCH_BYTES = 64 << 20  # bound on the bytes of batches prepared ahead, per process
 
 
@@ -37,21 +38,6 @@ def _distributed() -> Detect | None:
     from datapipe.loader.torch import distributed_world
 
     return distributed_world
-
-
-def open_data(data: str | os.PathLike[str] | Dataset | Mix, storage_options: Mapping[str, Any] | None = None,
-              split: str | None = None, **options: Any) -> ShardSet:
-    """What a Loader reads: a Dataset or Mix as given, a mix file (.yaml/.yml), or a dataset URL (its ``split``)."""
-    text = None if isinstance(data, Dataset | Mix) else os.fspath(data)
-    is_mix = isinstance(data, Mix) or (text is not None and text.endswith((".yaml", ".yml")) and os.path.isfile(text))
-    if split is not None and (is_mix or isinstance(data, Dataset)):
-        raise ConfigError(f"split={split!r} applies to a dataset URL; for a mix, name the split of each source "
-                          "({dataset: URL, split: NAME}); for a Dataset, open it with open_dataset(url, split=...)")
-    if isinstance(data, Dataset | Mix):
-        return data
-    if is_mix:
-        return mix(text, storage_options=storage_options, **options)
-    return open_dataset(text, storage_options, split=split, **options)
 
 
 class Loader:

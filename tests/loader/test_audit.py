@@ -101,10 +101,10 @@ def test_the_cli_prints_the_audit_and_exits_by_its_verdict(url, mix_file):
 
 
 def test_the_audit_exits_1_on_a_violation(url, monkeypatch):
-    import datapipe.loader.loader as loader_module
+    import datapipe.loader.opening as opening
 
-    opened = loader_module.open_data
-    monkeypatch.setattr(loader_module, "open_data", lambda *a, **k: _RepeatsOne(opened(*a, **k)))
+    opened = opening.open_data
+    monkeypatch.setattr(opening, "open_data", lambda *a, **k: _RepeatsOne(opened(*a, **k)))
     result = datapipe_in_process("audit", url, "-b", "4", "-w", "2")
     assert result.returncode == 1 and "violation: epoch 0, step 1, rank 0: toy key" in (result.stdout + result.stderr)
 
@@ -115,7 +115,7 @@ def test_batches_prints_what_the_ledger_says(url, mix_file):
     entries = json.loads(result.stdout)
     loader = datapipe.Loader(url, batch_size=3, seed=4, rank=0, world_size=2, num_workers=0)
     assert [(e["source"], e["key"]) for e in entries] == loader.batch_keys(2) + loader.batch_keys(3)
-    assert {e["shard"] for e in entries} <= {s.path for s in loader.dataset.manifest.shards}
+    assert {e["shard"] for e in entries} <= {s.path for s in loader.dataset.shards}
     text = datapipe_in_process("batches", str(mix_file), "-b", "2", "--step", "0", "--rank", "0").stdout
     assert text.startswith("step 0 rank 0\n") and ".tar@" in text
     bad = datapipe_in_process("batches", url, "-b", "3", "--steps", "4:2")
