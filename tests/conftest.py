@@ -83,6 +83,17 @@ def _check_local(root: Path, exempt: bool) -> list[str]:
     return problems
 
 
+COSTLY = ("slow", "distributed", "s3")  # the markers of cost (pyproject's markers)
+
+
+def pytest_collection_modifyitems(items):
+    """The files holding costly tests first, each file's tests in their order: pytest-xdist (run with --dist
+    loadfile --no-loadscope-reorder, pyproject's addopts) hands files out in this order, so that the long ones
+    start early and no worker is left running one while the other is done."""
+    costly = {item.path for item in items if any(item.get_closest_marker(m) for m in COSTLY)}
+    items.sort(key=lambda item: item.path not in costly)  # a stable sort: the order stays within each group
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
     item.stash[_MEMORY_BEFORE] = _memory_manifests()  # before fixtures run: they may write manifests too
