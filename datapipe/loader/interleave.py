@@ -67,6 +67,7 @@ class Interleave:
         prefix = np.zeros((self.period + 1, len(self.quota)), dtype=np.int64)
         prefix[np.arange(1, self.period + 1), self.owner] = 1
         self._prefix = np.cumsum(prefix, axis=0)  # per source, its positions before each offset of the period
+        self._occurrences = [np.flatnonzero(self.owner == s) for s in range(len(self.quota))]
 
     def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source, index among that source's items) of each stream position (>= 0)."""
@@ -74,6 +75,12 @@ class Interleave:
         rounds, offset = np.divmod(positions, self.period)
         source = self.owner[offset]
         return source, rounds * self.quota[source] + self.rank[offset]
+
+    def position_of(self, source: int, index: np.ndarray) -> np.ndarray:
+        """The stream position of item ``index`` of ``source`` (the inverse of ``locate``)."""
+        at = self._occurrences[source]
+        rounds, r = np.divmod(np.asarray(index, dtype=np.int64), int(self.quota[source]))
+        return rounds * self.period + at[r]
 
     def counts(self, n: int) -> np.ndarray:
         """Items each source contributes to the first ``n`` positions."""

@@ -89,6 +89,30 @@ class MixOrder:
             shard_ids[where], local[where] = shards + self.shard_offsets[s], rows
         return shard_ids, local
 
-    def done_at(self) -> None:
-        """Not known per shard: a source may be read in several passes in one epoch."""
-        return None
+    def done_at(self) -> np.ndarray:
+        """Per global shard, the epoch position after its last read in this epoch (0: not read in it).
+
+        A source may be read in several passes in one epoch; its shard is held from its first read to its
+        last, in the last pass that reads it (a source read again and again stays in the cache meanwhile).
+        """
+        done = np.zeros(int(self.shard_offsets[-1]), dtype=np.int64)
+        first = max(self.epoch * self.epoch_samples, self.segment.start)  # (before the segment: never read)
+        end = (self.epoch + 1) * self.epoch_samples
+        if end <= first:
+            return done
+        lo_all = np.asarray(self.segment.cursors) + self.interleave.counts(first - self.segment.start)
+        hi_all = np.asarray(self.segment.cursors) + self.interleave.counts(end - self.segment.start)
+        for s, (lo, hi) in enumerate(zip(lo_all.tolist(), hi_all.tolist(), strict=True)):
+            n = int(self.samples[s])
+            if hi <= lo or n == 0:
+                continue
+            last_pass = (hi - 1) // n
+            for p in range(max(lo // n, last_pass - 1), last_pass + 1):  # the last two passes decide
+                starts, ends = self._pass(s, p).spans()
+                begin, finish = p * n + starts, np.minimum(p * n + ends, hi)
+                read = (begin < hi) & (finish > np.maximum(begin, lo))
+                last_item = finish[read] - 1 - np.asarray(self.segment.cursors)[s]
+                position = self.interleave.position_of(s, last_item) + self.segment.start + 1
+                shards = np.flatnonzero(read) + int(self.shard_offsets[s])
+                done[shards] = position - self.epoch * self.epoch_samples
+        return done

@@ -118,15 +118,19 @@ class EpochOrder:
         return shard_ids, local
 
 
-    def done_at(self) -> np.ndarray:
-        """Per shard, the epoch position from which this order reads it no more: the end of its block when
-        shuffled (a block's shards are read together), else the end of the shard itself."""
+    def spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per shard, the epoch positions [start, end) within which this order reads it: its block's when
+        shuffled (a block's shards are read together), else the shard's own."""
         if not self.shuffle:
-            return self.shard_starts[1:]
+            return self.shard_starts[:-1], self.shard_starts[1:]
         n = len(self.shard_sizes)
         block = np.empty(n, dtype=np.int64)
         block[self.shard_order] = np.arange(n) // self._k
-        return self.block_starts[block + 1]
+        return self.block_starts[block], self.block_starts[block + 1]
+
+    def done_at(self) -> np.ndarray:
+        """Per shard, the epoch position from which this order reads it no more."""
+        return self.spans()[1]
 
 
 @dataclass(frozen=True)

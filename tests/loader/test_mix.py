@@ -212,3 +212,24 @@ def test_a_mix_file_names_sources_relative_to_itself(sources, tmp_path):
     path.write_text("sources:\n  web: ../store/web\nweight: {web: 1}\n")
     with pytest.raises(ConfigError, match=r"pretrain.yaml: unknown key 'weight'"):
         mix(path)
+
+
+def test_splits_are_mix_sources_and_their_state_names_the_split(digits_built):
+    url = digits_built.url
+    mixed = mix({"train": {"dataset": url, "split": "train"}, "val": datapipe.open_dataset(url, split="val")},
+                {"train": 1, "val": 1}, epoch_samples=200)
+    val_keys = set(datapipe.open_dataset(url, split="val").keys_of(*_every_sample(url, "val")))
+    batches = list(datapipe.Loader(mixed, batch_size=20, num_workers=0, fields=["cls"]))
+    got = [(s, k) for b in batches for s, k in zip(b["__source__"], b["__key__"], strict=True)]
+    assert {k for s, k in got if s == "val"} <= val_keys and not {k for s, k in got if s == "train"} & val_keys
+    state = datapipe.Loader(mixed, batch_size=20, num_workers=0).state_dict()
+    assert state["mix"]["sources"]["val"][1] == "val"
+    with pytest.raises(ConfigError, match="split=.* applies to a dataset URL"):
+        datapipe.Loader(mixed, split="val", num_workers=0)
+
+
+def _every_sample(url, split):
+    ds = datapipe.open_dataset(url, split=split)
+    shard_ids = np.repeat(np.arange(len(ds.shard_sizes)), ds.shard_sizes)
+    local = np.concatenate([np.arange(n) for n in ds.shard_sizes])
+    return shard_ids, local

@@ -144,6 +144,25 @@ def test_cache_evicts_least_recently_used_shards_while_an_epoch_streams(digits_o
     assert max(held) <= 2 and loader.dataset.held() == []  # released as soon as read, all of them at the end
 
 
+def test_a_mix_of_remote_sources_gives_each_shard_back_after_its_last_read(digits_on_s3, tmp_path):
+    """Two sources read through one bounded cache, interleaved 1:1 in storage order: each holds at most the
+    two shards a batch spans, and every shard goes back as soon as its source has passed it."""
+    shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
+    limit = 6 * max(s.bytes + s.index_bytes for s in shards)
+    mixed = datapipe.mix({"a": digits_on_s3["url"], "b": f"{digits_on_s3['url']}@latest"}, {"a": 1, "b": 1},
+                         cache_dir=tmp_path / "c", cache_limit=limit)
+    loader = datapipe.Loader(mixed, batch_size=32, shuffle=False, num_workers=0, prefetch=0, download_ahead=0)
+    cache = ShardCache(tmp_path / "c")
+    keys, held = {"a": [], "b": []}, []
+    for batch in loader:
+        for source, key in zip(batch["__source__"], batch["__key__"], strict=True):
+            keys[source].append(key)
+        assert cache.size() <= limit
+        held.append(len(loader.dataset.held()))
+    assert keys["a"] == keys["b"] and len(set(keys["a"])) == len(keys["a"]) == 2 * 1773 // 32 * 16
+    assert max(held) <= 4 and loader.dataset.held() == []
+
+
 def test_a_limit_below_the_shards_in_use_holds_just_those(digits_on_s3, tmp_path):
     """Shuffled: a consumer reads the 4 shards of a block at once (8 across a block boundary). With a limit
     smaller than that, the cache holds only the shards in use and the one downloaded ahead (documented)."""

@@ -38,3 +38,34 @@ def test_no_shard_is_read_after_its_release_point(sizes, block, seed, shuffle, b
             for shard, i in released_at.items():
                 last_read = max(j for j, read in enumerate(reads) if {unit[s] for s in read} & {unit[shard]})
                 assert i == last_read  # never before a later read, and at the very step its block is done
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=5), min_size=1, max_size=3),
+       data=st.data(), seed=st.integers(0, 2**16), shuffle=st.booleans(), batch=st.integers(1, 9),
+       world=st.integers(1, 3), workers=st.integers(1, 3), epoch=st.integers(0, 3))
+def test_a_mix_releases_a_shard_only_after_its_last_read_in_the_epoch(sizes, data, seed, shuffle, batch, world,
+                                                                      workers, epoch):
+    from datapipe.loader.interleave import Interleave
+    from datapipe.loader.mix_order import MixOrder, Segment
+
+    k = len(sizes)
+    weights = data.draw(st.lists(st.integers(1, 6), min_size=k, max_size=k))
+    total = data.draw(st.integers(1, 3 * sum(map(sum, sizes))))
+    segment = Segment(data.draw(st.integers(0, total * epoch)), tuple(data.draw(
+        st.lists(st.integers(0, 40), min_size=k, max_size=k))))
+    order = MixOrder(tuple(f"s{i}" for i in range(k)), tuple(np.array(s) for s in sizes), Interleave(weights),
+                     segment, total, seed, epoch, shuffle, 2)
+    start = max(segment.start - epoch * total, 0)
+    if start >= total:
+        return
+    done_at = order.done_at()
+    plan = BatchPlan(total, batch, world, start=start)
+    for rank in range(world):
+        for worker in range(workers):
+            steps = list(worker_steps(plan.num_batches(), worker, workers))
+            reads = [set(order.locate(plan.positions(rank, step))[0].tolist()) for step in steps]
+            for i in range(len(steps) - 1):
+                after = int(plan.positions(rank, steps[i + 1]).min())
+                released = {s for s in set().union(*reads[: i + 1]) if done_at[s] <= after}
+                assert not released & set().union(*reads[i + 1 :])  # never read again once given back
