@@ -40,6 +40,11 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "broken_manifests: the test writes manifests that break the schema on purpose (not validated)"
     )
+    # pytest-xdist's --dist loadfile hands out the files in collection order (see pytest_collection_modifyitems),
+    # not the files with the most tests first, which left the few-test, long ones (DDP, DVC) for the end. As
+    # --no-loadscope-reorder would, but set here, so that a run without xdist (-p no:xdist) still parses.
+    if getattr(config.option, "loadscopereorder", False) and "--loadscope-reorder" not in config.invocation_params.args:
+        config.option.loadscopereorder = False
 
 
 def manifest_problems(data: bytes, where: str) -> list[str]:
@@ -87,9 +92,9 @@ COSTLY = ("slow", "distributed", "s3")  # the markers of cost (pyproject's marke
 
 
 def pytest_collection_modifyitems(items):
-    """The files holding costly tests first, each file's tests in their order: pytest-xdist (run with --dist
-    loadfile --no-loadscope-reorder, pyproject's addopts) hands files out in this order, so that the long ones
-    start early and no worker is left running one while the other is done."""
+    """The files holding costly tests first, each file's tests in their order: pytest-xdist's loadfile hands files
+    out in this order (pytest_configure), so that the long ones start early and no worker is left running one
+    while the other is done."""
     costly = {item.path for item in items if any(item.get_closest_marker(m) for m in COSTLY)}
     items.sort(key=lambda item: item.path not in costly)  # a stable sort: the order stays within each group
 

@@ -36,11 +36,13 @@ def main() -> None:
         dist.barrier()  # ranks in lock step, as gradient all-reduce keeps them
         if args.kill_after is not None and len(batches) == args.kill_after:
             # what a checkpoint holds, then the job dies as a preempted node does: no cleanup, no exit code 0,
-            # the rank and its DataLoader workers at once (torchrun starts each rank in a process group of its
-            # own). Killing the rank alone left its workers orphaned until they noticed, seconds later.
+            # the rank and its DataLoader workers at once where torchrun made the rank a process group's leader
+            # (torch >= 2.2). Killing the rank alone leaves its workers orphaned until they notice, seconds later.
             with open(f"{args.out}.rank{dist.get_rank()}", "w") as f:
                 json.dump({"batches": batches, "state": loader.state_dict()}, f)
-            os.killpg(os.getpgrp(), signal.SIGKILL)
+            if os.getpgrp() == os.getpid():
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
     later = []  # the keys of each further epoch, per batch
     for _ in range(args.epochs - 1):
         loader.set_epoch(loader.epoch)  # the state names the next epoch once one is complete
