@@ -18,6 +18,7 @@ from datapipe.loader.columns import Column, batch_order
 from datapipe.loader.dataset import Dataset, open_dataset
 from datapipe.loader.interleave import Interleave
 from datapipe.loader.mix_order import MixOrder, Segment
+from datapipe.loader.schedule import groups
 from datapipe.storage.cache import CachedFile, ShardCache
 
 SourceSpec = str | os.PathLike[str] | Dataset | Mapping[str, Any]  # a URL, a Dataset, or {dataset: URL, split: NAME}
@@ -36,6 +37,7 @@ class Mix:
             raise ConfigError("a mix needs at least one source")
         self.names = tuple(sources)
         self.datasets = tuple(sources[name] for name in self.names)
+        self._name_array = np.array(self.names, dtype=object)
         self.weights = _checked_weights(self.names, weights)
         for name, ds, w in zip(self.names, self.datasets, self.weights, strict=True):
             if w > 0 and len(ds) == 0:
@@ -120,7 +122,7 @@ class Mix:
     def _split(self, shard_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """(source, batch positions) of the samples of each source among ``shard_ids``."""
         owner = np.searchsorted(self.shard_offsets, shard_ids, side="right") - 1
-        return [(int(s), np.flatnonzero(owner == s)) for s in np.unique(owner).tolist()]
+        return [(s, np.arange(len(owner))[where]) for s, where in groups(owner)]
 
     def member(self, shard: int) -> tuple[Dataset, int]:
         """The source dataset of global shard ``shard`` and the shard's number there."""
@@ -146,7 +148,7 @@ class Mix:
     def source_names(self, shard_ids: np.ndarray) -> list[str]:
         """The source name of each sample."""
         owner = np.searchsorted(self.shard_offsets, shard_ids, side="right") - 1
-        return np.array(self.names, dtype=object)[owner].tolist()
+        return self._name_array[owner].tolist()
 
     def keys_of(self, shard_ids: np.ndarray, local: np.ndarray) -> list[str]:
         """The keys of samples, from the shard indexes alone."""

@@ -7,6 +7,10 @@ at which the weights changed). Source s's items follow its passes: its t-th item
 t mod N_s of pass t // N_s, and pass p is the order of one epoch of that source alone
 (``EpochOrder`` seeded by the mix seed and the source's name, epoch p): the same block-wise
 shuffle as one dataset's, a permutation of the source, so no sample repeats within a pass.
+
+``block_shards`` counts the shards the whole mix reads side by side: each of its k sources (of weight
+> 0) has blocks of max(1, block_shards // k) shards. A batch then spans about as many shards as one
+dataset's, which is what its cost per batch and a remote cache's footprint go by.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class MixOrder:
         self.epoch_samples, self.seed, self.epoch = epoch_samples, seed, epoch
         self.shuffle, self.block_shards = shuffle, block_shards
         self.samples = np.array([int(s.sum()) for s in sizes], dtype=np.int64)
+        self.source_block = max(1, int(block_shards) // max(int((interleave.quota > 0).sum()), 1))
         self.shard_offsets = np.concatenate([[0], np.cumsum([len(s) for s in sizes])]).astype(np.int64)
         self._passes: OrderedDict[tuple[int, int], EpochOrder] = OrderedDict()
 
@@ -69,7 +74,7 @@ class MixOrder:
         order = self._passes.get(key)
         if order is None:
             order = self._passes[key] = EpochOrder(self.sizes[source], source_seed(self.seed, self.names[source]),
-                                                   number, self.shuffle, self.block_shards)
+                                                   number, self.shuffle, self.source_block)
             if len(self._passes) > 2 * len(self.names):
                 self._passes.popitem(last=False)
         else:

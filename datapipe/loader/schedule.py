@@ -45,8 +45,9 @@ def groups(keys: np.ndarray) -> list[tuple[int, np.ndarray | slice]]:
     if keys[0] == keys[-1] and not (keys != keys[0]).any():
         return [(int(keys[0]), slice(None))]
     order = np.argsort(keys, kind="stable")
-    cuts = np.flatnonzero(np.diff(keys[order])) + 1
-    return [(int(keys[part[0]]), part) for part in np.split(order, cuts)]
+    ordered = keys[order]
+    bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(keys)]
+    return [(int(ordered[a]), order[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def block_permutation(seed: int, epoch: int, block: int, n: int) -> np.ndarray:
