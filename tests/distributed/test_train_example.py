@@ -31,21 +31,19 @@ def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoi
     def checkpoint(name: str) -> dict:
         return torch.load(tmp_path / name, weights_only=False)
 
-    uninterrupted = train("full.pt", 3)
-    assert [e["epoch"] for e in uninterrupted] == [0, 1, 2]
+    uninterrupted = train("full.pt", 4)
+    assert [e["epoch"] for e in uninterrupted] == [0, 1, 2, 3]
 
     # stopped after 35 steps, in epoch 1; the last checkpoint is from step 30, also in epoch 1
-    assert train("cut.pt", 3, "--max-steps", "35") == uninterrupted[:1]
+    assert train("cut.pt", 4, "--max-steps", "35") == uninterrupted[:1]
     state = checkpoint("cut.pt")["loader"]
     assert (state["epoch"], state["position"]) == (1, (30 - steps_per_epoch) * 2 * 32)
-    resumed = train("cut.pt", 3)
-    assert resumed == uninterrupted[1:]  # same loss and accuracy at the end of epochs 1 and 2
+    resumed = train("cut.pt", 4)
+    assert resumed == uninterrupted[1:]  # same loss and accuracy at the end of epochs 1 to 3
     full, cut = checkpoint("full.pt"), checkpoint("cut.pt")
-    assert full["loader"] == cut["loader"] and full["loader"]["epoch"] == 3 and full["loader"]["position"] == 0
+    assert full["loader"] == cut["loader"] and full["loader"]["epoch"] == 4 and full["loader"]["position"] == 0
     for name, weights in full["model"].items():  # no batch trained twice or skipped: the very same weights
         assert torch.equal(weights, cut["model"][name]), name
 
-    # the uninterrupted job, continued from its end-of-epoch checkpoint for two more epochs, learns the digits
-    # (~0.95 after 5 epochs; it passes 0.9 from the second)
-    log = train("full.pt", 5)
-    assert [e["epoch"] for e in log] == [3, 4] and log[-1]["accuracy"] >= 0.9
+    # and it learns the digits: past 0.9 on the val split after four epochs (about 0.95 after five)
+    assert uninterrupted[-1]["accuracy"] >= 0.9, uninterrupted
