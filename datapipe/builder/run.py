@@ -23,6 +23,7 @@ import numpy as np
 
 from datapipe.builder.cluster import dashboard_link, dask_client, worker_memory_limits, worker_server
 from datapipe.builder.config import LoadedPipeline, Pipeline
+from datapipe.builder.in_process import InProcessClient, small
 from datapipe.builder.lineage import checked_code, environment, hash_source
 from datapipe.builder.passes import (
     SAMPLE_STAGE,
@@ -72,6 +73,7 @@ class BuildResult:
     manifest: Manifest
     url: str
     seconds: dict[str, float] = field(default_factory=dict)  # wall time: cluster start, each pass, total
+    ran_on: str = "cluster"  # "in-process" (a small source), "local cluster", "scheduler" or "client"
 
     def summary(self) -> dict[str, Any]:
         """The JSON object `datapipe build --json` prints."""
@@ -79,6 +81,7 @@ class BuildResult:
         out = {
             "name": m.name, "version": m.version, "url": self.url, "samples": m.samples, "shards": len(m.shards),
             "bytes": m.bytes, "rejected": m.rejected_rows, "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "ran_on": self.ran_on,
             "stages": [{"stage": s.stage, "in": s.rows_in, "out": s.rows_out, "dropped": s.dropped,
                         "rejected": s.rejected} for s in m.stages],
         }
@@ -104,7 +107,9 @@ def build(
     """Build ``loaded`` into a new version of ``store`` and point 'latest' (and ``tags``) at it.
 
     ``client`` reuses an existing distributed Client (tests, notebooks); otherwise ``scheduler``
-    names a running Dask scheduler, or a LocalCluster of ``workers`` processes is started.
+    names a running Dask scheduler, or a LocalCluster of ``workers`` processes is started; a source under
+    SMALL_BUILD_BYTES with neither ``workers``, ``scheduler`` nor ``memory_limit`` is built in this process
+    (builder/in_process.py), to the same version.
     ``keep_encoded``: whether the workers hold the encoded samples between the measure and the
     write pass instead of reading the source twice; by default, when they fit (``sizing.fit_to_workers``).
     The result is the same either way. ``memory_limit``: bytes per worker of the embedded
@@ -116,30 +121,36 @@ def build(
     tags = [check_ref_name(t) for t in tags]
     store.check_location()
     progress = progress or BuildProgress()
-    # the embedded cluster's workers import what they need while this process opens the source
-    with worker_server(enabled=client is None and scheduler is None and not _in_process_only(store.fs)):
+    with contextlib.ExitStack() as stack:
         source = open_source(pipeline.source, loaded.base_dir, storage_options)
         code = checked_code(loaded)
-        processes = not (_in_process_only(store.fs) or _in_process_only(source.fs))
-        scope = contextlib.nullcontext(client) if client is not None else dask_client(
-            workers, scheduler, processes=processes, memory_limit=memory_limit, scheduler_timeout=scheduler_timeout)
-        with scope as c:
-            progress.dashboard(dashboard_link(c))
-            run = PassRunner(c, progress)
-            run.seconds["start"] = time.perf_counter() - started  # opening the source and starting the cluster
-            fit = fit_to_workers(source, worker_memory_limits(c))
-            source = _align(run, partition_source(source, fit.blocksize))
-            job = BuildJob(pipeline, loaded.base_dir, source, {ref.module: ref.sha256 for ref in code},
-                           loaded.where("splits.by"))
-            source_files = c.compute([_hash_task(source.fs, f) for f in source.files])
-            b = _Build(store, run, job, fit.keep_encoded if keep_encoded is None else keep_encoded)
-            b.dedupe()
-            measured, key_keep, rejects = b.measure()
-            stages = _sum_counts(measured, sum(int((~k).sum()) for k in key_keep))
-            b.check_counts(stages, measured, rejects)
-            committed = b.commit((LATEST, *tags), measured, key_keep, rejects, stages, code, source_files)
+        if client is not None:
+            c, ran_on = client, "client"
+        elif small(sum(f.size for f in source.files), workers, scheduler) and memory_limit is None:
+            c, ran_on = InProcessClient(), "in-process"
+        else:
+            ran_on = "scheduler" if scheduler else "local cluster"
+            # the embedded cluster's workers start from a forkserver that imports what they need meanwhile
+            stack.enter_context(worker_server(enabled=scheduler is None and not _in_process_only(store.fs)))
+            processes = not (_in_process_only(store.fs) or _in_process_only(source.fs))
+            c = stack.enter_context(dask_client(workers, scheduler, processes=processes, memory_limit=memory_limit,
+                                                scheduler_timeout=scheduler_timeout))
+        progress.dashboard(dashboard_link(c))
+        run = PassRunner(c, progress)
+        run.seconds["start"] = time.perf_counter() - started  # opening the source and starting the cluster
+        fit = fit_to_workers(source, worker_memory_limits(c))
+        source = _align(run, partition_source(source, fit.blocksize))
+        job = BuildJob(pipeline, loaded.base_dir, source, {ref.module: ref.sha256 for ref in code},
+                       loaded.where("splits.by"))
+        source_files = c.compute([_hash_task(source.fs, f) for f in source.files])
+        b = _Build(store, run, job, fit.keep_encoded if keep_encoded is None else keep_encoded)
+        b.dedupe()
+        measured, key_keep, rejects = b.measure()
+        stages = _sum_counts(measured, sum(int((~k).sum()) for k in key_keep))
+        b.check_counts(stages, measured, rejects)
+        committed = b.commit((LATEST, *tags), measured, key_keep, rejects, stages, code, source_files)
     return BuildResult(committed, f"{store.url.rstrip('/')}/{pipeline.name}@{committed.version}",
-                       {**run.seconds, "total": time.perf_counter() - started})
+                       {**run.seconds, "total": time.perf_counter() - started}, ran_on)
 
 
 def _in_process_only(fs: Any) -> bool:

@@ -1,4 +1,5 @@
-"""Runs one pass of a build (a list of dask.delayed tasks) on the client, with progress and stall detection."""
+"""Runs one pass of a build (a list of dask.delayed tasks) on the client, with progress and stall detection
+(or in this process, for a small build: builder/in_process.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from datapipe.builder.in_process import InProcessClient
 from datapipe.builder.progress import BuildProgress
 from datapipe.errors import BuildError
 
@@ -29,6 +31,10 @@ class PassRunner:
 
         self.progress.phase(phase, len(tasks))
         start = time.perf_counter()
+        if isinstance(self.client, InProcessClient):  # no worker to die or stall: run the tasks here, in order
+            results = self.client.run_each(list(tasks), lambda: self.progress.advance(phase, 1))
+            self.seconds[phase] = time.perf_counter() - start
+            return results
         futures = self.client.compute(list(tasks))
         try:
             self._follow(phase, futures)

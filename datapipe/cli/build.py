@@ -60,7 +60,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     seconds = dict(summary.get("seconds", {}))
     if "total" in seconds:
         total = seconds.pop("total")
-        click.echo(f"{total:.1f} s: " + ", ".join(f"{phase} {s:.1f} s" for phase, s in seconds.items()))
+        click.echo(f"{total:.1f} s ({summary.get('ran_on', 'cluster')}): "
+                   + ", ".join(f"{phase} {s:.1f} s" for phase, s in seconds.items()))
     click.echo(f"version {summary['version']}")
     click.echo(summary["url"])
 
@@ -69,7 +70,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
 @click.argument("pipeline", type=click.Path(dir_okay=False))
 @click.option("--out", "store_url", default="storage", show_default=True, help="Store URL (a path or any fsspec URL).")
 @click.option("--workers", type=int, envvar="DATAPIPE_WORKERS",
-              help="Dask worker processes of the embedded cluster [default: CPU count; env DATAPIPE_WORKERS].")
+              help="Dask worker processes of the embedded cluster [default: CPU count; env DATAPIPE_WORKERS]. "
+                   "Without it, --scheduler or --memory-limit, a source under 64 MiB is built in this process.")
 @click.option("--scheduler", help="Run on an existing Dask cluster: tcp://HOST:PORT of its scheduler.")
 @scheduler_timeout_option
 @click.option("--memory-limit", metavar="SIZE",

@@ -1,0 +1,38 @@
+"""Small builds run in this process, with no cluster, to the same version a cluster builds."""
+
+import json
+
+import pytest
+from helpers.cli import datapipe_in_process
+
+from datapipe.builder.config import load_pipeline
+from datapipe.builder.in_process import SMALL_BUILD_BYTES, small
+from datapipe.builder.run import build
+from datapipe.versioning.store import Store
+
+
+def test_the_digits_build_in_process_is_the_clusters_version(digits_built, tmp_path, copy_digits):
+    project = copy_digits(tmp_path / "project", "digits.yaml", "digits_code.py")
+    result = build(load_pipeline(project / "digits.yaml"), Store(str(tmp_path / "store")))
+    assert result.ran_on == "in-process" and digits_built.summary["ran_on"] == "scheduler"
+    assert result.manifest.version == digits_built.version  # the id covers every shard's sha256
+
+
+def test_workers_force_a_cluster_and_give_the_same_version(digits_built, tmp_path, copy_digits):
+    project = copy_digits(tmp_path / "project", "digits.yaml", "digits_code.py")
+    result = datapipe_in_process("build", "digits.yaml", "--out", "store", "--workers", "1", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.splitlines()[-1])
+    assert summary["ran_on"] == "local cluster" and summary["version"] == digits_built.version
+    text = datapipe_in_process("build", "digits.yaml", "--out", "store2", cwd=project).stdout
+    assert "(in-process)" in text
+
+
+@pytest.mark.parametrize(("size", "workers", "scheduler", "expected"), [
+    (SMALL_BUILD_BYTES - 1, None, None, True),
+    (SMALL_BUILD_BYTES, None, None, False),
+    (1, 1, None, False),
+    (1, None, "tcp://127.0.0.1:8786", False),
+])
+def test_only_a_small_source_without_a_cluster_asked_for_builds_in_process(size, workers, scheduler, expected):
+    assert small(size, workers, scheduler) is expected
