@@ -1,14 +1,12 @@
 """datapipe, written through the versioned store and read through ``datapipe.Loader``.
 
-Readers return ``(samples, payload bytes, sum of first bytes)`` like the peers'. The ``bin``
-field is read with the "ragged" decoder when this datapipe has it (one uint8 tensor of the
-batch's payloads and int64 offsets), else as a list of bytes; ``DATAPIPE_BENCH_DECODE=bytes``
-forces the list.
+Readers return ``(samples, payload bytes, sum of first bytes)`` like the peers'. Modes "one" and
+"loader" read the ``bin`` field as the default decode gives it (a list of bytes per batch, what a
+user who passes no ``decode`` gets); "one-ragged" and "loader-ragged" with ``decode={"bin":
+"ragged"}`` (one uint8 tensor of the batch's payloads and int64 offsets).
 """
 
 from __future__ import annotations
-
-import os
 
 from benchmarks.peers import BATCH, SHARD_BYTES, WORKERS, add, touch
 from benchmarks.workloads import Data
@@ -52,32 +50,24 @@ def shard_files(out: str) -> list[str]:
     return [f"{base}/{s.path}" for s in manifest.shards]
 
 
-def decode_mode() -> str:
-    """'ragged' when datapipe has that decoder (and it is not switched off), else 'bytes'."""
-    if os.environ.get("DATAPIPE_BENCH_DECODE", "ragged") == "bytes":
-        return "bytes"
-    from datapipe.loader import collate
-
-    return "ragged" if "ragged" in collate.DECODERS else "bytes"
-
-
 def _touch_ragged(column) -> tuple[int, int, int]:
     values, offsets = column
     starts = offsets[:-1]
     return len(starts), int(offsets[-1] - offsets[0]), int(values[starts].sum())
 
 
-def read(out: str, num_workers: int) -> list[int]:
-    """``datapipe.Loader(url, batch_size=256, num_workers=N, shuffle=False, decode=...)``, every batch touched."""
+def read(out: str, num_workers: int, ragged: bool = False) -> list[int]:
+    """``datapipe.Loader(url, batch_size=256, num_workers=N, shuffle=False)``, every batch touched; with
+    ``ragged``, ``decode={"bin": "ragged"}``."""
     import datapipe
 
-    mode = decode_mode()
     loader = datapipe.Loader(url(out), batch_size=BATCH, num_workers=num_workers, shuffle=False,
-                             decode={"bin": mode} if mode == "ragged" else None)
+                             decode={"bin": "ragged"} if ragged else None)
     total = [0, 0, 0]
     for batch in loader:
-        add(total, _touch_ragged(batch["bin"]) if mode == "ragged" else touch(batch["bin"]))
+        add(total, _touch_ragged(batch["bin"]) if ragged else touch(batch["bin"]))
     return total
 
 
-READERS = {"one": lambda out: read(out, 0), "loader": lambda out: read(out, WORKERS)}
+READERS = {"one": lambda out: read(out, 0), "loader": lambda out: read(out, WORKERS),
+           "one-ragged": lambda out: read(out, 0, True), "loader-ragged": lambda out: read(out, WORKERS, True)}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -65,25 +65,25 @@ class BatchSource:
         settings = self.settings
         return self.dataset.order(settings.seed, self.epoch, settings.shuffle, settings.block_shards)
 
-    def chunk_batches(self, defer_ragged: bool) -> int:
+    def chunk_batches(self, defer: Collection[str]) -> int:
         """How many consecutive steps to read and collate as one: much of a small batch's cost is per batch,
         not per sample (benchmarks/README.md, "Where the time goes"). Only where that changes
         nothing a user sees: batches come out the same, no decoder of theirs runs ahead, and a remote
         dataset's cache holds the shards of one batch in use, not of several."""
-        if defer_ragged or self.dataset.cache is not None \
+        if defer or self.dataset.cache is not None \
                 or any(callable(d) or d == "image" for d in self.decoders.values()):
             return 1
         batch_bytes = self.dataset.sample_bytes * self.plan.batch_size
         return int(max(1, min(CHUNK_BATCHES, CHUNK_BYTES // max(batch_bytes, 1))))
 
     def produce(self, steps: Iterable[int], finish: Callable[[dict[str, Any]], Any] | None = None,
-                defer_ragged: bool = False) -> Iterator[Any]:
+                defer: Collection[str] = ()) -> Iterator[Any]:
         """The collated batches of ``steps`` (batch numbers after the plan's start), in order.
 
         ``finish`` turns each batch into what is yielded (tensors, say), in this thread and while its
-        shards are still mapped; with ``defer_ragged``, ragged fields stay ``collate.Ragged`` for
-        ``finish`` (``packing.pack``) to gather straight into its buffer. Small batches are read and
-        collated a few at a time (``chunk_batches``), then cut apart.
+        shards are still mapped; fields whose decoder is in ``defer`` ("ragged", "bytes", ...) stay
+        ``collate.Ragged`` for ``finish`` (``packing.pack``) to gather straight into its buffer. Small batches
+        are read and collated a few at a time (``chunk_batches``), then cut apart.
 
         The shards read are held by a ``ShardLease`` (loader/lease.py). A remote (cached) shard goes back
         as soon as no later step of ``steps`` reads it (steps ascend, so positions do: a shard is done once
@@ -98,14 +98,14 @@ class BatchSource:
         lease = ShardLease(self.dataset, order.done_at() if cached else None, upcoming,
                            self.settings.download_ahead)
         pool = BufferPool()
-        chunk = self.chunk_batches(defer_ragged)
+        chunk = self.chunk_batches(defer)
         try:
             for chunk_steps, following in _chunks(steps, chunk):
                 positions = [plan.positions(rank, step) for step in chunk_steps]
                 shard_ids, local = order.locate(positions[0] if chunk == 1 else np.concatenate(positions))
                 keys, columns = self.dataset.read_columns(shard_ids, local, list(self.decoders))
                 lease.opened(shard_ids)
-                collated = collate(keys, columns, self.decoders, defer=defer_ragged, allocate=pool.allocate)
+                collated = collate(keys, columns, self.decoders, defer=defer, allocate=pool.allocate)
                 names = self.dataset.source_names(shard_ids)
                 if names is not None:
                     collated[SOURCE] = names

@@ -13,14 +13,14 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from datapipe.errors import ConfigError
 from datapipe.formats.base import KEY
-from datapipe.loader.columns import Allocate, Column
+from datapipe.loader.columns import Allocate, Column, payload_bytes
 
 Decoder = str | Callable[[bytes], Any]
 DECODERS = ("int", "float", "str", "bytes", "json", "npy", "image", "ragged")
@@ -104,15 +104,25 @@ def _npy(column: Column, allocate: Allocate | None) -> Any:
 
 
 class Ragged(NamedTuple):
-    """A "ragged" field whose payloads are not copied yet: ``packing.pack`` gathers them into its buffer."""
+    """A field whose payloads are not copied yet: ``packing.pack`` gathers them into its buffer, as a "ragged"
+    field's data and offsets; for ``decoder`` "bytes", "str" or "json", ``decode_payloads`` makes the lists
+    of the decoder again from them where the batch is unpacked (in the training process)."""
 
     column: Column
+    decoder: str = "ragged"
 
 
-def decode_column(column: Column, decoder: Decoder, defer: bool = False, allocate: Allocate | None = None) -> Any:
-    """Decode one field of a batch (a ragged one only as ``Ragged`` with ``defer``, else into ``allocate``'s array)."""
+PAYLOAD_DECODERS = ("bytes", "str", "json")  # lists of one object per payload, which can travel as ragged bytes
+
+
+def decode_column(column: Column, decoder: Decoder, defer: Collection[str] = (),
+                  allocate: Allocate | None = None) -> Any:
+    """Decode one field of a batch, into ``allocate``'s array where it makes one; a field whose decoder is in
+    ``defer`` ("ragged", or one of PAYLOAD_DECODERS over byte ranges) as ``Ragged``, to be packed."""
+    if isinstance(decoder, str) and decoder in defer and (decoder == "ragged" or column.spans_only()):
+        return Ragged(column, decoder)
     if decoder == "ragged":
-        return Ragged(column) if defer else column.ragged(allocate)
+        return column.ragged(allocate)
     if decoder == "int":
         labels = column.integers()  # vectorised for ASCII digits; else per payload below
         if labels is not None:
@@ -123,16 +133,26 @@ def decode_column(column: Column, decoder: Decoder, defer: bool = False, allocat
         return _numbers(column, np.float64, np.float32)
     if decoder == "npy":
         return _npy(column, allocate)
+    if decoder == "bytes":
+        return column.bytes_list()
     payloads = column.values()
     if callable(decoder):
         return [decoder(bytes(p)) for p in payloads]
     if decoder == "str":
-        return [bytes(p).decode("utf-8", "surrogateescape") for p in payloads]
+        return [str(p, "utf-8", "surrogateescape") for p in payloads]
     if decoder == "json":
         return [json.loads(bytes(p)) for p in payloads]
-    if decoder == "image":
-        return _stack([_decode_image(bytes(p)) for p in payloads])
-    return [bytes(p) if not isinstance(p, np.ndarray) else p for p in payloads]
+    return _stack([_decode_image(bytes(p)) for p in payloads])  # "image": decoders_for admits no other
+
+
+def decode_payloads(data: np.ndarray, offsets: np.ndarray, decoder: str) -> list[Any]:
+    """The list a PAYLOAD_DECODERS decoder gives, from the payloads as ragged data and offsets: what the
+    training process makes of a deferred field, the same values and types as ``decode_column``'s."""
+    if decoder == "str":
+        view, bounds = memoryview(data), offsets.tolist()
+        return [str(view[a:b], "utf-8", "surrogateescape") for a, b in zip(bounds[:-1], bounds[1:], strict=False)]
+    payloads = payload_bytes(data, offsets)
+    return [json.loads(p) for p in payloads] if decoder == "json" else payloads
 
 
 def decoders_for(kinds: Mapping[str, str], fields: Sequence[str] | None,
@@ -153,10 +173,11 @@ def decoders_for(kinds: Mapping[str, str], fields: Sequence[str] | None,
 
 
 def collate(keys: list[str], columns: Mapping[str, Column], decoders: Mapping[str, Decoder],
-            defer: bool = False, allocate: Allocate | None = None) -> dict[str, Any]:
+            defer: Collection[str] = (), allocate: Allocate | None = None) -> dict[str, Any]:
     """{'__key__': [str], field: array or list} from a batch's keys and per-field payloads.
 
-    With ``defer``, ragged fields stay ``Ragged`` until packed (their bytes are copied once, into the packed buffer).
+    Fields whose decoder is in ``defer`` stay ``Ragged`` until packed (their bytes are copied once, into the
+    packed buffer; see ``decode_column``).
     """
     batch: dict[str, Any] = {KEY: keys}
     for name, decoder in decoders.items():

@@ -83,6 +83,18 @@ class Column:
             out[:] = np.frombuffer(bytearray().join(self.values()), dtype=np.uint8)
         return out, bounds
 
+    def bytes_list(self) -> list[Any]:
+        """Every payload as bytes in batch order, one copy each (decoded objects, TFRecord's arrays, as they are).
+
+        Small payloads of one size are gathered as rows and made bytes by numpy in C (``rows_as_bytes``); others
+        by a slice copy each, which for big payloads is all the time there is."""
+        if self.n and self.spans_only():
+            sizes = self.sizes()
+            width = int(sizes[0])
+            if 0 < width < BIG_PAYLOAD and sizes.min() == sizes.max():
+                return rows_as_bytes(self.rows(0, width))
+        return [bytes(p) if not isinstance(p, np.ndarray) else p for p in self.values()]
+
     def uniform_size(self) -> int | None:
         """The payload size when every payload is a byte range of that one size, else None."""
         if not self.n or not self.spans_only():
@@ -195,6 +207,33 @@ class Column:
         mantissa = (whole - below) // np.where(dots > 0, 10, 1) + below
         values = mantissa / _POW10[frac]
         return np.where(negative, -values, values)
+
+
+def rows_as_bytes(rows: np.ndarray) -> list[bytes]:
+    """One bytes object per row of a C-contiguous (n, width) uint8 array, made in C by numpy's fixed-width
+    bytes type; it drops trailing NULs, so rows that end in one are copied again, whole."""
+    n, width = rows.shape
+    if width == 0:
+        return [b""] * n
+    out = rows.view(f"S{width}").reshape(n).tolist()
+    for i in np.flatnonzero(rows[:, -1] == 0).tolist():
+        out[i] = rows[i].tobytes()
+    return out
+
+
+def payload_bytes(data: np.ndarray, offsets: np.ndarray) -> list[bytes]:
+    """Payload i as bytes, ``data[offsets[i]:offsets[i+1]]`` (a ragged pair of uint8 data and n+1 offsets): one
+    copy each, in C when they all have one size."""
+    n = len(offsets) - 1
+    if n <= 0:
+        return []
+    first, last = int(offsets[0]), int(offsets[-1])
+    width = (last - first) // n
+    if width * n == last - first and bool((offsets[1:] - offsets[:-1] == width).all()):
+        return rows_as_bytes(np.ascontiguousarray(data[first:last]).reshape(n, width))
+    view = memoryview(data)
+    bounds = offsets.tolist()
+    return [view[a:b].tobytes() for a, b in zip(bounds[:-1], bounds[1:], strict=False)]
 
 
 def _aligned(source: Any, offsets: np.ndarray, sizes: np.ndarray, width: int, right: bool) -> np.ndarray:

@@ -1,8 +1,11 @@
-"""One buffer per batch: every numeric array of a batch packed into a single uint8 array.
+"""One buffer per batch: every numeric array of a batch, and its payload lists, packed into a single uint8 array.
 
 A DataLoader worker hands each tensor to the training process through its own shared-memory
 segment, and that costs more per tensor than the copy; packing makes it one segment per
-batch. Arrays start at 64-byte boundaries so that views of any dtype are aligned.
+batch. Arrays start at 64-byte boundaries so that views of any dtype are aligned. Fields of
+bytes, str or json payloads (deferred as ``Ragged``) travel as their raw bytes and offsets in
+the buffer, not pickled, and ``unpack`` makes the lists again: one copy of each payload out
+of the buffer, so that nothing of the batch keeps the buffer (a pooled segment) alive.
 """
 
 from __future__ import annotations
@@ -12,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.loader.collate import Ragged
+from datapipe.loader.collate import Ragged, decode_payloads
 
 ALIGN = 64
-Layout = list[tuple[str, str, Any]]  # (name, "array" | "tuple" | "object", spec or value)
+Layout = list[tuple[str, str, Any]]  # (name, "array" | "tuple" | "payloads" | "object", spec or value)
 Allocate = Callable[[int], tuple[Any, np.ndarray]]  # nbytes -> (the buffer to hand on, a uint8 numpy view of it)
 
 
@@ -36,7 +39,8 @@ def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout
     """(buffer, layout): numeric arrays (and tuples of them) copied into one buffer, other values in ``layout``.
 
     ``allocate(nbytes)`` gives (what to return as the buffer, a uint8 numpy view to fill): shared
-    memory, say. ``Ragged`` fields are gathered straight into it, so their payloads are copied once.
+    memory, say. ``Ragged`` fields are gathered straight into it, so their payloads are copied once;
+    a "ragged" one unpacks as (data, offsets), one of another decoder as that decoder's list.
     """
     layout: Layout = []
     arrays: list[tuple[int, np.ndarray]] = []
@@ -63,7 +67,8 @@ def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout
             n, size = value.column.n, int(value.column.sizes().sum())
             specs = [place(size, "|u1", (size,)), place(8 * (n + 1), np.dtype(np.int64).str, (n + 1,))]
             ragged.append((specs[0][0], specs[1][0], value))
-            layout.append((name, "tuple", specs))
+            layout.append((name, "tuple", specs) if value.decoder == "ragged" else
+                          (name, "payloads", (value.decoder, specs)))
         else:
             layout.append((name, "object", value))
     handle, buffer = allocate(total)
@@ -76,13 +81,19 @@ def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout
 
 
 def unpack(buffer: Any, layout: Layout, view: Callable[[Any, int, str, tuple[int, ...]], Any]) -> dict[str, Any]:
-    """The batch again; ``view(buffer, start, dtype, shape)`` makes an array (or tensor) view of the buffer."""
+    """The batch again; ``view(buffer, start, dtype, shape)`` makes an array (or tensor) view of the buffer.
+
+    ``buffer`` is a uint8 numpy array or anything with ``.numpy()`` giving one (a CPU tensor)."""
     batch: dict[str, Any] = {}
     for name, kind, spec in layout:
         if kind == "array":
             batch[name] = view(buffer, *spec)
         elif kind == "tuple":
             batch[name] = tuple(view(buffer, *s) for s in spec)
+        elif kind == "payloads":
+            decoder, (data, offsets) = spec
+            array = buffer if isinstance(buffer, np.ndarray) else buffer.numpy()
+            batch[name] = decode_payloads(numpy_view(array, *data), numpy_view(array, *offsets), decoder)
         else:
             batch[name] = spec
     return batch

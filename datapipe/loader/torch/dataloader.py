@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from datapipe.errors import ConfigError, DatapipeError
 from datapipe.loader import copies
 from datapipe.loader.batches import BatchSource
-from datapipe.loader.collate import Decoder
+from datapipe.loader.collate import PAYLOAD_DECODERS, Decoder
 from datapipe.loader.dataset import Dataset, open_dataset
 from datapipe.loader.packing import pack, unpack
 from datapipe.loader.prefetch import prefetch as prefetched
@@ -35,6 +35,9 @@ from datapipe.loader.torch.tensors import can_pin, pinned_buffer, tensor_view, t
 from datapipe.loader.world import resolve_world
 
 PIPE_LIMIT = 64 << 10  # bytes of a packed batch below which workers pickle it rather than share memory
+# fields a worker packs as raw bytes and offsets, not pickled objects: the training process makes the lists
+# again from the batch's buffer (packing.unpack), which costs it less than unpickling them (benchmarks/README.md)
+SENT_AS_BYTES = ("ragged", *PAYLOAD_DECODERS)
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
 
 
@@ -125,14 +128,14 @@ class ShardDataset(IterableDataset):
 
             try:  # no thread ahead here: the DataLoader asks each worker for `prefetch` batches ahead already,
                 # and a second thread in the worker only contends for its GIL (benchmarks/README.md)
-                for (buffer, slot), layout in self.source.produce(steps, packed, True):
+                for (buffer, slot), layout in self.source.produce(steps, packed, SENT_AS_BYTES):
                     yield Packed(buffer, layout, slot)
             except DatapipeError as e:
                 if info is None or not _picklable(e):
                     raise
                 yield Packed(WorkerFailure(e, worker), None, None)
         elif self.pinned:  # gathered straight into page-locked memory: one copy, ahead
-            for buffer, layout in prefetched(self.source.produce(steps, lambda b: pack(b, pinned_buffer), True),
+            for buffer, layout in prefetched(self.source.produce(steps, lambda b: pack(b, pinned_buffer), ("ragged",)),
                                              self.prefetch):
                 yield unpack(buffer, layout, tensor_view)
         else:
