@@ -140,12 +140,18 @@ class TarShardWriter(ShardWriter):
         self._emit(END_OF_ARCHIVE)
 
 
+STRIDED_BELOW = 16 << 10  # payload size from which each payload is copied into place by itself
+
+
 def _place(flat: np.ndarray, at: np.ndarray, sizes: np.ndarray, payloads: Sequence[bytes]) -> None:
-    """Copy ``payloads`` to offsets ``at`` of ``flat``: as one strided copy when they are all of one size at
-    evenly spaced offsets (samples of one shape: the usual case), else one slice assignment each."""
+    """Copy ``payloads`` to offsets ``at`` of ``flat``: as one strided copy when they are small, all of one size
+    and at evenly spaced offsets (samples of one shape: the usual case), else one slice assignment each."""
     n = len(payloads)
     size, stride = int(sizes[0]), int(at[1] - at[0]) if n > 1 else 0
-    if n > 1 and size and stride >= size and (sizes == size).all() and (np.diff(at) == stride).all():
+    # (the strided copy goes through one joined copy of the payloads: worth it only where a slice
+    # assignment per payload costs more in Python than the extra copy of its bytes)
+    if n > 1 and 0 < size < STRIDED_BELOW and stride >= size and (sizes == size).all() \
+            and (np.diff(at) == stride).all():
         rows = np.lib.stride_tricks.as_strided(flat[int(at[0]):], shape=(n, size), strides=(stride, 1))
         rows[:] = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(n, size)
         return
