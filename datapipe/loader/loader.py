@@ -21,7 +21,7 @@ from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, BatchPlan, DropLast
 from datapipe.loader.settings import LoaderSettings
 from datapipe.loader.shard_set import ShardSet
 from datapipe.loader.timeline import Skips
-from datapipe.loader.world import Detect, resolve_world
+from datapipe.loader.world import Detect, World, resolve_world
 
 __all__ = ["STATE_FORMAT", "Loader"]
 PREFETCH_BYTES = 64 << 20  # bound on the bytes of batches prepared ahead, per process
@@ -94,7 +94,7 @@ class Loader:
         return self.run.data
 
     @property
-    def world(self):  # noqa: ANN201 - a World
+    def world(self) -> World:
         """This rank's world."""
         return self.run.world
 

@@ -233,3 +233,15 @@ def _every_sample(url, split):
     shard_ids = np.repeat(np.arange(len(ds.shard_sizes)), ds.shard_sizes)
     local = np.concatenate([np.arange(n) for n in ds.shard_sizes])
     return shard_ids, local
+
+
+def test_a_users_own_dataloader_reads_a_mix_through_shard_dataset(sources):
+    from torch.utils.data import DataLoader
+
+    from datapipe.loader.torch import ShardDataset
+
+    web, code = sources
+    mixed = mix({"web": web, "code": code}, {"web": 1, "code": 1}, epoch_samples=40)
+    expected = _keys(datapipe.Loader(mixed, batch_size=8, num_workers=0, seed=2))
+    batches = list(DataLoader(ShardDataset(mixed, batch_size=8, seed=2), batch_size=None, num_workers=0))
+    assert _keys(batches) == expected

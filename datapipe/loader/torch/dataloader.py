@@ -24,7 +24,9 @@ from datapipe.errors import ConfigError, DatapipeError
 from datapipe.loader import copies
 from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import PAYLOAD_DECODERS, Decoder
-from datapipe.loader.dataset import Dataset, open_dataset
+from datapipe.loader.dataset import Dataset
+from datapipe.loader.mix import Mix
+from datapipe.loader.opening import open_data
 from datapipe.loader.packing import pack, unpack
 from datapipe.loader.prefetch import prefetch as prefetched
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, DropLast, worker_steps
@@ -82,13 +84,13 @@ class ShardDataset(IterableDataset):
     token = ""  # Loader-internal: names this DataLoader run's segments (SegmentBatch)
     pinned = False  # Loader-internal, in process: batches gathered into page-locked memory (pin_memory)
 
-    def __init__(self, dataset: str | Dataset, batch_size: int = 256, *, shuffle: bool = True, seed: int = 0,
+    def __init__(self, dataset: str | Dataset | Mix, batch_size: int = 256, *, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None, drop_last: DropLast = True,
                  fields: Sequence[str] | None = None, decode: Mapping[str, Decoder] | None = None,
                  prefetch: int | None = None, block_shards: int = DEFAULT_BLOCK_SHARDS,
                  position: int = 0, split: str | None = None) -> None:
         settings = LoaderSettings(batch_size, shuffle, seed, drop_last, block_shards, fields, decode, prefetch=prefetch)
-        dataset = open_dataset(dataset, split=split)
+        dataset = open_data(dataset, split=split)
         dataset.check_shards()
         world = resolve_world(rank, world_size, os.environ, distributed_world)
         self.source = BatchSource(dataset, settings, world, epoch, position)
