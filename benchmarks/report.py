@@ -99,7 +99,16 @@ FIGURES: list[Figure] = [
     ("datapipe build, 2 Dask workers, samples/s", True, lambda w, t: _build(w, t, 2), rate),
     ("datapipe build passes (no start-up), 1 worker, samples/s", True, lambda w, t: _build(w, t, 1, True), rate),
     ("datapipe build passes (no start-up), 2 workers, samples/s", True, lambda w, t: _build(w, t, 2, True), rate),
+    ("datapipe build, 1 worker: peak worker RSS, MB", False, lambda w, t: _build_rss(w, t, 1), lambda v: f"{v:.0f}"),
+    ("datapipe build, 2 workers: peak worker RSS, MB", False, lambda w, t: _build_rss(w, t, 2), lambda v: f"{v:.0f}"),
 ]
+
+
+def _build_rss(w: dict, tool: str, workers: int) -> float | None:
+    """The largest peak resident memory of a worker of `datapipe build`, MB (from its summary)."""
+    runs = [b for b in w.get("build", []) if b["workers"] == workers] if tool == "datapipe" else []
+    peak = runs[0]["summary"].get("worker_peak_rss") if runs else None
+    return peak / 1e6 if peak else None
 
 
 def _floor_rows(w: dict) -> list[list[str]]:

@@ -163,3 +163,23 @@ def dashboard_link(client: Any) -> str | None:
 def worker_memory_limits(client: Any) -> list[int]:
     """Each worker's memory limit in bytes (0 where a worker has none)."""
     return [w.get("memory_limit") or 0 for w in client.scheduler_info().get("workers", {}).values()]
+
+
+def _own_peak_rss() -> int:
+    """This process's peak resident memory, in bytes (Linux reports KiB)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def worker_peak_rss(client: Any) -> int | None:
+    """The largest peak resident memory among the client's workers, in bytes (None where it cannot be asked)."""
+    run = getattr(client, "run", None)
+    if run is None:  # the in-process client: its one worker is this process
+        return _own_peak_rss()
+    try:
+        return max(run(_own_peak_rss).values(), default=None)
+    except Exception:  # a scheduler that refuses client.run, or a worker that went away at the end
+        return None

@@ -21,7 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.builder.cluster import dashboard_link, dask_client, worker_memory_limits, worker_server
+from datapipe.builder.cluster import (
+    dashboard_link,
+    dask_client,
+    worker_memory_limits,
+    worker_peak_rss,
+    worker_server,
+)
 from datapipe.builder.config import LoadedPipeline, Pipeline
 from datapipe.builder.in_process import InProcessClient, small
 from datapipe.builder.lineage import checked_code, environment, hash_source
@@ -74,6 +80,7 @@ class BuildResult:
     url: str
     seconds: dict[str, float] = field(default_factory=dict)  # wall time: cluster start, each pass, total
     ran_on: str = "cluster"  # "in-process" (a small source), "local cluster", "scheduler" or "client"
+    worker_peak_rss: int | None = None  # bytes: the largest peak resident memory of a worker (this process in process)
 
     def summary(self) -> dict[str, Any]:
         """The JSON object `datapipe build --json` prints."""
@@ -81,7 +88,7 @@ class BuildResult:
         out = {
             "name": m.name, "version": m.version, "url": self.url, "samples": m.samples, "shards": len(m.shards),
             "bytes": m.bytes, "rejected": m.rejected_rows, "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
-            "ran_on": self.ran_on,
+            "ran_on": self.ran_on, "worker_peak_rss": self.worker_peak_rss,
             "stages": [{"stage": s.stage, "in": s.rows_in, "out": s.rows_out, "dropped": s.dropped,
                         "rejected": s.rejected} for s in m.stages],
         }
@@ -149,8 +156,9 @@ def build(
         stages = _sum_counts(measured, sum(int((~k).sum()) for k in key_keep))
         b.check_counts(stages, measured, rejects)
         committed = b.commit((LATEST, *tags), measured, key_keep, rejects, stages, code, source_files)
+        peak = worker_peak_rss(c)
     return BuildResult(committed, f"{store.url.rstrip('/')}/{pipeline.name}@{committed.version}",
-                       {**run.seconds, "total": time.perf_counter() - started}, ran_on)
+                       {**run.seconds, "total": time.perf_counter() - started}, ran_on, peak)
 
 
 def _in_process_only(fs: Any) -> bool:

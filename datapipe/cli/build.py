@@ -60,8 +60,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
     seconds = dict(summary.get("seconds", {}))
     if "total" in seconds:
         total = seconds.pop("total")
+        peak = summary.get("worker_peak_rss")
+        memory = f"; peak worker memory {peak / 1e6:.0f} MB" if peak else ""
         click.echo(f"{total:.1f} s ({summary.get('ran_on', 'cluster')}): "
-                   + ", ".join(f"{phase} {s:.1f} s" for phase, s in seconds.items()))
+                   + ", ".join(f"{phase} {s:.1f} s" for phase, s in seconds.items()) + memory)
     click.echo(f"version {summary['version']}")
     click.echo(summary["url"])
 

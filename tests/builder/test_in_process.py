@@ -24,8 +24,9 @@ def test_workers_force_a_cluster_and_give_the_same_version(digits_built, tmp_pat
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.splitlines()[-1])
     assert summary["ran_on"] == "local cluster" and summary["version"] == digits_built.version
+    assert 50e6 < summary["worker_peak_rss"] < 4e9  # a worker's peak resident memory, in bytes
     text = datapipe_in_process("build", "digits.yaml", "--out", "store2", cwd=project).stdout
-    assert "(in-process)" in text
+    assert "(in-process)" in text and "peak worker memory" in text
 
 
 @pytest.mark.parametrize(("size", "workers", "scheduler", "expected"), [
