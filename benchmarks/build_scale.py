@@ -127,7 +127,7 @@ def main() -> None:
         peak = r["summary"].get("worker_peak_rss") or 0
         print(f"datapipe build, {name}: {n / r['seconds']:,.0f} samples/s ({r['seconds']:.1f} s), "
               f"{n / r['seconds'] * mds / n:.2f}x MDS; peak worker RSS {peak / 1e6:.0f} MB; ran on "
-              f"{r['summary'].get('ran_on')}")
+              f"{r['summary'].get('ran_on')}; seconds {r['summary'].get('seconds')}")
     one, two, real = (runs[k]["seconds"] for k in ("1 worker", "2 workers", "real cluster, 2 workers"))
     print(f"2 workers / 1 worker: {one / two:.2f}x (target >= 1.7); real cluster / embedded: {two / real:.2f}x "
           f"(target >= 0.9); 2 workers / MDS: {mds / two:.2f}x (target >= 1.5)")
