@@ -20,7 +20,7 @@ from datapipe.loader.mix import Mix
 from datapipe.loader.run_state import RunState
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, BatchPlan, DropLast
 from datapipe.loader.settings import LoaderSettings
-from datapipe.loader.shard_set import ShardSet
+from datapipe.loader.shard_set import Order, ShardSet
 from datapipe.loader.world import World
 
 
@@ -128,10 +128,9 @@ def replay(data: ShardSet, settings: LoaderSettings, world_size: int, epochs: in
     return out
 
 
-def _deliveries(data: ShardSet, settings: LoaderSettings, epoch: int,
-                stretches: list[_Stretch]) -> dict[str, np.ndarray]:
-    """Every delivery of an epoch in (step, rank, sample) order: global sample id, step, rank, position, pad."""
-    order = data.order(settings.seed, epoch, settings.shuffle, settings.block_shards)
+def _deliveries(data: ShardSet, order: Order, stretches: list[_Stretch]) -> dict[str, np.ndarray]:
+    """Every delivery of an epoch (of ``order``) in (step, rank, sample) order: global sample id, step, rank,
+    position, pad."""
     starts = np.concatenate([[0], np.cumsum(data.shard_sizes)])
     names = ("sample", "step", "rank", "position", "pad", "shard", "local")
     parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
@@ -172,14 +171,14 @@ class _Auditor:
         self.violations.append(Violation(epoch, int(d["step"][i]), int(d["rank"][i]), source, key, problem))
 
     def epoch(self, epoch: int, stretches: list[_Stretch]) -> tuple[EpochAudit, dict[str, np.ndarray]]:
-        d = _deliveries(self.data, self.settings, epoch, stretches)
+        order = self.data.order(self.settings.seed, epoch, self.settings.shuffle, self.settings.block_shards)
+        d = _deliveries(self.data, order, stretches)
         report = EpochAudit(epoch, samples=len(d["sample"]),
                             batches_per_rank=[(s.plan.world_size, len(s.steps)) for s in stretches])
         real = ~d["pad"]
         report.padded = int(d["pad"].sum())
         mixed = isinstance(self.data, Mix)
         if mixed:  # within a pass of each source
-            order = self.data.order(self.settings.seed, epoch, self.settings.shuffle, self.settings.block_shards)
             source, item = order.items(d["position"])
             sizes = np.array([len(ds) for ds in self.data.datasets], dtype=np.int64)
             keys = (item // sizes[source]) * (int(self.data.shard_sizes.sum()) + 1) + d["sample"]
@@ -243,7 +242,7 @@ def audit(data: ShardSet, batch_size: int, world_size: int, seed: int = 0, epoch
         report, d = auditor.epoch(epoch, stretches)
         reports.append(report)
         if straight is not None and not auditor.violations:
-            base = _deliveries(data, settings, epoch, straight[epoch])
+            base = _deliveries(data, data.order(seed, epoch, shuffle, block_shards), straight[epoch])
             n = min(len(base["sample"]), len(d["sample"]))
             differ = np.flatnonzero(base["sample"][:n] != d["sample"][:n])
             if len(differ) or len(base["sample"]) != len(d["sample"]):

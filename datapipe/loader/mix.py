@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -96,10 +97,9 @@ class Mix:
 
     def with_segment(self, segment: Segment) -> Mix:
         """This mix with the interleave restarted where ``segment`` says (a state's)."""
-        copy = object.__new__(Mix)
-        copy.__dict__.update(self.__dict__)
-        copy.segment = replace(segment, cursors=tuple(segment.cursors))
-        return copy
+        resumed = copy.copy(self)  # the sources, interleave and fields are the same; only the segment differs
+        resumed.segment = replace(segment, cursors=tuple(segment.cursors))
+        return resumed
 
     def check_shards(self) -> None:
         """Fail now, naming the shard, when a shard of any source is missing."""

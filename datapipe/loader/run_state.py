@@ -55,10 +55,6 @@ class RunState:
         start = timeline.plan(self.epoch).start
         return timeline.first_step(self.epoch) + -(-(self.position - start) // self.plan().global_batch)
 
-    def first_step(self) -> int:
-        """The global step of the current plan's step 0."""
-        return self.step
-
     def delivered(self) -> np.ndarray | None:
         """The current plan's steps that are not skipped (None: all of them)."""
         return self.skips.kept(self.step, self.plan().num_batches())
@@ -129,7 +125,6 @@ class RunState:
         else:  # a new stretch of the timeline starts at the saved step
             saved = state.get("step")
             self.anchor = (int(saved) if saved is not None else 0, self.epoch, self.position)
-        self.skips = Skips(tuple(self.skips.ranges))
         for start, end in state.get("skips", ()):
             self.skips = self.skips.add(int(start), int(end))
 
