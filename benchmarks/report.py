@@ -129,6 +129,20 @@ def _floor_rows(w: dict) -> list[list[str]]:
     return rows
 
 
+def _write_floor_rows(w: dict) -> list[list[str]]:
+    """The write floors (benchmarks/write_floor.py) in the datapipe column, in payload MB/s; the last column:
+    datapipe's library write over it."""
+    floors, ours = w.get("write_floor"), _write(w, "datapipe", "bytes")
+    rows = []
+    for key, label in (("hash_copy", "write floor: one copy + one sha256 per payload byte"),
+                       ("hash_copy_file", "write floor: that + a write to a new file (page cache)")):
+        if floors and key in floors:
+            bps = w["payload_bytes"] / floors[key]
+            rows.append([label, bandwidth(bps)] + [""] * (len(TOOLS) - 1)
+                        + [f"datapipe write = {ours / bps:.2f}x" if ours else "—"])
+    return rows
+
+
 def _fixed_rows(w: dict) -> list[list[str]]:
     """What start-up alone allows a build, as the most samples/s end to end: the workload over a 10-row
     build's seconds; over the Dask floor's (building.DASK_FLOOR); and over the Dask floor plus the best peer's
@@ -166,7 +180,7 @@ def table(w: dict) -> list[list[str]]:
             best = (max if higher else min)(peers, key=peers.get)
             ratio = f"{values['datapipe'] / peers[best]:.2f}x {LABELS[best]}"
         rows.append([label, *cells, ratio])
-    return rows + _fixed_rows(w) + _many_shards_rows(w) + _floor_rows(w)
+    return rows + _write_floor_rows(w) + _fixed_rows(w) + _many_shards_rows(w) + _floor_rows(w)
 
 
 def _many_shards_rows(w: dict) -> list[list[str]]:

@@ -23,7 +23,7 @@ import tempfile
 import time
 from importlib import metadata
 
-from benchmarks import building, measure, ours, report
+from benchmarks import building, measure, ours, report, write_floor
 from benchmarks.measure import Readers
 from benchmarks.peers import PEERS, import_all
 from benchmarks.workloads import Data, Workload, generate, workloads
@@ -90,6 +90,16 @@ def write_all(data: Data, workdir: str) -> dict:
     return tools
 
 
+def write_floors(data: Data, workdir: str) -> dict:
+    """The write floors of ``benchmarks.write_floor`` on the same samples, in seconds."""
+    gc.collect()
+    floors = {"hash_copy": write_floor.hash_and_copy(data),
+              "hash_copy_file": write_floor.hash_copy_and_write(data, os.path.join(workdir, "write-floor"))}
+    for name, seconds in floors.items():
+        log(f"  write floor {name}: {data.payload_bytes / seconds / 1e6:,.0f} MB/s")
+    return floors
+
+
 REPEAT_UNDER = 10.0  # seconds: reads quicker than this are measured three times, and the median kept
 
 
@@ -132,7 +142,8 @@ def run_workload(readers: Readers, w: Workload, workdir: str, timeout: float, re
     log(w.describe())
     data = generate(w)
     result = {"workload": w.name, "describe": w.describe(), "samples": w.samples, "payload_size": w.payload,
-              "payload_bytes": data.payload_bytes, "tools": write_all(data, workdir)}
+              "payload_bytes": data.payload_bytes, "tools": write_all(data, workdir),
+              "write_floor": write_floors(data, workdir)}
     pipeline = building.prepare(data, os.path.join(workdir, "source"))
     del data
     gc.collect()

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from datapipe.builder.allocator import restore_dynamic_thresholds
 from datapipe.builder.config import Pipeline, stage_path
 from datapipe.builder.encode import EncodedRows, SampleEncoder, encode_columns
 from datapipe.builder.quarantine import Reject, row_json
@@ -75,6 +76,7 @@ class Measured:
 
 def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> Cleaned:
     """Read ``part`` and run the stages before ``until`` (all of them when None)."""
+    restore_dynamic_thresholds()
     raw = read_part(job.source, part)
     frame = raw.frame
     rejects = [Reject(SOURCE_STAGE, reason, row, data) for row, reason, data in raw.rejects]
@@ -195,6 +197,7 @@ def prepare_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray, 
 def split_pass(result: tuple[Measured, EncodedSamples], key_keep: np.ndarray, positions: np.ndarray,
                shards: np.ndarray) -> dict[int, Piece]:
     """``split_block`` of the block that ``encode_pass`` kept on its worker."""
+    restore_dynamic_thresholds()
     return split_block(result[1], key_keep, positions, shards)
 
 
@@ -216,5 +219,6 @@ def take_piece(prepared: dict[int, Piece], shard: int) -> Piece | None:
 
 def write_shard_task(fs: Any, directory: str, filename: str, fmt_name: str, *pieces: Piece | None) -> ShardEntry:
     """Write one shard from its pieces, in output order."""
+    restore_dynamic_thresholds()
     blocks = in_output_order([p for p in pieces if p is not None])
     return write_shard_file(fs, directory, filename, blocks, get_format(fmt_name))
