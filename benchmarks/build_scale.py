@@ -6,7 +6,8 @@ in a fresh process from outside: Mosaic's MDSWriter writing the same samples in 
 them from the Parquet with pyarrow; ``datapipe build`` with 1 and with 2 embedded workers; and
 ``datapipe build --scheduler`` on a real ``dask scheduler`` with 2 ``dask worker`` processes this
 benchmark starts. Prints samples/s, the ratios issue 17 sets targets for, and each build's peak
-worker RSS.
+worker RSS; then the build-time model of ``benchmarks.build_model`` fitted to the 1- and 2-worker
+builds (the runs are kept in DIR/runs.json: ``python -m benchmarks.build_model DIR/runs.json`` refits).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from benchmarks import build_model
 
 MDS_SCRIPT = """
 import sys, pyarrow.parquet as pq
@@ -131,6 +134,10 @@ def main() -> None:
     one, two, real = (runs[k]["seconds"] for k in ("1 worker", "2 workers", "real cluster, 2 workers"))
     print(f"2 workers / 1 worker: {one / two:.2f}x (target >= 1.7); real cluster / embedded: {two / real:.2f}x "
           f"(target >= 0.9); 2 workers / MDS: {mds / two:.2f}x (target >= 1.5)")
+    with open(os.path.join(workdir, "runs.json"), "w") as f:
+        json.dump({"samples": n, "source_bytes": os.path.getsize(parquet), "mds_seconds": mds, "runs": runs}, f)
+    print(build_model.report(*(build_model.measured(n, runs[k]["summary"]) for k in ("1 worker", "2 workers")),
+                             os.path.getsize(parquet)))
 
 
 if __name__ == "__main__":
