@@ -1,7 +1,8 @@
 """datapipe: build, version and stream sharded datasets for training.
 
 Importing this package stays light (no torch, dask or s3fs); each subpackage pulls in what it
-needs. ``datapipe.open_dataset``, ``Dataset``, ``Loader``, ``mix``, ``Mix`` and ``audit`` load on first use.
+needs. ``datapipe.open_dataset``, ``Dataset``, ``Loader``, ``mix``, ``Mix``, ``audit`` and ``image`` load on
+first use.
 """
 
 from typing import Any
@@ -15,8 +16,9 @@ _LAZY = {
     "mix": ("datapipe.loader.mix", "mix"),
     "Mix": ("datapipe.loader.mix", "Mix"),
     "audit": ("datapipe.loader.audit", "audit"),
+    "image": ("datapipe.loader.images.spec", "image"),
 }
-__all__ = ["Dataset", "Loader", "Mix", "__version__", "audit", "mix", "open_dataset"]
+__all__ = ["Dataset", "Loader", "Mix", "__version__", "audit", "image", "mix", "open_dataset"]
 
 
 def __getattr__(name: str) -> Any:

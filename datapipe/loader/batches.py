@@ -11,6 +11,7 @@ import numpy as np
 
 from datapipe.loader.collate import Decoder, collate, decoders_for
 from datapipe.loader.download import first_uses
+from datapipe.loader.images.spec import ImageSpec
 from datapipe.loader.lease import ShardLease
 from datapipe.loader.pool import BufferPool
 from datapipe.loader.schedule import BatchPlan
@@ -42,6 +43,8 @@ class BatchSource:
     def __post_init__(self) -> None:  # the fields and decoders asked for, checked against the dataset's now
         self.dataset.check_fields(self.settings.fields, self.settings.decode)
         decoders = decoders_for(self.dataset.fields, self.settings.fields, self.settings.decode)
+        decoders = {name: d.at(self.settings.seed, self.epoch) if isinstance(d, ImageSpec) else d  # augmentation
+                    for name, d in decoders.items()}
         object.__setattr__(self, "decoders", decoders)
 
     @cached_property
@@ -71,7 +74,7 @@ class BatchSource:
         nothing a user sees: batches come out the same, no decoder of theirs runs ahead, and a remote
         dataset's cache holds the shards of one batch in use, not of several."""
         if defer or self.dataset.cache is not None \
-                or any(callable(d) or d == "image" for d in self.decoders.values()):
+                or any(callable(d) or d == "image" or isinstance(d, ImageSpec) for d in self.decoders.values()):
             return 1
         batch_bytes = self.dataset.sample_bytes * self.plan.batch_size
         return int(max(1, min(CHUNK_BATCHES, CHUNK_BYTES // max(batch_bytes, 1))))

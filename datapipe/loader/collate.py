@@ -5,7 +5,8 @@ bytes, npy, json), unless ``decode`` names another decoder for it: "int", "float
 "bytes", "json", "npy", "image" (PNG/JPEG -> uint8 array, needs Pillow), "ragged" (all
 payloads of the batch in one uint8 array, with int64 offsets: payload i is
 data[offsets[i]:offsets[i+1]]; two tensors per batch instead of a bytes object per sample),
-or any callable taking the field's payload bytes.
+or any callable taking the field's payload bytes, or ``datapipe.image(...)`` (loader/images/: each image
+decoded, cropped and resized straight into its slot of one batch array).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import numpy as np
 from datapipe.errors import ConfigError
 from datapipe.formats.base import KEY
 from datapipe.loader.columns import Allocate, Column, payload_bytes
+from datapipe.loader.images.spec import ImageSpec
 
-Decoder = str | Callable[[bytes], Any]
+Decoder = str | Callable[[bytes], Any] | ImageSpec
 DECODERS = ("int", "float", "str", "bytes", "json", "npy", "image", "ragged")
 
 
@@ -112,6 +114,39 @@ class Ragged(NamedTuple):
     decoder: str = "ragged"
 
 
+class Images(NamedTuple):
+    """An image field not decoded yet: ``packing.pack`` decodes it straight into its buffer (``into``)."""
+
+    column: Column
+    keys: list[str]
+    spec: ImageSpec
+    name: str
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the decoded batch array."""
+        return self.column.n * math.prod(self.spec.shape) * self.spec.numpy_dtype.itemsize
+
+    def into(self, buffer: np.ndarray) -> np.ndarray:
+        """Decode into ``buffer`` (uint8, ``nbytes`` long); the batch array, a view of it."""
+        from datapipe.loader.images.decode import decode_images
+
+        out = buffer[: self.nbytes].view(self.spec.numpy_dtype).reshape((self.column.n, *self.spec.shape))
+        return decode_images(self.spec, self.keys, self.column.values(), out, self.name)
+
+
+def decode_images_field(column: Column, keys: list[str], spec: ImageSpec, name: str, defer: Collection[str],
+                        allocate: Allocate | None) -> Any:
+    """An image field: ``Images`` to pack where the batch is packed (``defer``), else decoded into ``allocate``'s
+    array now; with device="cuda", its payloads as bytes, decoded on the GPU in the training process."""
+    if spec.device == "cuda":
+        return decode_column(column, "bytes", defer, allocate)
+    images = Images(column, keys, spec, name)
+    if defer:
+        return images
+    return images.into(allocate(images.nbytes) if allocate is not None else np.empty(images.nbytes, np.uint8))
+
+
 PAYLOAD_DECODERS = ("bytes", "str", "json")  # lists of one object per payload, which can travel as ragged bytes
 
 
@@ -165,9 +200,11 @@ def decoders_for(kinds: Mapping[str, str], fields: Sequence[str] | None,
     out: dict[str, Decoder] = {}
     for name in names:
         decoder = (decode or {}).get(name, kinds[name].split("|")[0])
-        if not callable(decoder) and decoder not in DECODERS:
-            raise ConfigError(f"decode[{name!r}]: unknown decoder {decoder!r}; use one of {', '.join(DECODERS)} "
-                              "or a function of the payload bytes")
+        if isinstance(decoder, ImageSpec):
+            decoder.check_device()
+        elif not callable(decoder) and decoder not in DECODERS:
+            raise ConfigError(f"decode[{name!r}]: unknown decoder {decoder!r}; use one of {', '.join(DECODERS)}, "
+                              "datapipe.image(...) or a function of the payload bytes")
         out[name] = decoder
     return out
 
@@ -182,6 +219,9 @@ def collate(keys: list[str], columns: Mapping[str, Column], decoders: Mapping[st
     batch: dict[str, Any] = {KEY: keys}
     for name, decoder in decoders.items():
         try:
+            if isinstance(decoder, ImageSpec):
+                batch[name] = decode_images_field(columns[name], keys, decoder, name, defer, allocate)
+                continue
             batch[name] = decode_column(columns[name], decoder, defer, allocate)
         except ConfigError as e:
             raise ConfigError(f"field {name!r}: {e}") from None

@@ -12,6 +12,8 @@ from datapipe.errors import ConfigError
 from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import Decoder
 from datapipe.loader.dataset import Dataset
+from datapipe.loader.images.gpu import on_gpu
+from datapipe.loader.images.spec import ImageSpec
 from datapipe.loader.ledger import batch_keys
 from datapipe.loader.mix import Mix
 from datapipe.loader.opening import open_data
@@ -169,9 +171,12 @@ class Loader:
             batches = iterate(source, n, settings.num_workers, self.prefetch_depth(), settings.pin_memory)
         else:
             batches = prefetched(source.produce(steps), self.prefetch_depth())
+        gpu = {name: d for name, d in source.decoders.items() if isinstance(d, ImageSpec) and d.device == "cuda"}
         consumed = 0
         try:
             for batch in batches:
+                if gpu:  # decoded here, in the training process, where the device is
+                    batch = on_gpu(batch, gpu)
                 self.run.consumed(plan, int(steps[consumed]))
                 consumed += 1
                 yield batch

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.loader.collate import Ragged, decode_payloads
+from datapipe.loader.collate import Images, Ragged, decode_payloads
 
 ALIGN = 64
 Layout = list[tuple[str, str, Any]]  # (name, "array" | "tuple" | "payloads" | "object", spec or value)
@@ -45,6 +45,7 @@ def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout
     layout: Layout = []
     arrays: list[tuple[int, np.ndarray]] = []
     ragged: list[tuple[int, int, Ragged]] = []  # (data start, offsets start, field)
+    images: list[tuple[int, Images]] = []  # (start, field): decoded straight into the buffer
     total = 0
 
     def place(nbytes: int, dtype: str, shape: tuple[int, ...]) -> tuple[int, str, tuple[int, ...]]:
@@ -63,6 +64,10 @@ def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout
             layout.append((name, "array", place_array(value)))
         elif isinstance(value, tuple) and value and all(_numeric(v) for v in value):
             layout.append((name, "tuple", [place_array(v) for v in value]))
+        elif isinstance(value, Images):
+            spec = place(value.nbytes, value.spec.numpy_dtype.str, (value.column.n, *value.spec.shape))
+            images.append((spec[0], value))
+            layout.append((name, "array", spec))
         elif isinstance(value, Ragged):
             n, size = value.column.n, int(value.column.sizes().sum())
             specs = [place(size, "|u1", (size,)), place(8 * (n + 1), np.dtype(np.int64).str, (n + 1,))]
@@ -74,6 +79,8 @@ def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout
     handle, buffer = allocate(total)
     for start, array in arrays:
         buffer[start : start + array.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    for start, field in images:
+        field.into(buffer[start : start + field.nbytes])
     for data_start, offsets_start, field in ragged:
         _, bounds = field.column.ragged(lambda nbytes, at=data_start: buffer[at : at + nbytes])
         buffer[offsets_start : offsets_start + bounds.nbytes] = bounds.view(np.uint8)
