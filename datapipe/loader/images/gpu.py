@@ -41,7 +41,8 @@ def decode_batch(spec: ImageSpec, keys: Sequence[str], payloads: Sequence[bytes]
         crop = F.resized_crop(image, top, left, max(1, round(box.bottom) - top), max(1, round(box.right) - left),
                               [h, w], antialias=True)
         out[i] = crop.flip(-1) if box.flip else crop
-    others = [i for i in range(n) if i not in set(jpegs)]
+    on_device = set(jpegs)
+    others = [i for i in range(n) if i not in on_device]
     if others:  # PNG and the like: the CPU path, then one copy to the device
         from datapipe.loader.images.decode import decode_into
 
