@@ -5,8 +5,10 @@ Setting that variable also fixes glibc's mmap threshold at 128 KiB, so every buf
 blocks, pieces pickled between workers, shard files) is a new mapping whose pages fault in on first touch and
 go back to the system when freed. A build on such workers spent a fifth more time than on the embedded
 cluster's, whose workers fork from a server started without the variable. Where the variable is set in a
-worker, ``restore_dynamic_thresholds`` sets the thresholds to the top of glibc's own dynamic range once per
-process: big buffers are reused from the heap, and the heap is still trimmed above 64 MiB of free top.
+worker with room (a memory limit of at least ROOM, or none), ``restore_dynamic_thresholds`` sets the
+thresholds to the top of glibc's own dynamic range once per process: big buffers are reused from the heap,
+and the heap is still trimmed above 64 MiB of free top. A small worker keeps Dask's setting: the memory a
+heap keeps would count against its limit, and Dask pauses a worker at 80% of it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: where its dynamic threshold stops
 TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # what glibc's dynamic rule sets beside it
+ROOM = 2 << 30  # the least memory limit of a worker whose thresholds are raised
 
 _done = False
 
@@ -25,7 +28,10 @@ def restore_dynamic_thresholds() -> bool:
     """In a Dask worker started with MALLOC_TRIM_THRESHOLD_, raise glibc's mmap and trim thresholds (once per
     process); whether this call changed them."""
     global _done
-    if _done or "MALLOC_TRIM_THRESHOLD_" not in os.environ or not _in_dask_worker():
+    if _done or "MALLOC_TRIM_THRESHOLD_" not in os.environ:
+        return False
+    limit = _worker_memory_limit()
+    if limit is False or (limit and limit < ROOM):
         return False
     _done = True
     import ctypes
@@ -39,7 +45,8 @@ def restore_dynamic_thresholds() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
-def _in_dask_worker() -> bool:
+def _worker_memory_limit() -> int | None | bool:
+    """The memory limit of the Dask worker running this task (None or 0: none); False outside a worker."""
     import sys
 
     if "distributed" not in sys.modules:
@@ -47,7 +54,8 @@ def _in_dask_worker() -> bool:
     from distributed import get_worker
 
     try:
-        get_worker()
+        worker = get_worker()
     except ValueError:
         return False
-    return True
+    manager = getattr(worker, "memory_manager", None)
+    return getattr(manager, "memory_limit", None)

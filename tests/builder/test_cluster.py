@@ -113,3 +113,12 @@ def test_outside_a_dask_worker_the_allocator_is_left_alone(monkeypatch):
     monkeypatch.setattr(allocator, "_done", False)
     assert not allocator.restore_dynamic_thresholds()
     assert not allocator._done
+
+
+def test_a_small_worker_keeps_the_nannys_threshold():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="500MB", dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        trim, raised, faults = client.submit(_faults_of_a_reused_buffer, pure=False).result()
+    assert trim is not None and not raised and faults > 1000  # a fresh mapping each time, as Dask wants it
