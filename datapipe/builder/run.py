@@ -274,14 +274,15 @@ class _Build:
         shards_cfg, splits = self.pipeline.shards, self.pipeline.splits
         fmt = get_format(shards_cfg.format)
         sizes = [m.sizes[keep] for m, keep in zip(measured, key_keep, strict=True)]
+        hashes = [m.key_hashes[keep][:, 0] for m, keep in zip(measured, key_keep, strict=True)]
         if splits is None:
             labels, names = [np.zeros(len(s), dtype=np.int8) for s in sizes], [None]
         else:
             names = split_names(splits.fractions)
             labels = [m.splits[keep] for m, keep in zip(measured, key_keep, strict=True)]
-        positions, destinations, counts = split_shard_plan(sizes, labels, len(names), shards_cfg.shuffle_seed,
-                                                          shards_cfg.max_bytes, shards_cfg.max_samples,
-                                                          fmt.writer.end_size)
+        positions, destinations, counts = split_shard_plan(
+            sizes, hashes, labels, len(names), shards_cfg.shuffle_seed, shards_cfg.max_bytes, shards_cfg.max_samples,
+            fmt.writer.end_size)
         files = [(name, writer.shard_filename(i, fmt, name)) for name, n in zip(names, counts, strict=True)
                  for i in range(n)]
         pieces: dict[int, list[Any]] = defaultdict(list)

@@ -36,31 +36,52 @@ def output_positions(counts: Sequence[int], seed: int | None) -> list[np.ndarray
     return np.split(order, np.cumsum(counts)[:-1]) if counts else []
 
 
-def shard_boundaries(sizes: np.ndarray, max_bytes: int, max_samples: int | None, end_size: int = 0) -> np.ndarray:
-    """Start of every shard and the end: [0, b1, ..., n]. ``sizes`` are in output order.
+MIN_FILL = 0.5  # a shard ends at a content cut only once it is at least half full ...
+CUT_RATE = 4.0  # ... and then after each sample with probability CUT_RATE x the sample's share of a full shard
 
-    Greedy: a shard takes samples while its bytes (plus ``end_size``) stay within ``max_bytes``
-    and its count within ``max_samples``; a sample larger than ``max_bytes`` gets a shard alone.
+
+def shard_boundaries(sizes: np.ndarray, hashes: np.ndarray, max_bytes: int, max_samples: int | None,
+                     end_size: int = 0) -> np.ndarray:
+    """Start of every shard and the end: [0, b1, ..., n]. ``sizes`` and ``hashes`` (a 64-bit hash of each sample's
+    key) are in output order.
+
+    Cut by content, as restic and borg cut files into chunks: a shard ends after a sample whose hash falls
+    under CUT_RATE x its share of a full shard (its bytes over ``max_bytes``, or 1 / ``max_samples`` when that is
+    more) once the shard is MIN_FILL full, and before a sample that would take it past ``max_bytes`` (with
+    ``end_size``) or ``max_samples``. A cut depends on the samples next to it, not on where its shard began,
+    so samples added or removed move only the cuts near them (shards average about 3/4 of the limit).
+    A sample larger than ``max_bytes`` gets a shard alone.
     """
     n = len(sizes)
-    ends = np.cumsum(np.asarray(sizes, dtype=np.int64))
+    sizes = np.asarray(sizes, dtype=np.int64)
+    ends = np.cumsum(sizes)
+    share = sizes / max(max_bytes - end_size, 1)
+    if max_samples is not None:
+        share = np.maximum(share, 1 / max_samples)
+    fill = np.cumsum(share)
+    draws = (np.asarray(hashes, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    cuts = np.flatnonzero(draws < CUT_RATE * share)  # samples after which a content cut may fall
     bounds = [0]
     start = 0
     while start < n:
         before = int(ends[start - 1]) if start else 0
-        stop = int(np.searchsorted(ends, before + max_bytes - end_size, side="right"))
-        stop = max(stop, start + 1)
+        stop = max(int(np.searchsorted(ends, before + max_bytes - end_size, side="right")), start + 1)
         if max_samples is not None:
             stop = min(stop, start + max_samples)
+        filled = int(np.searchsorted(fill, (fill[start - 1] if start else 0.0) + MIN_FILL, side="left"))
+        k = int(np.searchsorted(cuts, max(filled, start), side="left"))
+        if k < len(cuts) and cuts[k] + 1 < stop:
+            stop = int(cuts[k]) + 1
         bounds.append(stop)
         start = stop
     return np.asarray(bounds, dtype=np.int64)
 
 
-def sizes_in_output_order(sizes: Sequence[np.ndarray], positions: Sequence[np.ndarray]) -> np.ndarray:
-    """Scatter per-partition sample sizes into one array indexed by output position."""
+def sizes_in_output_order(sizes: Sequence[np.ndarray], positions: Sequence[np.ndarray],
+                          dtype: type = np.int64) -> np.ndarray:
+    """Scatter per-partition sample values (sizes, hashes) into one array indexed by output position."""
     total = sum(len(s) for s in sizes)
-    out = np.zeros(total, dtype=np.int64)
+    out = np.zeros(total, dtype=dtype)
     for s, p in zip(sizes, positions, strict=True):
         out[p] = s
     return out
@@ -71,13 +92,14 @@ def shards_of(positions: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     return np.searchsorted(bounds, positions, side="right") - 1
 
 
-def split_shard_plan(sizes: Sequence[np.ndarray], labels: Sequence[np.ndarray], splits: int, seed: int | None,
-                     max_bytes: int, max_samples: int | None, end_size: int = 0
+def split_shard_plan(sizes: Sequence[np.ndarray], hashes: Sequence[np.ndarray], labels: Sequence[np.ndarray],
+                     splits: int, seed: int | None, max_bytes: int, max_samples: int | None, end_size: int = 0
                      ) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:
     """Each split's samples placed in shards of their own: per partition, each sample's output position
     within its split and its shard number; and the number of shards of each split.
 
-    ``labels`` holds each sample's split (0 .. splits-1) per partition. The shards of split 0 come first,
+    ``hashes`` holds a 64-bit hash of each sample's key, ``labels`` each sample's split (0 .. splits-1), per
+    partition. The shards of split 0 come first,
     then those of split 1, and so on; within a split, order and cuts are those of a dataset of its samples
     alone (``output_positions``, ``shard_boundaries``). All labels 0 with ``splits=1`` is the plan without
     splits.
@@ -89,8 +111,10 @@ def split_shard_plan(sizes: Sequence[np.ndarray], labels: Sequence[np.ndarray], 
     for split in range(splits):
         masks = [np.asarray(label) == split for label in labels]
         placed = output_positions([int(m.sum()) for m in masks], seed)
-        bounds = shard_boundaries(sizes_in_output_order([s[m] for s, m in zip(sizes, masks, strict=True)], placed),
-                                  max_bytes, max_samples, end_size)
+        bounds = shard_boundaries(
+            sizes_in_output_order([s[m] for s, m in zip(sizes, masks, strict=True)], placed),
+            sizes_in_output_order([h[m] for h, m in zip(hashes, masks, strict=True)], placed, np.uint64),
+            max_bytes, max_samples, end_size)
         for part, (mask, pos) in enumerate(zip(masks, placed, strict=True)):
             positions[part][mask] = pos
             shards[part][mask] = first + shards_of(pos, bounds)

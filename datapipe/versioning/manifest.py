@@ -17,7 +17,8 @@ from typing import Any
 
 from datapipe.errors import ConfigError, FormatVersionError, IntegrityError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: builds cut shards by content (builder/shard_plan.py); 1 read as well
+READABLE_FORMATS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 REJECTED_NAME = "rejected.parquet"
 _NOT_IN_ID = ("version", "parent", "created_at", "host")
@@ -162,10 +163,10 @@ class Manifest:
         if not isinstance(raw, dict):
             raise ConfigError(f"{where}: not a valid manifest (expected a JSON object)")
         version = raw.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_FORMATS:
             raise FormatVersionError(
                 f"{where}: manifest format version {version!r} is not supported (this datapipe reads "
-                f"version {FORMAT_VERSION}); upgrade datapipe"
+                f"versions {', '.join(map(str, READABLE_FORMATS))}); upgrade datapipe"
             )
         return _manifest_from_dict(raw, where)
 

@@ -53,6 +53,10 @@ def lineage_changes(recorded: Manifest, rebuilt: Manifest) -> list[str]:
 def manifest_differences(recorded: Manifest, rebuilt: Manifest) -> list[str]:
     """Human lines naming every shard, field, count and lineage input that differs (empty: same content)."""
     lines = []
+    if recorded.format_version != rebuilt.format_version:
+        lines.append(f"manifest format {recorded.format_version} -> {rebuilt.format_version}: this datapipe cuts "
+                     "shards by content (format 2), the recorded version was cut by size; rebuild with the datapipe "
+                     "that built it to check it byte for byte")
     if recorded.shard_format != rebuilt.shard_format:
         lines.append(f"shard format: {recorded.shard_format} -> {rebuilt.shard_format}")
     for name in sorted(set(recorded.fields) | set(rebuilt.fields)):

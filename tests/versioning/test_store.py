@@ -156,6 +156,22 @@ def test_unknown_manifest_version_is_a_clear_error(store):
         store.manifest("digits", m.version)
 
 
+def test_a_format_1_version_is_read_and_verified_as_before(store):
+    from dataclasses import replace
+
+    from datapipe.versioning.rebuild_report import manifest_differences
+
+    m = commit(store, two_shards())
+    old = replace(m, format_version=1).with_id()  # what datapipe 0.1 wrote: the same fields, format 1
+    store.fs.mv(store.path("digits", "versions", m.version), store.path("digits", "versions", old.version),
+                recursive=True)
+    store.fs.pipe_file(store.path("digits", "versions", old.version, "manifest.json"), old.to_json())
+    read = store.manifest("digits", old.version)
+    assert read.format_version == 1 and read.content_id() == old.version
+    assert not verify_version(store, "digits", read, old.version)
+    assert any("manifest format 1 -> 2" in line for line in manifest_differences(read, m))
+
+
 def test_id_ignores_time_host_and_parent():
     m = Manifest(name="d", shard_format="webdataset", fields={}, shards=())
     from dataclasses import replace
