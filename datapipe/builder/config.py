@@ -60,6 +60,22 @@ class SourceConfig(BaseModel):
     # class_folders: the class names in label order, or a file of them; None: the sorted folder names
     classes: list[str] | ClassesFile | None = None
 
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _classes_shape(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            if set(value) != {"from"} or not isinstance(value["from"], str) or not value["from"]:
+                raise ValueError(f"expected {{from: FILE}} (a file of class names, one a line), got keys "
+                                 f"{', '.join(map(str, value)) or 'none'}")
+            return ClassesFile(from_=value["from"])
+        if isinstance(value, list):
+            odd = next((v for v in value if not isinstance(v, str)), None)
+            if odd is not None:
+                raise ValueError(f"class names are strings; quote {odd!r}")
+        elif value is not None and not isinstance(value, ClassesFile):
+            raise ValueError("expected a list of class names ([cat, dog]) or {from: FILE}")
+        return value
+
     @field_validator("classes")
     @classmethod
     def _classes(cls, value: list[str] | ClassesFile | None, info: pydantic.ValidationInfo) -> Any:

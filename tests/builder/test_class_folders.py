@@ -52,13 +52,14 @@ def test_nested_split_folders_give_path_class_label_and_group(project):
     result = project.build()
     assert result.manifest.classes == ("cat", "dog")  # sorted folder names
     samples = {s["__key__"]: s for s in project.samples(result)}
-    assert set(samples) == {"train_dog_a", "train_cat_b", "val_cat_c", "cat_d", "test_extra_dog_e_v2"}
-    cat = samples["train_cat_b"]
+    assert set(samples) == {"train_dog_a_jpg", "train_cat_b_JPEG", "val_cat_c_png", "cat_d_jpg",
+                            "test_extra_dog_e_v2_jpg"}
+    cat = samples["train_cat_b_JPEG"]
     assert (cat["rel"], cat["nm"], cat["klass"], cat["cls"], cat["grp"]) == (
         b"train/cat/b.JPEG", b"b.JPEG", b"cat", b"0", b"train")
     assert cat["jpg"] == images["data/train/cat/b.JPEG"]  # the bytes unchanged
-    assert samples["cat_d"]["grp"] == b"" and samples["test_extra_dog_e_v2"]["grp"] == b"test/extra"
-    assert samples["val_cat_c"]["jpg"] == b"not checked here"  # checking images is the image stage's job
+    assert samples["cat_d_jpg"]["grp"] == b"" and samples["test_extra_dog_e_v2_jpg"]["grp"] == b"test/extra"
+    assert samples["val_cat_c_png"]["jpg"] == b"not checked here"  # checking images is the image stage's job
     assert [s.path for s in result.manifest.lineage.sources] == sorted(f"{n}" for n in (*images, "data/loose.jpg"))
     rejected = quarantine(project, result)
     assert list(rejected.source) == ["data/loose.jpg"] and "not in a class folder" in rejected.reason[0]
@@ -70,12 +71,12 @@ def test_unpinned_labels_follow_the_sorted_folders_pinned_ones_stay(project):
         project.write(f"data/{cls}/1.jpg", jpeg())
     pipeline(project)
     first = project.build()
-    assert labels(project, first) == {"cat_1": (0, "cat"), "dog_1": (1, "dog")}
+    assert labels(project, first) == {"cat_1_jpg": (0, "cat"), "dog_1_jpg": (1, "dog")}
 
     project.write("data/ant/1.jpg", jpeg())  # a new class, sorted first: unpinned, every label moves
     moved = project.build()
     assert moved.manifest.classes == ("ant", "cat", "dog")
-    assert labels(project, moved) == {"ant_1": (0, "ant"), "cat_1": (1, "cat"), "dog_1": (2, "dog")}
+    assert labels(project, moved) == {"ant_1_jpg": (0, "ant"), "cat_1_jpg": (1, "cat"), "dog_1_jpg": (2, "dog")}
 
     pipeline(project, "[cat, dog]")  # pinned as in the first version: the new class is quarantined, not labelled
     pinned = project.build()
@@ -87,15 +88,15 @@ def test_unpinned_labels_follow_the_sorted_folders_pinned_ones_stay(project):
 
     pipeline(project, "[cat, dog, ant]")  # added at the end: the old labels stay
     added = project.build()
-    assert labels(project, added) == {"cat_1": (0, "cat"), "dog_1": (1, "dog"), "ant_1": (2, "ant")}
+    assert labels(project, added) == {"cat_1_jpg": (0, "cat"), "dog_1_jpg": (1, "dog"), "ant_1_jpg": (2, "ant")}
     assert added.manifest.classes == ("cat", "dog", "ant") and added.manifest.rejected_rows == 0
 
     shutil.move(project.root / "data/dog", project.root / "data/hound")  # renamed on disk, pin still says dog
     renamed = project.build()
-    assert labels(project, renamed) == {"cat_1": (0, "cat"), "ant_1": (2, "ant")}
+    assert labels(project, renamed) == {"cat_1_jpg": (0, "cat"), "ant_1_jpg": (2, "ant")}
     assert "class 'hound' is not in source.classes" in quarantine(project, renamed).reason[0]
     pipeline(project, "[cat, hound, ant]")  # renamed in the pin too: same label
-    assert labels(project, project.build())["hound_1"] == (1, "hound")
+    assert labels(project, project.build())["hound_1_jpg"] == (1, "hound")
 
 
 def test_classes_from_a_file_in_its_order(project):
@@ -105,7 +106,7 @@ def test_classes_from_a_file_in_its_order(project):
     pipeline(project, "{from: classes.txt}")
     result = project.build()
     assert result.manifest.classes == ("dog", "emu", "cat")
-    assert labels(project, result) == {"dog_1": (0, "dog"), "emu_1": (1, "emu"), "cat_1": (2, "cat")}
+    assert labels(project, result) == {"dog_1_jpg": (0, "dog"), "emu_1_jpg": (1, "emu"), "cat_1_jpg": (2, "cat")}
     assert result.manifest.lineage.pipeline["source"]["classes"] == {"from": "classes.txt"}
 
     project.write("classes.txt", "dog\nemu\ncat\nyak\n")  # the file changes, the pipeline does not: a new id
@@ -141,7 +142,9 @@ def test_other_sources_have_no_classes_in_config_or_manifest(project):
     ("{path: d, format: class_folders, classes: [a, a]}", "source.classes: class 'a' is listed twice"),
     ("{path: d, format: class_folders, classes: []}", "source.classes: the class list is empty"),
     ("{path: d, format: class_folders, classes: [a/b]}", "'a/b' is not a folder name"),
-    ("{path: d, format: class_folders, classes: {file: x}}", "source.classes"),
+    ("{path: d, format: class_folders, classes: {file: x}}", "source.classes: expected {from: FILE}"),
+    ("{path: d, format: class_folders, classes: 3}", "source.classes: expected a list of class names"),
+    ("{path: d, format: class_folders, classes: [1, b]}", "source.classes: class names are strings; quote 1"),
     ("{path: d, format: class_folders, options: {sep: ','}}", "source.options.sep: the class_folders reader does "
                                                               "not take this option"),
 ])

@@ -1,9 +1,10 @@
 """'class_folders' sources: ImageNet-style DIR/[GROUP/...]/CLASS/IMAGE, one row per image, labelled by its folder.
 
-The rows have the columns of ``COLUMNS``: ``key`` (the path without its extension, '/' and '.'
-made '_', a valid sample key), ``path`` (relative to DIR), ``name``, ``class`` (the image's
-folder), ``label`` (the class's index in the class list), ``group`` (the folders between DIR and
-the class folder, '' when none) and ``bytes`` (the file, unchanged).
+The rows have the columns of ``COLUMNS``: ``key`` (the path with '/' and '.' made '_', a
+valid sample key of every shard format: ``train/cat/1.jpg`` is ``train_cat_1_jpg``), ``path``
+(relative to DIR), ``name``, ``class`` (the image's folder), ``label`` (the class's index in
+the class list), ``group`` (the folders between DIR and the class folder, '' when none) and
+``bytes`` (the file, unchanged).
 
 The class list is the source's ``classes`` (pinned: a list, or a file of names one a line), or
 else the sorted (Python str order) set of the class folders in the listing. With a pinned list,
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -70,8 +70,9 @@ def _is_image(rel: str) -> bool:
 
 
 def sample_key(rel: str) -> str:
-    """The sample key of the image at ``rel``: its path without the extension, '/' and '.' made '_'."""
-    return posixpath.splitext(rel)[0].replace("/", "_").replace(".", "_")
+    """The sample key of the image at ``rel``: its path with '/' and '.' made '_' (the extension stays in, so
+    that a.jpg and a.png beside it are two samples)."""
+    return rel.replace("/", "_").replace(".", "_")
 
 
 def class_names(source: Source) -> tuple[str, ...] | None:
