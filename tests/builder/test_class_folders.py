@@ -3,6 +3,9 @@
 import io
 import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -170,3 +173,15 @@ def test_a_missing_classes_file_or_a_file_path_is_a_config_error(project):
     pipeline(project, path="empty")
     with pytest.raises(NotFoundError, match=r"source.path: no .jpg, .jpeg, .png files under"):
         build(load_pipeline(project.root / "pipeline.yaml"), project.store)
+
+
+def test_the_images_example_builds_with_its_broken_images_quarantined(project):
+    pipelines = Path(__file__).parents[2] / "pipelines"
+    subprocess.run([sys.executable, str(pipelines / "prepare_images.py"), "--out", str(project.root / "raw/images")],
+                   check=True, capture_output=True)
+    shutil.copy(pipelines / "images.yaml", project.root / "images.yaml")
+    result = project.build("images.yaml")
+    assert result.manifest.classes == ("circle", "square", "stripes")
+    assert (result.manifest.samples, result.manifest.rejected_rows) == (30, 2)
+    sizes = [Image.open(io.BytesIO(s["jpg"])).size for s in project.samples(result)]
+    assert max(max(size) for size in sizes) == 256  # resize: max_side 256
