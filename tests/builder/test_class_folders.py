@@ -185,3 +185,21 @@ def test_the_images_example_builds_with_its_broken_images_quarantined(project):
     assert (result.manifest.samples, result.manifest.rejected_rows) == (30, 2)
     sizes = [Image.open(io.BytesIO(s["jpg"])).size for s in project.samples(result)]
     assert max(max(size) for size in sizes) == 256  # resize: max_side 256
+
+
+def test_class_folders_on_another_filesystem(project):
+    import uuid
+
+    import fsspec
+
+    root = f"/cf-{uuid.uuid4().hex}"
+    fs = fsspec.filesystem("memory")
+    for path in ("train/cat/1.jpg", "train/dog/2.jpg"):
+        fs.pipe_file(f"{root}/{path}", jpeg())
+    try:
+        pipeline(project, path=f"'memory://{root}'")
+        result = project.build()
+        assert result.manifest.classes == ("cat", "dog")
+        assert {s["rel"] for s in project.samples(result)} == {b"train/cat/1.jpg", b"train/dog/2.jpg"}
+    finally:
+        fs.rm(root, recursive=True)
