@@ -21,20 +21,29 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from datapipe.builder.byte_size import SIZE_PATTERN, parse_size
+from datapipe.builder.config_parts import (
+    FORBID,
+    ClassesFile,
+    ColumnRule,
+    DedupeArgs,
+    DropnaArgs,
+    FillnaArgs,
+    ImageArgs,
+    TypeName,
+    class_names_problem,
+)
+from datapipe.builder.config_parts import (
+    TYPE_NAMES as TYPE_NAMES,  # re-exported: the type names a pipeline may use
+)
 from datapipe.builder.source.options import EXECUTION_OPTIONS
 from datapipe.builder.source.registry import check_source_options
 from datapipe.builder.splits import SplitsConfig
 from datapipe.errors import ConfigError, NotFoundError
 
-TypeName = Literal[
-    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64", "string", "bool",
-    "bytes",
-]
-TYPE_NAMES: tuple[str, ...] = typing.get_args(TypeName)
-STAGE_KINDS = ("dropna", "fillna", "filter", "dedupe", "cast", "map", "validate")
+STAGE_KINDS = ("dropna", "fillna", "filter", "dedupe", "cast", "map", "validate", "image")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAP_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
-_FORBID = ConfigDict(extra="forbid", frozen=True)
+_FORBID = FORBID
 
 
 ByteSize = Annotated[int, pydantic.BeforeValidator(parse_size), pydantic.WithJsonSchema({"anyOf": [
@@ -46,8 +55,36 @@ class SourceConfig(BaseModel):
 
     model_config = _FORBID
     path: str = Field(min_length=1)
-    format: Literal["csv", "parquet", "jsonl", "files"]
+    format: Literal["csv", "parquet", "jsonl", "files", "class_folders"]
     options: dict[str, Any] = {}
+    # class_folders: the class names in label order, or a file of them; None: the sorted folder names
+    classes: list[str] | ClassesFile | None = None
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _classes_shape(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            if set(value) != {"from"} or not isinstance(value["from"], str) or not value["from"]:
+                raise ValueError(f"expected {{from: FILE}} (a file of class names, one a line), got keys "
+                                 f"{', '.join(map(str, value)) or 'none'}")
+            return ClassesFile(from_=value["from"])
+        if isinstance(value, list):
+            odd = next((v for v in value if not isinstance(v, str)), None)
+            if odd is not None:
+                raise ValueError(f"class names are strings; quote {odd!r}")
+        elif value is not None and not isinstance(value, ClassesFile):
+            raise ValueError("expected a list of class names ([cat, dog]) or {from: FILE}")
+        return value
+
+    @field_validator("classes")
+    @classmethod
+    def _classes(cls, value: list[str] | ClassesFile | None, info: pydantic.ValidationInfo) -> Any:
+        if value is not None and info.data.get("format") != "class_folders":
+            raise ValueError("only a class_folders source takes classes; remove it or set format: class_folders")
+        problem = class_names_problem(value) if isinstance(value, list) else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _options_taken(self) -> SourceConfig:
@@ -55,59 +92,6 @@ class SourceConfig(BaseModel):
         if problem is not None:
             raise PydanticCustomError("source_option", "options.{key}: {problem}",
                                       {"key": problem[0], "problem": problem[1]})
-        return self
-
-
-class DropnaArgs(BaseModel):
-    """Drop rows with a null in any of ``columns`` (None: in any column)."""
-
-    model_config = _FORBID
-    columns: list[str] | None = None
-
-
-class FillnaArgs(BaseModel):
-    """Replace nulls: column -> scalar fill value."""
-
-    model_config = _FORBID
-    values: dict[str, Any]
-
-
-class DedupeArgs(BaseModel):
-    """Keep the first of rows equal in ``columns`` (None: in all columns)."""
-
-    model_config = _FORBID
-    columns: list[str] | None = None
-
-
-class ColumnRule(BaseModel):
-    """What a ``validate`` stage checks of one column; a row breaking any rule is rejected (quarantined)."""
-
-    model_config = _FORBID
-    type: TypeName | None = None
-    nullable: bool = True
-    min: float | None = None
-    max: float | None = None
-    values: list[Any] | None = None
-    pattern: str | None = None  # regex the whole value must match
-    min_length: int | None = Field(default=None, ge=0)
-    max_length: int | None = Field(default=None, ge=0)
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as e:
-                raise ValueError(f"not a valid regular expression: {e}") from None
-        return value
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ColumnRule:
-        for low, high in (("min", "max"), ("min_length", "max_length")):
-            lo, hi = getattr(self, low), getattr(self, high)
-            if lo is not None and hi is not None and lo > hi:
-                raise ValueError(f"{low} is greater than {high}")
         return self
 
 
@@ -126,6 +110,7 @@ with warnings.catch_warnings():
         cast: dict[str, TypeName] | None = None
         map: str | None = None
         validate: dict[str, ColumnRule] | None = None
+        image: ImageArgs | None = None
 
         @model_validator(mode="before")
         @classmethod
@@ -142,7 +127,7 @@ with warnings.catch_warnings():
                 raise PydanticCustomError("unknown_stage", "unknown stage '{key}'; use one of: {known}",
                                           {"key": kind, "known": known})
             if args is None:
-                if kind not in ("dropna", "fillna", "dedupe"):
+                if kind not in ("dropna", "fillna", "dedupe", "image"):
                     raise PydanticCustomError("stage_value", "'{key}' needs a value", {"key": kind})
                 return {kind: {}}
             return data
@@ -167,7 +152,7 @@ with warnings.catch_warnings():
 
         @property
         def kind(self) -> str:
-            """The stage's key: "dropna", "fillna", "filter", "dedupe", "cast", "map" or "validate"."""
+            """The stage's key: "dropna", "fillna", "filter", "dedupe", "cast", "map", "validate" or "image"."""
             return next(k for k in STAGE_KINDS if getattr(self, k) is not None)
 
         @property
@@ -235,6 +220,10 @@ class Pipeline(BaseModel):
         # without splits, the dump a pipeline had before splits existed: its version ids stay
         data = self.model_dump(mode="json", exclude={"splits"} if self.splits is None else None)
         data["source"]["options"] = {k: v for k, v in data["source"]["options"].items() if k not in EXECUTION_OPTIONS}
+        if self.source.classes is None:  # only class_folders sources have classes: other ids stay as they were
+            del data["source"]["classes"]
+        elif isinstance(self.source.classes, ClassesFile):
+            data["source"]["classes"] = {"from": self.source.classes.from_}
         data["stages"] = [stage.canonical() for stage in self.stages]
         return data
 

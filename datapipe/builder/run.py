@@ -52,6 +52,7 @@ from datapipe.builder.shard_plan import first_occurrences, split_shard_plan
 from datapipe.builder.sizing import fit_to_workers
 from datapipe.builder.source.align import align_parts, scan_block, scans_needed
 from datapipe.builder.source.base import Source
+from datapipe.builder.source.class_folders import class_names
 from datapipe.builder.source.opening import open_source, partition_source
 from datapipe.builder.splits import split_names
 from datapipe.errors import BuildError
@@ -320,7 +321,8 @@ class _Build:
             lineage = Lineage(pipeline=pipeline.canonical(), sources=tuple(self.run.client.gather(source_files)),
                               code=code, seed=pipeline.shards.shuffle_seed, environment=environment())
             manifest = assemble_manifest(pipeline.name, get_format(pipeline.shards.format).name, entries, stages,
-                                         (m.kinds for m in measured), lineage, _splits(pipeline, entries))
+                                         (m.kinds for m in measured), lineage, _splits(pipeline, entries),
+                                         class_names(self.job.source))
             return writer.commit(manifest, refs)
         except BaseException:
             writer.abort()

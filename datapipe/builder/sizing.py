@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from datapipe.builder.source.base import Source
+from datapipe.builder.source.options import FILE_ROW_FORMATS
 from datapipe.errors import BuildError
 
 KEEP_FRACTION = 0.25  # of the workers' memory that encoded samples may take between passes
@@ -29,7 +30,7 @@ def check_file_sizes(source: Source, limits: Sequence[int]) -> None:
     """A 'files' source whose largest file cannot be held (FILE_COPIES times) by a worker fails before any
     pass runs, naming the file: each file is one sample, read whole into its worker's memory."""
     known = _all_known(limits)
-    if source.format != "files" or not known:
+    if source.format not in FILE_ROW_FORMATS or not known:
         return
     biggest = max(source.files, key=lambda f: f.size)
     if FILE_COPIES * biggest.size > min(known):

@@ -1,8 +1,9 @@
 """The cleaning stages, each a function of one partition's frame: rows kept, rows dropped, rows rejected.
 
 Dropped rows are counted (dropna, filter, dedupe, a map that removes rows); rejected rows go to
-the quarantine with a reason (cast, validate). ``dedupe`` is global: it needs every partition's
-keys first, so here it only applies a keep-mask that the run computed in an earlier pass.
+the quarantine with a reason (cast, validate, image: see builder/image_stage.py). ``dedupe`` is
+global: it needs every partition's keys first, so here it only applies a keep-mask that the run
+computed in an earlier pass.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from datapipe.builder.config import ColumnRule, StageConfig
+from datapipe.builder.config import StageConfig
+from datapipe.builder.config_parts import ColumnRule, ImageArgs
+from datapipe.builder.image_stage import check_images
 from datapipe.builder.quarantine import Reject, rejects_of
 from datapipe.builder.user_code import load_function
 from datapipe.errors import BuildError, ConfigError
@@ -204,6 +207,11 @@ def _map(frame: pd.DataFrame, spec: str, label: str, base_dir: str, sha256: str 
     return StageOutcome(result, len(frame) - len(result))
 
 
+def _image(frame: pd.DataFrame, args: ImageArgs, label: str) -> StageOutcome:
+    kept, reasons = check_images(frame, args, label)
+    return StageOutcome(kept, rejected=rejects_of(frame, label, reasons))
+
+
 def run_stage(stage: StageConfig, label: str, frame: pd.DataFrame, base_dir: str,
               keep: np.ndarray | None = None, code: Mapping[str, str] | None = None) -> StageOutcome:
     """Apply one stage to a partition.
@@ -219,5 +227,6 @@ def run_stage(stage: StageConfig, label: str, frame: pd.DataFrame, base_dir: str
         return StageOutcome(frame[keep], int((~keep).sum()))
     if kind == "map":
         return _map(frame, args, label, base_dir, (code or {}).get(args.partition(":")[0]))
-    handlers = {"dropna": _dropna, "fillna": _fillna, "filter": _filter, "cast": _cast, "validate": _validate}
+    handlers = {"dropna": _dropna, "fillna": _fillna, "filter": _filter, "cast": _cast, "validate": _validate,
+                "image": _image}
     return handlers[kind](frame, args, label)

@@ -67,7 +67,19 @@ def _summary(m: Manifest) -> dict[str, Any]:
         "lineage": {"sources": len(m.lineage.sources), "code": [vars(c) for c in m.lineage.code],
                     "seed": m.lineage.seed, "environment": m.lineage.environment},
         **({"splits": _splits(m)} if m.splits is not None else {}),
+        **({"classes": list(m.classes)} if m.classes is not None else {}),
     }
+
+
+SHOWN_CLASSES = 20  # `info` lists this many class names, then how many more (--json lists them all)
+
+
+def _classes_line(classes: tuple[str, ...]) -> str:
+    """``N classes: 0 cat, 1 dog, ...``: the labels and names, cut after SHOWN_CLASSES."""
+    shown = ", ".join(f"{i} {name}" for i, name in enumerate(classes[:SHOWN_CLASSES]))
+    more = f", ... and {len(classes) - SHOWN_CLASSES} more (info --json lists all)" \
+        if len(classes) > SHOWN_CLASSES else ""
+    return f"  {len(classes)} classes (label name): {shown}{more}"
 
 
 def _splits(m: Manifest) -> dict[str, Any]:
@@ -93,6 +105,8 @@ def info(dataset: str, as_json: bool) -> None:
     click.echo(f"  {m.samples} samples in {s['shards']['count']} {m.shard_format} shards, {_size(m.bytes)} "
                f"(shard sizes {_size(s['shards']['min_bytes'])} .. {_size(s['shards']['max_bytes'])})")
     click.echo("  fields: " + (", ".join(f"{k}:{v}" for k, v in m.fields.items()) or "-"))
+    if m.classes is not None:
+        click.echo(_classes_line(m.classes))
     if m.splits is not None:
         click.echo(f"  splits by {m.splits.by or 'the sample key'}, seed {m.splits.seed}: " + ", ".join(
             f"{name} {part['samples']} ({part['fraction']:g}, {part['shards']} shards)"

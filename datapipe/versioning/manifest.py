@@ -111,6 +111,7 @@ class Manifest:
     version: str = ""
     format_version: int = FORMAT_VERSION
     splits: Splits | None = None  # left out of JSON (and so of the id) when None
+    classes: tuple[str, ...] | None = None  # a class_folders source's class names, label order; left out when None
 
     @property
     def samples(self) -> int:
@@ -128,6 +129,8 @@ class Manifest:
         data["samples"], data["bytes"] = self.samples, self.bytes
         if self.splits is None:  # a version without splits has the manifest (and id) it had before splits
             del data["splits"]
+        if self.classes is None:  # likewise for every source but class_folders
+            del data["classes"]
         for shard in data["shards"]:
             if shard["split"] is None:
                 del shard["split"]
@@ -189,7 +192,7 @@ _SPEC: dict[str, dict[str, tuple[str, bool]]] = {
         "shards": ("list[shard]", True), "stages": ("list[stage]", False), "lineage": ("lineage", False),
         "rejected": ("file?", False), "rejected_rows": ("count", False), "created_at": ("str", False),
         "host": ("str", False), "samples": ("count", False), "bytes": ("count", False),
-        "splits": ("splits", False),
+        "splits": ("splits", False), "classes": ("list[str]", False),
     },
     "splits": {"fractions": ("dict[number]", True), "samples": ("dict[count]", True), "by": ("str?", False),
                "seed": ("int", False)},
@@ -315,10 +318,11 @@ def canonical_json(data: Any) -> bytes:
 
 def assemble_manifest(name: str, shard_format: str, shards: Iterable[ShardEntry], stages: Iterable[StageCounts],
                       field_kinds: Iterable[Mapping[str, Iterable[str]]], lineage: Lineage,
-                      splits: Splits | None = None) -> Manifest:
+                      splits: Splits | None = None, classes: Iterable[str] | None = None) -> Manifest:
     """The manifest of a new version from a build's pieces: its shards in order, the per-stage counts, the
     kinds of value each field held (one mapping per partition, merged into ``fields``) and its lineage.
-    The quarantine file is named when a stage rejected rows; ``splits``: the splits section, with splits."""
+    The quarantine file is named when a stage rejected rows; ``splits``: the splits section, with splits;
+    ``classes``: the class names in label order, for a class_folders source."""
     kinds: dict[str, set[str]] = {}
     for partition in field_kinds:
         for field_name, seen in partition.items():
@@ -330,4 +334,5 @@ def assemble_manifest(name: str, shard_format: str, shards: Iterable[ShardEntry]
         fields={field_name: "|".join(sorted(kinds[field_name])) for field_name in sorted(kinds)},
         shards=tuple(shards), stages=stages, lineage=lineage,
         rejected=REJECTED_NAME if rejected else None, rejected_rows=rejected, splits=splits,
+        classes=None if classes is None else tuple(classes),
     )

@@ -33,6 +33,7 @@ class SourceSpec(Protocol):
     path: str
     format: str
     options: dict[str, Any]
+    classes: Any  # class_folders: the pinned class names (a list, or a ClassesFile naming a file of them), or None
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,11 @@ class SourceFormat(ABC):
     @abstractmethod
     def check_options(self, options: Mapping[str, Any]) -> tuple[str, str] | None:
         """(key, problem) of a reader option whose value this format cannot take, or None."""
+
+    def section_options(self, spec: SourceSpec, base_dir: str, fs: Any, options: dict[str, Any]) -> dict[str, Any]:
+        """The reader options: ``options`` (source.options less the execution ones), plus what a format takes
+        from elsewhere in the source section (class_folders: its directory and classes). None by default."""
+        return options
 
     @abstractmethod
     def describe(self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any],

@@ -13,6 +13,7 @@ from datapipe.builder.source.options import (
     DEFAULT_BLOCKSIZE,
     DEFAULT_FILES_PER_PARTITION,
     EXECUTION_OPTIONS,
+    FILE_ROW_FORMATS,
     execution_count,
     execution_size,
 )
@@ -37,9 +38,10 @@ def open_source(spec: SourceSpec, base_dir: str, storage_options: Mapping[str, A
         raise ConfigError(f"source.options.dtype: expected a mapping of column -> one of {', '.join(SCHEMA_TYPES)}")
     blocksize = execution_size(execution, "blocksize", DEFAULT_BLOCKSIZE)
     per = DEFAULT_FILES_PER_PARTITION
-    if spec.format == "files":
+    if spec.format in FILE_ROW_FORMATS:
         per = execution_count(execution, "files_per_partition", DEFAULT_FILES_PER_PARTITION)
-    described = get_source_format(spec.format).describe(fs, tuple(files), options, dtypes)
+    fmt = get_source_format(spec.format)
+    described = fmt.describe(fs, tuple(files), fmt.section_options(spec, base_dir, fs, options), dtypes)
     return replace(described, blocksize=blocksize, files_per_partition=per)
 
 

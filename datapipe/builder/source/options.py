@@ -11,6 +11,7 @@ from datapipe.errors import ConfigError
 EXECUTION_OPTIONS = frozenset({"blocksize", "files_per_partition", "storage_options"})
 DEFAULT_BLOCKSIZE = 64 << 20
 DEFAULT_FILES_PER_PARTITION = 256
+FILE_ROW_FORMATS = frozenset({"files", "class_folders"})  # one row per file: partitions are groups of files
 
 
 def check_execution_option(key: str, value: Any) -> str | None:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from datapipe.builder.source.base import Part, RawPart, Source, SourceFormat
+from datapipe.builder.source.class_folders import ClassFoldersFormat
 from datapipe.builder.source.csvfile import CsvFormat
 from datapipe.builder.source.files import FilesFormat
 from datapipe.builder.source.jsonl import JsonlFormat
@@ -14,7 +15,7 @@ from datapipe.builder.source.parquet import ParquetFormat
 from datapipe.errors import ConfigError
 
 SOURCE_FORMATS: dict[str, SourceFormat] = {f.name: f for f in (CsvFormat(), ParquetFormat(), JsonlFormat(),
-                                                                FilesFormat())}
+                                                                FilesFormat(), ClassFoldersFormat())}
 
 
 def get_source_format(name: str) -> SourceFormat:

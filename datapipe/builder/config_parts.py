@@ -1,0 +1,118 @@
+"""The argument models of the pipeline file's stages and of a class_folders source's classes."""
+
+from __future__ import annotations
+
+import re
+import typing
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+TypeName = Literal[
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64", "string", "bool",
+    "bytes",
+]
+TYPE_NAMES: tuple[str, ...] = typing.get_args(TypeName)
+FORBID = ConfigDict(extra="forbid", frozen=True)
+
+
+class DropnaArgs(BaseModel):
+    """Drop rows with a null in any of ``columns`` (None: in any column)."""
+
+    model_config = FORBID
+    columns: list[str] | None = None
+
+
+class FillnaArgs(BaseModel):
+    """Replace nulls: column -> scalar fill value."""
+
+    model_config = FORBID
+    values: dict[str, Any]
+
+
+class DedupeArgs(BaseModel):
+    """Keep the first of rows equal in ``columns`` (None: in all columns)."""
+
+    model_config = FORBID
+    columns: list[str] | None = None
+
+
+class ColumnRule(BaseModel):
+    """What a ``validate`` stage checks of one column; a row breaking any rule is rejected (quarantined)."""
+
+    model_config = FORBID
+    type: TypeName | None = None
+    nullable: bool = True
+    min: float | None = None
+    max: float | None = None
+    values: list[Any] | None = None
+    pattern: str | None = None  # regex the whole value must match
+    min_length: int | None = Field(default=None, ge=0)
+    max_length: int | None = Field(default=None, ge=0)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise ValueError(f"not a valid regular expression: {e}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ColumnRule:
+        for low, high in (("min", "max"), ("min_length", "max_length")):
+            lo, hi = getattr(self, low), getattr(self, high)
+            if lo is not None and hi is not None and lo > hi:
+                raise ValueError(f"{low} is greater than {high}")
+        return self
+
+
+class ResizeArgs(BaseModel):
+    """How an ``image`` stage re-encodes images whose longer side exceeds ``max_side``: JPEG at ``quality``."""
+
+    model_config = FORBID
+    max_side: int = Field(ge=1)
+    quality: int = Field(default=90, ge=1, le=100)
+
+
+class ImageArgs(BaseModel):
+    """What an ``image`` stage checks of the image bytes in ``column`` (builder/image_stage.py)."""
+
+    model_config = FORBID
+    column: str = Field(default="bytes", min_length=1)
+    verify: Literal["full", "header"] = "full"
+    min_side: int = Field(default=1, ge=1)
+    max_pixels: int | None = Field(default=None, ge=1)  # lowers Pillow's Image.MAX_IMAGE_PIXELS, never raises it
+    resize: ResizeArgs | None = None
+
+    @model_validator(mode="after")
+    def _pillow_installed(self) -> ImageArgs:
+        try:
+            import PIL  # noqa: F401  (the package alone: cheap, the codecs load when the stage runs)
+        except ImportError:
+            raise ValueError("the image stage needs Pillow, which is not installed here; install it with "
+                             "pip install 'datapipe[images]' (or pip install 'pillow>=10')") from None
+        return self
+
+
+def class_names_problem(names: typing.Sequence[str]) -> str | None:
+    """What is wrong with a pinned class list (empty, a duplicate, a name that is no folder name), or None."""
+    if not names:
+        return "the class list is empty; name at least one class"
+    seen: set[str] = set()
+    for name in names:
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            return f"{name!r} is not a folder name; a class is the name of a folder under source.path"
+        if name in seen:
+            return f"class {name!r} is listed twice; each class has one label"
+        seen.add(name)
+    return None
+
+
+class ClassesFile(BaseModel):
+    """``classes: {from: FILE}``: the class names, one a line, in a file relative to the pipeline file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    from_: str = Field(alias="from", min_length=1)
