@@ -204,3 +204,12 @@ def test_an_image_smaller_than_the_crop_is_scaled_up():
     for crop in ("random-resized", "center", None):
         decode_into(datapipe.image(64, crop=crop), photo(3, (20, 15)), np.full(23, 0.3), slot)
         assert slot.std() > 0
+
+
+def test_transparent_pixels_are_laid_on_white_as_the_build_does():
+    rgba = Image.new("RGBA", (8, 8), (10, 20, 30, 0))
+    out = io.BytesIO()
+    rgba.save(out, "PNG")
+    slot = np.empty((8, 8, 3), np.uint8)
+    decode_into(datapipe.image(8, crop=None, flip=False, layout="HWC"), out.getvalue(), np.zeros(23), slot)
+    assert (slot == 255).all()

@@ -78,10 +78,15 @@ def _resized(spec: ImageSpec, img: Any, box: Box, image: Any) -> np.ndarray:
 
 
 def _rgb(img: Any, image: Any) -> Any:
-    """Any mode as RGB: 16-bit grey to its top 8 bits, alpha dropped, palette and CMYK converted."""
+    """Any mode as RGB: 16-bit grey to its top 8 bits, transparency laid on white (as the build's ``image`` stage
+    re-encodes it), palette and CMYK converted."""
     if img.mode == "RGB":
         return img
     if img.mode in SIXTEEN_BIT:
         grey = (np.asarray(img).astype(np.uint32) >> 8).clip(0, 255).astype(np.uint8)  # 16-bit samples
         return image.fromarray(grey, "L").convert("RGB")
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        white = image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return image.alpha_composite(white, rgba).convert("RGB")
     return img.convert("RGB")
