@@ -200,9 +200,7 @@ def decoders_for(kinds: Mapping[str, str], fields: Sequence[str] | None,
     out: dict[str, Decoder] = {}
     for name in names:
         decoder = (decode or {}).get(name, kinds[name].split("|")[0])
-        if isinstance(decoder, ImageSpec):
-            decoder.check_device()
-        elif not callable(decoder) and decoder not in DECODERS:
+        if not isinstance(decoder, ImageSpec) and not callable(decoder) and decoder not in DECODERS:
             raise ConfigError(f"decode[{name!r}]: unknown decoder {decoder!r}; use one of {', '.join(DECODERS)}, "
                               "datapipe.image(...) or a function of the payload bytes")
         out[name] = decoder

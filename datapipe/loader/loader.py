@@ -12,7 +12,6 @@ from datapipe.errors import ConfigError
 from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import Decoder
 from datapipe.loader.dataset import Dataset
-from datapipe.loader.images.gpu import on_gpu
 from datapipe.loader.images.spec import ImageSpec
 from datapipe.loader.ledger import batch_keys
 from datapipe.loader.mix import Mix
@@ -31,6 +30,19 @@ PREFETCH_BYTES = 64 << 20  # bound on the bytes of batches prepared ahead, per p
 
 def _torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
+
+
+def gpu_images(source: BatchSource) -> dict[str, ImageSpec]:
+    """The image fields of ``source`` decoded on the GPU (datapipe.image(device="cuda")), checked for a device."""
+    gpu = {name: d for name, d in source.decoders.items() if isinstance(d, ImageSpec) and d.device == "cuda"}
+    if gpu:
+        if not _torch_available():
+            raise ConfigError("datapipe.image(device='cuda') needs torch with CUDA; install torch, or use "
+                              "device='cpu'")
+        from datapipe.loader.torch.images import check_devices
+
+        check_devices(gpu)
+    return gpu
 
 
 def _distributed() -> Detect | None:
@@ -81,7 +93,7 @@ class Loader:
         data.check_shards()
         world = resolve_world(rank, world_size, os.environ, _distributed())
         self.run = RunState(data, settings, world, Skips.of(skip_steps))
-        self.batch_source()  # an unknown field or decoder fails here, not at the first batch
+        gpu_images(self.batch_source())  # an unknown field or decoder, or no device, fails here, not at the first batch
 
     def __getattr__(self, name: str) -> Any:
         """The settings read as attributes (``loader.batch_size``, ``loader.prefetch``)."""
@@ -171,11 +183,13 @@ class Loader:
             batches = iterate(source, n, settings.num_workers, self.prefetch_depth(), settings.pin_memory)
         else:
             batches = prefetched(source.produce(steps), self.prefetch_depth())
-        gpu = {name: d for name, d in source.decoders.items() if isinstance(d, ImageSpec) and d.device == "cuda"}
+        gpu = gpu_images(source)
         consumed = 0
         try:
             for batch in batches:
                 if gpu:  # decoded here, in the training process, where the device is
+                    from datapipe.loader.torch.images import on_gpu
+
                     batch = on_gpu(batch, gpu)
                 self.run.consumed(plan, int(steps[consumed]))
                 consumed += 1

@@ -52,24 +52,6 @@ class ImageSpec:
         """This decoder for ``epoch`` of a loader seeded with ``seed``."""
         return replace(self, seed=int(seed), epoch=int(epoch))
 
-    def check_device(self) -> None:
-        """A ConfigError when ``device`` is "cuda" and this machine has no CUDA device (or no torch)."""
-        if self.device != "cuda":
-            return
-        try:
-            import torch
-        except ImportError:
-            raise ConfigError("datapipe.image(device='cuda') needs torch with CUDA; install torch, or use "
-                              "device='cpu'") from None
-        if not torch.cuda.is_available():
-            raise ConfigError("datapipe.image(device='cuda'): torch sees no CUDA device on this machine; use "
-                              "device='cpu' (the default) to decode in the DataLoader workers")
-        try:
-            import torchvision.io  # noqa: F401
-        except ImportError:
-            raise ConfigError("datapipe.image(device='cuda') decodes with torchvision.io.decode_jpeg; install "
-                              "torchvision") from None
-
 
 def _pair(name: str, value: object, kind: type, low: float) -> tuple:
     pair = (value, value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value

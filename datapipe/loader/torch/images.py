@@ -1,5 +1,5 @@
 """``datapipe.image(device="cuda")``: a batch's JPEGs decoded on the GPU (torchvision.io.decode_jpeg), then each
-cropped, resized and flipped there with the same boxes as the CPU path."""
+cropped, resized and flipped there with the same boxes as the CPU path; and the check that a device is there."""
 
 from __future__ import annotations
 
@@ -8,11 +8,29 @@ from typing import Any
 
 import numpy as np
 
+from datapipe.errors import ConfigError
 from datapipe.formats.base import KEY
 from datapipe.loader.images.boxes import crop_box, uniforms
 from datapipe.loader.images.spec import ImageSpec
 
 JPEG_MAGIC = b"\xff\xd8"
+
+
+def check_devices(specs: Mapping[str, ImageSpec]) -> None:
+    """A ConfigError for a spec with device="cuda" where torch sees no CUDA device or torchvision is missing."""
+    import torch
+
+    for name, spec in specs.items():
+        if spec.device != "cuda":
+            continue
+        if not torch.cuda.is_available():
+            raise ConfigError(f"decode[{name!r}]: datapipe.image(device='cuda'): torch sees no CUDA device on this "
+                              "machine; use device='cpu' (the default) to decode in the DataLoader workers")
+        try:
+            import torchvision.io  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"decode[{name!r}]: datapipe.image(device='cuda') decodes with "
+                              "torchvision.io.decode_jpeg; install torchvision") from None
 
 
 def on_gpu(batch: dict[str, Any], specs: Mapping[str, ImageSpec]) -> dict[str, Any]:
