@@ -213,3 +213,26 @@ def test_transparent_pixels_are_laid_on_white_as_the_build_does():
     slot = np.empty((8, 8, 3), np.uint8)
     decode_into(datapipe.image(8, crop=None, flip=False, layout="HWC"), out.getvalue(), np.zeros(23), slot)
     assert (slot == 255).all()
+
+
+def test_class_folders_to_augmented_batches_end_to_end(tmp_path):
+    from helpers.cli import datapipe_in_process
+
+    for split in ("train", "val"):
+        for c, name in enumerate(("cat", "dog", "emu")):
+            folder = tmp_path / "raw" / split / name
+            folder.mkdir(parents=True)
+            for i in range(4):
+                (folder / f"{i}.jpg").write_bytes(photo(100 * c + i, (80 + 10 * i, 60)))
+    (tmp_path / "pets.yaml").write_text("name: pets\nsource: {path: raw, format: class_folders}\n"
+                                        "stages: [{image: {min_side: 16}}]\n"
+                                        "sample: {key: key, fields: {jpg: bytes, cls: label}}\n")
+    done = datapipe_in_process("build", "pets.yaml", "--out", "store", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    loader = datapipe.Loader(str(tmp_path / "store" / "pets"), batch_size=6, shuffle=True, num_workers=2,
+                             decode={"jpg": datapipe.image(24, crop="random-resized")})
+    assert loader.dataset.manifest.classes == ("cat", "dog", "emu")
+    batches = list(loader)
+    labels = np.concatenate([np.asarray(b["cls"]) for b in batches])
+    assert len(batches) == 4 and all(tuple(b["jpg"].shape) == (6, 3, 24, 24) for b in batches)
+    assert sorted(labels.tolist()) == sorted([0, 1, 2] * 8)
