@@ -15,12 +15,13 @@ import datetime
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from datapipe.builder.accounting import quarantine, splits_section, sum_counts
 from datapipe.builder.cluster import (
     dashboard_link,
     dask_client,
@@ -28,11 +29,20 @@ from datapipe.builder.cluster import (
     worker_peak_rss,
     worker_server,
 )
-from datapipe.builder.config import LoadedPipeline, Pipeline
+from datapipe.builder.config import LoadedPipeline
 from datapipe.builder.in_process import InProcessClient, small
+from datapipe.builder.incremental import (
+    BuildState,
+    Reuse,
+    load_state,
+    match,
+    part_identities,
+    save_state,
+    shard_digests,
+    state_key,
+)
 from datapipe.builder.lineage import checked_code, environment, hash_source
 from datapipe.builder.passes import (
-    SAMPLE_STAGE,
     BuildJob,
     Measured,
     dedupe_pass,
@@ -46,7 +56,7 @@ from datapipe.builder.passes import (
     write_shard_task,
 )
 from datapipe.builder.progress import BuildProgress
-from datapipe.builder.quarantine import Reject, quarantine_bytes
+from datapipe.builder.quarantine import Reject
 from datapipe.builder.runner import PassRunner
 from datapipe.builder.shard_plan import first_occurrences, split_shard_plan
 from datapipe.builder.sizing import fit_to_workers
@@ -64,7 +74,6 @@ from datapipe.versioning.manifest import (
     Lineage,
     Manifest,
     ShardEntry,
-    Splits,
     StageCounts,
     assemble_manifest,
 )
@@ -82,6 +91,7 @@ class BuildResult:
     seconds: dict[str, float] = field(default_factory=dict)  # wall time: cluster start, each pass, total
     ran_on: str = "cluster"  # "in-process" (a small source), "local cluster", "scheduler" or "client"
     worker_peak_rss: int | None = None  # bytes: the largest peak resident memory of a worker (this process in process)
+    incremental: dict[str, Any] = field(default_factory=dict)  # what came from the parent version, or why nothing
 
     def summary(self) -> dict[str, Any]:
         """The JSON object `datapipe build --json` prints."""
@@ -89,7 +99,7 @@ class BuildResult:
         out = {
             "name": m.name, "version": m.version, "url": self.url, "samples": m.samples, "shards": len(m.shards),
             "bytes": m.bytes, "rejected": m.rejected_rows, "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
-            "ran_on": self.ran_on, "worker_peak_rss": self.worker_peak_rss,
+            "ran_on": self.ran_on, "worker_peak_rss": self.worker_peak_rss, "incremental": self.incremental,
             "stages": [{"stage": s.stage, "in": s.rows_in, "out": s.rows_out, "dropped": s.dropped,
                         "rejected": s.rejected} for s in m.stages],
         }
@@ -152,14 +162,16 @@ def build(
                        loaded.where("splits.by"))
         source_files = c.compute([_hash_task(source.fs, f) for f in source.files])
         b = _Build(store, run, job, fit.keep_encoded if keep_encoded is None else keep_encoded)
+        b.find_parent(source_files)
         b.dedupe()
         measured, key_keep, rejects = b.measure()
-        stages = _sum_counts(measured, sum(int((~k).sum()) for k in key_keep))
+        stages = sum_counts(measured, sum(int((~k).sum()) for k in key_keep))
         b.check_counts(stages, measured, rejects)
         committed = b.commit((LATEST, *tags), measured, key_keep, rejects, stages, code, source_files)
         peak = worker_peak_rss(c)
+    incremental = {"parent": b.reuse.parent if b.reuse else None, "full_because": b.why_full, **b.report}
     return BuildResult(committed, f"{store.url.rstrip('/')}/{pipeline.name}@{committed.version}",
-                       {**run.seconds, "total": time.perf_counter() - started}, ran_on, peak)
+                       {**run.seconds, "total": time.perf_counter() - started}, ran_on, peak, incremental)
 
 
 def _in_process_only(fs: Any) -> bool:
@@ -197,7 +209,12 @@ class _Build:
         self.parts = job.source.parts
         self.masks: dict[int, list[np.ndarray]] = {}
         self.keep_encoded = keep_encoded
-        self.encoded: list[Any] = []  # with keep_encoded: per partition, the persisted (Measured, block)
+        self.encoded: dict[int, Any] = {}  # with keep_encoded: partition -> the persisted (Measured, block)
+        self.reuse: Reuse | None = None  # what carries over from the parent version (builder/incremental.py)
+        self.why_full: str | None = "no earlier version"
+        self.identities: list[str] = []
+        self.digests: list[str] = []
+        self.report: dict[str, Any] = {}
         # One copy of the job per worker instead of one per task (a 'files' source lists every file).
         # Persisted as a graph literal, not scattered: the scheduler can re-create it when the
         # worker holding it dies, where lost scattered data fails the build.
@@ -207,6 +224,22 @@ class _Build:
 
     def masks_of(self, part: int) -> dict[int, np.ndarray]:
         return {stage: masks[part] for stage, masks in self.masks.items()}
+
+    def find_parent(self, source_files: Sequence[Any]) -> None:
+        """Where the dataset has a version built with a state, what of it this build can take (``self.reuse``)."""
+        name = self.pipeline.name
+        parent = self.store.read_ref(name, LATEST)
+        data = self.store.build_state(name, parent) if parent else None
+        if data is None:
+            self.why_full = "no earlier version" if parent is None else "the latest version has no build state"
+            return
+        if any(stage.kind == "dedupe" for stage in self.pipeline.stages):
+            self.why_full = "a dedupe stage decides each row against every earlier partition"
+            return
+        self.identities = part_identities(self.parts, self.run.client.gather(source_files))
+        parts, self.why_full = match(load_state(data), state_key(self.job), self.identities)
+        if self.why_full is None:
+            self.reuse = Reuse(parent, load_state(data), self.store.manifest(name, parent).shards, parts)
 
     def dedupe(self) -> None:
         from dask import delayed
@@ -221,18 +254,27 @@ class _Build:
     def measure(self) -> tuple[list[Measured], list[np.ndarray], dict[int, list[Reject]]]:
         from dask import delayed
 
+        carried = {p.number: self.reuse.measured(p.number) for p in self.parts} if self.reuse else {}
+        todo = [p for p in self.parts if carried.get(p.number) is None]
         if self.keep_encoded:  # the blocks stay on the workers; only their Measured halves come here
-            self.encoded = self.run.client.persist([
-                delayed(encode_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in self.parts
+            blocks = self.run.client.persist([
+                delayed(encode_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in todo
             ])
-            measured = self.run("clean, encode and measure", [delayed(measured_of)(e) for e in self.encoded])
+            self.encoded = {p.number: e for p, e in zip(todo, blocks, strict=True)}
+            fresh = self.run("clean, encode and measure", [delayed(measured_of)(e) for e in blocks])
         else:
-            measured = self.run("clean and measure", [
-                delayed(measure_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in self.parts
+            fresh = self.run("clean and measure", [
+                delayed(measure_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in todo
             ])
+        carried.update({p.number: m for p, m in zip(todo, fresh, strict=True)})
+        measured = [carried[p.number] for p in self.parts]
+        self.report["partitions"] = {"measured": len(todo), "reused": len(self.parts) - len(todo)}
         key_keep = first_occurrences([m.key_hashes for m in measured])
         rejects = {p.number: list(m.rejects) for p, m in zip(self.parts, measured, strict=True)}
-        dup_parts = [p for p, keep in zip(self.parts, key_keep, strict=True) if not keep.all()]
+        kept = {p.number: self.reuse.rejects(p.number, key_keep[p.number]) for p in self.parts} if self.reuse else {}
+        rejects.update({part: r for part, r in kept.items() if r is not None})  # duplicates included
+        dup_parts = [p for p, keep in zip(self.parts, key_keep, strict=True)
+                     if not keep.all() and kept.get(p.number) is None]
         if dup_parts:
             found = self.run("duplicate keys", [
                 delayed(duplicates_pass, pure=False)(self.job_ref, p, self.masks_of(p.number), key_keep[p.number])
@@ -243,7 +285,7 @@ class _Build:
         return measured, key_keep, rejects
 
     def quarantine(self, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]) -> bytes:
-        return quarantine_bytes(_placed(self.job.source, measured, rejects))
+        return quarantine(self.job.source, measured, rejects)
 
     def check_counts(self, stages: tuple[StageCounts, ...], measured: Sequence[Measured],
                      rejects: Mapping[int, list[Reject]]) -> int:
@@ -286,25 +328,34 @@ class _Build:
             fmt.writer.end_size)
         files = [(name, writer.shard_filename(i, fmt, name)) for name, n in zip(names, counts, strict=True)
                  for i in range(n)]
+        self.digests = shard_digests(self.identities, key_keep, positions, destinations, len(files))
+        reused: dict[int, ShardEntry] = {}
+        for s, digest in enumerate(self.digests):  # the parent's shard of the same samples: its file, not its bytes
+            entry = self.reuse.shard(digest) if self.reuse else None
+            if entry is not None:
+                reused[s] = writer.reuse_shard(self.reuse.parent, entry, files[s][1])
         pieces: dict[int, list[Any]] = defaultdict(list)
         for part, keep, pos, dest in zip(self.parts, key_keep, positions, destinations, strict=True):
-            if not len(pos):
+            wanted = [shard for shard in np.unique(dest).tolist() if shard not in reused]
+            if not wanted:
                 continue
-            if self.keep_encoded:
+            if part.number in self.encoded:
                 prepared = delayed(split_pass, pure=False)(self.encoded[part.number], keep, pos, dest)
             else:
                 prepared = delayed(prepare_pass, pure=False)(self.job_ref, part, self.masks_of(part.number), keep,
                                                              pos, dest)
-            for shard in np.unique(dest).tolist():
+            for shard in wanted:
                 pieces[shard].append(delayed(take_piece, pure=False)(prepared, shard))
-        tasks = [
-            delayed(write_shard_task, pure=False)(self.store.fs, writer.partial, filename, fmt.name, *pieces[s])
-            for s, (_, filename) in enumerate(files)
-        ]
-        entries = self.run("write shards", tasks)
-        self.encoded = []  # frees the blocks on the workers
-        return [entry if split is None else replace(entry, split=split)
-                for entry, (split, _) in zip(entries, files, strict=True)]
+        written = [s for s in range(len(files)) if s not in reused]
+        tasks = [delayed(write_shard_task, pure=False)(self.store.fs, writer.partial, files[s][1], fmt.name,
+                                                       *pieces[s]) for s in written]
+        entries = dict(zip(written, self.run("write shards", tasks), strict=True))
+        self.encoded = {}  # frees the blocks on the workers
+        self.report["shards"] = {"written": len(written), "reused": len(reused),
+                                 "bytes_written": sum(entries[s].bytes for s in written)}
+        entries.update(reused)
+        return [entries[s] if split is None else replace(entries[s], split=split)
+                for s, (split, _) in enumerate(files)]
 
     def commit(self, refs: Sequence[str], measured: Sequence[Measured], key_keep: Sequence[np.ndarray],
                rejects: Mapping[int, list[Reject]], stages: tuple[StageCounts, ...], code: tuple[CodeRef, ...],
@@ -313,6 +364,8 @@ class _Build:
         at it; nothing is left but a partial directory for gc if any of it fails. ``source_files``: the
         futures of the source files' hashes."""
         pipeline = self.pipeline
+        if not self.identities:
+            self.identities = part_identities(self.parts, self.run.client.gather(source_files))
         writer = self.store.begin(pipeline.name)
         try:
             entries = self.write(writer, measured, key_keep)
@@ -321,50 +374,16 @@ class _Build:
             lineage = Lineage(pipeline=pipeline.canonical(), sources=tuple(self.run.client.gather(source_files)),
                               code=code, seed=pipeline.shards.shuffle_seed, environment=environment())
             manifest = assemble_manifest(pipeline.name, get_format(pipeline.shards.format).name, entries, stages,
-                                         (m.kinds for m in measured), lineage, _splits(pipeline, entries),
+                                         (m.kinds for m in measured), lineage, splits_section(pipeline, entries),
                                          class_names(self.job.source))
-            return writer.commit(manifest, refs)
+            committed = writer.commit(manifest, refs)
         except BaseException:
             writer.abort()
             raise
-
-
-def _splits(pipeline: Pipeline, entries: Sequence[ShardEntry]) -> Splits | None:
-    """The manifest's splits section: the pipeline's, with the samples each split got."""
-    cfg = pipeline.splits
-    if cfg is None:
-        return None
-    samples = dict.fromkeys(split_names(cfg.fractions), 0)
-    for entry in entries:
-        samples[entry.split] += entry.samples
-    return Splits(dict(cfg.fractions), samples, cfg.by, cfg.seed)
-
-
-def _sum_counts(measured: Sequence[Measured], duplicates: int) -> tuple[StageCounts, ...]:
-    totals: dict[str, list[int]] = {}
-    for m in measured:
-        for c in m.counts:
-            t = totals.setdefault(c.stage, [0, 0, 0, 0])
-            for i, v in enumerate((c.rows_in, c.rows_out, c.dropped, c.rejected)):
-                t[i] += v
-    if SAMPLE_STAGE in totals:
-        totals[SAMPLE_STAGE][1] -= duplicates
-        totals[SAMPLE_STAGE][3] += duplicates
-    return tuple(StageCounts(stage, *t) for stage, t in totals.items())
-
-
-def _placed(source: Source, measured: Sequence[Measured],
-            rejects: Mapping[int, list[Reject]]) -> Iterator[tuple[Reject, str, int]]:
-    """Each reject with its source file and 1-based row number in that file, in source order."""
-    offsets: dict[int, int] = {}
-    for part, m in zip(source.parts, measured, strict=True):
-        offset = offsets.get(part.file, 0)
-        offsets[part.file] = offset + m.counts[0].rows_in
-        for r in sorted(rejects.get(part.number, ()), key=lambda r: r.row):
-            if part.members:
-                yield r, source.files[part.members[r.row]].label, 1
-            else:
-                yield r, source.files[part.file].label, offset + r.row + 1
+        state = BuildState(state_key(self.job), self.identities, list(measured),
+                           [rejects[p.number] for p in self.parts], list(key_keep), self.digests)
+        self.store.put_build_state(pipeline.name, committed.version, save_state(state))  # for the next build
+        return committed
 
 
 def _now() -> str:

@@ -45,6 +45,7 @@ REFS = "refs"
 LATEST = "latest"
 PARTIAL_PREFIX = ".partial-"
 OWNER_NAME = ".owner.json"
+BUILD_STATE_NAME = "build-state.npz"  # what the build knew (builder/incremental.py): outside the manifest and the id
 MIN_PREFIX = 6
 _REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _HEX = re.compile(r"^[0-9a-f]+$")
@@ -179,6 +180,16 @@ class Store:
 
         self.remote(path, write)
 
+    def build_state(self, name: str, version: str) -> bytes | None:
+        """The build state a build left beside version ``version`` (None when there is none)."""
+        path = self.path(name, VERSIONS, version, BUILD_STATE_NAME)
+        return read_bytes(self.fs, path) if self._exists(path) else None
+
+    def put_build_state(self, name: str, version: str, data: bytes) -> None:
+        """Keep ``data`` beside a committed version, for the next build of the dataset (builder/incremental.py)."""
+        path = self.path(name, VERSIONS, version, BUILD_STATE_NAME)
+        self.remote(path, lambda: put_atomic(self.fs, path, data))
+
     def manifest(self, name: str, version: str) -> Manifest:
         """The manifest of a version."""
         where = self.path(name, VERSIONS, version, MANIFEST_NAME)
@@ -264,6 +275,19 @@ class VersionWriter:
     def write_shard(self, number: int, samples: Iterable[Mapping[str, Any]], fmt: ShardFormat) -> ShardEntry:
         """Write shard ``number`` (and its index) into the partial directory."""
         return write_shard_file(self.store.fs, self.partial, self.shard_filename(number, fmt), samples, fmt)
+
+    def reuse_shard(self, parent: str, entry: ShardEntry, filename: str) -> ShardEntry:
+        """Shard ``entry`` of version ``parent`` (and its index) as shard ``filename`` of this version, without
+        its bytes passing through here: a hard link on the local disk, a server-side copy on object stores."""
+        fs, source = self.store.fs, self.store.path(self.name, VERSIONS, parent)
+        index = filename + INDEX_SUFFIX
+        for old, new in ((entry.path, filename), (entry.index_path, index)):
+            src, dst = f"{source}/{old}", f"{self.partial}/{new}"
+            if is_local(fs):
+                os.link(src, dst)
+            else:
+                self.store.remote(src, lambda src=src, dst=dst: fs.cp_file(src, dst))
+        return replace(entry, path=filename, index_path=index)
 
     def commit(self, manifest: Manifest, refs: Iterable[str] = (LATEST,)) -> Manifest:
         """Publish: move the shards under the version id, write the manifest, then the refs.

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from datapipe.storage.fs import sha256_of
 from datapipe.versioning.manifest import MANIFEST_NAME, Manifest
-from datapipe.versioning.store import VERSIONS, Store
+from datapipe.versioning.store import BUILD_STATE_NAME, VERSIONS, Store
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,6 @@ def verify_version(store: Store, name: str, manifest: Manifest, version: str | N
                                     f"{present[filename]} bytes, expected {recorded[0]}"))
         elif sha256_of(fs, f"{root}/{filename}") != recorded[1]:
             problems.append(Problem("mismatch", f"{root}/{filename}", "sha256 differs"))
-    for filename in sorted(set(present) - set(expected) - {MANIFEST_NAME}):
+    for filename in sorted(set(present) - set(expected) - {MANIFEST_NAME, BUILD_STATE_NAME}):
         problems.append(Problem("extra", f"{root}/{filename}"))
     return problems

@@ -318,3 +318,26 @@ def test_concurrent_builders_into_one_s3_store_leave_only_complete_versions(digi
     assert versions[1] == digits_on_s3["summary"]["version"]  # the same inputs: the same version, only the ref moved
     for name in ("digits-tfrecord", "digits"):
         assert cli(env, "verify", f"{store}/{name}").returncode == 0
+
+
+def test_an_incremental_build_on_s3_copies_the_parents_shards_on_the_server(s3, tmp_path):
+    (tmp_path / "raw").mkdir()
+    pipeline = tmp_path / "rows.yaml"
+    pipeline.write_text("name: rows\nsource: {path: raw/*.csv, format: csv}\n"
+                        "sample: {key: id, fields: {txt: text}}\nshards: {max_bytes: 8KB}\n")
+
+    def write(n: int) -> None:
+        rows = "".join(f"f{n}r{i:03d},{'y' * (30 + i % 50)}\n" for i in range(40))
+        (tmp_path / "raw" / f"f{n}.csv").write_text("id,text\n" + rows)
+
+    for n in (0, 2, 4):
+        write(n)
+    store = Store(f"s3://{s3['bucket']}/incremental")
+    build(load_pipeline(pipeline), store)
+    write(1)
+    again = build(load_pipeline(pipeline), store)
+    scratch = build(load_pipeline(pipeline), Store(f"s3://{s3['bucket']}/scratch"))
+    assert again.manifest.version == scratch.manifest.version
+    assert again.incremental["partitions"] == {"measured": 1, "reused": 3} and again.incremental["shards"]["reused"]
+    keys = {k for b in datapipe.Loader(again.url, batch_size=10, shuffle=False, drop_last="pad") for k in b["__key__"]}
+    assert keys == {f"f{n}r{i:03d}" for n in (0, 1, 2, 4) for i in range(40)}

@@ -1,0 +1,56 @@
+"""A build's accounting: the per-stage counts summed over partitions, and each reject placed in its source file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+
+from datapipe.builder.config import Pipeline
+from datapipe.builder.passes import SAMPLE_STAGE, Measured
+from datapipe.builder.quarantine import Reject, quarantine_bytes
+from datapipe.builder.source.base import Source
+from datapipe.builder.splits import split_names
+from datapipe.versioning.manifest import ShardEntry, Splits, StageCounts
+
+
+def quarantine(source: Source, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]) -> bytes:
+    """The quarantine file (Parquet) of a build's rejects."""
+    return quarantine_bytes(placed(source, measured, rejects))
+
+
+def sum_counts(measured: Sequence[Measured], duplicates: int) -> tuple[StageCounts, ...]:
+    """Each stage's counts over all partitions; duplicate sample keys move from "out" to "rejected"."""
+    totals: dict[str, list[int]] = {}
+    for m in measured:
+        for c in m.counts:
+            t = totals.setdefault(c.stage, [0, 0, 0, 0])
+            for i, v in enumerate((c.rows_in, c.rows_out, c.dropped, c.rejected)):
+                t[i] += v
+    if SAMPLE_STAGE in totals:
+        totals[SAMPLE_STAGE][1] -= duplicates
+        totals[SAMPLE_STAGE][3] += duplicates
+    return tuple(StageCounts(stage, *t) for stage, t in totals.items())
+
+
+def placed(source: Source, measured: Sequence[Measured],
+            rejects: Mapping[int, list[Reject]]) -> Iterator[tuple[Reject, str, int]]:
+    """Each reject with its source file and 1-based row number in that file, in source order."""
+    offsets: dict[int, int] = {}
+    for part, m in zip(source.parts, measured, strict=True):
+        offset = offsets.get(part.file, 0)
+        offsets[part.file] = offset + m.counts[0].rows_in
+        for r in sorted(rejects.get(part.number, ()), key=lambda r: r.row):
+            if part.members:
+                yield r, source.files[part.members[r.row]].label, 1
+            else:
+                yield r, source.files[part.file].label, offset + r.row + 1
+
+
+def splits_section(pipeline: Pipeline, entries: Sequence[ShardEntry]) -> Splits | None:
+    """The manifest's splits section: the pipeline's, with the samples each split got."""
+    cfg = pipeline.splits
+    if cfg is None:
+        return None
+    samples = dict.fromkeys(split_names(cfg.fractions), 0)
+    for entry in entries:
+        samples[entry.split] += entry.samples
+    return Splits(dict(cfg.fractions), samples, cfg.by, cfg.seed)

@@ -1,0 +1,149 @@
+"""Incremental builds: what a version's build knew, kept beside its shards, so that the next build of a changed
+source measures only the partitions whose bytes changed and reuses the parent's shards whose samples did not.
+
+The state (``build-state.npz`` in the version directory, outside the manifest and the id) holds, for each
+partition, an identity (its source files' content hashes and its place in them, under a key of everything
+else that decides what it becomes: the pipeline, its code, the source's schema and options) and the measure
+pass's report; and for each shard a digest of the (partition, row) sequence it holds. A shard of the new plan
+with a digest of the parent's holds the same samples in the same order, so the same bytes: its file is the
+parent's (a hard link on local disks, a server-side copy on object stores). The result is the version a
+from-scratch build gives; reuse only skips work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from datapipe.builder.passes import BuildJob, Measured
+from datapipe.builder.quarantine import Reject
+from datapipe.builder.source.base import Part
+from datapipe.versioning.manifest import FORMAT_VERSION, ShardEntry, SourceFile, StageCounts, canonical_json
+
+STATE_NAME = "build-state.npz"
+STATE_FORMAT = 1
+
+
+@dataclass
+class BuildState:
+    """A committed build's partitions (identity, measure report, rejects, kept keys) and shard digests."""
+
+    key: str
+    parts: list[str]
+    measured: list[Measured]
+    rejects: list[list[Reject]]  # every reject of the partition, duplicate keys included
+    key_keep: list[np.ndarray]
+    digests: list[str]  # per shard of the version, in manifest order
+
+
+def state_key(job: BuildJob) -> str:
+    """What must be equal for a partition's report to carry over: pipeline, code, source schema and options."""
+    source = job.source
+    return hashlib.sha256(canonical_json({
+        "format": FORMAT_VERSION, "state": STATE_FORMAT, "pipeline": job.pipeline.canonical(), "code": job.code,
+        "source": [source.format, source.schema, source.has_header, sorted(map(str, source.options.items()))],
+    })).hexdigest()
+
+
+def part_identities(parts: Sequence[Part], files: Sequence[SourceFile]) -> list[str]:
+    """Per partition, a digest of the content hashes of its files and where in them it lies."""
+    out = []
+    for p in parts:
+        hashes = [files[i].hash for i in (p.members or (p.file,))]
+        out.append(hashlib.blake2b(canonical_json([hashes, p.start, p.length, p.row_group, p.exact]),
+                                   digest_size=16).hexdigest())
+    return out
+
+
+def shard_digests(identities: Sequence[str], key_keep: Sequence[np.ndarray], positions: Sequence[np.ndarray],
+                  destinations: Sequence[np.ndarray], shards: int) -> list[str]:
+    """Per shard of a plan, the digest of its (partition identity, row) sequence in output order."""
+    ids = np.frombuffer(b"".join(bytes.fromhex(i) for i in identities), dtype=np.uint8).reshape(-1, 16)
+    part = np.concatenate([np.full(len(pos), i, dtype=np.int64) for i, pos in enumerate(positions)] or [[]])
+    row = np.concatenate([np.flatnonzero(keep) for keep in key_keep] or [[]]).astype("<i8")
+    dest = np.concatenate(list(destinations) or [[]]).astype(np.int64)
+    pos = np.concatenate(list(positions) or [[]]).astype(np.int64)
+    order = np.lexsort((pos, dest))
+    records = np.concatenate([ids[part[order]], row[order].view(np.uint8).reshape(-1, 8)], axis=1)
+    cuts = np.searchsorted(dest[order], np.arange(shards + 1))
+    return [hashlib.sha256(records[a:b].tobytes()).hexdigest() for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
+def save_state(state: BuildState) -> bytes:
+    """The state as npz bytes: arrays as they are, everything else as one JSON document."""
+    arrays: dict[str, np.ndarray] = {}
+    meta: dict[str, Any] = {"key": state.key, "parts": state.parts, "digests": state.digests, "measured": []}
+    for i, (m, rejects, keep) in enumerate(zip(state.measured, state.rejects, state.key_keep, strict=True)):
+        arrays[f"sizes{i}"], arrays[f"keys{i}"], arrays[f"keep{i}"] = m.sizes, m.key_hashes, keep
+        if m.splits is not None:
+            arrays[f"splits{i}"] = m.splits
+        meta["measured"].append({"counts": [asdict(c) for c in m.counts], "kinds": {k: sorted(v) for k, v in
+                                 m.kinds.items()}, "rejects": [asdict(r) for r in rejects],
+                                 "measure_rejects": len(m.rejects), "splits": m.splits is not None})
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    out = io.BytesIO()
+    np.savez(out, **arrays)
+    return out.getvalue()
+
+
+def load_state(data: bytes) -> BuildState | None:
+    """The state saved by ``save_state``; None when it cannot be read (the build is then a full one)."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            meta = json.loads(z["meta"].tobytes())
+            measured, rejects, keep = [], [], []
+            for i, m in enumerate(meta["measured"]):
+                all_rejects = [Reject(**r) for r in m["rejects"]]
+                measured.append(Measured([StageCounts(**c) for c in m["counts"]], all_rejects[:m["measure_rejects"]],
+                                         z[f"sizes{i}"], z[f"keys{i}"], {k: set(v) for k, v in m["kinds"].items()},
+                                         z[f"splits{i}"] if m["splits"] else None))
+                rejects.append(all_rejects)
+                keep.append(z[f"keep{i}"])
+        return BuildState(meta["key"], meta["parts"], measured, rejects, keep, meta["digests"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass
+class Reuse:
+    """What a build takes from its parent: the parent's state and the map from this build's partitions to it."""
+
+    parent: str  # the parent version id
+    state: BuildState
+    entries: Sequence[ShardEntry]  # the parent's shards, in manifest order
+    parts: list[int | None]  # per partition of this build: its partition in the parent, or None (to measure)
+
+    def measured(self, part: int) -> Measured | None:
+        """The parent's report on partition ``part`` of this build, if it is the same partition."""
+        i = self.parts[part]
+        return None if i is None else self.state.measured[i]
+
+    def rejects(self, part: int, key_keep: np.ndarray) -> list[Reject] | None:
+        """The parent's rejects of partition ``part`` (duplicates included) when its kept keys are the same."""
+        i = self.parts[part]
+        if i is None or not np.array_equal(self.state.key_keep[i], key_keep):
+            return None
+        return list(self.state.rejects[i])
+
+    def shard(self, digest: str) -> ShardEntry | None:
+        """The parent's shard of these samples, if it has one."""
+        return self._by_digest.get(digest)
+
+    def __post_init__(self) -> None:
+        self._by_digest: Mapping[str, ShardEntry] = dict(zip(self.state.digests, self.entries, strict=True))
+
+
+def match(state: BuildState | None, key: str, identities: Sequence[str]) -> tuple[list[int | None], str | None]:
+    """Per partition, its index in ``state``'s partitions (or None), and why nothing carries over, if so."""
+    if state is None:
+        return [None] * len(identities), "the parent has no readable build state"
+    if state.key != key:
+        return [None] * len(identities), "the pipeline, its code or the source's schema changed"
+    where = {identity: i for i, identity in enumerate(state.parts)}
+    return [where.get(identity) for identity in identities], None
