@@ -21,6 +21,7 @@ from benchmarks.image_peers import IMAGE_PEERS
 from benchmarks.images import ImageWorkload, generate, jpeg_files
 from benchmarks.measure import Readers
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OURS = "datapipe-img"
 FLOOR = "pillow"
 TOOLS = [OURS, *IMAGE_PEERS]
@@ -43,6 +44,11 @@ def _disk(path: str) -> int:
     return sum(os.path.getsize(f) for f in measure.files_under(path))
 
 
+def build_env() -> dict:
+    """The environment of ``datapipe build``: its map stage is ``benchmarks.image_ours``, so ROOT is on the path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+
+
 def write_all(w: ImageWorkload, images: str, workdir: str, timeout: float) -> dict:
     """Every peer's writer, then ``datapipe build``; {tool: {"write": {seconds, disk_bytes}, "read": {}}}."""
     files = jpeg_files(w, images)
@@ -58,8 +64,7 @@ def write_all(w: ImageWorkload, images: str, workdir: str, timeout: float) -> di
         tools[tool] = {"write": {"seconds": seconds, "disk_bytes": _disk(out)}, "read": {}}
         log(f"  write {tool}: {seconds:.2f}s, {w.images / seconds:,.0f} images/s")
     pipeline = image_ours.prepare(images, os.path.join(workdir, "source"))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    env = build_env()
     b = building.build(pipeline, os.path.join(workdir, OURS), 2, timeout, keep=True, env=env)
     tools[OURS] = {"write": {"seconds": b["seconds"], "disk_bytes": _disk(os.path.join(workdir, OURS))},
                    "build": b, "read": {}}
