@@ -2,7 +2,8 @@
 
     python -m benchmarks.gpu_images --workdir DIR [--quick] [--out FILE]
 
-For a lent GPU machine (run by hand, not by ``benchmarks.run``). Makes W4's JPEG folders in
+For a lent GPU machine (run by hand, not by ``benchmarks.run``; it needs a CUDA build of torch and
+torchvision, datapipe's dependencies, Pillow and scikit-learn, no network). Makes W4's JPEG folders in
 DIR/w4/jpeg and builds them into DIR/w4/datapipe-img (both reused when there), then reads the
 dataset with ``decode={"jpg": datapipe.image(size=224, crop=..., device="cuda")}`` (train:
 random-resized crop + flip; eval: resize 256 + center crop), with 0 and 2 DataLoader workers,
