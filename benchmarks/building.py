@@ -57,17 +57,20 @@ def prepare(data: Data, directory: str) -> str:
     return pipeline
 
 
-def build(pipeline: str, store: str, workers: int, timeout: float = 3600) -> dict:
-    """Run ``python -m datapipe build PIPELINE --out STORE --workers N --json`` once; the store is removed after."""
+def build(pipeline: str, store: str, workers: int, timeout: float = 3600, keep: bool = False,
+          env: dict | None = None) -> dict:
+    """Run ``python -m datapipe build PIPELINE --out STORE --workers N --json`` once; the store is removed after
+    unless ``keep``."""
     shutil.rmtree(store, ignore_errors=True)
     cmd = [sys.executable, "-m", "datapipe", "build", pipeline, "--out", store, "--workers", str(workers), "--json"]
     t = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     seconds = time.perf_counter() - t
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    shutil.rmtree(store, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(store, ignore_errors=True)
     return {"workers": workers, "seconds": seconds, "summary": summary}
 
 

@@ -18,11 +18,13 @@ already warm), the sum of the first bytes (a cross-check) and peak RSS in MB:
   only. RSS also counts the page-cache pages of files a reader maps (datapipe memory-maps
   its shards), which the kernel shares and can drop; RssAnon leaves them out.
 
-TOOL is datapipe, a peer name (benchmarks.peers.PEERS) or "floor"; MODE is one (one process),
+TOOL is datapipe, a peer name (benchmarks.peers.PEERS) or "floor", or for W4 datapipe-img, an
+image peer (benchmarks.image_peers.IMAGE_PEERS) or "pillow" (the decode floor); MODE is one (one process),
 loader (torch DataLoader, 2 workers, batch 256), index (Mosaic's ds[i]), or for the floor,
 cat (read the shard files in 8 MB chunks), memmap (numpy sum over an np.memmap of each shard) and
-copy (every byte copied through an np.memmap into a reused 25 MiB buffer).
-PATH is the tool's output directory (for the floor: the datapipe store).
+copy (every byte copied through an np.memmap into a reused 25 MiB buffer); W4's are train-one,
+train-loader, eval-one, eval-loader and the floor's decode.
+PATH is the tool's output directory (for the floor: the datapipe store; for pillow, the JPEG folder).
 """
 
 from __future__ import annotations
@@ -101,6 +103,12 @@ def memmap_copy(files: list[str]) -> list[int]:
 
 FAMILIES = {"datapipe": "datapipe", "floor": "floor", "wds": "wds", "wds-int": "wds", "mds": "mds",
             "litdata": "litdata"}
+# W4's readers (benchmarks.image_run) have servers of their own: importing torchvision and Pillow into the W1/W2
+# servers would add their pages to every W1/W2 reader's RSS
+IMAGE_FAMILIES = {"datapipe-img": "datapipe-img", "wds-img": "wds-img", "mds-img": "mds-img",
+                  "litdata-img": "litdata-img", "pillow": "pillow"}
+FAMILIES.update(IMAGE_FAMILIES)
+BYTE_FAMILIES = ("datapipe", "floor", "wds", "mds", "litdata")
 
 
 def reader(tool: str, mode: str, path: str) -> Callable[[], list[int]]:
@@ -108,6 +116,16 @@ def reader(tool: str, mode: str, path: str) -> Callable[[], list[int]]:
     if tool == "datapipe":
         from benchmarks.ours import READERS
         return lambda: READERS[mode](path)
+    if tool == "datapipe-img":
+        from benchmarks.image_ours import READERS as IMAGE_READERS
+        return lambda: IMAGE_READERS[mode](path)
+    if tool == "pillow":
+        from benchmarks.image_transforms import pillow_floor
+        images = files_under(path)
+        return lambda: pillow_floor(images)
+    if tool in IMAGE_FAMILIES:
+        from benchmarks.image_peers import IMAGE_PEERS
+        return lambda: IMAGE_PEERS[tool][2][mode](path)
     if tool == "floor":
         from benchmarks.ours import shard_files
         files = shard_files(path)
@@ -123,6 +141,16 @@ def preimport(family: str) -> None:
     import datapipe.versioning.store  # noqa: F401
 
     if family == "floor":
+        return
+    if family == "pillow":
+        import PIL.Image  # noqa: F401
+        return
+    if family in IMAGE_FAMILIES:  # the base family's stack, then torchvision's transforms and Pillow
+        preimport(family.removesuffix("-img"))
+        from benchmarks import image_transforms
+        image_transforms.transform("train"), image_transforms.transform("eval")
+        import benchmarks.image_ours
+        import benchmarks.image_peers  # noqa: F401
         return
     import torch  # noqa: F401
 
@@ -225,7 +253,7 @@ def serve(family: str) -> None:
 class Readers:
     """One server process per tool family, started before the benchmark holds any samples."""
 
-    def __init__(self, cwd: str, families: Iterable[str] = tuple(dict.fromkeys(FAMILIES.values()))) -> None:
+    def __init__(self, cwd: str, families: Iterable[str] = BYTE_FAMILIES) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [cwd, os.environ.get("PYTHONPATH")]))}
         self.servers = {
             f: subprocess.Popen([sys.executable, "-m", "benchmarks.measure", "--serve", f], cwd=cwd, env=env,

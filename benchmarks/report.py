@@ -6,6 +6,8 @@ import json
 import os
 from collections.abc import Callable
 
+from benchmarks import image_report
+
 TOOLS = ["datapipe", "wds", "wds-int", "mds", "litdata", "litdata-bw"]
 LABELS = {"datapipe": "datapipe", "wds": "WebDataset", "wds-int": "WebDataset int mtime", "mds": "Mosaic MDS",
           "litdata": "LitData optimize", "litdata-bw": "LitData BinaryWriter"}
@@ -196,12 +198,13 @@ def _many_shards_rows(w: dict) -> list[list[str]]:
 
 def markdown(results: dict) -> str:
     """The whole table, one block per workload, in markdown."""
-    header = ["figure", *(LABELS[t] for t in TOOLS), "datapipe / best peer"]
     out = []
     for w in results["workloads"].values():
-        out += [f"**{w['describe']}**", "", "| " + " | ".join(header) + " |",
+        images = w.get("kind") == "images"  # W4: its own tools and rows
+        header = image_report.header() if images else ["figure", *(LABELS[t] for t in TOOLS), "datapipe / best peer"]
+        out += [f"**{image_report.describe(w) if images else w['describe']}**", "", "| " + " | ".join(header) + " |",
                 "|" + "---|" * len(header)]
-        out += ["| " + " | ".join(row) + " |" for row in table(w)]
+        out += ["| " + " | ".join(row) + " |" for row in (image_report.table(w) if images else table(w))]
         out += [""]
     m = results["machine"]
     out.append(f"{m['date']}, datapipe at {m.get('git', '?')}, {m['cpu']}, {m['cores']} cores, "
@@ -226,7 +229,7 @@ def check(results: dict) -> list[str]:
     for w in results["workloads"].values():
         for tool, r in w["tools"].items():
             for mode, m in r.get("read", {}).items():
-                expected = w["samples"] - (w["samples"] % 256 if tool == "datapipe" else 0)
+                expected = w["samples"] - (w["samples"] % 256 if tool.startswith("datapipe") else 0)
                 if m["samples"] != expected:
                     problems.append(f"{w['workload']} {tool} {mode}: read {m['samples']} samples, expected {expected}")
     return problems
@@ -239,7 +242,9 @@ def chart(results: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    workloads = list(results["workloads"].values())
+    workloads = [w for w in results["workloads"].values() if w.get("kind") != "images"]
+    if not workloads:
+        return
     fig, axes = plt.subplots(1, len(workloads) + 1, figsize=(6 * len(workloads) + 5, 5))
     groups = [("write", lambda w, t: _write(w, t, "samples")),
               ("read, 1 process", lambda w, t: _read(w, t, "one", "samples")),
@@ -283,5 +288,8 @@ def save(results: dict, out: str) -> dict[str, str]:
         json.dump(results, f, indent=1, sort_keys=True)
     with open(paths["md"], "w") as f:
         f.write(markdown(results) + "\n")
-    chart(results, paths["png"])
+    if any(w.get("kind") != "images" for w in results["workloads"].values()):
+        chart(results, paths["png"])
+    else:
+        del paths["png"]
     return paths

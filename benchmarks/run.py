@@ -1,12 +1,13 @@
 """datapipe against WebDataset, MosaicML Streaming and LitData, in one run on one machine (issue 6).
 
-    python -m benchmarks.run [--quick] [--workdir DIR] [--out DIR]
+    python -m benchmarks.run [--quick] [--workdir DIR] [--out DIR] [--workloads w1,w2,w4]
 
 For each workload (W1: 200,000 x 1 KiB, W2: 10,000 x 100 KiB; a tenth with --quick): write it
 from memory with every tool, read each result back in a fresh process (one process, then a
 DataLoader with 2 workers), measure the cat and memmap floors on datapipe's shards and time
 ``datapipe build`` from Parquet with 1 and 2 Dask workers. Prints the table and writes
-results.json, results.md and results.png to --out. See benchmarks/README.md.
+results.json, results.md and results.png to --out. W4 (issue 18: 20,000 JPEGs, train and eval
+transforms) is ``benchmarks.image_run``. See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import tempfile
 import time
 from importlib import metadata
 
-from benchmarks import building, measure, ours, report, write_floor
-from benchmarks.measure import Readers
+from benchmarks import building, image_run, measure, ours, report, write_floor
+from benchmarks.images import image_workload
+from benchmarks.measure import BYTE_FAMILIES, Readers
 from benchmarks.peers import PEERS, import_all
 from benchmarks.workloads import Data, Workload, generate, workloads
 
@@ -100,6 +102,7 @@ def write_floors(data: Data, workdir: str) -> dict:
     return floors
 
 
+WORKLOADS = ("w1", "w2", "w4")  # W3 is benchmarks/build_scale.py
 REPEAT_UNDER = 10.0  # seconds: reads quicker than this are measured three times, and the median kept
 
 
@@ -183,20 +186,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"),
                         help="where results.json/.md/.png go [benchmarks/results]")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for one measurement")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated, of {', '.join(WORKLOADS)} [all of them]")
     args = parser.parse_args(argv)
+    chosen = [n.strip().lower() for n in args.workloads.split(",") if n.strip()]
+    if not chosen or set(chosen) - set(WORKLOADS):
+        parser.error(f"--workloads: {args.workloads!r}; use a comma-separated list of {', '.join(WORKLOADS)}")
+    families = ([*BYTE_FAMILIES] if set(chosen) - {"w4"} else []) + (image_run.FAMILIES if "w4" in chosen else [])
     start = time.perf_counter()
     results = {"quick": args.quick, "machine": machine(), "workloads": {}}
     tmp = None if args.workdir else tempfile.mkdtemp(prefix="datapipe-bench-")
     workdir = args.workdir or tmp
     try:
-        with Readers(ROOT) as readers:
+        with Readers(ROOT, families) as readers:
             import_all()  # the peers' writers, while the reader servers import theirs
             readers.wait_ready()
+            repeats = 1 if args.quick else 3
             for w in workloads(args.quick):
-                results["workloads"][w.name] = run_workload(readers, w, os.path.join(workdir, w.name), args.timeout,
-                                                            1 if args.quick else 3)
+                if w.name in chosen:
+                    results["workloads"][w.name] = run_workload(readers, w, os.path.join(workdir, w.name),
+                                                                args.timeout, repeats)
                 if tmp:
-                    shutil.rmtree(os.path.join(workdir, w.name))
+                    shutil.rmtree(os.path.join(workdir, w.name), ignore_errors=True)
+            if "w4" in chosen:
+                results["workloads"]["w4"] = image_run.run_w4(readers, image_workload(args.quick),
+                                                              os.path.join(workdir, "w4"), args.timeout, repeats,
+                                                              read_rounds)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
