@@ -162,7 +162,9 @@ def build(
                        loaded.where("splits.by"))
         source_files = c.compute([_hash_task(source.fs, f) for f in source.files])
         b = _Build(store, run, job, fit.keep_encoded if keep_encoded is None else keep_encoded)
+        looked = time.perf_counter()
         b.find_parent(source_files)
+        run.seconds["find parent"] = time.perf_counter() - looked
         b.dedupe()
         measured, key_keep, rejects = b.measure()
         stages = sum_counts(measured, sum(int((~k).sum()) for k in key_keep))

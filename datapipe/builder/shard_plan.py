@@ -14,16 +14,22 @@ import numpy as np
 def first_occurrences(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Per partition, a keep-mask that is True for the first row (in source order) of each hash.
 
-    ``hashes`` holds one (n, 2) uint64 array per partition, in source order.
+    ``hashes`` holds one (n, 2) uint64 array per partition, in source order. One stable sort of the first
+    halves finds the few rows that share one; only those are compared whole.
     """
     counts = [len(h) for h in hashes]
     if not sum(counts):
         return [np.zeros(0, dtype=bool) for _ in hashes]
     flat = np.concatenate([np.asarray(h, dtype=np.uint64).reshape(-1, 2) for h in hashes])
-    rows = np.ascontiguousarray(flat).view(np.dtype((np.void, 16))).ravel()
-    _, first = np.unique(rows, return_index=True)
-    keep = np.zeros(len(rows), dtype=bool)
-    keep[first] = True
+    keep = np.ones(len(flat), dtype=bool)
+    order = np.argsort(flat[:, 0], kind="stable")
+    repeats = np.flatnonzero(flat[order[1:], 0] == flat[order[:-1], 0]) + 1  # sorted places equal to the one before
+    if len(repeats):
+        rows = np.unique(order[np.concatenate([repeats, repeats - 1])])  # source order
+        whole = np.ascontiguousarray(flat[rows]).view(np.dtype((np.void, 16))).ravel()
+        _, first = np.unique(whole, return_index=True)
+        keep[rows] = False
+        keep[rows[first]] = True
     return np.split(keep, np.cumsum(counts)[:-1])
 
 
