@@ -6,9 +6,13 @@ Layout (documented in docs/reference/store.md and schemas/manifest.schema.json):
     STORE/NAME/versions/VERSION/train-000000.tar      ... named by their split, in a version with splits
     STORE/NAME/versions/VERSION/manifest.json         written last: a version is complete iff it exists
     STORE/NAME/versions/VERSION/rejected.parquet      quarantined rows, when there are any
+    STORE/NAME/versions/VERSION/pruned.json           a pruned version that still holds shards others share
     STORE/NAME/versions/.partial-ID/                  a version being written (never listed)
     STORE/NAME/refs/latest, STORE/NAME/refs/TAG       a version id and a newline
+    STORE/NAME/leases/ID.json                         a hold on a version (versioning/leases.py)
     STORE/NAME/rejected/TIME-ID.parquet               quarantine of a build that failed (kept for the user)
+
+A shard entry with ``stored_in`` lies in that version's directory instead (shared, stored once).
 
 Commit: shards into a partial directory, then moved under their version id (a rename on
 local disks; on object stores server-side copies, many at once, then one bulk delete), then
@@ -179,6 +183,14 @@ class Store:
 
         self.remote(path, write)
 
+    def shard_dir(self, name: str, version: str, entry: ShardEntry) -> str:
+        """The directory that holds ``entry``'s shard and index: its ``stored_in`` version's, else ``version``'s."""
+        return self.path(name, VERSIONS, entry.stored_in or version)
+
+    def shard_file(self, name: str, version: str, entry: ShardEntry, index: bool = False) -> str:
+        """The path of ``entry``'s shard (its index, with ``index``) in version ``version`` of ``name``."""
+        return f"{self.shard_dir(name, version, entry)}/{entry.index_path if index else entry.path}"
+
     def manifest(self, name: str, version: str) -> Manifest:
         """The manifest of a version."""
         where = self.path(name, VERSIONS, version, MANIFEST_NAME)
@@ -246,6 +258,7 @@ class VersionWriter:
         self.store = store
         self.name = name
         self.parent = store.read_ref(name, LATEST)
+        self._leases: dict[str, Any] = {}  # version -> this writer's lease on it, for the shards it shares
         self.partial = store.path(name, VERSIONS, f"{PARTIAL_PREFIX}{uuid.uuid4().hex}")
         owner = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}).encode()
 
@@ -265,6 +278,21 @@ class VersionWriter:
         """Write shard ``number`` (and its index) into the partial directory."""
         return write_shard_file(self.store.fs, self.partial, self.shard_filename(number, fmt), samples, fmt)
 
+    def share_shard(self, entry: ShardEntry, parent_version: str) -> ShardEntry:
+        """``entry`` of version ``parent_version`` reused in this version without copying a byte: the entry with
+        ``stored_in`` naming the directory that holds the file (the parent's, or the one the parent itself
+        shares it from). Put it in the manifest given to ``commit``.
+
+        The writer leases ``parent_version`` until the commit (or abort), so a gc meanwhile keeps its files;
+        a NotFoundError when that version is no more.
+        """
+        if parent_version not in self._leases:
+            from datapipe.versioning.leases import Lease
+
+            self._leases[parent_version] = Lease(self.store, self.name, parent_version, kind="build",
+                                                 note=f"shards shared by {self.partial.rsplit('/', 1)[-1]}")
+        return replace(entry, stored_in=entry.stored_in or parent_version)
+
     def commit(self, manifest: Manifest, refs: Iterable[str] = (LATEST,)) -> Manifest:
         """Publish: move the shards under the version id, write the manifest, then the refs.
 
@@ -278,7 +306,8 @@ class VersionWriter:
             manifest = store.manifest(self.name, manifest.version)
         else:
             store.remote(final, lambda: fs.makedirs(final, exist_ok=True))
-            names = [name for entry in manifest.shards for name in (entry.path, entry.index_path)]
+            names = [name for entry in manifest.shards if entry.stored_in is None  # shared: already in place
+                     for name in (entry.path, entry.index_path)]
             self._move(names + ([manifest.rejected] if manifest.rejected else []), final)
             where = f"{final}/{MANIFEST_NAME}"
             store.remote(where, lambda: put_atomic(fs, where, manifest.to_json()))  # after every shard is in place
@@ -305,9 +334,12 @@ class VersionWriter:
             list(pool.map(copy, names))  # raises the first failure; the manifest is then never written
 
     def abort(self) -> None:
-        """Remove the partial directory and everything in it."""
+        """Remove the partial directory and everything in it; end the leases on the versions shared from."""
         if self.store._exists(self.partial):
             self.store.remote(self.partial, lambda: self.store.fs.rm(self.partial, recursive=True))
+        for lease in self._leases.values():
+            lease.release()
+        self._leases.clear()
 
 
 def _now() -> str:
