@@ -70,12 +70,17 @@ class LeaseRecord:
     note: str = ""
     kind: str = "reader"  # reader (a Loader or open_dataset), manual (`datapipe lease`), build (a writer)
 
-    def holds(self, now: float | None = None) -> bool:
-        """Whether the lease counts: not expired, and its process (on this host) alive."""
+    def state(self, now: float | None = None) -> str:
+        """'holds', 'expired', or 'dead' (its process on this host has ended)."""
         now = time.time() if now is None else now
         if datetime.datetime.fromisoformat(self.expires).timestamp() <= now:
-            return False
-        return self.pid is None or self.host != socket.gethostname() or _pid_alive(self.pid)
+            return "expired"
+        alive = self.pid is None or self.host != socket.gethostname() or _pid_alive(self.pid)
+        return "holds" if alive else "dead"
+
+    def holds(self, now: float | None = None) -> bool:
+        """Whether the lease counts: not expired, and its process (on this host) alive."""
+        return self.state(now) == "holds"
 
     def to_json(self) -> bytes:
         """The file's bytes."""

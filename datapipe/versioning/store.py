@@ -260,7 +260,8 @@ class VersionWriter:
         self.parent = store.read_ref(name, LATEST)
         self._leases: dict[str, Any] = {}  # version -> this writer's lease on it, for the shards it shares
         self.partial = store.path(name, VERSIONS, f"{PARTIAL_PREFIX}{uuid.uuid4().hex}")
-        owner = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}).encode()
+        self._owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}
+        owner = json.dumps(self._owner).encode()
 
         def start() -> None:
             store.fs.makedirs(self.partial, exist_ok=True)
@@ -305,6 +306,9 @@ class VersionWriter:
         if manifest.version in store.versions(self.name):
             manifest = store.manifest(self.name, manifest.version)
         else:
+            owner, committing = f"{self.partial}/{OWNER_NAME}", {**self._owner, "committing": manifest.version}
+            # gc leaves the version directory alone while this live writer fills it
+            store.remote(owner, lambda: put_atomic(fs, owner, json.dumps(committing).encode()))
             store.remote(final, lambda: fs.makedirs(final, exist_ok=True))
             names = [name for entry in manifest.shards if entry.stored_in is None  # shared: already in place
                      for name in (entry.path, entry.index_path)]
