@@ -109,7 +109,8 @@ class TestHistory:
         assert [e.version for e in entries] == [v[2].version, v[1].version, v[0].version]
         assert entries[0].changes == {"added": 0, "removed": 0, "changed": 10, "unchanged": 20}
         assert entries[0].tags == ["latest"] and entries[2].tags == ["old"] and entries[2].parent_state is None
-        assert entries[0].own_bytes == v[2].shards[1].bytes and entries[0].shared_bytes == v[2].bytes - v[2].shards[1].bytes
+        own = v[2].shards[1].bytes
+        assert entries[0].own_bytes == own and entries[0].shared_bytes == v[2].bytes - own
         assert len(problems) == 1 and problems[0].startswith(f"ref gone names version {'f' * 64}, which is missing")
 
 
