@@ -9,6 +9,7 @@ import click
 from datapipe.cli.datasets import _JSON, _echo_json, _size, dataset_of
 from datapipe.cli.options import storage_options
 from datapipe.errors import ConfigError, NotFoundError
+from datapipe.versioning.history import as_json as entry_json
 from datapipe.versioning.history import history, usage
 from datapipe.versioning.leases import parse_duration as duration
 from datapipe.versioning.leases import read_leases, release_lease, take_lease
@@ -116,7 +117,7 @@ def log_command(dataset: str, as_json: bool) -> None:
     for problem in problems:
         click.echo(f"warning: {problem}", err=True)
     if as_json:
-        _echo_json([as_json(e) for e in entries])
+        _echo_json([entry_json(e) for e in entries])
         return
     for e in entries:
         marks = ", ".join(e.tags + [f"leased {lid}" for lid in e.leases] + ([] if e.reachable else ["not on latest"]))
