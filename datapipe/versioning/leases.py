@@ -20,11 +20,13 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from datapipe.errors import ConfigError, DatapipeError, NotFoundError
 from datapipe.storage.fs import put_atomic, read_bytes
-from datapipe.versioning.manifest import MANIFEST_NAME
-from datapipe.versioning.store import VERSIONS, Store
+
+if TYPE_CHECKING:  # the store's writer takes leases itself (share_shard): no import at run time, no cycle
+    from datapipe.versioning.store import Store
 
 log = logging.getLogger(__name__)
 LEASES = "leases"
@@ -154,8 +156,7 @@ def take_lease(store: Store, name: str, version: str, duration: float, note: str
                          started=_iso(now), expires=_iso(now + duration), note=note, kind=kind)
     path = lease_path(store, name, record.id)
     store.remote(path, lambda: put_atomic(store.fs, path, record.to_json()))
-    manifest = store.path(name, VERSIONS, version, MANIFEST_NAME)
-    if not store.remote(manifest, lambda: store.fs.exists(manifest)):
+    if not store.is_complete(name, version):
         _remove(store, path)
         raise NotFoundError(f"{store.url}/{name}@{version[:12]}: no such version (deleted by gc?); nothing leased")
     return record

@@ -158,6 +158,10 @@ class Store:
             if not v.startswith(".") and self._exists(self.path(name, VERSIONS, v, MANIFEST_NAME))
         ]
 
+    def is_complete(self, name: str, version: str) -> bool:
+        """Whether ``version`` of ``name`` has its manifest (is complete)."""
+        return self._exists(self.path(name, VERSIONS, version, MANIFEST_NAME))
+
     def refs(self, name: str) -> dict[str, str]:
         """ref name -> version id."""
         return {r: self.read_ref(name, r) for r in self.entry_names(self.path(name, REFS)) if not r.startswith(".")}
