@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from datapipe.errors import ConfigError, DatapipeError, NotFoundError
-from datapipe.storage.fs import put_atomic, read_bytes
+from datapipe.storage.fs import is_local, put_atomic, read_bytes
 
 if TYPE_CHECKING:  # the store's writer takes leases itself (share_shard): no import at run time, no cycle
     from datapipe.versioning.store import Store
@@ -165,6 +165,9 @@ def take_lease(store: Store, name: str, version: str, duration: float, note: str
 def _remove(store: Store, path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         store.remote(path, lambda: store.fs.rm_file(path))
+    if is_local(store.fs):  # the last lease gone: no empty folder left in the dataset (object stores have none)
+        with contextlib.suppress(OSError):
+            os.rmdir(path.rsplit("/", 1)[0])
 
 
 def release_lease(store: Store, name: str, lease_id: str) -> LeaseRecord | None:
