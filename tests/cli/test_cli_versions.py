@@ -51,6 +51,7 @@ def test_bad_lease_and_gc_input_is_one_line_naming_the_argument(tmp_path):
     ]:
         out = run(*args, cwd=tmp_path)
         assert out.returncode == code and out.stderr.startswith(message), (args, out.stderr)
+    (tmp_path / "storage/toy/leases").mkdir(exist_ok=True)  # (the last lease released took the folder)
     (tmp_path / "storage/toy/leases/bad.json").write_text("{not json")
     out = run("lease", "storage/toy", cwd=tmp_path)
     assert out.returncode == 0 and "storage/toy/leases/bad.json: damaged lease file" in out.stderr
