@@ -11,6 +11,7 @@ import click
 from datapipe.cli.options import storage_options
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.versioning.gc import collect
+from datapipe.versioning.leases import parse_duration
 from datapipe.versioning.manifest import Manifest
 from datapipe.versioning.sample_diff import VersionDiff, diff_splits, diff_versions, sample_hashes, split_hashes
 from datapipe.versioning.store import Store, check_ref_name, open_dataset_url, parse_dataset_url
@@ -35,7 +36,8 @@ def _echo_json(data: Any) -> None:
 @click.argument("store_url", metavar="STORE", default="storage")
 @_JSON
 def ls(store_url: str, as_json: bool) -> None:
-    """List datasets, versions, tags, samples, size, creation time and parent in STORE."""
+    """List datasets, versions, tags, samples, size (own: in the version's directory; shared: stored once in
+    an earlier version's), creation time and parent in STORE."""
     store = Store(store_url, storage_options())
     rows = []
     for name in store.datasets():
@@ -45,15 +47,18 @@ def ls(store_url: str, as_json: bool) -> None:
         for version in store.versions(name):
             m = store.manifest(name, version)
             rows.append({"dataset": name, "version": version, "tags": sorted(tags.get(version, [])),
-                         "samples": m.samples, "bytes": m.bytes, "created_at": m.created_at, "parent": m.parent})
+                         "samples": m.samples, "bytes": m.bytes, "own_bytes": m.own_bytes,
+                         "shared_bytes": m.shared_bytes, "created_at": m.created_at, "parent": m.parent})
     if as_json:
         _echo_json(rows)
         return
     rows.sort(key=lambda r: (r["dataset"], r["created_at"]))
-    click.echo(f"{'DATASET':16} {'VERSION':12} {'TAGS':16} {'SAMPLES':>10} {'SIZE':>9}  {'CREATED':25} PARENT")
+    click.echo(f"{'DATASET':16} {'VERSION':12} {'TAGS':16} {'SAMPLES':>10} {'SIZE':>9} {'OWN':>9} {'SHARED':>9}  "
+               f"{'CREATED':25} PARENT")
     for r in rows:
         click.echo(f"{r['dataset']:16} {r['version'][:12]:12} {','.join(r['tags']) or '-':16} {r['samples']:>10} "
-                   f"{_size(r['bytes']):>9}  {r['created_at']:25} {(r['parent'] or '-')[:12]}")
+                   f"{_size(r['bytes']):>9} {_size(r['own_bytes']):>9} {_size(r['shared_bytes']):>9}  "
+                   f"{r['created_at']:25} {(r['parent'] or '-')[:12]}")
 
 
 def _summary(m: Manifest) -> dict[str, Any]:
@@ -180,25 +185,58 @@ def _counts(d: VersionDiff) -> str:
     return f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed, {d.unchanged} unchanged"
 
 
-@click.command()
-@click.argument("dataset")
-@click.option("--prune", is_flag=True, help="Also delete complete versions that no ref names.")
-def gc(dataset: str, prune: bool) -> None:
-    """Remove partial versions and temporary files of DATASET (STORE/NAME)."""
+def dataset_of(dataset: str, verb: str) -> tuple[Store, str]:
+    """The store and name of 'STORE/NAME' for a verb that works on a whole dataset; clear errors otherwise."""
     store_url, name, _ = parse_dataset_url(dataset)
     if "@" in dataset.rstrip("/").rsplit("/", 1)[-1]:
-        raise ConfigError(f"{dataset}: gc cleans a whole dataset; give STORE/NAME without @REF")
+        raise ConfigError(f"{dataset}: {verb} a whole dataset; give STORE/NAME without @REF")
     store = Store(store_url, storage_options())
     if name not in store.datasets():
         inner = Store(dataset, storage_options()).datasets()
         if inner:
-            raise ConfigError(f"{dataset} is a store, not a dataset: gc cleans one dataset at a time; name one of "
+            raise ConfigError(f"{dataset} is a store, not a dataset: {verb} one dataset at a time; name one of "
                               + ", ".join(f"{dataset.rstrip('/')}/{d}" for d in inner))
         known = ", ".join(store.datasets()) or "none"
         raise NotFoundError(f"{store.url}: no dataset {name!r} (datasets here: {known}); give STORE/NAME")
-    report = collect(store, name, prune=prune)
+    return store, name
+
+
+@click.command()
+@click.argument("dataset")
+@click.option("--prune", is_flag=True, help="Also delete complete versions that no ref names and no lease holds.")
+@click.option("--keep-last", type=int, metavar="N", help="Keep the N newest versions; delete the others outside "
+              "--keep-within (never a tagged, latest or leased one).")
+@click.option("--keep-within", metavar="DURATION", help="Keep versions created within DURATION (30d, 12h, 2w).")
+@click.option("--dry-run", is_flag=True, help="Print what would be deleted, with sizes; delete nothing.")
+def gc(dataset: str, prune: bool, keep_last: int | None, keep_within: str | None, dry_run: bool) -> None:
+    """Remove partial versions and temporary files of DATASET (STORE/NAME); with --prune, --keep-last or
+    --keep-within also the versions retention does not keep (their files that kept versions share stay)."""
+    if keep_last is not None and keep_last < 0:
+        raise ConfigError(f"--keep-last {keep_last}: give 0 or more versions to keep")
+    within = parse_duration(keep_within, "--keep-within") if keep_within is not None else None
+    store, name = dataset_of(dataset, "gc cleans")
+    report = collect(store, name, prune=prune, keep_last=keep_last, keep_within=within, dry_run=dry_run)
+    plan, verb = report.plan, "would remove" if dry_run else "removed"
+    if plan is not None:
+        for damaged in plan.damaged:
+            click.echo(f"warning: {damaged}", err=True)
+        for version, why in sorted(plan.kept.items(), key=lambda kv: kv[0]):
+            click.echo(f"keep {version[:12]} ({', '.join(why)})")
+        for d in plan.doomed:
+            if d.restored:
+                click.echo(f"keep {d.version[:12]} (leased while gc ran)")
+                continue
+            what = "pruned directory" if d.pruned_before else "version"
+            shared = f", keeping {len(d.kept)} files shared by kept versions ({_size(sum(d.kept.values()))})" \
+                if d.kept else ""
+            click.echo(f"{'would delete' if dry_run else 'delete'} {what} {d.version[:12]}: {len(d.delete)} files, "
+                       f"{_size(d.bytes)}{shared}")
+            if dry_run:
+                for filename, size in sorted(d.delete.items()):
+                    click.echo(f"  {filename} {_size(size)}")
     for path in report.removed:
-        click.echo(f"removed {path}")
+        click.echo(f"{verb} {path}")
     for path in report.kept_live:
         click.echo(f"kept {path} (its writer is still running)")
-    click.echo(f"{len(report.removed)} removed")
+    freed = f", {_size(plan.bytes)} freed" if plan is not None else ""
+    click.echo(f"{len(report.removed)} {verb}{freed}" + (" (dry run: nothing deleted)" if dry_run else ""))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,8 +21,9 @@ from datapipe.loader.schedule import EpochOrder
 from datapipe.storage.cache import CachedFile, ShardCache
 from datapipe.storage.fs import is_local
 from datapipe.storage.retry import RetryPolicy
+from datapipe.versioning.leases import DEFAULT_TTL, Lease, try_lease
 from datapipe.versioning.manifest import Manifest, ShardEntry
-from datapipe.versioning.store import VERSIONS, Store, open_dataset_url
+from datapipe.versioning.store import Store, open_dataset_url
 
 SPARSE = 8  # a shard's samples in a batch that spread over more than SPARSE x their bytes are read by pread
 SMALL_SAMPLE = 64 << 10  # ... when they average under this (bigger samples fault in few pages each)
@@ -34,12 +36,16 @@ class Dataset:
     With ``split``, only that split's shards: shard numbers, indexes and length are those of the split
     alone (``ds.split`` names it; None for the whole version). Shards open lazily, through mmap on local
     disks (other filesystems read the shard whole until the remote cache lands); the open readers are per
-    process, never pickled.
+    process, never pickled. ``lease``: the lease it holds on its version (``open_dataset`` takes one), released
+    by ``close``, when the Dataset is garbage collected, or at exit; DataLoader workers hold none of their own.
     """
 
     def __init__(self, store: Store, name: str, manifest: Manifest, *, verify: bool = False,
-                 cache: ShardCache | None = None, split: str | None = None) -> None:
+                 cache: ShardCache | None = None, split: str | None = None, lease: Lease | None = None) -> None:
         self.store = store
+        self.lease = lease
+        if lease is not None:  # released at exit or when this Dataset goes, whichever comes first
+            weakref.finalize(self, lease.release)
         self.name = name
         self.manifest = manifest
         self.split = split
@@ -77,19 +83,23 @@ class Dataset:
         split = f", split {self.split}" if self.split is not None else ""
         return f"Dataset({self.name}@{self.version[:12]}{split}, {len(self)} samples, {len(self.shard_sizes)} shards)"
 
-    def shard_path(self, shard: int) -> str:
-        """Filesystem path of shard number ``shard``."""
-        return self.store.path(self.name, VERSIONS, self.version, self.shards[shard].path)
+    def shard_path(self, shard: int, index: bool = False) -> str:
+        """Filesystem path of shard number ``shard`` (of its index, with ``index``): in this version's directory,
+        or in the one it shares the shard from (``stored_in``)."""
+        return self.store.shard_file(self.name, self.version, self.shards[shard], index)
 
     def check_shards(self) -> None:
         """Fail now, naming the shard, when a shard or its index is missing (before workers start)."""
-        directory = self.store.path(self.name, VERSIONS, self.version)
-        try:
-            listed = self.store.remote(directory, lambda: self.store.fs.ls(directory, detail=False))
-            present = {p.rstrip("/").rsplit("/", 1)[-1] for p in listed}
-        except FileNotFoundError:
-            present = set()
+        listings: dict[str, set[str]] = {}
         for i, entry in enumerate(self.shards):
+            directory = self.store.shard_dir(self.name, self.version, entry)
+            if directory not in listings:  # one listing per directory: this version's and those it shares from
+                try:
+                    listed = self.store.remote(directory, lambda d=directory: self.store.fs.ls(d, detail=False))
+                    listings[directory] = {p.rstrip("/").rsplit("/", 1)[-1] for p in listed}
+                except FileNotFoundError:
+                    listings[directory] = set()
+            present = listings[directory]
             for filename in (entry.path, entry.index_path):
                 if filename not in present:
                     raise NotFoundError(f"{directory}/{filename}: missing from {self.name}@{self.version[:12]} "
@@ -99,7 +109,7 @@ class Dataset:
     def _open(self, shard: int) -> ShardReader:
         entry = self.shards[shard]
         path = self.shard_path(shard)
-        index_file = self.store.path(self.name, VERSIONS, self.version, entry.index_path)
+        index_file = self.shard_path(shard, index=True)
         try:
             if self.cache is None:
                 local = path
@@ -120,10 +130,10 @@ class Dataset:
         """The cached, verified local copies of a remote shard and its index (held until closed)."""
         assert self.cache is not None
         entry = self.shards[shard]
-        base = self.store.path(self.name, VERSIONS, self.version)
-        data = self.cache.open(self.store.fs, f"{base}/{entry.path}", entry.sha256, entry.bytes)
+        # keyed by content: a shard two versions share has one cached copy
+        data = self.cache.open(self.store.fs, self.shard_path(shard), entry.sha256, entry.bytes)
         try:
-            index = self.cache.open(self.store.fs, f"{base}/{entry.index_path}", entry.index_sha256,
+            index = self.cache.open(self.store.fs, self.shard_path(shard, index=True), entry.index_sha256,
                                     entry.index_bytes)
         except BaseException:
             data.close()
@@ -221,7 +231,7 @@ class Dataset:
         index = self._indexes.get(shard)
         if index is None:
             entry = self.shards[shard]
-            path = self.store.path(self.name, VERSIONS, self.version, entry.index_path)
+            path = self.shard_path(shard, index=True)
             try:
                 data = self.store.remote(path, lambda: self.store.fs.cat_file(path))
             except FileNotFoundError:
@@ -283,8 +293,16 @@ class Dataset:
         sample = self.reader(shard)[i - int(self._starts[shard])]
         return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in sample.items()}
 
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
-        """Release every mapped shard."""
+        """Release every mapped shard, and the lease on the version (shards still open again when read)."""
+        if self.lease is not None:
+            self.lease.release()
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
@@ -301,6 +319,7 @@ class Dataset:
         state = dict(self.__dict__)
         state["_readers"], state["_held"], state["_paths"] = {}, {}, {}  # maps, locks, descriptors: one process
         state["_fds"], state["_indexes"] = OrderedDict(), OrderedDict()
+        state["lease"] = None  # a worker reads under its main process's lease
         return state
 
 
@@ -320,7 +339,8 @@ def _split_shards(manifest: Manifest, name: str, split: str | None) -> tuple[Sha
 
 def open_dataset(url: str | Dataset, storage_options: Mapping[str, Any] | None = None, *,
                  verify: bool = False, cache_dir: str | os.PathLike[str] | None = None,
-                 cache_limit: int | None = None, retries: int | None = None, split: str | None = None) -> Dataset:
+                 cache_limit: int | None = None, retries: int | None = None, split: str | None = None,
+                 lease_ttl: float | None = DEFAULT_TTL) -> Dataset:
     """Open 'STORE/NAME[@REF]' (a tag, 'latest' or a version prefix) for reading.
 
     ``split``: only that split of a version built with splits (``Dataset.split``); an open Dataset of the
@@ -330,6 +350,10 @@ def open_dataset(url: str | Dataset, storage_options: Mapping[str, Any] | None =
     (default: $DATAPIPE_CACHE or ~/.cache/datapipe/shards) kept under ``cache_limit`` bytes.
     ``retries``: tries in all for each read of the store and each download after transient errors
     (default $DATAPIPE_RETRIES, else 6; 1 = no retry).
+
+    The Dataset holds a lease on its version until ``close`` (docs/guide/versions.md): ``gc`` does not
+    delete a leased version. It lasts ``lease_ttl`` seconds and is renewed every third of that in a
+    background thread; None: no lease. A store that refuses the write (a read-only bucket) is read without one.
     """
     if isinstance(url, Dataset):
         if split is None or split == url.split:
@@ -341,4 +365,9 @@ def open_dataset(url: str | Dataset, storage_options: Mapping[str, Any] | None =
     policy = RetryPolicy.from_env(attempts=retries)
     store, name, manifest = open_dataset_url(os.fspath(url), storage_options, policy)
     cache = None if is_local(store.fs) else ShardCache(cache_dir, cache_limit, policy)
-    return Dataset(store, name, manifest, verify=verify, cache=cache, split=split)
+    dataset = Dataset(store, name, manifest, verify=verify, cache=cache, split=split)  # bad split: no lease
+    lease = try_lease(store, name, manifest.version, lease_ttl)
+    if lease is not None:
+        dataset.lease = lease
+        weakref.finalize(dataset, lease.release)
+    return dataset

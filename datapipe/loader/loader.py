@@ -23,6 +23,7 @@ from datapipe.loader.settings import LoaderSettings
 from datapipe.loader.shard_set import ShardSet
 from datapipe.loader.timeline import Skips
 from datapipe.loader.world import Detect, World, resolve_world
+from datapipe.versioning.leases import DEFAULT_TTL
 
 __all__ = ["STATE_FORMAT", "Loader"]
 PREFETCH_BYTES = 64 << 20  # bound on the bytes of batches prepared ahead, per process
@@ -82,6 +83,7 @@ class Loader:
         download_ahead: int = 2,
         retries: int | None = None,
         split: str | None = None,
+        lease_ttl: float | None = DEFAULT_TTL,
     ) -> None:
         settings = LoaderSettings(batch_size, shuffle, seed, drop_last, block_shards, fields, decode, num_workers,
                                   prefetch, pin_memory, download_ahead)
@@ -89,8 +91,16 @@ class Loader:
             raise ConfigError("num_workers > 0 needs torch (pip install 'datapipe[torch]'), or use num_workers=0")
         self.settings = settings
         data = open_data(dataset, storage_options, split, verify=verify, cache_dir=cache_dir,
-                         cache_limit=cache_limit, retries=retries)
-        data.check_shards()
+                         cache_limit=cache_limit, retries=retries, lease_ttl=lease_ttl)
+        # what it opened from a URL or a mix file it closes (and so releases their leases); a Dataset or Mix
+        # given is the caller's
+        self._owns_data = data is not dataset
+        try:
+            data.check_shards()
+        except BaseException:
+            if self._owns_data:
+                data.close()
+            raise
         world = resolve_world(rank, world_size, os.environ, _distributed())
         self.run = RunState(data, settings, world, Skips.of(skip_steps))
         gpu_images(self.batch_source())  # an unknown field or decoder, or no device, fails here, not at the first batch
@@ -200,6 +210,17 @@ class Loader:
                 close()
         if consumed == n:  # the epoch is complete: the state now names the next one
             self.run.next_epoch()
+
+    def close(self) -> None:
+        """Release the shards this loader opened and the lease on their versions (gc may then delete them)."""
+        if self.__dict__.get("_owns_data"):
+            self.run.data.close()
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def state_dict(self) -> dict[str, Any]:
         """A small state (no sample lists): enough for a new process to continue with exactly the next batch."""

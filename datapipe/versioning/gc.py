@@ -1,4 +1,4 @@
-"""Garbage collection: partial versions and temporary files always; unreferenced versions on request."""
+"""Garbage collection: partial versions and temporary files always; versions outside retention on request."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datapipe.errors import NotFoundError
 from datapipe.storage.fs import read_bytes
 from datapipe.versioning.manifest import MANIFEST_NAME
+from datapipe.versioning.retention import PRUNED_NAME, RetentionPlan, apply_retention, plan_retention
 from datapipe.versioning.store import OWNER_NAME, PARTIAL_PREFIX, REFS, VERSIONS, Store
 
 STALE_AFTER = 24 * 3600  # a partial version from another host is taken as abandoned after this
@@ -23,6 +24,7 @@ class GcReport:
 
     removed: list[str] = field(default_factory=list)
     kept_live: list[str] = field(default_factory=list)
+    plan: RetentionPlan | None = None  # the versions kept and deleted, with retention
 
 
 def _writer_alive(store: Store, partial: str, now: float) -> bool:
@@ -47,36 +49,64 @@ def _writer_alive(store: Store, partial: str, now: float) -> bool:
     return age < STALE_AFTER
 
 
-def collect(store: Store, name: str, prune: bool = False) -> GcReport:
+def _committing(store: Store, partial: str) -> str | None:
+    """The version a live writer is committing (its owner file names it while its shards move), if any."""
+    try:
+        return json.loads(read_bytes(store.fs, f"{partial}/{OWNER_NAME}")).get("committing")
+    except (NotFoundError, ValueError, AttributeError):
+        return None
+
+
+def collect(store: Store, name: str, prune: bool = False, *, keep_last: int | None = None,
+            keep_within: float | None = None, dry_run: bool = False) -> GcReport:
     """Remove abandoned partial versions, incomplete version directories and temporary files.
 
-    With ``prune``, also complete versions that no ref names. Never removes what a live writer
-    on this host is still writing.
+    With ``prune``, ``keep_last`` or ``keep_within``, also the complete versions retention does not keep
+    (versioning/retention.py): never one a ref names or a lease holds, never a file a kept version lists.
+    Never removes what a live writer on this host is still writing. ``dry_run``: change nothing; the report
+    says what would go (``plan``).
     """
     fs, report, now = store.fs, GcReport(), time.time()
     versions_dir = store.path(name, VERSIONS)
-    referenced = set(store.refs(name).values())
+    entries = store.entry_names(versions_dir)
+    live = [e for e in entries if e.startswith(PARTIAL_PREFIX) and _writer_alive(store, f"{versions_dir}/{e}", now)]
+    committing = {_committing(store, f"{versions_dir}/{e}") for e in live}  # their shards move in right now
 
     def remove(path: str, *, recursive: bool = False) -> None:  # retried on object stores, like every store call
-        store.remote(path, lambda: fs.rm(path, recursive=True) if recursive else fs.rm_file(path))
+        if not dry_run:
+            store.remote(path, lambda: fs.rm(path, recursive=True) if recursive else fs.rm_file(path))
         report.removed.append(path)
 
-    for entry in store.entry_names(versions_dir):
+    for entry in entries:
         path = f"{versions_dir}/{entry}"
+        if entry in live:
+            report.kept_live.append(path)
+            continue
         if entry.startswith(PARTIAL_PREFIX):
-            if _writer_alive(store, path, now):
-                report.kept_live.append(path)
-                continue
+            pass
         elif entry.startswith("."):  # temporary files of interrupted atomic writes
             pass
         elif store.remote(path, lambda path=path: fs.exists(f"{path}/{MANIFEST_NAME}")):
-            if not prune or entry in referenced:
-                for leftover in store.remote(path, lambda path=path: fs.find(path)):
-                    if leftover.rsplit("/", 1)[-1].startswith("."):
-                        remove(leftover)
-                continue
+            for leftover in store.remote(path, lambda path=path: fs.find(path)):
+                if leftover.rsplit("/", 1)[-1].startswith("."):
+                    remove(leftover)
+            continue
+        elif store.remote(path, lambda path=path: fs.exists(f"{path}/{PRUNED_NAME}")):
+            continue  # shared files of a pruned version: retention's to remove
+        elif entry in committing:  # a live build moves its shards in (its manifest comes last)
+            report.kept_live.append(path)
+            continue
         remove(path, recursive=True)
     for ref in store.entry_names(store.path(name, REFS)):
         if ref.startswith("."):
             remove(store.path(name, REFS, ref))
+    if prune or keep_last is not None or keep_within is not None:
+        report.plan = plan_retention(store, name, prune=prune, keep_last=keep_last, keep_within=keep_within,
+                                     now=now)
+        if not dry_run:
+            report.removed += apply_retention(store, name, report.plan)
+        for version in report.plan.kept:
+            marker = store.path(name, VERSIONS, version, PRUNED_NAME)  # a gc that died before the manifest went
+            if not dry_run and store.remote(marker, lambda m=marker: fs.exists(m)):
+                remove(marker)
     return report

@@ -2,8 +2,9 @@
 
 The version id is the sha256 of the canonical JSON of the manifest without the fields that
 cannot be reproduced or do not change a byte: ``version`` itself, ``parent``, ``created_at``,
-``host`` and ``lineage.environment`` (tool versions; a change there that alters output shows
-up in the shard hashes anyway). Same inputs, config and code give the same id.
+``host``, each shard's ``stored_in`` (where its file lies) and ``lineage.environment`` (tool
+versions; a change there that alters output shows up in the shard hashes anyway).
+Same inputs, config and code give the same id.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ class ShardEntry:
     index_bytes: int
     index_sha256: str
     split: str | None = None  # the split its samples belong to, in a version with splits (left out of JSON when None)
+    # the version whose directory holds the file and its index (None: this version's own); where the bytes
+    # are, not what they are: left out of JSON when None and never part of the version id
+    stored_in: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,16 @@ class Manifest:
         """Bytes of all shards (indexes not counted)."""
         return sum(s.bytes for s in self.shards)
 
+    @property
+    def own_bytes(self) -> int:
+        """Bytes of the shards stored in this version's own directory."""
+        return sum(s.bytes for s in self.shards if s.stored_in is None)
+
+    @property
+    def shared_bytes(self) -> int:
+        """Bytes of the shards this version shares with another version's directory (``stored_in``)."""
+        return self.bytes - self.own_bytes
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict, with totals included for readers that do not sum."""
         data = asdict(self)
@@ -132,8 +146,9 @@ class Manifest:
         if self.classes is None:  # likewise for every source but class_folders
             del data["classes"]
         for shard in data["shards"]:
-            if shard["split"] is None:
-                del shard["split"]
+            for optional in ("split", "stored_in"):
+                if shard[optional] is None:
+                    del shard[optional]
         return data
 
     def split_shards(self, split: str) -> list[int]:
@@ -146,6 +161,8 @@ class Manifest:
         for key in _NOT_IN_ID:
             data.pop(key)
         data["lineage"].pop("environment")
+        for shard in data["shards"]:  # a shard reused from another version's directory is the same content
+            shard.pop("stored_in", None)
         return hashlib.sha256(canonical_json(data)).hexdigest()
 
     def with_id(self) -> Manifest:
@@ -199,7 +216,7 @@ _SPEC: dict[str, dict[str, tuple[str, bool]]] = {
     "shard": {
         "path": ("file", True), "samples": ("count", True), "bytes": ("count", True), "sha256": ("sha256", True),
         "index_path": ("file", True), "index_bytes": ("count", True), "index_sha256": ("sha256", True),
-        "split": ("str", False),
+        "split": ("str", False), "stored_in": ("sha256", False),
     },
     "stage": {"stage": ("str", True), "rows_in": ("count", True), "rows_out": ("count", True),
               "dropped": ("count", False), "rejected": ("count", False)},

@@ -15,7 +15,7 @@ from datapipe.formats.registry import get_format
 from datapipe.formats.shards import read_shard_from
 from datapipe.versioning.manifest import Manifest
 from datapipe.versioning.sample_diff import sample_locations
-from datapipe.versioning.store import VERSIONS, Store
+from datapipe.versioning.store import Store
 
 SAMPLES_SHOWN = 10  # changed samples described field by field; the rest are counted
 
@@ -123,9 +123,9 @@ class _Samples:
     def read(self, shard: str, i: int) -> dict[str, Any]:
         if self._open is None or self._open[0] != shard:
             self.close()
-            root = self.store.path(self.name, VERSIONS, self.manifest.version)
-            reader = read_shard_from(self.store.fs, f"{root}/{shard}", f"{root}/{self.shards[shard].index_path}",
-                                     self.fmt)
+            entry, version = self.shards[shard], self.manifest.version
+            reader = read_shard_from(self.store.fs, self.store.shard_file(self.name, version, entry),
+                                     self.store.shard_file(self.name, version, entry, index=True), self.fmt)
             self._open = (shard, reader)
         return dict(self._open[1][i])
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datapipe.formats.index import ShardIndex
 from datapipe.storage.fs import read_bytes
 from datapipe.versioning.manifest import Manifest
-from datapipe.versioning.store import VERSIONS, Store
+from datapipe.versioning.store import Store
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ def sample_hashes(store: Store, name: str, manifest: Manifest, split: str | None
     for shard in manifest.shards:
         if split is not None and shard.split != split:
             continue
-        path = store.path(name, VERSIONS, manifest.version, shard.index_path)
+        path = store.shard_file(name, manifest.version, shard, index=True)
         index = ShardIndex.from_bytes(read_bytes(store.fs, path), path)
         out.update(zip(index.keys(), (h.tobytes() for h in index.sample_hash), strict=True))
     return out
@@ -36,7 +36,7 @@ def sample_locations(store: Store, name: str, manifest: Manifest) -> dict[str, t
     """key -> (shard path in the version, position in that shard, sha256 of the sample's bytes)."""
     out: dict[str, tuple[str, int, bytes]] = {}
     for shard in manifest.shards:
-        path = store.path(name, VERSIONS, manifest.version, shard.index_path)
+        path = store.shard_file(name, manifest.version, shard, index=True)
         index = ShardIndex.from_bytes(read_bytes(store.fs, path), path)
         for i, (key, digest) in enumerate(zip(index.keys(), index.sample_hash, strict=True)):
             out[key] = (shard.path, i, digest.tobytes())

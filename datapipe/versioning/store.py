@@ -6,9 +6,13 @@ Layout (documented in docs/reference/store.md and schemas/manifest.schema.json):
     STORE/NAME/versions/VERSION/train-000000.tar      ... named by their split, in a version with splits
     STORE/NAME/versions/VERSION/manifest.json         written last: a version is complete iff it exists
     STORE/NAME/versions/VERSION/rejected.parquet      quarantined rows, when there are any
+    STORE/NAME/versions/VERSION/pruned.json           a pruned version that still holds shards others share
     STORE/NAME/versions/.partial-ID/                  a version being written (never listed)
     STORE/NAME/refs/latest, STORE/NAME/refs/TAG       a version id and a newline
+    STORE/NAME/leases/ID.json                         a hold on a version (versioning/leases.py)
     STORE/NAME/rejected/TIME-ID.parquet               quarantine of a build that failed (kept for the user)
+
+A shard entry with ``stored_in`` lies in that version's directory instead (shared, stored once).
 
 Commit: shards into a partial directory, then moved under their version id (a rename on
 local disks; on object stores server-side copies, many at once, then one bulk delete), then
@@ -155,6 +159,10 @@ class Store:
             if not v.startswith(".") and self._exists(self.path(name, VERSIONS, v, MANIFEST_NAME))
         ]
 
+    def is_complete(self, name: str, version: str) -> bool:
+        """Whether ``version`` of ``name`` has its manifest (is complete)."""
+        return self._exists(self.path(name, VERSIONS, version, MANIFEST_NAME))
+
     def refs(self, name: str) -> dict[str, str]:
         """ref name -> version id."""
         return {r: self.read_ref(name, r) for r in self.entry_names(self.path(name, REFS)) if not r.startswith(".")}
@@ -189,6 +197,14 @@ class Store:
         """Keep ``data`` beside a committed version, for the next build of the dataset (builder/incremental.py)."""
         path = self.path(name, VERSIONS, version, BUILD_STATE_NAME)
         self.remote(path, lambda: put_atomic(self.fs, path, data))
+
+    def shard_dir(self, name: str, version: str, entry: ShardEntry) -> str:
+        """The directory that holds ``entry``'s shard and index: its ``stored_in`` version's, else ``version``'s."""
+        return self.path(name, VERSIONS, entry.stored_in or version)
+
+    def shard_file(self, name: str, version: str, entry: ShardEntry, index: bool = False) -> str:
+        """The path of ``entry``'s shard (its index, with ``index``) in version ``version`` of ``name``."""
+        return f"{self.shard_dir(name, version, entry)}/{entry.index_path if index else entry.path}"
 
     def manifest(self, name: str, version: str) -> Manifest:
         """The manifest of a version."""
@@ -257,8 +273,10 @@ class VersionWriter:
         self.store = store
         self.name = name
         self.parent = store.read_ref(name, LATEST)
+        self._leases: dict[str, Any] = {}  # version -> this writer's lease on it, for the shards it shares
         self.partial = store.path(name, VERSIONS, f"{PARTIAL_PREFIX}{uuid.uuid4().hex}")
-        owner = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}).encode()
+        self._owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}
+        owner = json.dumps(self._owner).encode()
 
         def start() -> None:
             store.fs.makedirs(self.partial, exist_ok=True)
@@ -279,15 +297,30 @@ class VersionWriter:
     def reuse_shard(self, parent: str, entry: ShardEntry, filename: str) -> ShardEntry:
         """Shard ``entry`` of version ``parent`` (and its index) as shard ``filename`` of this version, without
         its bytes passing through here: a hard link on the local disk, a server-side copy on object stores."""
-        fs, source = self.store.fs, self.store.path(self.name, VERSIONS, parent)
-        index = filename + INDEX_SUFFIX
-        for old, new in ((entry.path, filename), (entry.index_path, index)):
-            src, dst = f"{source}/{old}", f"{self.partial}/{new}"
+        fs, index = self.store.fs, filename + INDEX_SUFFIX
+        for src, new in ((self.store.shard_file(self.name, parent, entry), filename),
+                         (self.store.shard_file(self.name, parent, entry, index=True), index)):
+            dst = f"{self.partial}/{new}"
             if is_local(fs):
                 os.link(src, dst)
             else:
                 self.store.remote(src, lambda src=src, dst=dst: fs.cp_file(src, dst))
-        return replace(entry, path=filename, index_path=index)
+        return replace(entry, path=filename, index_path=index, stored_in=None)
+
+    def share_shard(self, entry: ShardEntry, parent_version: str) -> ShardEntry:
+        """``entry`` of version ``parent_version`` reused in this version without copying a byte: the entry with
+        ``stored_in`` naming the directory that holds the file (the parent's, or the one the parent itself
+        shares it from). Put it in the manifest given to ``commit``.
+
+        The writer leases ``parent_version`` until the commit (or abort), so a gc meanwhile keeps its files;
+        a NotFoundError when that version is no more.
+        """
+        if parent_version not in self._leases:
+            from datapipe.versioning.leases import Lease
+
+            self._leases[parent_version] = Lease(self.store, self.name, parent_version, kind="build",
+                                                 note=f"shards shared by {self.partial.rsplit('/', 1)[-1]}")
+        return replace(entry, stored_in=entry.stored_in or parent_version)
 
     def commit(self, manifest: Manifest, refs: Iterable[str] = (LATEST,)) -> Manifest:
         """Publish: move the shards under the version id, write the manifest, then the refs.
@@ -301,8 +334,12 @@ class VersionWriter:
         if manifest.version in store.versions(self.name):
             manifest = store.manifest(self.name, manifest.version)
         else:
+            owner, committing = f"{self.partial}/{OWNER_NAME}", {**self._owner, "committing": manifest.version}
+            # gc leaves the version directory alone while this live writer fills it
+            store.remote(owner, lambda: put_atomic(fs, owner, json.dumps(committing).encode()))
             store.remote(final, lambda: fs.makedirs(final, exist_ok=True))
-            names = [name for entry in manifest.shards for name in (entry.path, entry.index_path)]
+            names = [name for entry in manifest.shards if entry.stored_in is None  # shared: already in place
+                     for name in (entry.path, entry.index_path)]
             self._move(names + ([manifest.rejected] if manifest.rejected else []), final)
             where = f"{final}/{MANIFEST_NAME}"
             store.remote(where, lambda: put_atomic(fs, where, manifest.to_json()))  # after every shard is in place
@@ -329,9 +366,12 @@ class VersionWriter:
             list(pool.map(copy, names))  # raises the first failure; the manifest is then never written
 
     def abort(self) -> None:
-        """Remove the partial directory and everything in it."""
+        """Remove the partial directory and everything in it; end the leases on the versions shared from."""
         if self.store._exists(self.partial):
             self.store.remote(self.partial, lambda: self.store.fs.rm(self.partial, recursive=True))
+        for lease in self._leases.values():
+            lease.release()
+        self._leases.clear()
 
 
 def _now() -> str:

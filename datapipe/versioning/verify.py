@@ -39,25 +39,33 @@ def verify_version(store: Store, name: str, manifest: Manifest, version: str | N
         problems.append(Problem("mismatch", f"{root}/{MANIFEST_NAME}",
                                 f"its content hashes to {content_id}, not to the version id {version}; "
                                 "the manifest was edited"))
-    expected: dict[str, tuple[int, str] | None] = {}
+    expected: dict[str, dict[str, tuple[int, str] | None]] = {root: {}}  # directory -> file -> (bytes, sha256)
     for shard in manifest.shards:
-        expected[shard.path] = (shard.bytes, shard.sha256)
-        expected[shard.index_path] = (shard.index_bytes, shard.index_sha256)
+        files = expected.setdefault(store.shard_dir(name, version, shard), {})
+        files[shard.path] = (shard.bytes, shard.sha256)
+        files[shard.index_path] = (shard.index_bytes, shard.index_sha256)
     if manifest.rejected:
-        expected[manifest.rejected] = None  # no recorded hash: it must exist
-    found = store.remote(root, lambda: fs.find(root, detail=True))
-    present = {p.rsplit("/", 1)[-1]: info["size"] for p, info in found.items()}
-    for filename, recorded in sorted(expected.items()):
-        if filename not in present:
-            detail = f"the manifest records {manifest.rejected_rows} rejected rows in it" if recorded is None else ""
-            problems.append(Problem("missing", f"{root}/{filename}", detail))
-        elif recorded is None:
-            continue
-        elif present[filename] != recorded[0]:
-            problems.append(Problem("mismatch", f"{root}/{filename}",
-                                    f"{present[filename]} bytes, expected {recorded[0]}"))
-        elif sha256_of(fs, f"{root}/{filename}") != recorded[1]:
-            problems.append(Problem("mismatch", f"{root}/{filename}", "sha256 differs"))
-    for filename in sorted(set(present) - set(expected) - {MANIFEST_NAME, BUILD_STATE_NAME}):
-        problems.append(Problem("extra", f"{root}/{filename}"))
+        expected[root][manifest.rejected] = None  # no recorded hash: it must exist
+    for directory, files in expected.items():
+        try:
+            found = store.remote(directory, lambda d=directory: fs.find(d, detail=True))
+        except FileNotFoundError:
+            found = {}
+        present = {p.rsplit("/", 1)[-1]: info["size"] for p, info in found.items()}
+        for filename, recorded in sorted(files.items()):
+            where = f"{directory}/{filename}"
+            shared = "" if directory == root else "shared from another version's directory"
+            if filename not in present:
+                detail = (f"the manifest records {manifest.rejected_rows} rejected rows in it" if recorded is None
+                          else shared)
+                problems.append(Problem("missing", where, detail))
+            elif recorded is None:
+                continue
+            elif present[filename] != recorded[0]:
+                problems.append(Problem("mismatch", where, f"{present[filename]} bytes, expected {recorded[0]}"))
+            elif sha256_of(fs, where) != recorded[1]:
+                problems.append(Problem("mismatch", where, "sha256 differs"))
+        if directory == root:  # the directories shared from hold their own versions' files too
+            for filename in sorted(set(present) - set(files) - {MANIFEST_NAME, BUILD_STATE_NAME}):
+                problems.append(Problem("extra", f"{root}/{filename}"))
     return problems

@@ -193,7 +193,11 @@ def test_gc_prune_from_the_cli(tmp_path):
     assert set(store.versions("toy")) == {old, new, newest}  # never by default
     out = run("gc", "storage/toy", "--prune", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [f"removed {store.path('toy', 'versions', new)}", "1 removed"]
+    lines = out.stdout.splitlines()
+    assert lines[:2] == sorted([f"keep {old[:12]} (tag keep)", f"keep {newest[:12]} (latest)"])
+    assert lines[2].startswith(f"delete version {new[:12]}: 2 files, ")  # a shard and its index
+    assert lines[3] == f"removed {store.path('toy', 'versions', new)}"
+    assert lines[4].startswith("1 removed, ") and lines[4].endswith(" freed") and len(lines) == 5
     assert set(store.versions("toy")) == {old, newest}  # tagged and latest stay
     assert run("verify", "storage/toy@keep", cwd=tmp_path).returncode == 0
 

@@ -1,0 +1,114 @@
+"""A dataset's history (`datapipe log`): versions newest first, what each changed against its parent, and sizes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from datapipe.errors import DatapipeError, NotFoundError
+from datapipe.storage.fs import read_bytes
+from datapipe.versioning.leases import held_versions
+from datapipe.versioning.rebuild_report import lineage_changes
+from datapipe.versioning.retention import PRUNED_NAME, newest_first
+from datapipe.versioning.sample_diff import diff_splits, diff_versions, sample_hashes, split_hashes
+from datapipe.versioning.store import LATEST, VERSIONS, Store
+
+
+@dataclass
+class Entry:
+    """One version in the history; ``parent_state``: 'present', 'pruned' (gc deleted it) or None (no parent)."""
+
+    version: str
+    created_at: str
+    samples: int
+    bytes: int
+    own_bytes: int
+    shared_bytes: int
+    parent: str | None
+    parent_state: str | None
+    reachable: bool  # on the parent chain from latest
+    tags: list[str] = field(default_factory=list)
+    leases: list[str] = field(default_factory=list)
+    changes: dict[str, Any] | None = None  # against the parent: added, removed, changed, unchanged
+    splits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lineage: list[str] = field(default_factory=list)  # lineage inputs that changed against the parent
+
+
+def _counts(d: Any) -> dict[str, int]:
+    return {"added": len(d.added), "removed": len(d.removed), "changed": len(d.changed), "unchanged": d.unchanged}
+
+
+def pruned_summary(store: Store, name: str, version: str) -> dict[str, Any] | None:
+    """What pruned.json records of a pruned version that still holds shared files; None when there is none."""
+    try:
+        return json.loads(read_bytes(store.fs, store.path(name, VERSIONS, version, PRUNED_NAME), store.retry))
+    except (NotFoundError, ValueError):
+        return None
+
+
+def history(store: Store, name: str) -> tuple[list[Entry], list[str]]:
+    """The versions of ``name``, newest first along the parent chain from ``latest``, then the versions not
+    on it (newest first); and the problems found (a ref naming a missing version, a damaged lease file)."""
+    manifests = {v: store.manifest(name, v) for v in store.versions(name)}
+    problems = []
+    tags: dict[str, list[str]] = {}
+    for ref, version in sorted(store.refs(name).items()):
+        if version not in manifests:
+            problems.append(f"ref {ref} names version {version}, which is missing (deleted, or never committed); "
+                            f"point it elsewhere with `datapipe tag {store.url}/{name}@VERSION {ref}`")
+        else:
+            tags.setdefault(version, []).append(ref)
+    held, damaged = held_versions(store, name)
+    problems += [str(d) for d in damaged]
+    chain, at = [], store.read_ref(name, LATEST)
+    while at in manifests and at not in chain:
+        chain.append(at)
+        at = manifests[at].parent
+    rest = [v for v in newest_first(manifests) if v not in chain]
+    hashes: dict[str, tuple[dict[str, bytes], dict[str, dict[str, bytes]]]] = {}
+
+    def samples_of(version: str) -> tuple[dict[str, bytes], dict[str, dict[str, bytes]]]:
+        if version not in hashes:
+            m = manifests[version]
+            hashes[version] = (sample_hashes(store, name, m), split_hashes(store, name, m))
+        return hashes[version]
+
+    entries = []
+    for version in chain + rest:
+        m = manifests[version]
+        entry = Entry(version, m.created_at, m.samples, m.bytes, m.own_bytes, m.shared_bytes, m.parent,
+                      None if m.parent is None else "present" if m.parent in manifests else "pruned",
+                      version in chain, tags.get(version, []), [lease.id for lease in held.get(version, [])])
+        if entry.parent_state == "present":
+            try:
+                (a, a_splits), (b, b_splits) = samples_of(m.parent), samples_of(version)
+            except DatapipeError as e:  # a damaged index: say so, keep going
+                problems.append(f"{name}@{version[:12]}: cannot compare with its parent: {e}")
+            else:
+                entry.changes = _counts(diff_versions(a, b))
+                entry.splits = {s: _counts(d) for s, d in diff_splits(a_splits, b_splits).items()}
+            entry.lineage = lineage_changes(manifests[m.parent], m)
+        entries.append(entry)
+    return entries, problems
+
+
+def as_json(entry: Entry) -> dict[str, Any]:
+    """The entry as `datapipe log --json` prints it."""
+    return dict(vars(entry))
+
+
+def usage(store: Store, name: str) -> dict[str, int]:
+    """A dataset's shard bytes: ``own`` (in each version's own directory), ``shared`` (listed through
+    ``stored_in``: what sharing saves), ``stored`` (each file once: the real size, pruned versions' kept
+    files included) and ``listed`` (as if every version held a copy)."""
+    files: dict[tuple[str, str], int] = {}
+    own = shared = 0
+    versions = store.versions(name)
+    for version in versions:
+        m = store.manifest(name, version)
+        own, shared = own + m.own_bytes, shared + m.shared_bytes
+        for s in m.shards:
+            files[(s.stored_in or version, s.path)] = s.bytes
+    return {"versions": len(versions), "own_bytes": own, "shared_bytes": shared,
+            "stored_bytes": sum(files.values()), "listed_bytes": own + shared}

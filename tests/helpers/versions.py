@@ -1,0 +1,44 @@
+"""Versions that share shards, committed by hand as an incremental build will: new shards written, the rest shared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sample_data import simple_samples
+
+from datapipe.formats.registry import get_format
+from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.store import Store
+
+FMT = get_format("webdataset")
+FIELDS = {"bin": "bytes", "cls": "bytes"}
+PER_SHARD = 10
+
+
+def shard_samples(shard: int, seed: int = 0) -> list[dict[str, Any]]:
+    """The 10 samples of shard ``shard`` (keys sample00NNNN), their payloads drawn from ``seed``."""
+    samples = simple_samples(PER_SHARD * (shard + 1), size=200, seed=seed)
+    return samples[PER_SHARD * shard:]
+
+
+def commit_first(store: Store, name: str = "toy", shards: int = 3, refs: tuple[str, ...] = ("latest",)) -> Manifest:
+    """A version of ``shards`` shards of 10 samples, none shared."""
+    writer = store.begin(name)
+    entries = tuple(writer.write_shard(i, shard_samples(i), FMT) for i in range(shards))
+    return writer.commit(Manifest(name=name, shard_format="webdataset", fields=FIELDS, shards=entries), refs)
+
+
+def commit_sharing(store: Store, parent: Manifest, rewrite: dict[int, int], add: int = 0, name: str = "toy",
+                   refs: tuple[str, ...] = ("latest",)) -> Manifest:
+    """A child of ``parent``: shard i is rewritten with seed ``rewrite[i]`` when listed, else shared; ``add``
+    new shards follow. Its samples are those of ``expected_samples``."""
+    writer = store.begin(name)
+    entries = []
+    for i, entry in enumerate(parent.shards):
+        if i in rewrite:
+            entries.append(writer.write_shard(i, shard_samples(i, rewrite[i]), FMT))
+        else:
+            entries.append(writer.share_shard(entry, parent.version))
+    n = len(parent.shards)
+    entries += [writer.write_shard(i, shard_samples(i), FMT) for i in range(n, n + add)]
+    return writer.commit(Manifest(name=name, shard_format="webdataset", fields=FIELDS, shards=tuple(entries)), refs)
