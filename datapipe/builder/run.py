@@ -258,7 +258,9 @@ class _Build:
 
         carried = {p.number: self.reuse.measured(p.number) for p in self.parts} if self.reuse else {}
         todo = [p for p in self.parts if carried.get(p.number) is None]
-        if self.keep_encoded:  # the blocks stay on the workers; only their Measured halves come here
+        if not todo:  # every partition carries over
+            fresh: list[Measured] = []
+        elif self.keep_encoded:  # the blocks stay on the workers; only their Measured halves come here
             blocks = self.run.client.persist([
                 delayed(encode_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in todo
             ])
@@ -351,7 +353,7 @@ class _Build:
         written = [s for s in range(len(files)) if s not in reused]
         tasks = [delayed(write_shard_task, pure=False)(self.store.fs, writer.partial, files[s][1], fmt.name,
                                                        *pieces[s]) for s in written]
-        entries = dict(zip(written, self.run("write shards", tasks), strict=True))
+        entries = dict(zip(written, self.run("write shards", tasks) if tasks else [], strict=True))
         self.encoded = {}  # frees the blocks on the workers
         self.report["shards"] = {"written": len(written), "reused": len(reused),
                                  "bytes_written": sum(entries[s].bytes for s in written)}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from datapipe.errors import DatapipeError, NotFoundError
-from datapipe.storage.fs import read_bytes
+from datapipe.storage.fs import is_local, read_bytes
 from datapipe.versioning.leases import held_versions
 from datapipe.versioning.rebuild_report import lineage_changes
 from datapipe.versioning.retention import PRUNED_NAME, newest_first
@@ -102,13 +104,19 @@ def usage(store: Store, name: str) -> dict[str, int]:
     """A dataset's shard bytes: ``own`` (in each version's own directory), ``shared`` (listed through
     ``stored_in``: what sharing saves), ``stored`` (each file once: the real size, pruned versions' kept
     files included) and ``listed`` (as if every version held a copy)."""
-    files: dict[tuple[str, str], int] = {}
+    files: dict[tuple[Any, ...], int] = {}
     own = shared = 0
     versions = store.versions(name)
+    local = is_local(store.fs)
     for version in versions:
         m = store.manifest(name, version)
         own, shared = own + m.own_bytes, shared + m.shared_bytes
         for s in m.shards:
-            files[(s.stored_in or version, s.path)] = s.bytes
+            where = (s.stored_in or version, s.path)
+            if local:  # an incremental build's hard links: one file under several names, counted once
+                with contextlib.suppress(OSError):
+                    info = os.stat(store.shard_file(name, version, s))
+                    where = (info.st_dev, info.st_ino)
+            files[where] = s.bytes
     return {"versions": len(versions), "own_bytes": own, "shared_bytes": shared,
             "stored_bytes": sum(files.values()), "listed_bytes": own + shared}

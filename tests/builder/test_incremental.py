@@ -94,3 +94,17 @@ def test_a_damaged_build_state_means_a_full_build(project):
     write_file(project, 5)
     again = project.build()
     assert again.incremental["full_because"] == "the parent has no readable build state"
+
+
+def test_du_counts_a_linked_shard_once(project):
+    from datapipe.versioning.history import usage
+
+    project.pipeline(PIPELINE % "")
+    for n in range(4):
+        write_file(project, n)
+    first = project.build()
+    write_file(project, 9)
+    again = project.build()
+    u = usage(project.store, "rows")
+    reused = sum(s.bytes for s in again.manifest.shards) - again.incremental["shards"]["bytes_written"]
+    assert u["stored_bytes"] == first.manifest.bytes + again.manifest.bytes - reused
