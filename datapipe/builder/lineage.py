@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
+from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
@@ -16,8 +17,14 @@ from datapipe.versioning.manifest import CodeRef, SourceFile
 
 
 def hash_source(fs: Any, f: InputFile) -> SourceFile:
-    """Size and content hash of a source file: its etag on object stores, else its sha256 (a worker task)."""
+    """Size and content hash of a source file: its etag on object stores, else its sha256."""
     return SourceFile(f.label, f.size, f"etag:{f.etag}" if f.etag else f"sha256:{sha256_of(fs, f.path)}")
+
+
+def hash_sources(fs: Any, files: Sequence[InputFile]) -> list[SourceFile]:
+    """``hash_source`` of each of ``files`` (a worker task: one per group of files, not per file, since a
+    folder of images has tens of thousands and each task costs the scheduler about a millisecond)."""
+    return [hash_source(fs, f) for f in files]
 
 
 def code_files(pipeline: Pipeline, base_dir: str) -> dict[str, str]:
@@ -70,3 +77,21 @@ def environment() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             env[package] = "not installed"
     return env
+
+
+HASH_GROUP_BYTES, HASH_GROUP_FILES = 256 << 20, 512  # source files hashed by one task, at most
+
+
+def hash_tasks(fs: Any, files: Sequence[Any]) -> list[Any]:
+    """Tasks hashing the source files, a group of files each (``lineage.hash_sources``)."""
+    from dask import delayed
+
+    groups: list[list[Any]] = [[]]
+    size = 0
+    for f in files:
+        if groups[-1] and (size + f.size > HASH_GROUP_BYTES or len(groups[-1]) >= HASH_GROUP_FILES):
+            groups.append([])
+            size = 0
+        groups[-1].append(f)
+        size += f.size
+    return [delayed(hash_sources, pure=False)(fs, group) for group in groups if group]

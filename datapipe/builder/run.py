@@ -41,7 +41,7 @@ from datapipe.builder.incremental import (
     shard_digests,
     state_key,
 )
-from datapipe.builder.lineage import checked_code, environment, hash_source
+from datapipe.builder.lineage import checked_code, environment, hash_tasks
 from datapipe.builder.passes import (
     BuildJob,
     Measured,
@@ -160,7 +160,7 @@ def build(
         source = _align(run, partition_source(source, fit.blocksize))
         job = BuildJob(pipeline, loaded.base_dir, source, {ref.module: ref.sha256 for ref in code},
                        loaded.where("splits.by"))
-        source_files = c.compute([_hash_task(source.fs, f) for f in source.files])
+        source_files = c.compute(hash_tasks(source.fs, source.files))
         b = _Build(store, run, job, fit.keep_encoded if keep_encoded is None else keep_encoded)
         looked = time.perf_counter()
         b.find_parent(source_files)
@@ -194,12 +194,6 @@ def _align(run: PassRunner, source: Source) -> Source:
         for i, p in needed
     ])
     return align_parts(source, scans)
-
-
-def _hash_task(fs: Any, f: Any) -> Any:
-    from dask import delayed
-
-    return delayed(hash_source, pure=False)(fs, f)
 
 
 class _Build:
@@ -238,7 +232,7 @@ class _Build:
         if any(stage.kind == "dedupe" for stage in self.pipeline.stages):
             self.why_full = "a dedupe stage decides each row against every earlier partition"
             return
-        self.identities = part_identities(self.parts, self.run.client.gather(source_files))
+        self.identities = part_identities(self.parts, _flat(self.run.client.gather(source_files)))
         parts, self.why_full = match(load_state(data), state_key(self.job), self.identities)
         if self.why_full is None:
             self.reuse = Reuse(parent, load_state(data), self.store.manifest(name, parent).shards, parts)
@@ -369,13 +363,13 @@ class _Build:
         futures of the source files' hashes."""
         pipeline = self.pipeline
         if not self.identities:
-            self.identities = part_identities(self.parts, self.run.client.gather(source_files))
+            self.identities = part_identities(self.parts, _flat(self.run.client.gather(source_files)))
         writer = self.store.begin(pipeline.name)
         try:
             entries = self.write(writer, measured, key_keep)
             if any(s.rejected for s in stages):
                 put_atomic(self.store.fs, f"{writer.partial}/{REJECTED_NAME}", self.quarantine(measured, rejects))
-            lineage = Lineage(pipeline=pipeline.canonical(), sources=tuple(self.run.client.gather(source_files)),
+            lineage = Lineage(pipeline=pipeline.canonical(), sources=tuple(_flat(self.run.client.gather(source_files))),
                               code=code, seed=pipeline.shards.shuffle_seed, environment=environment())
             manifest = assemble_manifest(pipeline.name, get_format(pipeline.shards.format).name, entries, stages,
                                          (m.kinds for m in measured), lineage, splits_section(pipeline, entries),
@@ -388,6 +382,10 @@ class _Build:
                            [rejects[p.number] for p in self.parts], list(key_keep), self.digests)
         self.store.put_build_state(pipeline.name, committed.version, save_state(state))  # for the next build
         return committed
+
+
+def _flat(groups: Sequence[Sequence[Any]]) -> list[Any]:
+    return [item for group in groups for item in group]
 
 
 def _now() -> str:

@@ -47,3 +47,22 @@ def test_a_same_named_module_already_imported_from_another_project_is_not_the_on
             for d in (first.base_dir, second.base_dir):
                 while d in sys.path:
                     sys.path.remove(d)
+
+
+def test_source_files_are_hashed_a_group_per_task(tmp_path):
+    from datapipe.builder.lineage import HASH_GROUP_FILES, hash_tasks
+    from datapipe.builder.source.base import InputFile
+    from datapipe.storage.fs import filesystem
+
+    paths = []
+    for i in range(HASH_GROUP_FILES + 3):
+        (tmp_path / f"{i}.bin").write_bytes(str(i).encode())
+        paths.append(InputFile(str(tmp_path / f"{i}.bin"), f"{i}.bin", len(str(i))))
+    import hashlib
+
+    import dask
+
+    tasks = hash_tasks(filesystem(str(tmp_path))[0], paths)
+    hashed = [f for group in dask.compute(*tasks, scheduler="sync") for f in group]
+    assert len(tasks) == 2 and [f.path for f in hashed] == [p.label for p in paths]
+    assert hashed[7].hash == "sha256:" + hashlib.sha256(b"7").hexdigest()
