@@ -24,6 +24,7 @@ import numpy as np
 from datapipe.builder.passes import BuildJob, Measured
 from datapipe.builder.quarantine import Reject
 from datapipe.builder.source.base import Part
+from datapipe.builder.source.class_folders import class_names
 from datapipe.versioning.manifest import FORMAT_VERSION, ShardEntry, SourceFile, StageCounts, canonical_json
 
 STATE_NAME = "build-state.npz"
@@ -43,19 +44,22 @@ class BuildState:
 
 
 def state_key(job: BuildJob) -> str:
-    """What must be equal for a partition's report to carry over: pipeline, code, source schema and options."""
+    """What must be equal for a partition's report to carry over: pipeline, code, source schema and options, and
+    the class list of a class-folders source."""
     source = job.source
     return hashlib.sha256(canonical_json({
         "format": FORMAT_VERSION, "state": STATE_FORMAT, "pipeline": job.pipeline.canonical(), "code": job.code,
         "source": [source.format, source.schema, source.has_header, sorted(map(str, source.options.items()))],
+        "classes": class_names(source),  # unpinned class folders: a new class renumbers every label
     })).hexdigest()
 
 
 def part_identities(parts: Sequence[Part], files: Sequence[SourceFile]) -> list[str]:
-    """Per partition, a digest of the content hashes of its files and where in them it lies."""
+    """Per partition, a digest of its files (name and content hash: a 'files' or class-folders row holds its
+    path) and where in them it lies."""
     out = []
     for p in parts:
-        hashes = [files[i].hash for i in (p.members or (p.file,))]
+        hashes = [(files[i].path, files[i].hash) for i in (p.members or (p.file,))]
         out.append(hashlib.blake2b(canonical_json([hashes, p.start, p.length, p.row_group, p.exact]),
                                    digest_size=16).hexdigest())
     return out

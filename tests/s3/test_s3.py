@@ -43,7 +43,7 @@ def digits_on_s3(s3, tmp_path_factory, copy_digits):
     tests that damage it work on a copy). The credentials are given as -o key=... -o secret=..., not in the
     environment: the secret must reach neither the output (with -v) nor any stored object."""
     tmp_path = copy_digits(tmp_path_factory.mktemp("digits"), "digits.yaml", "digits_code.py")
-    # without its splits section: these tests read the whole version in storage order, over shards of 41
+    # without its splits section: these tests read the whole version in storage order, over shards of 21-41
     # samples numbered shard-000000 on (splits are tested in tests/builder and tests/loader)
     pipeline = tmp_path / "digits.yaml"
     pipeline.write_text(re.sub(r"^splits:.*\n(?:  .*\n)*", "", pipeline.read_text(), flags=re.MULTILINE))
@@ -118,14 +118,15 @@ def _cached_shards(cache: ShardCache) -> list[int]:
 
 
 def test_cache_evicts_least_recently_used_shards_while_an_epoch_streams(digits_on_s3, tmp_path):
-    """Storage order, batches of 32 from shards of 41 samples: a batch reads at most two shards, so a limit of
-    three shards (with indexes) holds everything in use. After every batch the cache is under the limit, and
+    """Storage order, batches of 32 from shards of 21 to 41 samples (cut by content, at least half full): a batch
+    reads at most three shards, so a limit of four shards (with indexes) holds everything in use. After every
+    batch the cache is under the limit, and
     what it holds is the newest stretch of shards: the oldest went first. No download ahead here: its thread
     may open (and so refresh) a shard while the consumer does, which makes the order of use times a race
     under load (the full suite once saw [0, 3, 4]); tests of download_ahead check the bound with it."""
     shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
     entry = max(s.bytes + s.index_bytes for s in shards)
-    limit = 3 * entry
+    limit = 4 * entry
     loader = datapipe.Loader(digits_on_s3["url"], batch_size=32, shuffle=False, num_workers=0, prefetch=0,
                              cache_dir=tmp_path / "c", cache_limit=limit, download_ahead=0)
     cache = ShardCache(tmp_path / "c")
@@ -134,14 +135,14 @@ def test_cache_evicts_least_recently_used_shards_while_an_epoch_streams(digits_o
         keys.extend(batch["__key__"])
         assert cache.size() <= limit
         cached = _cached_shards(cache)
-        assert cached == list(range(cached[0], cached[-1] + 1)) and len(cached) <= 3  # a window: LRU went
+        assert cached == list(range(cached[0], cached[-1] + 1))  # a window under the byte limit: LRU went
         assert set(loader.dataset.held()) <= set(cached)  # what the reader holds is never evicted
         held.append(len(loader.dataset.held()))
         seen.update(cached)
     assert len(set(keys)) == len(keys) == 1773 // 32 * 32
-    # every shard read passed through (the last one holds only samples drop_last drops); shard 0 left long ago
-    assert seen == set(range(len(shards) - 1)) and _cached_shards(cache)[0] > 0
-    assert max(held) <= 2 and loader.dataset.held() == []  # released as soon as read, all of them at the end
+    # every shard read passed through (the last may hold only samples drop_last drops); shard 0 left long ago
+    assert set(range(len(shards) - 1)) <= seen <= set(range(len(shards))) and _cached_shards(cache)[0] > 0
+    assert max(held) <= 3 and loader.dataset.held() == []  # released as soon as read, all of them at the end
 
 
 def test_a_mix_of_remote_sources_gives_each_shard_back_after_its_last_read(digits_on_s3, tmp_path):
