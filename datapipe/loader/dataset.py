@@ -100,7 +100,7 @@ class Dataset:
                 except FileNotFoundError:
                     listings[directory] = set()
             present = listings[directory]
-            for filename in (entry.path, entry.index_path):
+            for filename in entry.stored_names():
                 if filename not in present:
                     raise NotFoundError(f"{directory}/{filename}: missing from {self.name}@{self.version[:12]} "
                                         f"(shard {i}); check the store with "

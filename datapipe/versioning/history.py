@@ -112,7 +112,7 @@ def usage(store: Store, name: str) -> dict[str, int]:
         m = store.manifest(name, version)
         own, shared = own + m.own_bytes, shared + m.shared_bytes
         for s in m.shards:
-            where = (s.stored_in or version, s.path)
+            where = (s.stored_in or version, s.stored_names()[0])
             if local:  # an incremental build's hard links: one file under several names, counted once
                 with contextlib.suppress(OSError):
                     info = os.stat(store.shard_file(name, version, s))

@@ -40,6 +40,13 @@ class ShardEntry:
     # the version whose directory holds the file and its index (None: this version's own); where the bytes
     # are, not what they are: left out of JSON when None and never part of the version id
     stored_in: str | None = None
+    # the names of the file and its index in that directory, where they differ from ``path``/``index_path`` (a
+    # reused shard renumbered by an incremental build); likewise out of JSON when None and out of the id
+    stored_as: tuple[str, str] | None = None
+
+    def stored_names(self) -> tuple[str, str]:
+        """The file names of the shard and its index in the directory that holds them."""
+        return self.stored_as or (self.path, self.index_path)
 
 
 @dataclass(frozen=True)
@@ -146,7 +153,7 @@ class Manifest:
         if self.classes is None:  # likewise for every source but class_folders
             del data["classes"]
         for shard in data["shards"]:
-            for optional in ("split", "stored_in"):
+            for optional in ("split", "stored_in", "stored_as"):
                 if shard[optional] is None:
                     del shard[optional]
         return data
@@ -163,6 +170,7 @@ class Manifest:
         data["lineage"].pop("environment")
         for shard in data["shards"]:  # a shard reused from another version's directory is the same content
             shard.pop("stored_in", None)
+            shard.pop("stored_as", None)
         return hashlib.sha256(canonical_json(data)).hexdigest()
 
     def with_id(self) -> Manifest:
@@ -216,7 +224,7 @@ _SPEC: dict[str, dict[str, tuple[str, bool]]] = {
     "shard": {
         "path": ("file", True), "samples": ("count", True), "bytes": ("count", True), "sha256": ("sha256", True),
         "index_path": ("file", True), "index_bytes": ("count", True), "index_sha256": ("sha256", True),
-        "split": ("str", False), "stored_in": ("sha256", False),
+        "split": ("str", False), "stored_in": ("sha256", False), "stored_as": ("list[file]?", False),
     },
     "stage": {"stage": ("str", True), "rows_in": ("count", True), "rows_out": ("count", True),
               "dropped": ("count", False), "rejected": ("count", False)},

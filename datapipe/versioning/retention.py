@@ -86,7 +86,7 @@ def listed_files(store: Store, name: str, manifests: dict[str, Manifest]) -> set
     out = set()
     for version, m in manifests.items():
         for s in m.shards:
-            out.update({(s.stored_in or version, s.path), (s.stored_in or version, s.index_path)})
+            out.update((s.stored_in or version, stored) for stored in s.stored_names())
         if m.rejected:
             out.add((version, m.rejected))
     return out

@@ -204,7 +204,8 @@ class Store:
 
     def shard_file(self, name: str, version: str, entry: ShardEntry, index: bool = False) -> str:
         """The path of ``entry``'s shard (its index, with ``index``) in version ``version`` of ``name``."""
-        return f"{self.shard_dir(name, version, entry)}/{entry.index_path if index else entry.path}"
+        shard, index_name = entry.stored_names()
+        return f"{self.shard_dir(name, version, entry)}/{index_name if index else shard}"
 
     def manifest(self, name: str, version: str) -> Manifest:
         """The manifest of a version."""
@@ -296,16 +297,18 @@ class VersionWriter:
 
     def reuse_shard(self, parent: str, entry: ShardEntry, filename: str) -> ShardEntry:
         """Shard ``entry`` of version ``parent`` (and its index) as shard ``filename`` of this version, without
-        its bytes passing through here: a hard link on the local disk, a server-side copy on object stores."""
-        fs, index = self.store.fs, filename + INDEX_SUFFIX
+        its bytes passing through here: a hard link on the local disk (the same file under this version's
+        name); on object stores, shared from the directory that holds it (``stored_in``, ``stored_as``)."""
+        index = filename + INDEX_SUFFIX
+        if not is_local(self.store.fs):
+            names = entry.stored_names()
+            shared = self.share_shard(entry, parent)
+            return replace(shared, path=filename, index_path=index,
+                           stored_as=None if names == (filename, index) else names)
         for src, new in ((self.store.shard_file(self.name, parent, entry), filename),
                          (self.store.shard_file(self.name, parent, entry, index=True), index)):
-            dst = f"{self.partial}/{new}"
-            if is_local(fs):
-                os.link(src, dst)
-            else:
-                self.store.remote(src, lambda src=src, dst=dst: fs.cp_file(src, dst))
-        return replace(entry, path=filename, index_path=index, stored_in=None)
+            os.link(src, f"{self.partial}/{new}")
+        return replace(entry, path=filename, index_path=index, stored_in=None, stored_as=None)
 
     def share_shard(self, entry: ShardEntry, parent_version: str) -> ShardEntry:
         """``entry`` of version ``parent_version`` reused in this version without copying a byte: the entry with
@@ -320,7 +323,7 @@ class VersionWriter:
 
             self._leases[parent_version] = Lease(self.store, self.name, parent_version, kind="build",
                                                  note=f"shards shared by {self.partial.rsplit('/', 1)[-1]}")
-        return replace(entry, stored_in=entry.stored_in or parent_version)
+        return replace(entry, stored_in=entry.stored_in or parent_version, stored_as=entry.stored_as)
 
     def commit(self, manifest: Manifest, refs: Iterable[str] = (LATEST,)) -> Manifest:
         """Publish: move the shards under the version id, write the manifest, then the refs.

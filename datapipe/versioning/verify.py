@@ -42,8 +42,9 @@ def verify_version(store: Store, name: str, manifest: Manifest, version: str | N
     expected: dict[str, dict[str, tuple[int, str] | None]] = {root: {}}  # directory -> file -> (bytes, sha256)
     for shard in manifest.shards:
         files = expected.setdefault(store.shard_dir(name, version, shard), {})
-        files[shard.path] = (shard.bytes, shard.sha256)
-        files[shard.index_path] = (shard.index_bytes, shard.index_sha256)
+        stored, index = shard.stored_names()
+        files[stored] = (shard.bytes, shard.sha256)
+        files[index] = (shard.index_bytes, shard.index_sha256)
     if manifest.rejected:
         expected[root][manifest.rejected] = None  # no recorded hash: it must exist
     for directory, files in expected.items():

@@ -25,6 +25,7 @@ from datapipe.builder.run import build
 from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.storage.cache import ShardCache
 from datapipe.versioning.store import Store
+from datapipe.versioning.verify import verify_version
 
 REPO = Path(__file__).parents[2]
 SECRET = "testing-secret-do-not-print"
@@ -321,7 +322,7 @@ def test_concurrent_builders_into_one_s3_store_leave_only_complete_versions(digi
         assert cli(env, "verify", f"{store}/{name}").returncode == 0
 
 
-def test_an_incremental_build_on_s3_copies_the_parents_shards_on_the_server(s3, tmp_path):
+def test_an_incremental_build_on_s3_shares_the_parents_shards(s3, tmp_path):
     (tmp_path / "raw").mkdir()
     pipeline = tmp_path / "rows.yaml"
     pipeline.write_text("name: rows\nsource: {path: raw/*.csv, format: csv}\n"
@@ -334,11 +335,17 @@ def test_an_incremental_build_on_s3_copies_the_parents_shards_on_the_server(s3, 
     for n in (0, 2, 4):
         write(n)
     store = Store(f"s3://{s3['bucket']}/incremental")
-    build(load_pipeline(pipeline), store)
+    first = build(load_pipeline(pipeline), store)
     write(1)
     again = build(load_pipeline(pipeline), store)
     scratch = build(load_pipeline(pipeline), Store(f"s3://{s3['bucket']}/scratch"))
     assert again.manifest.version == scratch.manifest.version
     assert again.incremental["partitions"] == {"measured": 1, "reused": 3} and again.incremental["shards"]["reused"]
+    shared = [s for s in again.manifest.shards if s.stored_in]
+    assert len(shared) == again.incremental["shards"]["reused"] and any(s.stored_as for s in shared)  # renumbered
+    assert not verify_version(store, "rows", again.manifest, again.manifest.version)
+    from datapipe.versioning.history import usage
+
+    assert usage(store, "rows")["stored_bytes"] == first.manifest.bytes + again.incremental["shards"]["bytes_written"]
     keys = {k for b in datapipe.Loader(again.url, batch_size=10, shuffle=False, drop_last="pad") for k in b["__key__"]}
     assert keys == {f"f{n}r{i:03d}" for n in (0, 1, 2, 4) for i in range(40)}
