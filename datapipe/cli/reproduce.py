@@ -11,7 +11,7 @@ import click
 
 from datapipe.cli.options import scheduler_timeout_option, storage_options
 from datapipe.errors import ConfigError
-from datapipe.versioning.dvc import build_stage, find_repo, relative, update_dvc_yaml
+from datapipe.versioning.dvc import DVC_IGNORE, build_stage, find_repo, relative, update_dvc_yaml, update_dvcignore
 from datapipe.versioning.rebuild_report import manifest_differences, sample_differences
 from datapipe.versioning.store import Store, parse_dataset_url
 from datapipe.versioning.verify import verify_version
@@ -48,10 +48,13 @@ def dvc_stage(pipeline: str, store_url: str) -> None:
     cmd = f"datapipe build {shlex.quote(pipeline_rel)} --out {shlex.quote(store_rel)}"
     stage = re.sub(r"[^A-Za-z0-9_-]", "_", p.name)
     path = update_dvc_yaml(root, stage, build_stage(cmd, deps, f"{store_rel}/{p.name}"))
+    ignored = update_dvcignore(root, f"{store_rel}/{p.name}")
     click.echo(f"{relative(str(path), root)}: stage {stage!r}: {cmd}")
     click.echo(f"  deps: {', '.join(deps)}")
     click.echo(f"  outs: {store_rel}/{p.name} (persist)")
-    click.echo("run `dvc repro` to build, then commit dvc.yaml and dvc.lock")
+    if ignored:
+        click.echo(f"{DVC_IGNORE}: {', '.join(ignored)} (readers' leases and partial builds are not the dataset)")
+    click.echo("run `dvc repro` to build, then commit dvc.yaml, dvc.lock and .dvcignore")
 
 
 @click.command()

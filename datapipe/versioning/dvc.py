@@ -12,6 +12,9 @@ import yaml
 from datapipe.errors import ConfigError, NotFoundError
 
 DVC_FILE = "dvc.yaml"
+DVC_IGNORE = ".dvcignore"
+# what a store holds that is not the dataset: readers' leases and a build's partial directory
+TRANSIENT = ("{out}/leases/", "{out}/versions/.partial-*/")
 
 
 def find_repo(start: str | os.PathLike[str]) -> Path:
@@ -37,6 +40,19 @@ def build_stage(cmd: str, deps: Sequence[str], out: str) -> dict[str, Any]:
     """A dvc.yaml stage. The store directory is a persistent output: DVC must not delete the
     older versions in it before a rebuild, and caches it so that push/pull move the dataset."""
     return {"cmd": cmd, "deps": list(dict.fromkeys(deps)), "outs": [{out: {"persist": True}}]}
+
+
+def update_dvcignore(root: Path, out: str) -> list[str]:
+    """Add to ROOT/.dvcignore the transient parts of the dataset folder ``out`` (relative to ROOT): a lease that a
+    running Loader holds must not make DVC see a changed output. The patterns it added."""
+    path = root / DVC_IGNORE
+    lines = path.read_text().splitlines() if path.exists() else []
+    added = [p.format(out=out) for p in TRANSIENT if p.format(out=out) not in lines]
+    if added:
+        tmp = path.with_name(f".{DVC_IGNORE}.tmp")
+        tmp.write_text("\n".join([*lines, *added]) + "\n")
+        os.replace(tmp, path)
+    return added
 
 
 def update_dvc_yaml(root: Path, name: str, stage: dict[str, Any]) -> Path:

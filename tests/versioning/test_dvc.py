@@ -58,9 +58,14 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     assert stage["deps"] == ["pipelines/digits.yaml", "pipelines/raw", "pipelines/digits_code.py"]
     assert stage["outs"] == [{"storage/digits": {"persist": True}}]
 
+    assert (root / ".dvcignore").read_text().splitlines()[-2:] == ["storage/digits/leases/",
+                                                                   "storage/digits/versions/.partial-*/"]
     built = run("dvc", "repro")
     assert "Running stage 'digits'" in built.stdout
     assert status(run) == {}
+    taken = datapipe_in_process("lease", "storage/digits", "--for", "1d", cwd=root)  # a reader's lease ...
+    assert taken.returncode == 0, taken.stderr
+    assert status(run) == {}  # ... is not a change of the dataset
     first = (root / "storage/digits/refs/latest").read_text().strip()
     lock = (root / "dvc.lock").read_text()
 
