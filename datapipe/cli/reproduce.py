@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import tempfile
+import uuid
+from collections.abc import Iterator
 
 import click
 
@@ -15,6 +18,8 @@ from datapipe.versioning.dvc import DVC_IGNORE, build_stage, find_repo, relative
 from datapipe.versioning.rebuild_report import manifest_differences, sample_differences
 from datapipe.versioning.store import Store, parse_dataset_url
 from datapipe.versioning.verify import verify_version
+
+SCRATCH_PREFIX = ".check-"  # not a dataset name (names start with a letter or digit)
 
 _GLOB = re.compile(r"[*?\[]")
 
@@ -68,7 +73,10 @@ def dvc_stage(pipeline: str, store_url: str) -> None:
 @click.pass_context
 def check(ctx: click.Context, pipeline: str, dataset: str | None, store_url: str, workers: int | None,
           scheduler: str | None, scheduler_timeout: float | None) -> None:
-    """Rebuild PIPELINE into a temporary store and compare with DATASET; exit 1 naming what differs."""
+    """Rebuild PIPELINE into a temporary store and compare with DATASET; exit 1 naming what differs.
+
+    With --scheduler the rebuild goes to a scratch prefix of DATASET's own store (STORE/.check-ID, removed
+    after), which the cluster's workers can reach without a file system shared with this machine."""
     from datapipe.builder.config import load_pipeline
     from datapipe.builder.run import build
 
@@ -79,8 +87,7 @@ def check(ctx: click.Context, pipeline: str, dataset: str | None, store_url: str
     version = store.resolve(name, ref)
     recorded = store.manifest(name, version)
     problems = [f"stored {p}" for p in verify_version(store, name, recorded, version)]
-    with tempfile.TemporaryDirectory(prefix="datapipe-check-") as tmp:
-        rebuilt_store = Store(tmp)
+    with _scratch_store(store, scheduler is not None) as rebuilt_store:
         rebuilt = build(loaded, rebuilt_store, workers=workers, scheduler=scheduler,
                         scheduler_timeout=scheduler_timeout).manifest
         differences = []
@@ -96,3 +103,21 @@ def check(ctx: click.Context, pipeline: str, dataset: str | None, store_url: str
     for line in problems + differences:
         click.echo(f"  {line}")
     ctx.exit(1)
+
+
+@contextlib.contextmanager
+def _scratch_store(store: Store, in_store: bool) -> Iterator[Store]:
+    """An empty store for a rebuild: a local temporary directory, or (``in_store``) a hidden prefix of ``store``."""
+    if not in_store:
+        with tempfile.TemporaryDirectory(prefix="datapipe-check-") as tmp:
+            yield Store(tmp)
+        return
+    base = store.url if "://" in store.url else store.root  # absolute: the workers may run elsewhere
+    scratch = Store(f"{base.rstrip('/')}/{SCRATCH_PREFIX}{uuid.uuid4().hex[:12]}", storage_options())
+    click.echo(f"rebuilding into {scratch.url} (removed after)")
+    try:
+        yield scratch
+    finally:
+        root = scratch.path()
+        if scratch.fs.exists(root):
+            scratch.remote(root, lambda: scratch.fs.rm(root, recursive=True))

@@ -349,3 +349,18 @@ def test_an_incremental_build_on_s3_shares_the_parents_shards(s3, tmp_path):
     assert usage(store, "rows")["stored_bytes"] == first.manifest.bytes + again.incremental["shards"]["bytes_written"]
     keys = {k for b in datapipe.Loader(again.url, batch_size=10, shuffle=False, drop_last="pad") for k in b["__key__"]}
     assert keys == {f"f{n}r{i:03d}" for n in (0, 1, 2, 4) for i in range(40)}
+
+
+def test_check_on_a_cluster_rebuilds_into_a_scratch_prefix_of_the_s3_store(digits_on_s3, dask_client):
+    from helpers.cli import on_session_cluster
+
+    env = digits_on_s3["env"]
+    options = ["-o", f"key={env['AWS_ACCESS_KEY_ID']}", "-o", f"secret={env['AWS_SECRET_ACCESS_KEY']}",
+               "-o", f"endpoint_url={digits_on_s3['endpoint']}"]  # the cluster's workers get them with the store
+    out = datapipe_in_process(*options, "check", "digits.yaml", digits_on_s3["url"],
+                              *on_session_cluster(dask_client.scheduler.address), env=env, cwd=digits_on_s3["dir"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"rebuilding into {digits_on_s3['store']}/.check-" in out.stdout and "reproducible" in out.stdout
+    import s3fs
+
+    assert not [p for p in s3fs.S3FileSystem().ls(f"{digits_on_s3['bucket']}/store") if "/.check-" in p]
