@@ -1,0 +1,83 @@
+"""datapipe serve's pages over a small store: what each one shows, read through the store and index code."""
+
+import re
+
+from datapipe.loader.dataset import open_dataset
+from datapipe.serve.samples import read_sample
+
+
+def latest(store, name):
+    return store.resolve(name, "latest")
+
+
+def test_the_store_page_lists_each_dataset_with_its_latest_version(client, store):
+    page = client.get("/")
+    assert page.status_code == 200
+    assert "shapes" in page.text and "numbers" in page.text
+    assert latest(store, "shapes")[:12] in page.text and "v2" in page.text and ">24<" in page.text
+
+
+def test_the_dataset_page_has_the_versions_newest_first_with_the_changes(client, store):
+    page = client.get("/d/shapes")
+    v1, v2 = store.resolve("shapes", "v1"), store.resolve("shapes", "v2")
+    assert page.status_code == 200
+    assert page.text.index(v2[:12]) < page.text.index(v1[:12])
+    assert "+4" in page.text and "~1" in page.text and "-0" in page.text
+
+
+def test_the_version_page_shows_fields_stages_charts_lineage_and_the_loader_line(client, store):
+    v = latest(store, "shapes")
+    page = client.get(f"/d/shapes/v/{v[:8]}")
+    assert page.status_code == 200
+    for text in ("png", "npy", "json", "clean", "validate", "<svg", "<rect", f"datapipe.Loader(&#39;{store.url}"
+                 f"/shapes@{v[:12]}&#39;)"):
+        assert text in page.text, text
+    assert client.get("/d/shapes/v/v1").status_code == 200  # a tag names a version too
+
+
+def test_the_samples_grid_pages_searches_by_key_prefix_and_shows_thumbnails(client, store):
+    base = f"/d/shapes/v/{latest(store, 'shapes')}"
+    page = client.get(base + "/samples")
+    keys = re.findall(r'class="key" href="[^"]+">(shape\d+)<', page.text)
+    assert keys == [f"shape{i:03d}" for i in range(24)]
+    assert "float32 [3]" in page.text and "&#34;name&#34;" in page.text  # npy shape and dtype, JSON pretty
+    search = client.get(base + "/samples", params={"q": "shape01"})
+    assert re.findall(r'class="key" href="[^"]+">(shape\d+)<', search.text) == [f"shape01{i}" for i in range(10)]
+    thumbs = re.findall(r'<img src="([^"]+)"', page.text)
+    assert len(thumbs) == 24
+    thumb = client.get(thumbs[0])
+    assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/png"
+    assert thumb.content.startswith(b"\x89PNG")
+    assert client.get(base + "/samples", params={"page": 1}).text.count('class="cell"') == 0
+    assert "No samples" in client.get(base + "/samples", params={"q": "zzz"}).text
+
+
+def test_a_sample_page_has_every_field_its_shard_and_byte_offset(client, store):
+    base = f"/d/shapes/v/{latest(store, 'shapes')}"
+    ds = open_dataset(f"{store.url}/shapes", lease_ttl=None)
+    start = int(ds.index(1).sample_start[2])
+    page = client.get(base + "/s/1/2")
+    assert page.status_code == 200
+    assert "shape010" in page.text and f"at byte {start}" in page.text and "shard 1" in page.text
+    assert read_sample(ds, 1, 2) == ds[10]  # the byte range alone gives the same sample as the loader
+
+
+def test_tfrecord_versions_read_by_byte_range_too(client, store):
+    base = f"/d/numbers/v/{latest(store, 'numbers')}"
+    page = client.get(base + "/samples")
+    assert page.status_code == 200 and "row 9" in page.text and "13.5" in page.text
+    ds = open_dataset(f"{store.url}/numbers", lease_ttl=None)
+    assert read_sample(ds, 2, 1) == ds[9]
+
+
+def test_no_request_writes_to_the_store(client, store):
+    import os
+
+    def files():
+        return sorted((p, os.path.getmtime(os.path.join(p, f))) for p, _, fs in os.walk(store.url) for f in fs)
+
+    before = files()
+    v = latest(store, "shapes")
+    for url in ("/", "/d/shapes", f"/d/shapes/v/{v}", f"/d/shapes/v/{v}/samples", f"/d/shapes/v/{v}/s/0/0"):
+        assert client.get(url).status_code == 200
+    assert files() == before
