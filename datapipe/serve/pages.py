@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -156,13 +157,20 @@ Page = Callable[[Request], Awaitable[Response]]
 
 
 def routes(c: Context) -> list[tuple[str, Page]]:
-    """(path, handler) of every page; handlers run the store reads in a thread, not on the event loop."""
+    """(path, handler) of every page; handlers run the store reads in a thread, not on the event loop, one at a
+    time (a Dataset's index cache and the thumbnail LRU are not shared between threads safely)."""
+    lock = threading.Lock()
+
+    def locked(fn: Callable[..., Response], args: dict[str, Any]) -> Response:
+        with lock:
+            return fn(c, **args)
+
     def page(fn: Callable[..., Response], with_request: bool = False) -> Page:
         async def handle(request: Request) -> Response:
             args = dict(request.path_params)
             if with_request:
                 args["request"] = request
-            return await run_in_threadpool(fn, c, **args)
+            return await run_in_threadpool(locked, fn, args)
         return handle
 
     version = "/d/{name}/v/{ref}"

@@ -30,10 +30,6 @@ class Versions:
             raise NotFoundError(f"{self.store.url}/{name}@{ref}: names {version!r}, which is not a complete version")
         return version
 
-    def manifest(self, name: str, ref: str) -> Manifest:
-        """The manifest of NAME@REF (ManifestError-like DatapipeErrors name the file)."""
-        return self.dataset(name, ref).manifest
-
     def dataset(self, name: str, ref: str) -> Dataset:
         """NAME@REF opened for random access (kept open for later requests)."""
         version = self.version(name, ref)
