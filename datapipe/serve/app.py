@@ -77,13 +77,21 @@ def create_app(store: Store | str, storage_options: dict[str, Any] | None = None
         store = Store(store, storage_options)
     env = Environment(loader=PackageLoader("datapipe.serve"), autoescape=True)
     env.filters["size"] = pages.size
-    css = resources.files("datapipe.serve").joinpath("static/style.css").read_bytes()
+    static = resources.files("datapipe.serve").joinpath("static")
+    files = {"style.css": (static.joinpath("style.css").read_bytes(), "text/css"),
+             "icon.svg": (static.joinpath("icon.svg").read_bytes(), "image/svg+xml")}
     context = pages.Context(env, Versions(store), Thumbnails())
 
-    async def style(request: Request) -> Response:
-        return Response(css, media_type="text/css")
+    def static_file(name: str) -> Handler:
+        data, media_type = files[name]
 
-    routes = [Route("/static/style.css", style)]
+        async def serve_file(request: Request) -> Response:
+            return Response(data, media_type=media_type, headers={"cache-control": "max-age=3600"})
+        return serve_file
+
+    # the two files by name, never a path from the URL
+    routes = [Route(f"/static/{name}", static_file(name)) for name in files]
+    routes.append(Route("/favicon.ico", static_file("icon.svg")))
     for path, handler in pages.routes(context):
         routes.append(Route(path, _guarded(env, handler)))
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found})

@@ -120,6 +120,7 @@ def samples_page(c: Context, name: str, ref: str, request: Request) -> HTMLRespo
         sample = read_sample(ds, shard, row)
         fields = [describe(k, v, ds.manifest.fields.get(k), PREVIEW) for k, v in sorted(sample.items())
                   if k != "__key__"]
+        fields.sort(key=lambda f: f.kind != "image")  # the pictures at the top of each cell
         cells.append({"shard": shard, "row": row, "key": sample["__key__"], "fields": fields})
     return c.render("samples.html", name=name, m=ds.manifest, cells=cells, page=page, split=split or "", q=prefix,
                     more=len(found) > (page + 1) * PAGE, splits=ds.manifest.splits.names if ds.manifest.splits else [])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from datapipe.errors import NotFoundError
 from datapipe.loader.dataset import Dataset
-from datapipe.versioning.manifest import Manifest
 from datapipe.versioning.store import Store
 
 
