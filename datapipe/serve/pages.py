@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jinja2 import Environment
@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse, Response
 from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.loader.dataset import Dataset
 from datapipe.serve import charts
+from datapipe.serve.changes import Diffs, diff_page, quarantine_page
 from datapipe.serve.resolve import Versions
 from datapipe.serve.samples import PREVIEW, Thumbnails, describe, read_sample
 from datapipe.versioning.history import history
@@ -39,6 +40,7 @@ class Context:
     env: Environment
     versions: Versions
     thumbnails: Thumbnails
+    diffs: Diffs = field(default_factory=Diffs)
 
     def render(self, template: str, **values: Any) -> HTMLResponse:
         """The page ``template`` filled with ``values`` (autoescaped) and the store's URL."""
@@ -178,8 +180,10 @@ def routes(c: Context) -> list[tuple[str, Page]]:
     return [
         ("/", page(store_page)),
         ("/d/{name}", page(dataset_page)),
+        ("/d/{name}/diff", page(diff_page, with_request=True)),
         (version, page(version_page)),
         (version + "/samples", page(samples_page, with_request=True)),
+        (version + "/quarantine", page(quarantine_page, with_request=True)),
         (version + "/s/{shard:int}/{row:int}", page(sample_page)),
         (version + "/s/{shard:int}/{row:int}/{field}/thumb", page(thumbnail)),
     ]

@@ -25,14 +25,23 @@ def npy(array: np.ndarray) -> bytes:
 
 
 def write(store: Store, name: str, samples: list[dict], fields: dict[str, str], per_shard: int = 8,
-          fmt: str = "webdataset", stages=(), refs=("latest",)) -> Manifest:
+          fmt: str = "webdataset", stages=(), refs=("latest",), rejects=()) -> Manifest:
+    """A version of ``name`` holding ``samples``; ``rejects``: (stage, reason, source, row, data) rows quarantined."""
+    from datapipe.builder.quarantine import Reject, quarantine_bytes
+
     writer = store.begin(name)
     shard_format = get_format(fmt)
     shards = tuple(writer.write_shard(s, samples[at : at + per_shard], shard_format)
                    for s, at in enumerate(range(0, len(samples), per_shard)))
+    if rejects:
+        data = quarantine_bytes((Reject(stage, reason, 0, text), source, row)
+                                for stage, reason, source, row, text in rejects)
+        with store.fs.open(f"{writer.partial}/rejected.parquet", "wb") as f:
+            f.write(data)
     parent = store.read_ref(name, "latest")
     return writer.commit(Manifest(name=name, shard_format=fmt, fields=fields, shards=shards, stages=tuple(stages),
-                                  parent=parent), refs=refs)
+                                  parent=parent, rejected="rejected.parquet" if rejects else None,
+                                  rejected_rows=len(rejects)), refs=refs)
 
 
 def shapes(n: int, change: int = -1) -> list[dict]:

@@ -13,7 +13,10 @@ def store(tmp_path_factory) -> Store:
     store = Store(str(tmp_path_factory.mktemp("serve") / "store"))
     stages = [StageCounts("clean", 25, 20, dropped=3, rejected=2), StageCounts("validate", 20, 20)]
     write(store, "shapes", shapes(20), FIELDS, stages=stages, refs=("latest", "v1"))
-    write(store, "shapes", shapes(24, change=5), FIELDS, stages=stages, refs=("latest", "v2"))
+    rejects = [("stages[0].clean", "cls is not a number", "raw/a.csv", 3, '{"cls": "x"}'),
+               ("stages[0].clean", "meta is not JSON", "raw/a.csv", 9, '{"meta": "<b>{"}'),
+               ("source", "unparseable line", "raw/b.csv", 2, "<script>alert(3)</script>")]
+    write(store, "shapes", shapes(24, change=5), FIELDS, stages=stages, refs=("latest", "v2"), rejects=rejects)
     write(store, "numbers", [{"__key__": f"n{i}", "x": str(i * 1.5).encode(), "txt": f"row {i}".encode()}
                              for i in range(10)], {"x": "float", "txt": "str"}, per_shard=4, fmt="tfrecord")
     return store

@@ -1,6 +1,7 @@
 """datapipe serve in a real browser: Debian's headless Chromium (through chromium-driver, driven by Selenium)
 against `datapipe serve` on 127.0.0.1. Every page loads without a console error (a CSP violation would be
-one), thumbnails decode, the key search works; screenshots go to the test's tmp_path."""
+one), thumbnails decode, the key search works, the diff shows both sides of a changed sample; screenshots go to
+the test's tmp_path."""
 
 import re
 import shutil
@@ -72,6 +73,13 @@ def test_every_page_loads_without_console_errors_and_thumbnails_render(browser, 
     browser.save_screenshot(str(tmp_path / "samples.png"))
     visit(browser, f"{server}/d/shapes/v/{v}/s/1/2")
     assert "shape010" in browser.find_element(By.TAG_NAME, "h1").text
+    visit(browser, f"{server}/d/shapes/v/{v}/quarantine")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "table.rejects tbody tr")) == 3
+    visit(browser, f"{server}/d/shapes/diff")
+    assert "~1 changed" in browser.page_source
+    sides = browser.execute_script("return Array.from(document.querySelectorAll('.sides img'))"
+                                   ".map(i => i.complete ? i.naturalWidth : -1)")
+    assert len(sides) == 2 and all(w > 0 for w in sides), sides
     assert (tmp_path / "version.png").stat().st_size > 1000 and (tmp_path / "samples.png").stat().st_size > 1000
 
 

@@ -81,3 +81,33 @@ def test_no_request_writes_to_the_store(client, store):
     for url in ("/", "/d/shapes", f"/d/shapes/v/{v}", f"/d/shapes/v/{v}/samples", f"/d/shapes/v/{v}/s/0/0"):
         assert client.get(url).status_code == 200
     assert files() == before
+
+
+def test_the_quarantine_page_lists_the_rejected_rows_by_stage_and_reason(client, store):
+    base = f"/d/shapes/v/{latest(store, 'shapes')}"
+    assert "the 3 rejected rows" in client.get(base).text
+    page = client.get(base + "/quarantine")
+    assert page.status_code == 200 and "3 of 3 rows" in page.text and "raw/b.csv" in page.text
+    assert "&lt;script&gt;alert(3)&lt;/script&gt;" in page.text and "<script>" not in page.text
+    stage = client.get(base + "/quarantine", params={"stage": "source"})
+    assert "1 of 3 rows" in stage.text and "unparseable line" in stage.text and "raw/a.csv" not in stage.text
+    reason = client.get(base + "/quarantine", params={"reason": "JSON"})
+    assert "1 of 3 rows" in reason.text and "meta is not JSON" in reason.text
+    assert client.get(base + "/quarantine", params={"stage": "nope"}).status_code == 404
+    v1 = client.get(f"/d/shapes/v/{store.resolve('shapes', 'v1')}/quarantine")
+    assert v1.status_code == 200 and "0 of 0 rows" in v1.text
+
+
+def test_the_diff_page_shows_added_removed_and_both_sides_of_a_changed_sample(client, store):
+    v1, v2 = store.resolve("shapes", "v1"), store.resolve("shapes", "v2")
+    page = client.get("/d/shapes/diff")  # latest against its parent
+    assert page.status_code == 200
+    assert "+4 added" in page.text and "-0 removed" in page.text and "~1 changed" in page.text
+    assert "19 unchanged" in page.text
+    for key in ("shape020", "shape023"):
+        assert key in page.text
+    assert f"/d/shapes/v/{v1}/s/0/5/png/thumb" in page.text and f"/d/shapes/v/{v2}/s/0/5/png/thumb" in page.text
+    back = client.get("/d/shapes/diff", params={"a": "v2", "b": "v1"})
+    assert "-4 removed" in back.text and "+0 added" in back.text
+    assert client.get("/d/numbers/diff").status_code == 404  # no parent to compare with
+    assert client.get("/d/shapes/diff", params={"a": "../x"}).status_code == 404

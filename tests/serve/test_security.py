@@ -96,3 +96,18 @@ def test_a_malformed_manifest_is_an_error_page_naming_the_file(tmp_path):
         page = client.get(f"/d/bad/v/{m.version}")
         assert page.status_code == 500 and str(manifest) in page.text and "Traceback" not in page.text
         assert client.get("/d/good").status_code == 200
+
+
+def test_a_damaged_quarantine_file_is_an_error_page_naming_it(tmp_path):
+    from starlette.testclient import TestClient
+
+    from datapipe.serve import create_app
+
+    store = Store(str(tmp_path / "store"))
+    m = write(store, "q", shapes(3), {"png": "bytes"}, rejects=[("source", "bad", "a.csv", 1, "{}")])
+    parquet = tmp_path / "store" / "q" / "versions" / m.version / "rejected.parquet"
+    parquet.write_bytes(b"PAR1 not parquet at all")
+    with TestClient(create_app(store), raise_server_exceptions=False) as client:
+        page = client.get(f"/d/q/v/{m.version}/quarantine")
+        assert page.status_code == 500 and str(parquet) in page.text and "Traceback" not in page.text
+        assert client.get(f"/d/q/v/{m.version}").status_code == 200
