@@ -12,7 +12,9 @@ from datapipe.errors import IntegrityError, NotFoundError
 from datapipe.loader.dataset import Dataset
 from datapipe.serve.samples import PREVIEW, Field, describe, read_sample
 from datapipe.versioning.sample_diff import VersionDiff, diff_versions, sample_locations
-from datapipe.versioning.store import VERSIONS
+from datapipe.versioning.store import VERSIONS, Store
+
+FAILED_QUARANTINE = "rejected"  # builder/run.py's: STORE/NAME/rejected/TIME-ID.parquet (a test keeps them equal)
 
 REJECTS = 100  # quarantined rows a page
 CHANGED = 20  # changed samples a page of the diff (each shown from both sides)
@@ -35,33 +37,55 @@ def read_quarantine(ds: Dataset) -> list[dict[str, Any]]:
     if "/" in m.rejected or m.rejected.startswith("."):  # a name beside the manifest, never a path elsewhere
         raise IntegrityError(f"{ds.name}@{m.version[:12]}: the manifest's rejected is {m.rejected!r}, not a "
                              "file name in the version's directory")
+    return _parquet_rows(ds.store, ds.store.path(ds.name, VERSIONS, m.version, m.rejected))
+
+
+def _parquet_rows(store: Store, path: str) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
-    path = ds.store.path(ds.name, VERSIONS, m.version, m.rejected)
     try:
-        with ds.store.fs.open(path, "rb") as f:
-            table = pq.read_table(f)
+        with store.fs.open(path, "rb") as f:
+            return pq.read_table(f).to_pylist()
     except FileNotFoundError:
-        raise NotFoundError(f"{path}: the quarantine of {ds.name}@{m.version[:12]} is missing") from None
+        raise NotFoundError(f"{path}: the quarantine file is missing") from None
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
         raise IntegrityError(f"{path}: not a readable parquet file ({e})") from None
-    return table.to_pylist()
+
+
+def failed_builds(store: Store, name: str) -> list[str]:
+    """The quarantine files that failed builds of ``name`` left (STORE/NAME/rejected/TIME-ID.parquet), newest
+    first."""
+    names = store.entry_names(store.path(name, FAILED_QUARANTINE))
+    return sorted((n for n in names if n.endswith(".parquet") and not n.startswith(".")), reverse=True)
 
 
 def quarantine_page(c: Any, name: str, ref: str, request: Request) -> HTMLResponse:
     """The rejected rows of a version, filtered by stage and by a word of the reason, REJECTS a page."""
     ds = c.versions.dataset(name, ref)
-    rows = read_quarantine(ds)
+    here = f"/d/{name}/v/{ds.version}/quarantine"
+    return _rejects(c, request, read_quarantine(ds), name=name, m=ds.manifest, here=here, failed=None)
+
+
+def failed_page(c: Any, name: str, file: str, request: Request) -> HTMLResponse:
+    """The rejected rows a failed build of ``name`` left in ``file`` (a name from the store's listing)."""
+    name = c.versions.dataset_name(name)
+    if file not in failed_builds(c.versions.store, name):
+        raise NotFoundError(f"{name}: no failed build's quarantine {file!r}")
+    rows = _parquet_rows(c.versions.store, c.versions.store.path(name, FAILED_QUARANTINE, file))
+    return _rejects(c, request, rows, name=name, m=None, here=f"/d/{name}/failed/{file}", failed=file)
+
+
+def _rejects(c: Any, request: Request, rows: list[dict[str, Any]], **where: Any) -> HTMLResponse:
     stages = sorted({str(r.get("stage")) for r in rows})
     stage, reason = request.query_params.get("stage", ""), request.query_params.get("reason", "")
     if stage and stage not in stages:
-        raise NotFoundError(f"{name}@{ds.version[:12]}: no rejected rows of stage {stage!r}")
+        raise NotFoundError(f"{where['here']}: no rejected rows of stage {stage!r}")
     chosen = [r for r in rows if (not stage or r.get("stage") == stage) and reason in str(r.get("reason", ""))]
     page = _number(request, "page")
     shown = [{**r, "data": str(r.get("data", ""))[:DATA], "cut": len(str(r.get("data", ""))) > DATA}
              for r in chosen[page * REJECTS : (page + 1) * REJECTS]]
-    return c.render("quarantine.html", name=name, m=ds.manifest, rows=shown, total=len(rows), matched=len(chosen),
-                    stages=stages, stage=stage, reason=reason, page=page, more=len(chosen) > (page + 1) * REJECTS)
+    return c.render("quarantine.html", rows=shown, total=len(rows), matched=len(chosen), stages=stages, stage=stage,
+                    reason=reason, page=page, more=len(chosen) > (page + 1) * REJECTS, **where)
 
 
 class Diffs:

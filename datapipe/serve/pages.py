@@ -15,7 +15,7 @@ from starlette.responses import HTMLResponse, Response
 from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.loader.dataset import Dataset
 from datapipe.serve import charts
-from datapipe.serve.changes import Diffs, diff_page, quarantine_page
+from datapipe.serve.changes import Diffs, diff_page, failed_builds, failed_page, quarantine_page
 from datapipe.serve.resolve import Versions
 from datapipe.serve.samples import PREVIEW, Thumbnails, describe, read_sample
 from datapipe.versioning.history import history
@@ -76,7 +76,8 @@ def dataset_page(c: Context, name: str) -> HTMLResponse:
     """The versions of a dataset, newest first, with what changed against each parent."""
     name = c.versions.dataset_name(name)
     entries, problems = history(c.versions.store, name)
-    return c.render("dataset.html", name=name, entries=entries, problems=problems)
+    return c.render("dataset.html", name=name, entries=entries, problems=problems,
+                    failed=failed_builds(c.versions.store, name))
 
 
 def version_page(c: Context, name: str, ref: str) -> HTMLResponse:
@@ -181,6 +182,7 @@ def routes(c: Context) -> list[tuple[str, Page]]:
         ("/", page(store_page)),
         ("/d/{name}", page(dataset_page)),
         ("/d/{name}/diff", page(diff_page, with_request=True)),
+        ("/d/{name}/failed/{file}", page(failed_page, with_request=True)),
         (version, page(version_page)),
         (version + "/samples", page(samples_page, with_request=True)),
         (version + "/quarantine", page(quarantine_page, with_request=True)),

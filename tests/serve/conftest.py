@@ -3,6 +3,7 @@
 import pytest
 from helpers.serve_stores import FIELDS, SCRIPT_KEY, SCRIPT_TEXT, png, shapes, write
 
+from datapipe.builder.quarantine import Reject, quarantine_bytes
 from datapipe.versioning.manifest import StageCounts
 from datapipe.versioning.store import Store
 
@@ -19,6 +20,12 @@ def store(tmp_path_factory) -> Store:
     write(store, "shapes", shapes(24, change=5), FIELDS, stages=stages, refs=("latest", "v2"), rejects=rejects)
     write(store, "numbers", [{"__key__": f"n{i}", "x": str(i * 1.5).encode(), "txt": f"row {i}".encode()}
                              for i in range(10)], {"x": "float", "txt": "str"}, per_shard=4, fmt="tfrecord")
+    write(store, "many", [{"__key__": f"m{i:03d}", "txt": f"text {i}".encode()} for i in range(100)],
+          {"txt": "str"}, per_shard=30)
+    failed = store.path("shapes", "rejected", "20261201T101500Z-0badf00d.parquet")
+    store.fs.makedirs(store.path("shapes", "rejected"), exist_ok=True)
+    with store.fs.open(failed, "wb") as f:  # as a build that failed past max_rejected leaves it
+        f.write(quarantine_bytes([(Reject("stages[0].validate", "x out of range", 0, '{"x": 99}'), "raw/c.csv", 4)]))
     return store
 
 

@@ -1,7 +1,7 @@
 """datapipe serve in a real browser: Debian's headless Chromium (through chromium-driver, driven by Selenium)
 against `datapipe serve` on 127.0.0.1. Every page loads without a console error (a CSP violation would be
-one), thumbnails decode, the key search works, the diff shows both sides of a changed sample; screenshots go to
-the test's tmp_path."""
+one), thumbnails decode, the key search and the grid's pages work, the diff shows both sides of a changed
+sample; screenshots go to the test's tmp_path."""
 
 import re
 import shutil
@@ -96,4 +96,18 @@ def test_the_key_search_narrows_the_grid(browser, server, store):
                                      and d.execute_script("return document.readyState") == "complete")
     keys = [a.text for a in browser.find_elements(By.CSS_SELECTOR, ".cell .key")]
     assert keys == ["shape020", "shape021", "shape022", "shape023"]
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def test_next_pages_through_the_grid(browser, server, store):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    visit(browser, f"{server}/d/many/v/{store.resolve('many', 'latest')}/samples")
+    assert browser.find_elements(By.CSS_SELECTOR, ".cell .key")[0].text == "m000"
+    browser.find_element(By.CSS_SELECTOR, 'a[rel="next"]').click()
+    WebDriverWait(browser, 30).until(lambda d: "page=1" in d.current_url
+                                     and d.execute_script("return document.readyState") == "complete")
+    keys = [a.text for a in browser.find_elements(By.CSS_SELECTOR, ".cell .key")]
+    assert keys == [f"m{i:03d}" for i in range(48, 96)]
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

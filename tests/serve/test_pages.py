@@ -111,3 +111,28 @@ def test_the_diff_page_shows_added_removed_and_both_sides_of_a_changed_sample(cl
     assert "-4 removed" in back.text and "+0 added" in back.text
     assert client.get("/d/numbers/diff").status_code == 404  # no parent to compare with
     assert client.get("/d/shapes/diff", params={"a": "../x"}).status_code == 404
+
+
+def test_failed_builds_quarantines_are_listed_and_shown(client):
+    from datapipe.builder.run import FAILED_QUARANTINE
+    from datapipe.serve.changes import FAILED_QUARANTINE as SERVED
+
+    assert SERVED == FAILED_QUARANTINE
+    name = "20261201T101500Z-0badf00d.parquet"
+    assert f"/d/shapes/failed/{name}" in client.get("/d/shapes").text
+    page = client.get(f"/d/shapes/failed/{name}")
+    assert page.status_code == 200 and "1 of 1 rows" in page.text and "x out of range" in page.text
+    assert "raw/c.csv" in page.text
+    assert client.get("/d/shapes/failed/other.parquet").status_code == 404
+    assert client.get("/d/numbers/failed/" + name).status_code == 404
+
+
+def test_the_grid_pages_through_every_sample_once(client, store):
+    base = f"/d/many/v/{latest(store, 'many')}/samples"
+    seen, url = [], base
+    while url:
+        page = client.get(url)
+        seen += re.findall(r'class="key" href="[^"]+">(m\d+)<', page.text)
+        following = re.search(r'rel="next" href="([^"]+)"', page.text)
+        url = following.group(1).replace("&amp;", "&") if following else None
+    assert seen == [f"m{i:03d}" for i in range(100)]
