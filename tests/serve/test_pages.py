@@ -136,3 +136,20 @@ def test_the_grid_pages_through_every_sample_once(client, store):
         following = re.search(r'rel="next" href="([^"]+)"', page.text)
         url = following.group(1).replace("&amp;", "&") if following else None
     assert seen == [f"m{i:03d}" for i in range(100)]
+
+
+def test_the_parent_graph_puts_a_branch_in_its_own_lane():
+    from datapipe.serve.charts import parent_graph
+
+    # c and b both children of a (b built from a again, not on latest's chain); d a root of its own
+    nodes, edges = parent_graph([("c", "a", ["latest"]), ("b", "a", []), ("a", None, ["v1"]), ("d", None, [])])
+    lanes = {n.version: n.lane for n in nodes}
+    assert lanes["c"] == lanes["a"] == 0 and lanes["b"] == 1
+    assert sorted((child.version, parent.version) for child, parent in edges) == [("b", "a"), ("c", "a")]
+    assert [n.row for n in nodes] == [0, 1, 2, 3]
+
+
+def test_the_dataset_page_draws_the_parent_graph(client, store):
+    page = client.get("/d/shapes")
+    assert '<svg class="graph"' in page.text and page.text.count("<circle") == 2 and "<line" in page.text
+    assert "(latest, v2)" in page.text
