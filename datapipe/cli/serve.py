@@ -33,7 +33,7 @@ def serve(store_url: str, host: str, port: int, options: tuple[str, ...]) -> Non
     try:
         import uvicorn
 
-        from datapipe.serve import create_app
+        from datapipe.serve.app import LOOPBACK_NAMES, create_app
     except ImportError as e:
         raise ConfigError(f"datapipe serve needs the [serve] extra ({e.name} is missing): "
                           "pip install 'datapipe[serve]'") from None
@@ -57,5 +57,7 @@ def serve(store_url: str, host: str, port: int, options: tuple[str, ...]) -> Non
     port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"datapipe serve: browsing {store_url} at http://{shown}:{port}/ (Ctrl-C stops it)")
-    server = uvicorn.Server(uvicorn.Config(create_app(store), log_level="warning"))
+    # on loopback, only requests that name it (no DNS-rebound site's name); off it, the name users reach it by
+    hosts = list(LOOPBACK_NAMES) if is_loopback(host) else None
+    server = uvicorn.Server(uvicorn.Config(create_app(store, allowed_hosts=hosts), log_level="warning"))
     server.run(sockets=[sock])

@@ -9,6 +9,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader
 from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
@@ -71,8 +72,17 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     return _error(request.app.state.env, 404, f"no page {request.url.path!r}")
 
 
-def create_app(store: Store | str, storage_options: dict[str, Any] | None = None) -> Starlette:
-    """The browser of ``store`` (a Store or its URL) as an ASGI app; read-only, every page server-rendered."""
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def create_app(store: Store | str, storage_options: dict[str, Any] | None = None,
+               allowed_hosts: list[str] | None = None) -> Starlette:
+    """The browser of ``store`` (a Store or its URL) as an ASGI app; read-only, every page server-rendered.
+
+    ``allowed_hosts``: the Host header values answered (others get 400), so that a web page whose name
+    resolves to 127.0.0.1 (DNS rebinding) cannot read the data through the visitor's browser; None answers
+    any (`datapipe serve` passes LOOPBACK_NAMES when it listens on loopback).
+    """
     if isinstance(store, str):
         store = Store(store, storage_options)
     env = Environment(loader=PackageLoader("datapipe.serve"), autoescape=True)
@@ -96,5 +106,7 @@ def create_app(store: Store | str, storage_options: dict[str, Any] | None = None
         routes.append(Route(path, _guarded(env, handler)))
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found})
     app.state.env = env
-    app.add_middleware(SecurityHeaders)
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
+    app.add_middleware(SecurityHeaders)  # added last: outermost, so the 400 of a wrong host carries them too
     return app

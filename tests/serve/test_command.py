@@ -2,8 +2,10 @@
 
 import re
 import subprocess
+import urllib.error
 import urllib.request
 
+import pytest
 from helpers.cli import INSTALLED
 
 
@@ -18,6 +20,14 @@ def test_serve_prints_its_url_and_answers_there(store):
         with direct.open(url.group(0) + "d/shapes", timeout=30) as page:
             assert page.status == 200 and b"shape024" not in page.read()
             assert page.headers["x-content-type-options"] == "nosniff"
+        for name in ("localhost", "127.0.0.1"):
+            named = urllib.request.Request(url.group(0), headers={"Host": f"{name}:1"})
+            assert direct.open(named, timeout=30).status == 200
+        # a page of evil.example whose name was rebound to 127.0.0.1 sends its own name: refused
+        rebound = urllib.request.Request(url.group(0) + "d/shapes", headers={"Host": "evil.example"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            direct.open(rebound, timeout=30)
+        assert refused.value.code == 400 and refused.value.headers["x-content-type-options"] == "nosniff"
     finally:
         proc.terminate()
         proc.wait(timeout=30)
