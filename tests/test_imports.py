@@ -1,9 +1,9 @@
-"""`import datapipe` stays light: no torch, dask, distributed or s3fs."""
+"""`import datapipe` stays light: no torch, dask, distributed, s3fs or web framework."""
 
 import subprocess
 import sys
 
-HEAVY = ("torch", "dask", "distributed", "s3fs")
+HEAVY = ("torch", "dask", "distributed", "s3fs", "starlette", "uvicorn", "jinja2")
 
 
 def test_import_datapipe_is_light():

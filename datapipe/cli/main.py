@@ -39,11 +39,11 @@ def cli(ctx: click.Context, verbose: bool, storage_options: tuple[str, ...]) -> 
 
 
 def _register() -> None:
-    from datapipe.cli import build, datasets, reproduce, shards, training, versions
+    from datapipe.cli import build, datasets, reproduce, serve, shards, training, versions
 
     for command in (build.build, reproduce.dvc_stage, reproduce.check, shards.inspect, shards.index, datasets.ls,
                     datasets.info, datasets.verify, datasets.tag, datasets.diff, datasets.gc, versions.lease,
-                    versions.du, versions.log_command, training.batches, training.audit_command):
+                    versions.du, versions.log_command, training.batches, training.audit_command, serve.serve):
         cli.add_command(command)
 
 

@@ -1,0 +1,140 @@
+"""The quarantine page (a version's rejected rows) and the diff page (added, removed, changed samples)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from datapipe.errors import IntegrityError, NotFoundError
+from datapipe.loader.dataset import Dataset
+from datapipe.serve.samples import PREVIEW, Field, describe, read_sample
+from datapipe.versioning.sample_diff import VersionDiff, diff_versions, sample_locations
+from datapipe.versioning.store import VERSIONS, Store
+
+FAILED_QUARANTINE = "rejected"  # builder/run.py's: STORE/NAME/rejected/TIME-ID.parquet (a test keeps them equal)
+
+REJECTS = 100  # quarantined rows a page
+CHANGED = 20  # changed samples a page of the diff (each shown from both sides)
+KEYS = 200  # added or removed keys listed
+DATA = 400  # characters of a rejected row's data shown
+
+
+def _number(request: Request, name: str) -> int:
+    raw = request.query_params.get(name, "") or "0"
+    if not raw.isdigit() or int(raw) > 10**6:
+        raise NotFoundError(f"?{name}={raw!r}: expected a number from 0 to 1000000")
+    return int(raw)
+
+
+def read_quarantine(ds: Dataset) -> list[dict[str, Any]]:
+    """The rows of a version's rejected.parquet (none when it rejected nothing)."""
+    m = ds.manifest
+    if m.rejected is None:
+        return []
+    if "/" in m.rejected or m.rejected.startswith("."):  # a name beside the manifest, never a path elsewhere
+        raise IntegrityError(f"{ds.name}@{m.version[:12]}: the manifest's rejected is {m.rejected!r}, not a "
+                             "file name in the version's directory")
+    return _parquet_rows(ds.store, ds.store.path(ds.name, VERSIONS, m.version, m.rejected))
+
+
+def _parquet_rows(store: Store, path: str) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        with store.fs.open(path, "rb") as f:
+            return pq.read_table(f).to_pylist()
+    except FileNotFoundError:
+        raise NotFoundError(f"{path}: the quarantine file is missing") from None
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise IntegrityError(f"{path}: not a readable parquet file ({e})") from None
+
+
+def failed_builds(store: Store, name: str) -> list[str]:
+    """The quarantine files that failed builds of ``name`` left (STORE/NAME/rejected/TIME-ID.parquet), newest
+    first."""
+    names = store.entry_names(store.path(name, FAILED_QUARANTINE))
+    return sorted((n for n in names if n.endswith(".parquet") and not n.startswith(".")), reverse=True)
+
+
+def quarantine_page(c: Any, name: str, ref: str, request: Request) -> HTMLResponse:
+    """The rejected rows of a version, filtered by stage and by a word of the reason, REJECTS a page."""
+    ds = c.versions.dataset(name, ref)
+    here = f"/d/{name}/v/{ds.version}/quarantine"
+    return _rejects(c, request, read_quarantine(ds), name=name, m=ds.manifest, here=here, failed=None)
+
+
+def failed_page(c: Any, name: str, file: str, request: Request) -> HTMLResponse:
+    """The rejected rows a failed build of ``name`` left in ``file`` (a name from the store's listing)."""
+    name = c.versions.dataset_name(name)
+    if file not in failed_builds(c.versions.store, name):
+        raise NotFoundError(f"{name}: no failed build's quarantine {file!r}")
+    rows = _parquet_rows(c.versions.store, c.versions.store.path(name, FAILED_QUARANTINE, file))
+    return _rejects(c, request, rows, name=name, m=None, here=f"/d/{name}/failed/{file}", failed=file)
+
+
+def _rejects(c: Any, request: Request, rows: list[dict[str, Any]], **where: Any) -> HTMLResponse:
+    stages = sorted({str(r.get("stage")) for r in rows})
+    stage, reason = request.query_params.get("stage", ""), request.query_params.get("reason", "")
+    if stage and stage not in stages:
+        raise NotFoundError(f"{where['here']}: no rejected rows of stage {stage!r}")
+    chosen = [r for r in rows if (not stage or r.get("stage") == stage) and reason in str(r.get("reason", ""))]
+    page = _number(request, "page")
+    shown = [{**r, "data": str(r.get("data", ""))[:DATA], "cut": len(str(r.get("data", ""))) > DATA}
+             for r in chosen[page * REJECTS : (page + 1) * REJECTS]]
+    return c.render("quarantine.html", rows=shown, total=len(rows), matched=len(chosen), stages=stages, stage=stage,
+                    reason=reason, page=page, more=len(chosen) > (page + 1) * REJECTS, **where)
+
+
+class Diffs:
+    """Sample diffs of version pairs, the last few kept (each costs reading both versions' indexes)."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._made: OrderedDict[tuple[str, str, str], tuple[VersionDiff, dict, dict]] = OrderedDict()
+
+    def get(self, a: Dataset, b: Dataset) -> tuple[VersionDiff, dict[str, Any], dict[str, Any]]:
+        """The diff from ``a`` to ``b`` and each side's key -> (shard number, row)."""
+        key = (a.name, a.version, b.version)
+        if key not in self._made:
+            sides = [_locations(ds) for ds in (a, b)]
+            diff = diff_versions(*({k: h for k, (_, _, h) in side.items()} for side in sides))
+            self._made[key] = (diff, *({k: (s, r) for k, (s, r, _) in side.items()} for side in sides))
+            if len(self._made) > self.size:
+                self._made.popitem(last=False)
+        self._made.move_to_end(key)
+        return self._made[key]
+
+
+def _locations(ds: Dataset) -> dict[str, tuple[int, int, bytes]]:
+    number = {entry.path: i for i, entry in enumerate(ds.shards)}
+    return {k: (number[path], row, digest)
+            for k, (path, row, digest) in sample_locations(ds.store, ds.name, ds.manifest).items()}
+
+
+def _fields(ds: Dataset, shard: int, row: int) -> list[Field]:
+    sample = read_sample(ds, shard, row)
+    fields = [describe(k, v, ds.manifest.fields.get(k), PREVIEW) for k, v in sorted(sample.items()) if k != "__key__"]
+    return sorted(fields, key=lambda f: f.kind != "image")
+
+
+def diff_page(c: Any, name: str, request: Request) -> HTMLResponse:
+    """Two versions (?a=REF&b=REF; b defaults to latest, a to b's parent): the keys added and removed, and the
+    changed samples, CHANGED a page, each with both sides next to each other."""
+    name = c.versions.dataset_name(name)
+    b = c.versions.dataset(name, request.query_params.get("b") or "latest")
+    a_ref = request.query_params.get("a") or b.manifest.parent
+    if a_ref is None:
+        raise NotFoundError(f"{name}@{b.version[:12]} has no parent: pick the version to compare with (?a=REF)")
+    a = c.versions.dataset(name, a_ref)
+    diff, where_a, where_b = c.diffs.get(a, b)
+    page = _number(request, "page")
+    changed = [{"key": k, "a": where_a[k], "b": where_b[k], "a_fields": _fields(a, *where_a[k]),
+                "b_fields": _fields(b, *where_b[k])} for k in diff.changed[page * CHANGED : (page + 1) * CHANGED]]
+    versions = sorted(c.versions.store.versions(name),
+                      key=lambda v: c.versions.store.manifest(name, v).created_at, reverse=True)
+    return c.render("diff.html", name=name, a=a.manifest, b=b.manifest, diff=diff, changed=changed, page=page,
+                    more=len(diff.changed) > (page + 1) * CHANGED, added=diff.added[:KEYS], removed=diff.removed[:KEYS],
+                    where_b=where_b, where_a=where_a, keys=KEYS, versions=versions)

@@ -1,0 +1,141 @@
+"""One sample read by its byte range through the shard's index (never the whole shard), and its fields made
+into what a page shows: text, pretty JSON, numbers, npy shape and dtype, images (only what Pillow identifies)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from datapipe.errors import NotFoundError, ShardCorruptError
+from datapipe.loader.dataset import Dataset
+
+TAR_END = b"\0" * 1024  # the end-of-archive marker, so one sample's members read as a whole tar
+SHOWN = 4096  # characters of a field shown before it is cut (the size of the rest is given)
+PREVIEW = 160  # characters of a field in the grid
+THUMB = 160  # thumbnail side, pixels
+IMAGE_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg"}
+
+
+@dataclass(frozen=True)
+class Field:
+    """A field as a page shows it: ``kind`` text, json, number, npy, image or binary; ``text`` what to print
+    (cut to the limit asked, ``cut`` then True), ``size`` its stored bytes."""
+
+    name: str
+    kind: str
+    text: str
+    size: int
+    cut: bool = False
+
+
+def locate(ds: Dataset, shard: int, row: int) -> tuple[int, int]:
+    """Start and end byte of sample ``row`` of ``shard``, from its index; NotFoundError for a row it lacks."""
+    index = ds.index(shard)
+    if not 0 <= row < len(index):
+        raise NotFoundError(f"shard {shard} of {ds.name}@{ds.version[:12]} has no sample {row} ({len(index)})")
+    return int(index.sample_start[row]), int(index.sample_end[row])
+
+
+def read_sample(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
+    """Sample ``row`` of ``shard``: its byte range alone, checked against the hash in the index."""
+    start, end = locate(ds, shard, row)
+    path = ds.shard_path(shard)
+    try:
+        data = ds.store.remote(path, lambda: ds.store.fs.cat_file(path, start=start, end=end))
+    except FileNotFoundError:
+        raise NotFoundError(f"{path}: shard {shard} of {ds.name}@{ds.version[:12]} is missing") from None
+    if hashlib.sha256(data).digest() != ds.index(shard).sample_hash[row].tobytes():
+        raise ShardCorruptError(path, f"sample {row} does not match the hash in its index; check the store with "
+                                f"`datapipe verify {ds.store.url}/{ds.name}`", start)
+    if ds.format.name == "webdataset":
+        data += TAR_END
+    for entry in ds.format.reader(data, path).scan():
+        return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in entry.sample.items()}
+    raise ShardCorruptError(path, f"sample {row} is empty", start)
+
+
+def image_type(data: bytes) -> str | None:
+    """The media type of a PNG or JPEG that Pillow identifies, else None (then it is shown as binary)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return IMAGE_FORMATS.get(image.format or "")
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+        return None
+
+
+def _cut(text: str, limit: int) -> tuple[str, bool]:
+    return (text[:limit], True) if len(text) > limit else (text, False)
+
+
+def describe(name: str, value: Any, kind: str | None, limit: int = SHOWN) -> Field:
+    """How field ``name`` of kind ``kind`` (the manifest's, None when unknown) is shown, cut to ``limit``."""
+    if not isinstance(value, bytes):
+        return _text(name, "number" if isinstance(value, int | float) else "text", str(value), len(str(value)), limit)
+    size = len(value)
+    if kind == "npy" or value.startswith(b"\x93NUMPY"):
+        try:
+            array = np.load(io.BytesIO(value), allow_pickle=False)
+            return Field(name, "npy", f"{array.dtype} {list(array.shape)}", size)
+        except (ValueError, OSError):
+            pass
+    if image_type(value) is not None:
+        return Field(name, "image", "", size)
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return Field(name, "binary", f"binary, {size} bytes", size)
+    if kind in ("int", "float"):
+        return _text(name, "number", text, size, limit)
+    if kind == "json" or text[:1] in "{[":
+        try:
+            return _text(name, "json", json.dumps(json.loads(text), indent=1, ensure_ascii=False), size, limit)
+        except ValueError:
+            pass
+    return _text(name, "text", text, size, limit)
+
+
+def _text(name: str, kind: str, text: str, size: int, limit: int) -> Field:
+    shown, cut = _cut(text, limit)
+    return Field(name, kind, shown, size, cut)
+
+
+class Thumbnails:
+    """Thumbnails made on demand (PNG, at most THUMB pixels a side), the last ``size`` kept in memory."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._made: OrderedDict[tuple[str, str, int, int, str], bytes | None] = OrderedDict()
+
+    def get(self, ds: Dataset, shard: int, row: int, field: str) -> bytes | None:
+        """The thumbnail of ``field`` of a sample, or None when the field is not an image Pillow identifies."""
+        key = (ds.name, ds.version, shard, row, field)
+        if key in self._made:
+            self._made.move_to_end(key)
+            return self._made[key]
+        value = read_sample(ds, shard, row).get(field)
+        thumb = _thumbnail(value) if isinstance(value, bytes) and image_type(value) else None
+        self._made[key] = thumb
+        if len(self._made) > self.size:
+            self._made.popitem(last=False)
+        return thumb
+
+
+def _thumbnail(data: bytes) -> bytes | None:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.thumbnail((THUMB, THUMB))
+            out = io.BytesIO()
+            image.convert("RGBA" if "A" in image.getbands() else "RGB").save(out, "PNG")
+            return out.getvalue()
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
