@@ -114,7 +114,7 @@ def _scratch_store(store: Store, in_store: bool) -> Iterator[Store]:
         return
     base = store.url if "://" in store.url else store.root  # absolute: the workers may run elsewhere
     scratch = Store(f"{base.rstrip('/')}/{SCRATCH_PREFIX}{uuid.uuid4().hex[:12]}", storage_options())
-    click.echo(f"rebuilding into {scratch.url} (removed after)")
+    click.echo(f"rebuilding into {scratch.url} (removed after)", err=True)
     try:
         yield scratch
     finally:

@@ -360,7 +360,7 @@ def test_check_on_a_cluster_rebuilds_into_a_scratch_prefix_of_the_s3_store(digit
     out = datapipe_in_process(*options, "check", "digits.yaml", digits_on_s3["url"],
                               *on_session_cluster(dask_client.scheduler.address), env=env, cwd=digits_on_s3["dir"])
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"rebuilding into {digits_on_s3['store']}/.check-" in out.stdout and "reproducible" in out.stdout
+    assert f"rebuilding into {digits_on_s3['store']}/.check-" in out.stderr and "reproducible" in out.stdout
     import s3fs
 
     assert not [p for p in s3fs.S3FileSystem().ls(f"{digits_on_s3['bucket']}/store") if "/.check-" in p]

@@ -83,7 +83,7 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "reproducible" in checked.stdout and first[:12] in checked.stdout
     # on a cluster, the rebuild went to a scratch prefix of the store itself, gone after
-    assert f"rebuilding into {root / 'storage'}/.check-" in checked.stdout
+    assert f"rebuilding into {root / 'storage'}/.check-" in checked.stderr
     assert not list((root / "storage").glob(".check-*"))
 
     # push the dataset to a DVC remote, lose it, pull it back
