@@ -75,7 +75,7 @@ def store_page(c: Context) -> HTMLResponse:
 def dataset_page(c: Context, name: str) -> HTMLResponse:
     """The versions of a dataset, newest first, with what changed against each parent."""
     name = c.versions.dataset_name(name)
-    entries, problems = history(c.versions.store, name)
+    entries, problems = history(c.versions.store, name, c.versions.changes)
     nodes, edges = charts.parent_graph([(e.version, e.parent, e.tags) for e in entries])
     return c.render("dataset.html", name=name, entries=entries, problems=problems, nodes=nodes, edges=edges,
                     lanes=max((n.lane for n in nodes), default=0) + 1, row=charts.ROW, lane=charts.LANE,

@@ -3,6 +3,8 @@ from the manifest; nothing from a URL ever becomes a file path."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from datapipe.errors import NotFoundError
 from datapipe.loader.dataset import Dataset
 from datapipe.versioning.store import Store
@@ -14,6 +16,7 @@ class Versions:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._open: dict[tuple[str, str], Dataset] = {}
+        self.changes: dict[tuple[str, str], Any] = {}  # (parent, version) -> what changed: versions are immutable
 
     def dataset_name(self, name: str) -> str:
         """``name`` when the store lists it, else NotFoundError (so '..', '/x', NUL bytes never reach a path)."""

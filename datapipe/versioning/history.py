@@ -49,9 +49,17 @@ def pruned_summary(store: Store, name: str, version: str) -> dict[str, Any] | No
         return None
 
 
-def history(store: Store, name: str) -> tuple[list[Entry], list[str]]:
+Changes = tuple[dict[str, int], dict[str, dict[str, int]]]  # against the parent: counts, and per split
+
+
+def history(store: Store, name: str, changes: dict[tuple[str, str], Changes] | None = None
+            ) -> tuple[list[Entry], list[str]]:
     """The versions of ``name``, newest first along the parent chain from ``latest``, then the versions not
-    on it (newest first); and the problems found (a ref naming a missing version, a damaged lease file)."""
+    on it (newest first); and the problems found (a ref naming a missing version, a damaged lease file).
+
+    ``changes``: a cache of what each (parent, version) pair changed, kept by a caller that asks again (the
+    browser): versions are immutable, so a pair's counts never go stale; tags and leases are read each time."""
+    changes = {} if changes is None else changes
     manifests = {v: store.manifest(name, v) for v in store.versions(name)}
     problems = []
     tags: dict[str, list[str]] = {}
@@ -83,13 +91,17 @@ def history(store: Store, name: str) -> tuple[list[Entry], list[str]]:
                       None if m.parent is None else "present" if m.parent in manifests else "pruned",
                       version in chain, tags.get(version, []), [lease.id for lease in held.get(version, [])])
         if entry.parent_state == "present":
-            try:
-                (a, a_splits), (b, b_splits) = samples_of(m.parent), samples_of(version)
-            except DatapipeError as e:  # a damaged index: say so, keep going
-                problems.append(f"{name}@{version[:12]}: cannot compare with its parent: {e}")
-            else:
-                entry.changes = _counts(diff_versions(a, b))
-                entry.splits = {s: _counts(d) for s, d in diff_splits(a_splits, b_splits).items()}
+            pair = (m.parent, version)
+            if pair not in changes:
+                try:
+                    (a, a_splits), (b, b_splits) = samples_of(m.parent), samples_of(version)
+                except DatapipeError as e:  # a damaged index: say so, keep going
+                    problems.append(f"{name}@{version[:12]}: cannot compare with its parent: {e}")
+                else:
+                    changes[pair] = (_counts(diff_versions(a, b)),
+                                     {s: _counts(d) for s, d in diff_splits(a_splits, b_splits).items()})
+            if pair in changes:
+                entry.changes, entry.splits = changes[pair]
             entry.lineage = lineage_changes(manifests[m.parent], m)
         entries.append(entry)
     return entries, problems
