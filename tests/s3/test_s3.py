@@ -364,3 +364,19 @@ def test_check_on_a_cluster_rebuilds_into_a_scratch_prefix_of_the_s3_store(digit
     import s3fs
 
     assert not [p for p in s3fs.S3FileSystem().ls(f"{digits_on_s3['bucket']}/store") if "/.check-" in p]
+
+
+def test_the_browser_serves_a_store_on_s3_reading_sample_ranges(digits_on_s3):
+    from starlette.testclient import TestClient
+
+    from datapipe.serve.app import create_app
+
+    with TestClient(create_app(digits_on_s3["store"])) as client:
+        assert "digits" in client.get("/").text
+        version = client.get("/d/digits/v/latest")
+        assert version.status_code == 200 and "datapipe.Loader(" in version.text
+        grid = client.get("/d/digits/v/latest/samples")
+        assert grid.status_code == 200 and "<img" in grid.text
+        thumb = re.search(r'<img[^>]+src="([^"]+)"', grid.text).group(1).replace("&amp;", "&")
+        image = client.get(thumb)
+        assert image.status_code == 200 and image.headers["content-type"].startswith("image/")
