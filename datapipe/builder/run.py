@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import time
 import uuid
 from collections import defaultdict
@@ -65,7 +66,7 @@ from datapipe.builder.source.base import Source
 from datapipe.builder.source.class_folders import class_names
 from datapipe.builder.source.opening import open_source, partition_source
 from datapipe.builder.splits import split_names
-from datapipe.errors import BuildError
+from datapipe.errors import BuildError, DatapipeError
 from datapipe.formats.registry import get_format
 from datapipe.storage.fs import put_atomic
 from datapipe.versioning.manifest import (
@@ -79,6 +80,7 @@ from datapipe.versioning.manifest import (
 )
 from datapipe.versioning.store import LATEST, Store, VersionWriter, check_ref_name
 
+log = logging.getLogger(__name__)
 FAILED_QUARANTINE = "rejected"  # STORE/NAME/rejected/<time>-<id>.parquet: quarantine of builds that failed
 
 
@@ -380,7 +382,11 @@ class _Build:
             raise
         state = BuildState(state_key(self.job), self.identities, list(measured),
                            [rejects[p.number] for p in self.parts], list(key_keep), self.digests)
-        self.store.put_build_state(pipeline.name, committed.version, save_state(state))  # for the next build
+        try:  # for the next build; the version is committed either way, and a build without a state is a full one
+            self.store.put_build_state(pipeline.name, committed.version, save_state(state))
+        except DatapipeError as e:
+            log.warning("%s@%s: build state not saved (%s); the next build of this dataset will be a full one",
+                        pipeline.name, committed.version[:12], e)
         return committed
 
 
