@@ -38,27 +38,13 @@ with MDSWriter(out=sys.argv[2], columns=MDS_COLUMNS, size_limit=SHARD_BYTES, pro
 
 def prepare(samples: int, directory: str) -> str:
     """W3 as DIR/w3.parquet (written chunk by chunk: 2M samples never sit in memory) and DIR/w3.yaml."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from benchmarks.building import PIPELINE
+    from benchmarks.incremental import write_file
 
     os.makedirs(directory, exist_ok=True)
     path, pipeline = os.path.join(directory, "w3.parquet"), os.path.join(directory, "w3.yaml")
     if not os.path.exists(pipeline):
-        rng, rows = np.random.default_rng(3), 16 * 10**6 // (1024 + 16)
-        schema = pa.schema([("key", pa.string()), ("label", pa.int64()), ("payload", pa.binary())])
-        with pq.ParquetWriter(path + ".partial", schema, compression="none") as writer:
-            for start in range(0, samples, rows):
-                n = min(rows, samples - start)
-                blob = rng.bytes(n * 1024)
-                writer.write_table(pa.table({
-                    "key": pa.array([f"s{i:08d}" for i in range(start, start + n)], pa.string()),
-                    "label": pa.array(rng.integers(0, 10, n), pa.int64()),
-                    "payload": pa.array([blob[j * 1024 : (j + 1) * 1024] for j in range(n)], pa.binary()),
-                }, schema=schema), row_group_size=rows)
-        os.replace(path + ".partial", path)
+        write_file(path, 0, samples, 3)
         with open(pipeline, "w") as f:
             f.write(PIPELINE.format(name="w3"))
     return pipeline
