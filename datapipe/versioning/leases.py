@@ -19,14 +19,35 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar
 
 from datapipe.errors import ConfigError, DatapipeError, NotFoundError
 from datapipe.storage.fs import is_local, put_atomic, read_bytes
+from datapipe.storage.retry import RetryPolicy
 
-if TYPE_CHECKING:  # the store's writer takes leases itself (share_shard): no import at run time, no cycle
-    from datapipe.versioning.store import Store
+T = TypeVar("T")
+
+
+class LeaseStore(Protocol):
+    """What leases need of a store (versioning/store.py's Store): leases sit below it, and its writer takes them."""
+
+    url: str
+    fs: Any
+    retry: RetryPolicy
+
+    def path(self, *parts: str) -> str:
+        """The path of ``parts`` below the store root."""
+
+    def remote(self, path: str, call: Callable[[], T]) -> T:
+        """``call()`` with the store's retries."""
+
+    def entry_names(self, path: str) -> list[str]:
+        """The names in directory ``path``."""
+
+    def is_complete(self, name: str, version: str) -> bool:
+        """Whether version ``version`` of ``name`` is committed."""
 
 log = logging.getLogger(__name__)
 LEASES = "leases"
@@ -114,12 +135,12 @@ class Damaged:
         return f"{self.path}: damaged lease file ({self.problem}); it holds nothing; delete it"
 
 
-def lease_path(store: Store, name: str, lease_id: str) -> str:
+def lease_path(store: LeaseStore, name: str, lease_id: str) -> str:
     """Where lease ``lease_id`` of dataset ``name`` lies."""
     return store.path(name, LEASES, f"{lease_id}.json")
 
 
-def read_leases(store: Store, name: str) -> tuple[list[LeaseRecord], list[Damaged]]:
+def read_leases(store: LeaseStore, name: str) -> tuple[list[LeaseRecord], list[Damaged]]:
     """Every lease file of ``name`` (held or not, oldest first), and the damaged ones."""
     records, damaged = [], []
     for entry in store.entry_names(store.path(name, LEASES)):
@@ -136,7 +157,7 @@ def read_leases(store: Store, name: str) -> tuple[list[LeaseRecord], list[Damage
     return records, damaged
 
 
-def held_versions(store: Store, name: str, now: float | None = None) -> tuple[dict[str, list[LeaseRecord]],
+def held_versions(store: LeaseStore, name: str, now: float | None = None) -> tuple[dict[str, list[LeaseRecord]],
                                                                               list[Damaged]]:
     """version -> the leases that hold it now; and the damaged lease files (holding nothing)."""
     records, damaged = read_leases(store, name)
@@ -147,7 +168,7 @@ def held_versions(store: Store, name: str, now: float | None = None) -> tuple[di
     return held, damaged
 
 
-def take_lease(store: Store, name: str, version: str, duration: float, note: str = "", *, pid: int | None = None,
+def take_lease(store: LeaseStore, name: str, version: str, duration: float, note: str = "", *, pid: int | None = None,
                kind: str = "manual") -> LeaseRecord:
     """Write a new lease on ``version`` for ``duration`` seconds; a NotFoundError when the version is not (or
     no more) complete: the check comes after the write, so a gc that pruned it meanwhile sees the lease."""
@@ -162,7 +183,7 @@ def take_lease(store: Store, name: str, version: str, duration: float, note: str
     return record
 
 
-def _remove(store: Store, path: str) -> None:
+def _remove(store: LeaseStore, path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         store.remote(path, lambda: store.fs.rm_file(path))
     if is_local(store.fs):  # the last lease gone: no empty folder left in the dataset (object stores have none)
@@ -170,7 +191,7 @@ def _remove(store: Store, path: str) -> None:
             os.rmdir(path.rsplit("/", 1)[0])
 
 
-def release_lease(store: Store, name: str, lease_id: str) -> LeaseRecord | None:
+def release_lease(store: LeaseStore, name: str, lease_id: str) -> LeaseRecord | None:
     """Delete lease ``lease_id`` of ``name``: its record, or None when it is not there."""
     if not _LEASE_ID.match(lease_id):
         raise ConfigError(f"--release {lease_id!r}: not a lease id (16 hex digits, as `datapipe lease` printed)")
@@ -189,7 +210,7 @@ def release_lease(store: Store, name: str, lease_id: str) -> LeaseRecord | None:
 class Lease:
     """A reader's lease, renewed in the background until ``release`` (which only its own process does)."""
 
-    def __init__(self, store: Store, name: str, version: str, ttl: float = DEFAULT_TTL, note: str = "",
+    def __init__(self, store: LeaseStore, name: str, version: str, ttl: float = DEFAULT_TTL, note: str = "",
                  kind: str = "reader") -> None:
         self.store, self.name, self.ttl = store, name, ttl
         self.record = take_lease(store, name, version, ttl, note, pid=os.getpid(), kind=kind)
@@ -223,7 +244,7 @@ class Lease:
             log.warning("%s: could not release the lease (it expires by itself): %s", self.path, e)
 
 
-def try_lease(store: Store, name: str, version: str, ttl: float | None) -> Lease | None:
+def try_lease(store: LeaseStore, name: str, version: str, ttl: float | None) -> Lease | None:
     """A reader's lease, or None when ``ttl`` is None or the store refuses writes (a read-only bucket):
     reading must not fail because a lease cannot be written. A version gone meanwhile is still an error."""
     if not ttl:

@@ -42,6 +42,7 @@ from datapipe.formats.registry import ShardFormat
 from datapipe.formats.shards import INDEX_SUFFIX, write_shard_to
 from datapipe.storage.fs import filesystem, is_local, put_atomic, read_bytes, remote
 from datapipe.storage.retry import RetryPolicy
+from datapipe.versioning.leases import Lease
 from datapipe.versioning.manifest import MANIFEST_NAME, Manifest, ShardEntry
 
 VERSIONS = "versions"
@@ -274,7 +275,7 @@ class VersionWriter:
         self.store = store
         self.name = name
         self.parent = store.read_ref(name, LATEST)
-        self._leases: dict[str, Any] = {}  # version -> this writer's lease on it, for the shards it shares
+        self._leases: dict[str, Lease] = {}  # version -> this writer's lease on it, for the shards it shares
         self.partial = store.path(name, VERSIONS, f"{PARTIAL_PREFIX}{uuid.uuid4().hex}")
         self._owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}
         owner = json.dumps(self._owner).encode()
@@ -319,8 +320,6 @@ class VersionWriter:
         a NotFoundError when that version is no more.
         """
         if parent_version not in self._leases:
-            from datapipe.versioning.leases import Lease
-
             self._leases[parent_version] = Lease(self.store, self.name, parent_version, kind="build",
                                                  note=f"shards shared by {self.partial.rsplit('/', 1)[-1]}")
         return replace(entry, stored_in=entry.stored_in or parent_version, stored_as=entry.stored_as)
