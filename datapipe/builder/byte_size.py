@@ -1,4 +1,4 @@
-"""Byte sizes as a pipeline file writes them: 64MB, 512KiB, 1.5GB or a number of bytes."""
+"""Byte sizes as a pipeline file writes them (64MB, 512KiB, 1.5GB or a number of bytes), and as they are shown."""
 
 from __future__ import annotations
 
@@ -29,3 +29,12 @@ def parse_size(value: Any) -> int:
     if exact < 1:
         raise ValueError("must be at least 1 byte")
     return int(exact)
+
+
+def format_size(n: float) -> str:
+    """Bytes for people, in powers of 1000: 950 B, 1.2 KB, 3.4 MB."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""

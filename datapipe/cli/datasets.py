@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from datapipe.builder.byte_size import format_size
 from datapipe.cli.options import storage_options
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.versioning.gc import collect
@@ -18,14 +19,6 @@ from datapipe.versioning.store import Store, check_ref_name, open_dataset_url, p
 from datapipe.versioning.verify import verify_version
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return ""
 
 
 def _echo_json(data: Any) -> None:
@@ -57,7 +50,8 @@ def ls(store_url: str, as_json: bool) -> None:
                f"{'CREATED':25} PARENT")
     for r in rows:
         click.echo(f"{r['dataset']:16} {r['version'][:12]:12} {','.join(r['tags']) or '-':16} {r['samples']:>10} "
-                   f"{_size(r['bytes']):>9} {_size(r['own_bytes']):>9} {_size(r['shared_bytes']):>9}  "
+                   f"{format_size(r['bytes']):>9} {format_size(r['own_bytes']):>9} "
+                   f"{format_size(r['shared_bytes']):>9}  "
                    f"{r['created_at']:25} {(r['parent'] or '-')[:12]}")
 
 
@@ -107,8 +101,8 @@ def info(dataset: str, as_json: bool) -> None:
         return
     click.echo(f"{m.name}@{m.version[:12]}  ({m.version})")
     click.echo(f"  created {m.created_at} on {m.host or '?'}, parent {(m.parent or '-')[:12]}")
-    click.echo(f"  {m.samples} samples in {s['shards']['count']} {m.shard_format} shards, {_size(m.bytes)} "
-               f"(shard sizes {_size(s['shards']['min_bytes'])} .. {_size(s['shards']['max_bytes'])})")
+    click.echo(f"  {m.samples} samples in {s['shards']['count']} {m.shard_format} shards, {format_size(m.bytes)} "
+               f"(shard sizes {format_size(s['shards']['min_bytes'])} .. {format_size(s['shards']['max_bytes'])})")
     click.echo("  fields: " + (", ".join(f"{k}:{v}" for k, v in m.fields.items()) or "-"))
     if m.classes is not None:
         click.echo(_classes_line(m.classes))
@@ -227,16 +221,16 @@ def gc(dataset: str, prune: bool, keep_last: int | None, keep_within: str | None
                 click.echo(f"keep {d.version[:12]} (leased while gc ran)")
                 continue
             what = "pruned directory" if d.pruned_before else "version"
-            shared = f", keeping {len(d.kept)} files shared by kept versions ({_size(sum(d.kept.values()))})" \
+            shared = f", keeping {len(d.kept)} files shared by kept versions ({format_size(sum(d.kept.values()))})" \
                 if d.kept else ""
             click.echo(f"{'would delete' if dry_run else 'delete'} {what} {d.version[:12]}: {len(d.delete)} files, "
-                       f"{_size(d.bytes)}{shared}")
+                       f"{format_size(d.bytes)}{shared}")
             if dry_run:
                 for filename, size in sorted(d.delete.items()):
-                    click.echo(f"  {filename} {_size(size)}")
+                    click.echo(f"  {filename} {format_size(size)}")
     for path in report.removed:
         click.echo(f"{verb} {path}")
     for path in report.kept_live:
         click.echo(f"kept {path} (its writer is still running)")
-    freed = f", {_size(plan.bytes)} freed" if plan is not None else ""
+    freed = f", {format_size(plan.bytes)} freed" if plan is not None else ""
     click.echo(f"{len(report.removed)} {verb}{freed}" + (" (dry run: nothing deleted)" if dry_run else ""))

@@ -6,7 +6,8 @@ import time
 
 import click
 
-from datapipe.cli.datasets import _JSON, _echo_json, _size, dataset_of
+from datapipe.builder.byte_size import format_size
+from datapipe.cli.datasets import _JSON, _echo_json, dataset_of
 from datapipe.cli.options import storage_options
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.versioning.history import as_json as entry_json
@@ -101,8 +102,8 @@ def du(target: str, as_json: bool) -> None:
         return
     click.echo(f"{'DATASET':16} {'VERSIONS':>8} {'OWN':>9} {'SHARED':>9} {'STORED':>9}")
     for n, r in [*rows.items(), ("total", total)]:
-        click.echo(f"{n:16} {r['versions']:>8} {_size(r['own_bytes']):>9} {_size(r['shared_bytes']):>9} "
-                   f"{_size(r['stored_bytes']):>9}")
+        click.echo(f"{n:16} {r['versions']:>8} {format_size(r['own_bytes']):>9} {format_size(r['shared_bytes']):>9} "
+                   f"{format_size(r['stored_bytes']):>9}")
 
 
 @click.command(name="log")
@@ -123,8 +124,9 @@ def log_command(dataset: str, as_json: bool) -> None:
         marks = ", ".join(e.tags + [f"leased {lid}" for lid in e.leases] + ([] if e.reachable else ["not on latest"]))
         click.echo(f"version {e.version[:12]}" + (f" ({marks})" if marks else ""))
         parent = "-" if e.parent is None else e.parent[:12] + (" (pruned)" if e.parent_state == "pruned" else "")
-        click.echo(f"  created {e.created_at}, {e.samples} samples, {_size(e.bytes)} ({_size(e.own_bytes)} own, "
-                   f"{_size(e.shared_bytes)} shared), parent {parent}")
+        click.echo(f"  created {e.created_at}, {e.samples} samples, {format_size(e.bytes)} "
+                   f"({format_size(e.own_bytes)} own, "
+                   f"{format_size(e.shared_bytes)} shared), parent {parent}")
         if e.changes is not None:
             c = e.changes
             click.echo(f"  samples: {c['added']} added, {c['removed']} removed, {c['changed']} changed, "

@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from datapipe.builder.byte_size import format_size
 from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.serve import pages
 from datapipe.serve.resolve import Versions
@@ -86,7 +87,7 @@ def create_app(store: Store | str, storage_options: dict[str, Any] | None = None
     if isinstance(store, str):
         store = Store(store, storage_options)
     env = Environment(loader=PackageLoader("datapipe.serve"), autoescape=True)
-    env.filters["size"] = pages.size
+    env.filters["size"] = format_size
     static = resources.files("datapipe.serve").joinpath("static")
     files = {"style.css": (static.joinpath("style.css").read_bytes(), "text/css"),
              "icon.svg": (static.joinpath("icon.svg").read_bytes(), "image/svg+xml")}

@@ -24,15 +24,6 @@ PAGE = 48  # samples per page of the grid
 MAX_PAGE = 10**6
 
 
-def size(n: float) -> str:
-    """Bytes for people: 950 B, 1.2 KB, 3.4 MB."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return ""
-
-
 @dataclass
 class Context:
     """What every page reads: the templates, the store's versions, the thumbnail cache."""
