@@ -28,10 +28,7 @@ def restore_dynamic_thresholds() -> bool:
     """In a Dask worker started with MALLOC_TRIM_THRESHOLD_, raise glibc's mmap and trim thresholds (once per
     process); whether this call changed them."""
     global _done
-    if _done or "MALLOC_TRIM_THRESHOLD_" not in os.environ:
-        return False
-    limit = _worker_memory_limit()
-    if limit is False or (limit and limit < ROOM):
+    if _done or "MALLOC_TRIM_THRESHOLD_" not in os.environ or not _worker_with_room():
         return False
     _done = True
     import ctypes
@@ -45,8 +42,8 @@ def restore_dynamic_thresholds() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
-def _worker_memory_limit() -> int | None | bool:
-    """The memory limit of the Dask worker running this task (None or 0: none); False outside a worker."""
+def _worker_with_room() -> bool:
+    """Whether this runs in a Dask worker whose memory limit is ROOM or more, or none."""
     import sys
 
     if "distributed" not in sys.modules:
@@ -57,5 +54,5 @@ def _worker_memory_limit() -> int | None | bool:
         worker = get_worker()
     except ValueError:
         return False
-    manager = getattr(worker, "memory_manager", None)
-    return getattr(manager, "memory_limit", None)
+    limit = getattr(getattr(worker, "memory_manager", None), "memory_limit", None)
+    return not limit or limit >= ROOM

@@ -235,9 +235,10 @@ class _Build:
             self.why_full = "a dedupe stage decides each row against every earlier partition"
             return
         self.identities = part_identities(self.parts, _flat(self.run.client.gather(source_files)))
-        parts, self.why_full = match(load_state(data), state_key(self.job), self.identities)
-        if self.why_full is None:
-            self.reuse = Reuse(parent, load_state(data), self.store.manifest(name, parent).shards, parts)
+        state = load_state(data)
+        parts, self.why_full = match(state, state_key(self.job), self.identities)
+        if state is not None and self.why_full is None:
+            self.reuse = Reuse(parent, state, self.store.manifest(name, parent).shards, parts)
 
     def dedupe(self) -> None:
         from dask import delayed

@@ -194,12 +194,12 @@ class Loader:
         else:
             batches = prefetched(source.produce(steps), self.prefetch_depth())
         gpu = gpu_images(source)
+        if gpu:  # decoded here, in the training process, where the device is
+            from datapipe.loader.torch.images import on_gpu
         consumed = 0
         try:
             for batch in batches:
-                if gpu:  # decoded here, in the training process, where the device is
-                    from datapipe.loader.torch.images import on_gpu
-
+                if gpu:
                     batch = on_gpu(batch, gpu)
                 self.run.consumed(plan, int(steps[consumed]))
                 consumed += 1
