@@ -14,15 +14,18 @@ import numpy as np
 def first_occurrences(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Per partition, a keep-mask that is True for the first row (in source order) of each hash.
 
-    ``hashes`` holds one (n, 2) uint64 array per partition, in source order. One stable sort of the first
-    halves finds the few rows that share one; only those are compared whole.
+    ``hashes`` holds one (n, 2) uint64 array per partition, in source order. A sort of the first halves
+    finds the few rows that share one (most sources have none); only those are compared whole.
     """
     counts = [len(h) for h in hashes]
     if not sum(counts):
         return [np.zeros(0, dtype=bool) for _ in hashes]
     flat = np.concatenate([np.asarray(h, dtype=np.uint64).reshape(-1, 2) for h in hashes])
     keep = np.ones(len(flat), dtype=bool)
-    order = np.argsort(flat[:, 0], kind="stable")
+    values = np.sort(flat[:, 0])  # a value sort is several times faster than an argsort
+    if not (values[1:] == values[:-1]).any():
+        return np.split(keep, np.cumsum(counts)[:-1])
+    order = np.argsort(flat[:, 0])  # ties in any order: the rows that share a half are put in source order below
     repeats = np.flatnonzero(flat[order[1:], 0] == flat[order[:-1], 0]) + 1  # sorted places equal to the one before
     if len(repeats):
         rows = np.unique(order[np.concatenate([repeats, repeats - 1])])  # source order

@@ -83,6 +83,11 @@ def test_first_occurrences_keep_the_first_row_of_each_value_in_source_order(part
     assert [len(m) for m in masks] == [len(p) for p in parts]
 
 
+def test_rows_that_share_only_the_first_half_of_a_hash_are_both_kept():
+    hashes = [np.array([[5, 1], [9, 2]], dtype=np.uint64), np.array([[5, 3], [5, 1], [9, 2]], dtype=np.uint64)]
+    assert [m.tolist() for m in first_occurrences(hashes)] == [[True, True], [True, False, False]]
+
+
 def test_sizes_follow_their_samples_into_output_order():
     sizes = [np.array([10, 20]), np.array([30])]
     positions = [np.array([2, 0]), np.array([1])]
