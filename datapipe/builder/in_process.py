@@ -1,8 +1,9 @@
 """The build's client for small sources: Dask's synchronous scheduler in this process, no worker processes.
 
 Starting a LocalCluster (a scheduler, worker processes and their imports) costs more than building a
-small source; below SMALL_BUILD_BYTES of source the build runs its passes here instead. The passes
-and their order are the same, so the version is the same, byte for byte.
+small source; below SMALL_BUILD_BYTES of source the build runs its passes here instead, and so does a
+rebuild with less than that to read anew. The passes and their order are the same, so the version is the
+same, byte for byte.
 """
 
 from __future__ import annotations
@@ -13,38 +14,63 @@ from typing import Any
 SMALL_BUILD_BYTES = 64 << 20  # of source files, below which a build without --workers/--scheduler stays here
 
 
+def _sync(*args: Any, **kwargs: Any) -> Any:
+    """Dask's synchronous scheduler, passed as a function: by name, dask would import distributed to look for
+    a client first."""
+    from dask.local import get_sync
+
+    return get_sync(*args, **kwargs)
+
+
+def _threads(*args: Any, **kwargs: Any) -> Any:
+    """Dask's threaded scheduler, passed as a function (see ``_sync``)."""
+    from dask.threaded import get
+
+    return get(*args, **kwargs)
+
+
 class InProcessClient:
     """What a build asks of a distributed Client (compute, persist, gather, scheduler_info), done here."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 1) -> None:
         import psutil
 
-        self.memory = int(psutil.virtual_memory().total)
+        self.memory, self.threads = int(psutil.virtual_memory().total), max(1, threads)
 
     def compute(self, tasks: Sequence[Any]) -> list[Any]:
         """The values of ``tasks`` (computed now: nothing runs in the background)."""
         import dask
 
-        return list(dask.compute(*tasks, scheduler="sync"))
+        return list(dask.compute(*tasks, scheduler=_sync))
 
     def run_each(self, tasks: Sequence[Any], done: Callable[[], None]) -> list[Any]:
-        """The values of ``tasks``, one after the other, calling ``done`` after each (for progress)."""
+        """The values of ``tasks``, on ``threads`` threads, calling ``done`` as each ends (for progress); what
+        several tasks share is computed once."""
         import dask
+        from dask.callbacks import Callback
 
-        results = []
-        for task in tasks:
-            (value,) = dask.compute(task, scheduler="sync")
-            results.append(value)
-            done()
-        return results
+        wanted = {task.key for task in tasks}
+
+        def finished(key: Any, *_: Any) -> None:  # called on this thread, by the scheduler's loop
+            if key in wanted:
+                done()
+
+        scheduler = _sync if self.threads == 1 else _threads
+        with Callback(posttask=finished):
+            return list(dask.compute(*tasks, scheduler=scheduler, num_workers=self.threads))
 
     def persist(self, collection: Any) -> Any:
-        """``collection`` with its values computed, still usable as an argument of later tasks."""
-        import dask
+        """``collection`` with its values computed, still usable as an argument of later tasks (not through
+        ``dask.persist``, which imports distributed to look for a client)."""
+        import uuid
 
-        persisted = dask.persist(*collection, scheduler="sync") if isinstance(collection, list) \
-            else dask.persist(collection, scheduler="sync")
-        return list(persisted) if isinstance(collection, list) else persisted[0]
+        import dask
+        from dask import delayed
+
+        if not isinstance(collection, list):
+            return self.persist([collection])[0]
+        values = dask.compute(*collection, scheduler=_sync)
+        return [delayed(v, name=f"persisted-{uuid.uuid4().hex}", traverse=False) for v in values]
 
     def gather(self, values: Any) -> Any:
         """Values are here already."""
@@ -55,6 +81,13 @@ class InProcessClient:
         return {"workers": {"in-process": {"memory_limit": self.memory, "status": "running"}}, "services": {}}
 
 
-def small(source_bytes: int, workers: int | None, scheduler: str | None) -> bool:
-    """Whether a build runs in process: a small source, and no cluster asked for."""
-    return workers is None and scheduler is None and source_bytes < SMALL_BUILD_BYTES
+def small(source_bytes: int, workers: int | None, scheduler: str | None, memory_limit: int | None = None,
+          unread_bytes: int | None = None) -> bool:
+    """Whether a build runs in process: a small source and no cluster asked for; or, without a scheduler or a
+    worker memory limit, a rebuild whose parent vouches for all its partitions but ``unread_bytes`` of source
+    (``--workers`` then only sizes a cluster that the build does not need)."""
+    if scheduler is not None or memory_limit is not None:
+        return False
+    if unread_bytes is not None and unread_bytes < SMALL_BUILD_BYTES:
+        return True
+    return workers is None and source_bytes < SMALL_BUILD_BYTES

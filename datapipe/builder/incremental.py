@@ -16,19 +16,21 @@ import hashlib
 import io
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from datapipe.builder.passes import BuildJob, Measured
+from datapipe.builder.config import Pipeline
+from datapipe.builder.passes import Measured
 from datapipe.builder.quarantine import Reject
-from datapipe.builder.source.base import Part
+from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.class_folders import class_names
 from datapipe.versioning.manifest import FORMAT_VERSION, ShardEntry, SourceFile, StageCounts, canonical_json
+from datapipe.versioning.store import LATEST, Store
 
 STATE_NAME = "build-state.npz"
-STATE_FORMAT = 1
+STATE_FORMAT = 2  # 2: shard digests over runs of rows
 
 
 @dataclass
@@ -41,14 +43,16 @@ class BuildState:
     rejects: list[list[Reject]]  # every reject of the partition, duplicate keys included
     key_keep: list[np.ndarray]
     digests: list[str]  # per shard of the version, in manifest order
+    sources: dict[str, list[Any]] = field(default_factory=dict)  # label -> stamp, hash, listed ns (known_hashes)
+    blocksize: int | None = None  # the partition size the build ran at (partitions match only at the same one)
+    format: int = STATE_FORMAT
 
 
-def state_key(job: BuildJob) -> str:
-    """What must be equal for a partition's report to carry over: pipeline, code, source schema and options, and
-    the class list of a class-folders source."""
-    source = job.source
+def state_key(pipeline: Pipeline, code: Mapping[str, str], source: Source) -> str:
+    """What must be equal for a partition's report to carry over: pipeline, code (module -> sha256), source schema
+    and options, and the class list of a class-folders source."""
     return hashlib.sha256(canonical_json({
-        "format": FORMAT_VERSION, "state": STATE_FORMAT, "pipeline": job.pipeline.canonical(), "code": job.code,
+        "format": FORMAT_VERSION, "state": STATE_FORMAT, "pipeline": pipeline.canonical(), "code": dict(code),
         "source": [source.format, source.schema, source.has_header, sorted(map(str, source.options.items()))],
         "classes": class_names(source),  # unpinned class folders: a new class renumbers every label
     })).hexdigest()
@@ -67,22 +71,29 @@ def part_identities(parts: Sequence[Part], files: Sequence[SourceFile]) -> list[
 
 def shard_digests(identities: Sequence[str], key_keep: Sequence[np.ndarray], positions: Sequence[np.ndarray],
                   destinations: Sequence[np.ndarray], shards: int) -> list[str]:
-    """Per shard of a plan, the digest of its (partition identity, row) sequence in output order."""
+    """Per shard of a plan, the digest of its (partition identity, row) sequence in output order, written as
+    maximal runs of consecutive rows of one partition (an unshuffled shard is a few runs, not a row each)."""
     ids = np.frombuffer(b"".join(bytes.fromhex(i) for i in identities), dtype=np.uint8).reshape(-1, 16)
     part = np.concatenate([np.full(len(pos), i, dtype=np.int64) for i, pos in enumerate(positions)] or [[]])
-    row = np.concatenate([np.flatnonzero(keep) for keep in key_keep] or [[]]).astype("<i8")
+    row = np.concatenate([np.flatnonzero(keep) for keep in key_keep] or [[]]).astype(np.int64)
     dest = np.concatenate(list(destinations) or [[]]).astype(np.int64)
     pos = np.concatenate(list(positions) or [[]]).astype(np.int64)
-    order = np.lexsort((pos, dest))
-    records = np.concatenate([ids[part[order]], row[order].view(np.uint8).reshape(-1, 8)], axis=1)
-    cuts = np.searchsorted(dest[order], np.arange(shards + 1))
-    return [hashlib.sha256(records[a:b].tobytes()).hexdigest() for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    order = np.argsort(dest * max(len(pos), 1) + pos)  # by shard, then output position (all distinct)
+    part, row, dest = part[order], row[order], dest[order]
+    starts = np.flatnonzero(np.concatenate([[True], (part[1:] != part[:-1]) | (row[1:] != row[:-1] + 1)
+                                            | (dest[1:] != dest[:-1])])) if len(part) else np.zeros(0, np.int64)
+    lengths = np.diff(np.append(starts, len(part))).astype("<i8")
+    runs = np.concatenate([ids[part[starts]], row[starts].astype("<i8").view(np.uint8).reshape(-1, 8),
+                           lengths.view(np.uint8).reshape(-1, 8)], axis=1)
+    cuts = np.searchsorted(dest[starts], np.arange(shards + 1))
+    return [hashlib.sha256(runs[a:b].tobytes()).hexdigest() for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
 def save_state(state: BuildState) -> bytes:
     """The state as npz bytes: arrays as they are, everything else as one JSON document."""
     arrays: dict[str, np.ndarray] = {}
-    meta: dict[str, Any] = {"key": state.key, "parts": state.parts, "digests": state.digests, "measured": []}
+    meta: dict[str, Any] = {"key": state.key, "parts": state.parts, "digests": state.digests, "measured": [],
+                            "sources": state.sources, "blocksize": state.blocksize, "format": state.format}
     for i, (m, rejects, keep) in enumerate(zip(state.measured, state.rejects, state.key_keep, strict=True)):
         arrays[f"sizes{i}"], arrays[f"keys{i}"], arrays[f"keep{i}"] = m.sizes, m.key_hashes, keep
         if m.splits is not None:
@@ -109,7 +120,8 @@ def load_state(data: bytes) -> BuildState | None:
                                          z[f"splits{i}"] if m["splits"] else None))
                 rejects.append(all_rejects)
                 keep.append(z[f"keep{i}"])
-        return BuildState(meta["key"], meta["parts"], measured, rejects, keep, meta["digests"])
+        return BuildState(meta["key"], meta["parts"], measured, rejects, keep, meta["digests"],
+                          dict(meta.get("sources") or {}), meta.get("blocksize"), int(meta.get("format", 1)))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -143,11 +155,48 @@ class Reuse:
         self._by_digest: Mapping[str, ShardEntry] = dict(zip(self.state.digests, self.entries, strict=True))
 
 
-def match(state: BuildState | None, key: str, identities: Sequence[str]) -> tuple[list[int | None], str | None]:
-    """Per partition, its index in ``state``'s partitions (or None), and why nothing carries over, if so."""
+@dataclass(frozen=True)
+class Parent:
+    """The dataset's latest version as a build finds it: its id, its build state, and why no partition of it
+    carries over (None when partitions can)."""
+
+    version: str | None
+    state: BuildState | None
+    why_full: str | None
+
+    def records(self) -> dict[str, list[Any]]:
+        """The parent's source hash records (``known_hashes``), or none."""
+        return self.state.sources if self.state else {}
+
+    def blocksize(self, fitted: int) -> int:
+        """The parent's partition size where the workers hold it (so that unchanged partitions match), else
+        ``fitted``; the version is the same at any blocksize."""
+        own = self.state.blocksize if self.state and self.why_full is None else None
+        return own if own is not None and own <= fitted else fitted
+
+
+def read_parent(store: Store, pipeline: Pipeline, key: str) -> Parent:
+    """The latest version of ``pipeline``'s dataset and its build state, checked against this build's ``key``."""
+    version = store.read_ref(pipeline.name, LATEST)
+    data = store.build_state(pipeline.name, version) if version else None
+    if data is None:
+        return Parent(version, None, "no earlier version" if version is None else
+                      "the latest version has no build state")
+    state = load_state(data)
     if state is None:
-        return [None] * len(identities), "the parent has no readable build state"
-    if state.key != key:
-        return [None] * len(identities), "the pipeline, its code or the source's schema changed"
+        why = "the parent has no readable build state"
+    elif state.format != STATE_FORMAT:
+        why = f"the parent's build state is of format {state.format}, this datapipe writes {STATE_FORMAT}"
+    elif any(stage.kind == "dedupe" for stage in pipeline.stages):
+        why = "a dedupe stage decides each row against every earlier partition"
+    elif state.key != key:
+        why = "the pipeline, its code or the source's schema changed"
+    else:
+        why = None
+    return Parent(version, state, why)
+
+
+def match(state: BuildState, identities: Sequence[str]) -> list[int | None]:
+    """Per partition, its index in ``state``'s partitions, or None."""
     where = {identity: i for i, identity in enumerate(state.parts)}
-    return [where.get(identity) for identity in identities], None
+    return [where.get(identity) for identity in identities]

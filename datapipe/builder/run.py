@@ -17,32 +17,29 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from datapipe.builder.accounting import quarantine, splits_section, sum_counts
-from datapipe.builder.cluster import (
-    dashboard_link,
-    dask_client,
-    worker_memory_limits,
-    worker_peak_rss,
-    worker_server,
-)
+from datapipe.builder.client import open_client
+from datapipe.builder.cluster import dashboard_link, worker_memory_limits, worker_peak_rss
 from datapipe.builder.config import LoadedPipeline
-from datapipe.builder.in_process import InProcessClient, small
 from datapipe.builder.incremental import (
     BuildState,
+    Parent,
     Reuse,
-    load_state,
     match,
     part_identities,
+    read_parent,
     save_state,
     shard_digests,
     state_key,
 )
-from datapipe.builder.lineage import checked_code, environment, hash_tasks
+from datapipe.builder.known_hashes import SourceHashes, trusted
+from datapipe.builder.lineage import checked_code, environment
 from datapipe.builder.passes import (
     BuildJob,
     Measured,
@@ -58,6 +55,7 @@ from datapipe.builder.passes import (
 )
 from datapipe.builder.progress import BuildProgress
 from datapipe.builder.quarantine import Reject
+from datapipe.builder.result import BuildResult
 from datapipe.builder.runner import PassRunner
 from datapipe.builder.shard_plan import first_occurrences, split_shard_plan
 from datapipe.builder.sizing import fit_to_workers
@@ -82,32 +80,6 @@ from datapipe.versioning.store import LATEST, Store, VersionWriter, check_ref_na
 
 log = logging.getLogger(__name__)
 FAILED_QUARANTINE = "rejected"  # STORE/NAME/rejected/<time>-<id>.parquet: quarantine of builds that failed
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    """A committed build: its manifest and the dataset URL that pins it."""
-
-    manifest: Manifest
-    url: str
-    seconds: dict[str, float] = field(default_factory=dict)  # wall time: cluster start, each pass, total
-    ran_on: str = "cluster"  # "in-process" (a small source), "local cluster", "scheduler" or "client"
-    worker_peak_rss: int | None = None  # bytes: the largest peak resident memory of a worker (this process in process)
-    incremental: dict[str, Any] = field(default_factory=dict)  # what came from the parent version, or why nothing
-
-    def summary(self) -> dict[str, Any]:
-        """The JSON object `datapipe build --json` prints."""
-        m = self.manifest
-        out = {
-            "name": m.name, "version": m.version, "url": self.url, "samples": m.samples, "shards": len(m.shards),
-            "bytes": m.bytes, "rejected": m.rejected_rows, "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
-            "ran_on": self.ran_on, "worker_peak_rss": self.worker_peak_rss, "incremental": self.incremental,
-            "stages": [{"stage": s.stage, "in": s.rows_in, "out": s.rows_out, "dropped": s.dropped,
-                        "rejected": s.rejected} for s in m.stages],
-        }
-        if m.splits is not None:
-            out["splits"] = dict(m.splits.samples)
-        return out
 
 
 def build(
@@ -136,7 +108,7 @@ def build(
     LocalCluster (Dask's default otherwise: the machine's memory shared among the workers).
     ``scheduler_timeout``: seconds to keep trying to reach ``scheduler`` (cluster.SCHEDULER_TIMEOUT).
     """
-    started = time.perf_counter()
+    started, listed_ns = time.perf_counter(), time.time_ns()
     pipeline = loaded.pipeline
     tags = [check_ref_name(t) for t in tags]
     store.check_location()
@@ -144,44 +116,36 @@ def build(
     with contextlib.ExitStack() as stack:
         source = open_source(pipeline.source, loaded.base_dir, storage_options)
         code = checked_code(loaded)
-        if client is not None:
-            c, ran_on = client, "client"
-        elif small(sum(f.size for f in source.files), workers, scheduler) and memory_limit is None:
-            c, ran_on = InProcessClient(), "in-process"
-        else:
-            ran_on = "scheduler" if scheduler else "local cluster"
-            # the embedded cluster's workers start from a forkserver that imports what they need meanwhile
-            stack.enter_context(worker_server(enabled=scheduler is None and not _in_process_only(store.fs)))
-            processes = not (_in_process_only(store.fs) or _in_process_only(source.fs))
-            c = stack.enter_context(dask_client(workers, scheduler, processes=processes, memory_limit=memory_limit,
-                                                scheduler_timeout=scheduler_timeout))
+        code_hashes = {ref.module: ref.sha256 for ref in code}
+        parent = read_parent(store, pipeline, state_key(pipeline, code_hashes, source))
+        known = trusted(parent.state.sources, source.files) if parent.state else {}
+        c, ran_on = open_client(
+            stack, client=client, workers=workers, scheduler=scheduler, memory_limit=memory_limit,
+            scheduler_timeout=scheduler_timeout, store_fs=store.fs, source_fs=source.fs,
+            source_bytes=sum(f.size for f in source.files),
+            unread_bytes=None if parent.why_full else sum(f.size for i, f in enumerate(source.files) if i not in known))
         progress.dashboard(dashboard_link(c))
         run = PassRunner(c, progress)
         run.seconds["start"] = time.perf_counter() - started  # opening the source and starting the cluster
         fit = fit_to_workers(source, worker_memory_limits(c))
-        source = _align(run, partition_source(source, fit.blocksize))
-        job = BuildJob(pipeline, loaded.base_dir, source, {ref.module: ref.sha256 for ref in code},
-                       loaded.where("splits.by"))
-        source_files = c.compute(hash_tasks(source.fs, source.files))
-        b = _Build(store, run, job, fit.keep_encoded if keep_encoded is None else keep_encoded)
+        blocksize = parent.blocksize(fit.blocksize)
+        source = _align(run, partition_source(source, blocksize))
+        job = BuildJob(pipeline, loaded.base_dir, source, code_hashes, loaded.where("splits.by"))
+        hashes = SourceHashes(c, source, known, listed_ns)
+        b = _Build(store, run, job, fit.keep_encoded if keep_encoded is None else keep_encoded, blocksize)
         looked = time.perf_counter()
-        b.find_parent(source_files)
+        b.find_parent(parent, hashes)
         run.seconds["find parent"] = time.perf_counter() - looked
         b.dedupe()
         measured, key_keep, rejects = b.measure()
         stages = sum_counts(measured, sum(int((~k).sum()) for k in key_keep))
         b.check_counts(stages, measured, rejects)
-        committed = b.commit((LATEST, *tags), measured, key_keep, rejects, stages, code, source_files)
+        committed = b.commit((LATEST, *tags), measured, key_keep, rejects, stages, code)
         peak = worker_peak_rss(c)
-    incremental = {"parent": b.reuse.parent if b.reuse else None, "full_because": b.why_full, **b.report}
+    incremental = {"parent": b.reuse.parent if b.reuse else None, "full_because": parent.why_full,
+                   "source_files": hashes.report(), **b.report}
     return BuildResult(committed, f"{store.url.rstrip('/')}/{pipeline.name}@{committed.version}",
                        {**run.seconds, "total": time.perf_counter() - started}, ran_on, peak, incremental)
-
-
-def _in_process_only(fs: Any) -> bool:
-    """memory:// lives in one process: workers must be threads to see it."""
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol == "memory"
 
 
 def _align(run: PassRunner, source: Source) -> Source:
@@ -198,18 +162,28 @@ def _align(run: PassRunner, source: Source) -> Source:
     return align_parts(source, scans)
 
 
+class _Plan(NamedTuple):
+    """The shard plan of a build: per partition its kept rows, their output positions and shards; the files."""
+
+    key_keep: list[np.ndarray]
+    positions: list[np.ndarray]
+    destinations: list[np.ndarray]
+    files: list[tuple[str | None, str]]  # per shard: its split and file name
+
+
 class _Build:
     """The state of one build between passes."""
 
-    def __init__(self, store: Store, run: PassRunner, job: BuildJob, keep_encoded: bool) -> None:
-        self.store, self.run, self.job = store, run, job
+    def __init__(self, store: Store, run: PassRunner, job: BuildJob, keep_encoded: bool, blocksize: int) -> None:
+        self.store, self.run, self.job, self.blocksize = store, run, job, blocksize
         self.pipeline = job.pipeline
         self.parts = job.source.parts
         self.masks: dict[int, list[np.ndarray]] = {}
         self.keep_encoded = keep_encoded
         self.encoded: dict[int, Any] = {}  # with keep_encoded: partition -> the persisted (Measured, block)
         self.reuse: Reuse | None = None  # what carries over from the parent version (builder/incremental.py)
-        self.why_full: str | None = "no earlier version"
+        self.hashes: SourceHashes | None = None
+        self.parent: Parent | None = None
         self.identities: list[str] = []
         self.digests: list[str] = []
         self.report: dict[str, Any] = {}
@@ -223,22 +197,14 @@ class _Build:
     def masks_of(self, part: int) -> dict[int, np.ndarray]:
         return {stage: masks[part] for stage, masks in self.masks.items()}
 
-    def find_parent(self, source_files: Sequence[Any]) -> None:
-        """Where the dataset has a version built with a state, what of it this build can take (``self.reuse``)."""
-        name = self.pipeline.name
-        parent = self.store.read_ref(name, LATEST)
-        data = self.store.build_state(name, parent) if parent else None
-        if data is None:
-            self.why_full = "no earlier version" if parent is None else "the latest version has no build state"
+    def find_parent(self, parent: Parent, hashes: SourceHashes) -> None:
+        """What of ``parent`` this build can take (``self.reuse``), where its partitions carry over."""
+        self.hashes, self.parent = hashes, parent
+        if parent.why_full is not None or parent.state is None or parent.version is None:
             return
-        if any(stage.kind == "dedupe" for stage in self.pipeline.stages):
-            self.why_full = "a dedupe stage decides each row against every earlier partition"
-            return
-        self.identities = part_identities(self.parts, _flat(self.run.client.gather(source_files)))
-        state = load_state(data)
-        parts, self.why_full = match(state, state_key(self.job), self.identities)
-        if state is not None and self.why_full is None:
-            self.reuse = Reuse(parent, state, self.store.manifest(name, parent).shards, parts)
+        self.identities = part_identities(self.parts, hashes.all())
+        entries = self.store.manifest(self.pipeline.name, parent.version).shards
+        self.reuse = Reuse(parent.version, parent.state, entries, match(parent.state, self.identities))
 
     def dedupe(self) -> None:
         from dask import delayed
@@ -312,9 +278,8 @@ class _Build:
             raise BuildError(f"no samples left after the stages ({counts})")
         return samples
 
-    def write(self, writer: VersionWriter, measured: Sequence[Measured], key_keep: Sequence[np.ndarray]) -> list:
-        from dask import delayed
-
+    def plan(self, writer: VersionWriter, measured: Sequence[Measured], key_keep: Sequence[np.ndarray]) -> _Plan:
+        """Where every kept sample goes (``shard_plan``), and each shard's digest (``self.digests``)."""
         shards_cfg, splits = self.pipeline.shards, self.pipeline.splits
         fmt = get_format(shards_cfg.format)
         sizes = [m.sizes[keep] for m, keep in zip(measured, key_keep, strict=True)]
@@ -330,13 +295,20 @@ class _Build:
         files = [(name, writer.shard_filename(i, fmt, name)) for name, n in zip(names, counts, strict=True)
                  for i in range(n)]
         self.digests = shard_digests(self.identities, key_keep, positions, destinations, len(files))
+        return _Plan(list(key_keep), positions, destinations, files)
+
+    def write(self, writer: VersionWriter, plan: _Plan) -> list[ShardEntry]:
+        """The shards of ``plan``: the parent's file where it holds the same samples, else written by tasks."""
+        from dask import delayed
+
+        fmt, files = get_format(self.pipeline.shards.format), plan.files
         reused: dict[int, ShardEntry] = {}
         for s, digest in enumerate(self.digests):  # the parent's shard of the same samples: its file, not its bytes
             entry = self.reuse.shard(digest) if self.reuse else None
             if entry is not None:
                 reused[s] = writer.reuse_shard(self.reuse.parent, entry, files[s][1])
         pieces: dict[int, list[Any]] = defaultdict(list)
-        for part, keep, pos, dest in zip(self.parts, key_keep, positions, destinations, strict=True):
+        for part, keep, pos, dest in zip(self.parts, plan.key_keep, plan.positions, plan.destinations, strict=True):
             wanted = [shard for shard in np.unique(dest).tolist() if shard not in reused]
             if not wanted:
                 continue
@@ -359,40 +331,43 @@ class _Build:
                 for s, (split, _) in enumerate(files)]
 
     def commit(self, refs: Sequence[str], measured: Sequence[Measured], key_keep: Sequence[np.ndarray],
-               rejects: Mapping[int, list[Reject]], stages: tuple[StageCounts, ...], code: tuple[CodeRef, ...],
-               source_files: Sequence[Any]) -> Manifest:
-        """Write the shards and the quarantine into a new version and commit its manifest, pointing ``refs``
-        at it; nothing is left but a partial directory for gc if any of it fails. ``source_files``: the
-        futures of the source files' hashes."""
-        pipeline = self.pipeline
+               rejects: Mapping[int, list[Reject]], stages: tuple[StageCounts, ...],
+               code: tuple[CodeRef, ...]) -> Manifest:
+        """Write the shards, the quarantine and the build state into a new version and commit its manifest,
+        pointing ``refs`` at it; nothing is left but a partial directory for gc if any of it fails."""
+        pipeline, sources = self.pipeline, self.hashes.all()
         if not self.identities:
-            self.identities = part_identities(self.parts, _flat(self.run.client.gather(source_files)))
+            self.identities = part_identities(self.parts, sources)
         writer = self.store.begin(pipeline.name)
         try:
-            entries = self.write(writer, measured, key_keep)
+            plan = self.plan(writer, measured, key_keep)
+            with ThreadPoolExecutor(1, thread_name_prefix="datapipe-state") as pool:  # disk time beside the writes
+                staged = pool.submit(self.stage_state, writer, measured, key_keep, rejects)
+                entries = self.write(writer, plan)
+                staged.result()
             if any(s.rejected for s in stages):
                 put_atomic(self.store.fs, f"{writer.partial}/{REJECTED_NAME}", self.quarantine(measured, rejects))
-            lineage = Lineage(pipeline=pipeline.canonical(), sources=tuple(_flat(self.run.client.gather(source_files))),
-                              code=code, seed=pipeline.shards.shuffle_seed, environment=environment())
+            lineage = Lineage(pipeline=pipeline.canonical(), sources=tuple(sources), code=code,
+                              seed=pipeline.shards.shuffle_seed, environment=environment())
             manifest = assemble_manifest(pipeline.name, get_format(pipeline.shards.format).name, entries, stages,
                                          (m.kinds for m in measured), lineage, splits_section(pipeline, entries),
                                          class_names(self.job.source))
-            committed = writer.commit(manifest, refs)
+            return writer.commit(manifest, refs)
         except BaseException:
             writer.abort()
             raise
-        state = BuildState(state_key(self.job), self.identities, list(measured),
-                           [rejects[p.number] for p in self.parts], list(key_keep), self.digests)
-        try:  # for the next build; the version is committed either way, and a build without a state is a full one
-            self.store.put_build_state(pipeline.name, committed.version, save_state(state))
+
+    def stage_state(self, writer: VersionWriter, measured: Sequence[Measured], key_keep: Sequence[np.ndarray],
+                    rejects: Mapping[int, list[Reject]]) -> None:
+        """Stage what the next build of the dataset can reuse; a failure costs only that build's speed."""
+        state = BuildState(state_key(self.pipeline, self.job.code, self.job.source), self.identities, list(measured),
+                           [rejects[p.number] for p in self.parts], list(key_keep), self.digests,
+                           self.hashes.records(self.parent.records()), self.blocksize)
+        try:
+            writer.put_build_state(save_state(state))
         except DatapipeError as e:
-            log.warning("%s@%s: build state not saved (%s); the next build of this dataset will be a full one",
-                        pipeline.name, committed.version[:12], e)
-        return committed
-
-
-def _flat(groups: Sequence[Sequence[Any]]) -> list[Any]:
-    return [item for group in groups for item in group]
+            log.warning("%s: build state not saved (%s); the next build of this dataset will be a full one",
+                        self.pipeline.name, e)
 
 
 def _now() -> str:

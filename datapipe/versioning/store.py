@@ -194,11 +194,6 @@ class Store:
         path = self.path(name, VERSIONS, version, BUILD_STATE_NAME)
         return read_bytes(self.fs, path) if self._exists(path) else None
 
-    def put_build_state(self, name: str, version: str, data: bytes) -> None:
-        """Keep ``data`` beside a committed version, for the next build of the dataset (builder/incremental.py)."""
-        path = self.path(name, VERSIONS, version, BUILD_STATE_NAME)
-        self.remote(path, lambda: put_atomic(self.fs, path, data))
-
     def shard_dir(self, name: str, version: str, entry: ShardEntry) -> str:
         """The directory that holds ``entry``'s shard and index: its ``stored_in`` version's, else ``version``'s."""
         return self.path(name, VERSIONS, entry.stored_in or version)
@@ -276,6 +271,7 @@ class VersionWriter:
         self.name = name
         self.parent = store.read_ref(name, LATEST)
         self._leases: dict[str, Lease] = {}  # version -> this writer's lease on it, for the shards it shares
+        self._side: list[str] = []  # files beside the shards that go with the version, outside its manifest
         self.partial = store.path(name, VERSIONS, f"{PARTIAL_PREFIX}{uuid.uuid4().hex}")
         self._owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}
         owner = json.dumps(self._owner).encode()
@@ -324,6 +320,12 @@ class VersionWriter:
                                                  note=f"shards shared by {self.partial.rsplit('/', 1)[-1]}")
         return replace(entry, stored_in=entry.stored_in or parent_version, stored_as=entry.stored_as)
 
+    def put_build_state(self, data: bytes) -> None:
+        """Stage the build's state (builder/incremental.py) to be committed with the version, outside its id."""
+        path = f"{self.partial}/{BUILD_STATE_NAME}"
+        self.store.remote(path, lambda: put_atomic(self.store.fs, path, data))
+        self._side.append(BUILD_STATE_NAME)
+
     def commit(self, manifest: Manifest, refs: Iterable[str] = (LATEST,)) -> Manifest:
         """Publish: move the shards under the version id, write the manifest, then the refs.
 
@@ -342,7 +344,7 @@ class VersionWriter:
             store.remote(final, lambda: fs.makedirs(final, exist_ok=True))
             names = [name for entry in manifest.shards if entry.stored_in is None  # shared: already in place
                      for name in (entry.path, entry.index_path)]
-            self._move(names + ([manifest.rejected] if manifest.rejected else []), final)
+            self._move(names + ([manifest.rejected] if manifest.rejected else []) + self._side, final)
             where = f"{final}/{MANIFEST_NAME}"
             store.remote(where, lambda: put_atomic(fs, where, manifest.to_json()))  # after every shard is in place
         self.abort()

@@ -108,3 +108,84 @@ def test_du_counts_a_linked_shard_once(project):
     u = usage(project.store, "rows")
     reused = sum(s.bytes for s in again.manifest.shards) - again.incremental["shards"]["bytes_written"]
     assert u["stored_bytes"] == first.manifest.bytes + again.manifest.bytes - reused
+
+
+def test_a_file_edited_in_place_with_its_size_and_mtime_kept_is_read_again(project, tmp_path, monkeypatch):
+    from datapipe.builder import known_hashes
+
+    monkeypatch.setattr(known_hashes, "RACY_NS", 0)  # files written a moment ago count as settled
+    project.pipeline(PIPELINE % "")
+    for n in range(6):
+        write_file(project, n)
+    project.build()
+    path = project.root / "raw/f003.csv"
+    before = os.stat(path)
+    text = path.read_text()
+    path.write_text(text.replace("f003r0001,1,", "f003r0001,7,"))  # same size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the same mtime
+    again = project.build()
+    assert again.incremental["source_files"] == {"hashed": 1, "trusted": 5}  # its ctime moved
+    assert again.incremental["partitions"]["measured"] == 1
+    assert again.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
+    same = project.build()  # nothing changed since: no file is read for its hash
+    assert same.incremental["source_files"] == {"hashed": 0, "trusted": 6}
+    assert same.manifest.version == again.manifest.version
+
+
+def test_files_changed_just_before_their_hash_are_hashed_again(project):
+    project.pipeline(PIPELINE % "")
+    for n in range(3):
+        write_file(project, n)
+    project.build()
+    again = project.build()  # the files changed within RACY_NS of the first build's listing
+    assert again.incremental["source_files"] == {"hashed": 3, "trusted": 0}
+
+
+def test_a_small_rebuild_runs_in_process_even_with_workers(project, tmp_path):
+    project.pipeline(PIPELINE % "")
+    for n in range(4):
+        write_file(project, n)
+    project.build()
+    write_file(project, 9)
+    again = project.build(workers=2)
+    assert again.ran_on == "in-process" and again.incremental["partitions"]["measured"] == 1
+    assert again.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
+    project.pipeline(PIPELINE % ", max_samples: 50")  # nothing carries over: the workers asked for start
+    assert project.build(workers=1).ran_on == "local cluster"
+
+
+def test_a_shards_digest_follows_its_samples_not_the_partition_numbers():
+    import numpy as np
+
+    from datapipe.builder.incremental import shard_digests
+
+    ids = ["aa" * 16, "bb" * 16, "cc" * 16]
+    keep = [np.ones(4, bool), np.ones(3, bool), np.ones(2, bool)]
+    pos = [np.arange(4), np.arange(4, 7), np.arange(7, 9)]
+    dest = [np.array([0, 0, 0, 1]), np.array([1, 1, 1]), np.array([2, 2])]
+    digests = shard_digests(ids, keep, pos, dest, 3)
+    assert len(set(digests)) == 3
+    # the same samples, with a new partition in front: the shards keep their digests
+    moved = shard_digests(["dd" * 16, *ids], [np.ones(1, bool), *keep], [np.arange(1), *(p + 1 for p in pos)],
+                          [np.array([0]), *(d + 1 for d in dest)], 4)
+    assert moved[1:] == digests
+    # a dropped row, or the same rows in another order, is another digest for that shard only
+    keep2 = [np.array([True, False, True, True]), keep[1], keep[2]]
+    dropped = shard_digests(ids, keep2, [np.arange(3), np.arange(3, 6), np.arange(6, 8)],
+                            [np.array([0, 0, 1]), np.array([1, 1, 1]), np.array([2, 2])], 3)
+    assert dropped[0] != digests[0] and dropped[2] == digests[2]
+    swapped = shard_digests(ids, keep, [pos[0], np.array([5, 4, 6]), pos[2]], dest, 3)
+    assert swapped[1] != digests[1] and swapped[0] == digests[0] and swapped[2] == digests[2]
+
+
+def test_a_parent_state_of_another_format_means_a_full_build(project, monkeypatch):
+    from datapipe.builder import incremental
+
+    project.pipeline(PIPELINE % "")
+    for n in range(3):
+        write_file(project, n)
+    project.build()
+    monkeypatch.setattr(incremental, "STATE_FORMAT", incremental.STATE_FORMAT + 1)
+    write_file(project, 5)
+    again = project.build()
+    assert again.incremental["full_because"].startswith("the parent's build state is of format")

@@ -44,6 +44,7 @@ class InputFile:
     label: str
     size: int
     etag: str | None = None
+    stamp: str | None = None  # a local file's stat when listed (builder/known_hashes.py): device, inode, size, times
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Listing a source: its path as a URL, the files it names in sorted order, with sizes and etags."""
+"""Listing a source: its path as a URL, the files it names in sorted order, with sizes and etags or stamps."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ def _label(path: str, url: str, fs: Any, base_dir: str) -> str:
     return f"{protocol}://{path}"
 
 
+def stamp_of(st: os.stat_result) -> str:
+    """A local file's identity and state: device, inode, size, mtime and ctime in ns (``known_hashes`` reads it)."""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
 def list_files(source: SourceSpec, base_dir: str, storage_options: Mapping[str, Any]) -> tuple[Any, list[InputFile]]:
     """The source's files in sorted order, with sizes; a clear error when nothing matches."""
     url = source_url(source, base_dir)
@@ -45,8 +50,11 @@ def list_files(source: SourceSpec, base_dir: str, storage_options: Mapping[str, 
         info = fs.info(p)
         if info.get("type") == "directory":
             continue
-        etag = None if is_local(fs) else str(info.get("ETag") or info.get("etag") or info.get("checksum") or "")
-        infos.append(InputFile(p, _label(p, url, fs, base_dir), int(info.get("size") or 0), etag or None))
+        if is_local(fs):
+            etag, stamp = None, stamp_of(os.stat(p))
+        else:
+            etag, stamp = str(info.get("ETag") or info.get("etag") or info.get("checksum") or ""), None
+        infos.append(InputFile(p, _label(p, url, fs, base_dir), int(info.get("size") or 0), etag or None, stamp))
     if not infos:
         raise NotFoundError(f"source.path: {source.path!r} matches no files (looked for {url})")
     return fs, infos
