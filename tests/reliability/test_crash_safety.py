@@ -319,3 +319,64 @@ def test_a_dask_worker_killed_mid_build(reference, tmp_path, always):
         assert datapipe_in_process("verify", f"{store}/digits@latest", cwd=work).returncode == 0
     assert datapipe_in_process("verify", f"{store}/digits@{version[:12]}", cwd=work).returncode == 0  # the old one
     assert leftovers(store) == []  # a failed build removes its partial version itself
+
+
+ROWS = """\
+name: digits
+source: {path: raw/*.csv, format: csv}
+sample: {key: id, fields: {cls: label, txt: text}}
+shards: {max_bytes: 20KB}
+"""
+
+
+def write_rows(project: Path, n: int, rows: int = 150) -> None:
+    lines = ["id,label,text"] + [f"f{n:03d}r{i:04d},{i % 10},{'x' * (40 + (n * 7 + i) % 90)}" for i in range(rows)]
+    (project / "raw").mkdir(parents=True, exist_ok=True)
+    (project / "raw" / f"f{n:03d}.csv").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.slow
+def test_kill_9_in_an_incremental_build_keeps_the_parent_whole(tmp_path):
+    """A rebuild hard-links the parent's shards into its partial version: killed at any point, the parent still
+    verifies, no listed version is partial, gc removes only the leftovers (the parent's files keep one link),
+    and a rerun gives the version a build from scratch gives."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "rows.yaml").write_text(ROWS)
+    for n in range(0, 40, 2):
+        write_rows(project, n)
+    base = tmp_path / "base"
+    assert datapipe_in_process("build", "rows.yaml", "--out", str(base), cwd=project).returncode == 0
+    parent = (base / "digits" / "refs" / "latest").read_text().strip()
+    write_rows(project, 19)  # one file in the middle of the source order
+    fresh = datapipe_in_process("build", "rows.yaml", "--out", str(tmp_path / "fresh"), "--json", cwd=project)
+    expected = last_json(fresh)["version"]
+    rng = random.Random(3)
+    phases = []
+    for i, trigger in enumerate(["partial version exists", "first shard written", "n-th shard written",
+                                 "random moment"][:max(2, crash_moments(4))]):
+        store = tmp_path / f"store-{i}"
+        shutil.copytree(base, store)
+        proc = datapipe_process("build", "rows.yaml", "--out", str(store), "--workers", "2", cwd=project,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        kill_when(proc, store, trigger, Timeline(0.0, 0.0, 0.0, 1.5, 1), rng, 3)
+        state, latest = look(store), (store / "digits" / "refs" / "latest").read_text().strip()
+        phases.append("after the ref moved" if latest == expected else "manifest written, ref not moved"
+                      if state.manifests > 1 else "shards moved under the version id" if state.version_dirs > 1
+                      else f"partial version with {state.shards} shards" if state.partial else "before the partial")
+        assert latest in (parent, expected)
+        listed = [r["version"] for r in json.loads(datapipe_in_process("ls", str(store), "--json").stdout)]
+        assert parent in listed and set(listed) <= {parent, expected}
+        for version in listed:
+            out = datapipe_in_process("verify", f"{store}/digits@{version}")
+            assert out.returncode == 0, out.stdout + out.stderr
+        assert datapipe_in_process("gc", f"{store}/digits").returncode == 0
+        assert leftovers(store) == []
+        if latest == parent:  # no version shares the parent's files now
+            shards = list((store / "digits" / "versions" / parent).glob("*.tar"))
+            assert shards and all(os.stat(s).st_nlink == 1 for s in shards)
+        out = datapipe_in_process("build", "rows.yaml", "--out", str(store), "--json", cwd=project)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert last_json(out)["version"] == expected
+        assert last_json(out)["incremental"]["parent"] in (parent, expected)
+    print("\nincremental kills landed in:", phases)
