@@ -14,7 +14,7 @@ from datapipe.errors import ConfigError, NotFoundError
 from datapipe.versioning.gc import collect
 from datapipe.versioning.leases import parse_duration
 from datapipe.versioning.manifest import Manifest
-from datapipe.versioning.sample_diff import VersionDiff, diff_splits, diff_versions, sample_hashes, split_hashes
+from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
 from datapipe.versioning.store import Store, check_ref_name, open_dataset_url, parse_dataset_url
 from datapipe.versioning.verify import verify_version
 
@@ -156,8 +156,8 @@ def diff(a: str, b: str, as_json: bool) -> None:
     """Samples added, removed and changed (by key and content hash) from version A to B; per split too, when
     either has splits (a sample that changed split is removed from one and added to the other)."""
     (sa, na, ma), (sb, nb, mb) = (open_dataset_url(url, storage_options()) for url in (a, b))
-    d = diff_versions(sample_hashes(sa, na, ma), sample_hashes(sb, nb, mb))
-    per_split = diff_splits(split_hashes(sa, na, ma), split_hashes(sb, nb, mb))
+    pair = VersionPair(Side(sa, na, ma), Side(sb, nb, mb))  # reads only the shards the two do not share
+    d, per_split = pair.diff(), pair.splits()
     if as_json:
         _echo_json({"a": ma.version, "b": mb.version, **vars(d),
                     **({"splits": {s: vars(sd) for s, sd in per_split.items()}} if per_split else {})})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -11,7 +12,7 @@ from starlette.responses import HTMLResponse
 from datapipe.errors import IntegrityError, NotFoundError
 from datapipe.loader.dataset import Dataset
 from datapipe.serve.samples import PREVIEW, Field, describe, read_sample
-from datapipe.versioning.sample_diff import VersionDiff, diff_versions, sample_locations
+from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
 from datapipe.versioning.store import VERSIONS, Store
 
 FAILED_QUARANTINE = "rejected"  # builder/run.py's: STORE/NAME/rejected/TIME-ID.parquet (a test keeps them equal)
@@ -89,29 +90,36 @@ def _rejects(c: Any, request: Request, rows: list[dict[str, Any]], **where: Any)
 
 
 class Diffs:
-    """Sample diffs of version pairs, the last few kept (each costs reading both versions' indexes)."""
+    """Sample diffs of version pairs, the last few kept (each costs reading the indexes of the shards the two
+    versions do not share)."""
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
         self._made: OrderedDict[tuple[str, str, str], tuple[VersionDiff, dict, dict]] = OrderedDict()
+        self._lock = threading.Lock()  # pages run on several threads; a diff is made outside it
 
     def get(self, a: Dataset, b: Dataset) -> tuple[VersionDiff, dict[str, Any], dict[str, Any]]:
         """The diff from ``a`` to ``b`` and each side's key -> (shard number, row)."""
         key = (a.name, a.version, b.version)
-        if key not in self._made:
-            sides = [_locations(ds) for ds in (a, b)]
-            diff = diff_versions(*({k: h for k, (_, _, h) in side.items()} for side in sides))
-            self._made[key] = (diff, *({k: (s, r) for k, (s, r, _) in side.items()} for side in sides))
+        with self._lock:
+            if key in self._made:
+                self._made.move_to_end(key)
+                return self._made[key]
+        # from the shards the two do not share: a few, after an incremental build
+        pair = VersionPair(*(Side(ds.store, ds.name, ds.manifest) for ds in (a, b)))
+        sides = [{k: (number[path], row) for k, (path, row, _) in side.items()}
+                 for side, number in zip(pair.locations(), (_numbers(a), _numbers(b)), strict=True)]
+        made = (pair.diff(), *sides)
+        with self._lock:
+            self._made[key] = made
             if len(self._made) > self.size:
                 self._made.popitem(last=False)
-        self._made.move_to_end(key)
-        return self._made[key]
+        return made
 
 
-def _locations(ds: Dataset) -> dict[str, tuple[int, int, bytes]]:
-    number = {entry.path: i for i, entry in enumerate(ds.shards)}
-    return {k: (number[path], row, digest)
-            for k, (path, row, digest) in sample_locations(ds.store, ds.name, ds.manifest).items()}
+def _numbers(ds: Dataset) -> dict[str, int]:
+    """shard path -> its number in the version."""
+    return {entry.path: i for i, entry in enumerate(ds.shards)}
 
 
 def _fields(ds: Dataset, shard: int, row: int) -> list[Field]:

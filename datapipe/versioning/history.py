@@ -13,7 +13,7 @@ from datapipe.storage.fs import is_local, read_bytes
 from datapipe.versioning.leases import held_versions
 from datapipe.versioning.rebuild_report import lineage_changes
 from datapipe.versioning.retention import PRUNED_NAME, newest_first
-from datapipe.versioning.sample_diff import diff_splits, diff_versions, sample_hashes, split_hashes
+from datapipe.versioning.sample_diff import Side, VersionPair
 from datapipe.versioning.store import LATEST, VERSIONS, Store
 
 
@@ -76,14 +76,6 @@ def history(store: Store, name: str, changes: dict[tuple[str, str], Changes] | N
         chain.append(at)
         at = manifests[at].parent
     rest = [v for v in newest_first(manifests) if v not in chain]
-    hashes: dict[str, tuple[dict[str, bytes], dict[str, dict[str, bytes]]]] = {}
-
-    def samples_of(version: str) -> tuple[dict[str, bytes], dict[str, dict[str, bytes]]]:
-        if version not in hashes:
-            m = manifests[version]
-            hashes[version] = (sample_hashes(store, name, m), split_hashes(store, name, m))
-        return hashes[version]
-
     entries = []
     for version in chain + rest:
         m = manifests[version]
@@ -93,13 +85,11 @@ def history(store: Store, name: str, changes: dict[tuple[str, str], Changes] | N
         if entry.parent_state == "present":
             pair = (m.parent, version)
             if pair not in changes:
+                versions = VersionPair(Side(store, name, manifests[m.parent]), Side(store, name, m))
                 try:
-                    (a, a_splits), (b, b_splits) = samples_of(m.parent), samples_of(version)
+                    changes[pair] = (_counts(versions.diff()), {s: _counts(d) for s, d in versions.splits().items()})
                 except DatapipeError as e:  # a damaged index: say so, keep going
                     problems.append(f"{name}@{version[:12]}: cannot compare with its parent: {e}")
-                else:
-                    changes[pair] = (_counts(diff_versions(a, b)),
-                                     {s: _counts(d) for s, d in diff_splits(a_splits, b_splits).items()})
             if pair in changes:
                 entry.changes, entry.splits = changes[pair]
             entry.lineage = lineage_changes(manifests[m.parent], m)

@@ -1,12 +1,19 @@
-"""The sample diff of two versions (`datapipe diff`): keys added, removed and changed, by the hashes in the indexes."""
+"""The sample diff of two versions (`datapipe diff`): keys added, removed and changed, by the hashes in the indexes.
+
+Two versions often share most shards (an incremental build reuses its parent's). A shard with the same sha256
+and split in both holds the same samples in both, and a key is in one shard of a version, so the keys of the
+shards only one side has are the only ones that can differ: ``VersionPair`` reads those shards' indexes only.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from datapipe.formats.index import ShardIndex
 from datapipe.storage.fs import read_bytes
-from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.manifest import Manifest, ShardEntry
 from datapipe.versioning.store import Store
 
 
@@ -20,22 +27,21 @@ class VersionDiff:
     unchanged: int = 0
 
 
-def sample_hashes(store: Store, name: str, manifest: Manifest, split: str | None = None) -> dict[str, bytes]:
-    """key -> sha256 of the sample's bytes, over every shard of a version (of ``split`` only, when given)."""
-    out: dict[str, bytes] = {}
-    for shard in manifest.shards:
+def sample_hashes(store: Store, name: str, manifest: Manifest, split: str | None = None,
+                  shards: Sequence[ShardEntry] | None = None) -> dict[str, bytes]:
+    """key -> sha256 of the sample's bytes, over every shard of a version (of ``split`` only, when given; of
+    ``shards`` only, when given)."""
+    return {key: digest for key, (_, _, digest) in sample_locations(store, name, manifest, split, shards).items()}
+
+
+def sample_locations(store: Store, name: str, manifest: Manifest, split: str | None = None,
+                     shards: Sequence[ShardEntry] | None = None) -> dict[str, tuple[str, int, bytes]]:
+    """key -> (shard path in the version, position in that shard, sha256 of the sample's bytes), over the
+    version's shards (of ``split``, of ``shards``, when given)."""
+    out: dict[str, tuple[str, int, bytes]] = {}
+    for shard in manifest.shards if shards is None else shards:
         if split is not None and shard.split != split:
             continue
-        path = store.shard_file(name, manifest.version, shard, index=True)
-        index = ShardIndex.from_bytes(read_bytes(store.fs, path), path)
-        out.update(zip(index.keys(), (h.tobytes() for h in index.sample_hash), strict=True))
-    return out
-
-
-def sample_locations(store: Store, name: str, manifest: Manifest) -> dict[str, tuple[str, int, bytes]]:
-    """key -> (shard path in the version, position in that shard, sha256 of the sample's bytes)."""
-    out: dict[str, tuple[str, int, bytes]] = {}
-    for shard in manifest.shards:
         path = store.shard_file(name, manifest.version, shard, index=True)
         index = ShardIndex.from_bytes(read_bytes(store.fs, path), path)
         for i, (key, digest) in enumerate(zip(index.keys(), index.sample_hash, strict=True)):
@@ -43,16 +49,77 @@ def sample_locations(store: Store, name: str, manifest: Manifest) -> dict[str, t
     return out
 
 
-def split_hashes(store: Store, name: str, manifest: Manifest) -> dict[str, dict[str, bytes]]:
-    """Per split of a version, key -> sha256 of the sample's bytes (empty for a version without splits)."""
-    if manifest.splits is None:
-        return {}
-    return {split: sample_hashes(store, name, manifest, split) for split in manifest.splits.names}
+def _unshared(a: Manifest, b: Manifest) -> tuple[list[ShardEntry], list[ShardEntry], Counter[str | None]]:
+    """The shards of ``a`` and of ``b`` that the other lacks (by sha256 and split), and the samples of the shared
+    ones per split."""
+    left = Counter((e.sha256, e.split) for e in b.shards)
+    only_a, shared = [], Counter()
+    for entry in a.shards:
+        if left[entry.sha256, entry.split] > 0:
+            left[entry.sha256, entry.split] -= 1
+            shared[entry.split] += entry.samples
+        else:
+            only_a.append(entry)
+    right = Counter((e.sha256, e.split) for e in a.shards)
+    only_b = []
+    for entry in b.shards:
+        if right[entry.sha256, entry.split] > 0:
+            right[entry.sha256, entry.split] -= 1
+        else:
+            only_b.append(entry)
+    return only_a, only_b, shared
 
 
-def diff_splits(a: dict[str, dict[str, bytes]], b: dict[str, dict[str, bytes]]) -> dict[str, VersionDiff]:
-    """Per split either version has, the difference of its samples (a split one version lacks is empty there)."""
-    return {split: diff_versions(a.get(split, {}), b.get(split, {})) for split in sorted(a.keys() | b.keys())}
+@dataclass(frozen=True)
+class Side:
+    """One version of a pair: where it is and its manifest."""
+
+    store: Store
+    name: str
+    manifest: Manifest
+
+
+class VersionPair:
+    """The sample diff of version ``a`` to ``b``, from the indexes of the shards they do not share (read once)."""
+
+    def __init__(self, a: Side, b: Side) -> None:
+        self.a, self.b = a, b
+        self.only_a, self.only_b, self.shared = _unshared(a.manifest, b.manifest)
+        self._locations: tuple[dict[str, tuple[str, int, bytes]], ...] | None = None
+
+    def locations(self) -> tuple[dict[str, tuple[str, int, bytes]], ...]:
+        """Each side's ``sample_locations`` over its unshared shards."""
+        if self._locations is None:
+            self._locations = tuple(sample_locations(s.store, s.name, s.manifest, shards=only)
+                                    for s, only in ((self.a, self.only_a), (self.b, self.only_b)))
+        return self._locations
+
+    def diff(self) -> VersionDiff:
+        """Keys added, removed and changed; the shared shards' samples count as unchanged."""
+        a, b = ({k: h for k, (_, _, h) in side.items()} for side in self.locations())
+        return _with_shared(diff_versions(a, b), sum(self.shared.values()))
+
+    def splits(self) -> dict[str, VersionDiff]:
+        """Per split either version has, its diff (a split one version lacks is empty there); {} when neither
+        has splits."""
+        names = _split_names(self.a.manifest) | _split_names(self.b.manifest)
+        by_split: list[dict[str | None, dict[str, bytes]]] = []
+        for side, only in zip(self.locations(), (self.only_a, self.only_b), strict=True):
+            split_of = {e.path: e.split for e in only}
+            grouped: dict[str | None, dict[str, bytes]] = {}
+            for key, (path, _, digest) in side.items():
+                grouped.setdefault(split_of[path], {})[key] = digest
+            by_split.append(grouped)
+        return {split: _with_shared(diff_versions(by_split[0].get(split, {}), by_split[1].get(split, {})),
+                                    self.shared[split]) for split in sorted(names)}
+
+
+def _with_shared(d: VersionDiff, shared: int) -> VersionDiff:
+    return replace(d, unchanged=d.unchanged + shared)
+
+
+def _split_names(m: Manifest) -> set[str]:
+    return set(m.splits.names) if m.splits is not None else set()
 
 
 def diff_versions(a: dict[str, bytes], b: dict[str, bytes]) -> VersionDiff:

@@ -189,3 +189,28 @@ def test_a_parent_state_of_another_format_means_a_full_build(project, monkeypatc
     write_file(project, 5)
     again = project.build()
     assert again.incremental["full_because"].startswith("the parent's build state is of format")
+
+
+def test_a_diff_reads_only_the_shards_two_versions_do_not_share(project, monkeypatch):
+    from datapipe.versioning import sample_diff
+    from datapipe.versioning.sample_diff import Side, VersionPair, diff_versions, sample_hashes
+
+    project.pipeline(PIPELINE % "")
+    for n in range(0, 20, 2):
+        write_file(project, n)
+    first = project.build()
+    write_file(project, 9)
+    write_file(project, 4, salt="new")  # every row of one file changed, in place
+    os.remove(project.root / "raw/f016.csv")
+    again = project.build()
+    a, b = (Side(project.store, "rows", r.manifest) for r in (first, again))
+    whole = diff_versions(*(sample_hashes(s.store, s.name, s.manifest) for s in (a, b)))
+    read = []
+    real = sample_diff.ShardIndex.from_bytes
+    monkeypatch.setattr(sample_diff.ShardIndex, "from_bytes", lambda data, path: read.append(path) or real(data, path))
+    pair = VersionPair(a, b)
+    d = pair.diff()
+    assert (d.added, d.removed, d.changed, d.unchanged) == (whole.added, whole.removed, whole.changed, whole.unchanged)
+    assert len(d.added) == 120 and len(d.removed) == 120 and len(d.changed) == 120
+    shards = len(first.manifest.shards) + len(again.manifest.shards)
+    assert len(read) == len(pair.only_a) + len(pair.only_b) < shards / 3
