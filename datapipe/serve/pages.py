@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,20 +153,16 @@ Page = Callable[[Request], Awaitable[Response]]
 
 
 def routes(c: Context) -> list[tuple[str, Page]]:
-    """(path, handler) of every page; handlers run the store reads in a thread, not on the event loop, one at a
-    time (a Dataset's index cache and the thumbnail LRU are not shared between threads safely)."""
-    lock = threading.Lock()
-
-    def locked(fn: Callable[..., Response], args: dict[str, Any]) -> Response:
-        with lock:
-            return fn(c, **args)
+    """(path, handler) of every page; handlers run the store reads in threads, not on the event loop, side by
+    side: what they share (opened versions, thumbnails, diffs) guards itself, and a Dataset's index cache
+    is only read and refilled, never closed, here."""
 
     def page(fn: Callable[..., Response], with_request: bool = False) -> Page:
         async def handle(request: Request) -> Response:
             args = dict(request.path_params)
             if with_request:
                 args["request"] = request
-            return await run_in_threadpool(locked, fn, args)
+            return await run_in_threadpool(fn, c, **args)
         return handle
 
     version = "/d/{name}/v/{ref}"

@@ -3,6 +3,7 @@ from the manifest; nothing from a URL ever becomes a file path."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from datapipe.errors import NotFoundError
@@ -16,6 +17,7 @@ class Versions:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._open: dict[tuple[str, str], Dataset] = {}
+        self._lock = threading.Lock()  # pages run on several threads
         self.changes: dict[tuple[str, str], Any] = {}  # (parent, version) -> what changed: versions are immutable
 
     def dataset_name(self, name: str) -> str:
@@ -36,9 +38,13 @@ class Versions:
         """NAME@REF opened for random access (kept open for later requests)."""
         version = self.version(name, ref)
         key = (name, version)
-        if key not in self._open:
-            self._open[key] = Dataset(self.store, name, self.store.manifest(name, version))
-        return self._open[key]
+        with self._lock:
+            opened = self._open.get(key)
+        if opened is None:
+            opened = Dataset(self.store, name, self.store.manifest(name, version))
+            with self._lock:  # two pages that opened it at once keep the first; the other was never read
+                opened = self._open.setdefault(key, opened)
+        return opened
 
     def shard(self, ds: Dataset, shard: int) -> int:
         """``shard`` when the manifest has it, else NotFoundError."""
@@ -48,6 +54,7 @@ class Versions:
 
     def close(self) -> None:
         """Close every opened version."""
-        for ds in self._open.values():
+        with self._lock:
+            opened, self._open = list(self._open.values()), {}
+        for ds in opened:
             ds.close()
-        self._open.clear()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -113,18 +114,21 @@ class Thumbnails:
     def __init__(self, size: int = 256) -> None:
         self.size = size
         self._made: OrderedDict[tuple[str, str, int, int, str], bytes | None] = OrderedDict()
+        self._lock = threading.Lock()  # pages run on several threads; the thumbnail is made outside it
 
     def get(self, ds: Dataset, shard: int, row: int, field: str) -> bytes | None:
         """The thumbnail of ``field`` of a sample, or None when the field is not an image Pillow identifies."""
         key = (ds.name, ds.version, shard, row, field)
-        if key in self._made:
-            self._made.move_to_end(key)
-            return self._made[key]
+        with self._lock:
+            if key in self._made:
+                self._made.move_to_end(key)
+                return self._made[key]
         value = read_sample(ds, shard, row).get(field)
         thumb = _thumbnail(value) if isinstance(value, bytes) and image_type(value) else None
-        self._made[key] = thumb
-        if len(self._made) > self.size:
-            self._made.popitem(last=False)
+        with self._lock:
+            self._made[key] = thumb
+            if len(self._made) > self.size:
+                self._made.popitem(last=False)
         return thumb
 
 

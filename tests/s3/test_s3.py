@@ -380,3 +380,29 @@ def test_the_browser_serves_a_store_on_s3_reading_sample_ranges(digits_on_s3):
         thumb = re.search(r'<img[^>]+src="([^"]+)"', grid.text).group(1).replace("&amp;", "&")
         image = client.get(thumb)
         assert image.status_code == 200 and image.headers["content-type"].startswith("image/")
+
+
+def test_serve_takes_the_store_options_with_o(digits_on_s3):
+    """`datapipe serve s3://... -o key=... -o secret=... -o endpoint_url=...` as a user runs it, with no
+    credentials nor endpoint in its environment: the options reach the store it browses."""
+    import urllib.request
+
+    from helpers.cli import INSTALLED
+
+    env = {k: v for k, v in digits_on_s3["env"].items() if k != "AWS_ENDPOINT_URL_S3"}
+    options = ["-o", f"key={digits_on_s3['env']['AWS_ACCESS_KEY_ID']}", "-o", f"secret={SECRET}",
+               "-o", f"endpoint_url={digits_on_s3['endpoint']}"]
+    proc = subprocess.Popen([str(INSTALLED), "serve", digits_on_s3["store"], "--port", "0", *options], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        assert url, line + proc.stderr.read() if proc.poll() is not None else line
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with direct.open(url.group(0) + "d/digits/v/latest/samples", timeout=60) as page:
+            text = page.read().decode()
+        assert page.status == 200 and "<img" in text and SECRET not in text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert SECRET not in proc.stderr.read()

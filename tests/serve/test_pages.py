@@ -153,3 +153,36 @@ def test_the_dataset_page_draws_the_parent_graph(client, store):
     page = client.get("/d/shapes")
     assert '<svg class="graph"' in page.text and page.text.count("<circle") == 2 and "<line" in page.text
     assert "(latest, v2)" in page.text
+
+
+def test_pages_are_answered_side_by_side(store, monkeypatch):
+    """Two thumbnails must be in the making at once to get past the barrier: a server that answered one page
+    at a time would time the first out (a 500) while the second waited."""
+    import asyncio
+    import threading
+
+    import httpx2
+
+    from datapipe.serve import create_app, samples
+
+    barrier = threading.Barrier(2, timeout=60)
+    real = samples._thumbnail
+
+    def meet(data):
+        barrier.wait()
+        return real(data)
+
+    monkeypatch.setattr(samples, "_thumbnail", meet)
+    app = create_app(store)
+    base = f"/d/shapes/v/{latest(store, 'shapes')}"
+
+    async def two_thumbnails():
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            grid = await client.get(base + "/samples")
+            first, second = re.findall(r'<img src="([^"]+)"', grid.text)[:2]
+            return await asyncio.gather(client.get(first.replace("&amp;", "&")),
+                                        client.get(second.replace("&amp;", "&")))
+
+    for answer in asyncio.run(two_thumbnails()):
+        assert answer.status_code == 200 and answer.content.startswith(b"\x89PNG")
