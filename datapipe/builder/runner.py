@@ -26,15 +26,15 @@ class PassRunner:
 
     def __call__(self, phase: str, tasks: Sequence[Any]) -> list[Any]:
         """The results of ``tasks``, in order; a BuildError when a worker dies or the pass stalls."""
-        from distributed.client import FutureCancelledError
-        from distributed.scheduler import KilledWorker
-
         self.progress.phase(phase, len(tasks))
         start = time.perf_counter()
-        if isinstance(self.client, InProcessClient):  # no worker to die or stall: run the tasks here, in order
+        if isinstance(self.client, InProcessClient):  # no worker to die or stall: run the tasks here
             results = self.client.run_each(list(tasks), lambda: self.progress.advance(phase, 1))
             self.seconds[phase] = time.perf_counter() - start
             return results
+        from distributed.client import FutureCancelledError
+        from distributed.scheduler import KilledWorker
+
         futures = self.client.compute(list(tasks))
         try:
             self._follow(phase, futures)
