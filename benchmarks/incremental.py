@@ -3,9 +3,10 @@
 ``python -m benchmarks.incremental [--samples N] [--files 100] [--workdir DIR] [--workers 2]`` writes W3
 (2,000,000 x 1 KiB + int label by default) as FILES Parquet files of 16 MB row groups, builds it with
 ``datapipe build --workers N`` (the full build), then for each change (a file added in the middle of the
-source order, that file edited, a file removed) rebuilds from the previous version and from scratch into
-an empty store, each in a fresh process; prints wall seconds, shard bytes written (the summary's
-``incremental.shards.bytes_written``) and both as a share of the full build's.
+source order, that file edited, a file removed) rebuilds from the previous version REPEAT times (from a
+hard-linked copy of the store as it was) and once from scratch into an empty store, each in a fresh process;
+prints the rebuild's median wall seconds and shard bytes written (the summary's
+``incremental.shards.bytes_written``), as shares of the median of the four full builds.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,7 +50,9 @@ def write_file(path: str, first: int, n: int, seed: int) -> None:
 
 
 def build(workdir: str, store: str, workers: int) -> dict:
-    """One `datapipe build` from outside: wall seconds and its summary."""
+    """One `datapipe build` from outside: wall seconds and its summary. The page cache is flushed first, so a
+    build does not pay for writing back the one before it."""
+    os.sync()
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "datapipe", "build", os.path.join(workdir, "w3.yaml"), "--out",
                            store, "--json", "--workers", str(workers)], capture_output=True, text=True, cwd=workdir)
@@ -64,6 +68,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--workdir", default=None)
+    parser.add_argument("--repeat", type=int, default=3, help="times each rebuild runs (its median is reported)")
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="datapipe-incremental-")
     raw = os.path.join(workdir, "raw")
@@ -75,6 +80,7 @@ def main() -> None:
     with open(os.path.join(workdir, "w3.yaml"), "w") as out:
         out.write(PIPELINE)
     store, scratch = os.path.join(workdir, "store"), os.path.join(workdir, "scratch")
+    before = store + ".before"
     shutil.rmtree(store, ignore_errors=True)
     full = build(workdir, store, args.workers)
     total = full["summary"]["bytes"]
@@ -83,18 +89,36 @@ def main() -> None:
     changes = [("added", lambda: write_file(middle, args.samples, per, 999)),
                ("edited", lambda: write_file(middle, args.samples, per, 1000)),
                ("removed", lambda: os.remove(os.path.join(raw, f"f{args.files // 3:03d}.parquet")))]
+    fulls, rows = [full["seconds"]], []
     for name, change in changes:
         change()
-        again = build(workdir, store, args.workers)
+        shutil.rmtree(before, ignore_errors=True)
+        subprocess.run(["cp", "-al", store, before], check=True)  # the store before the rebuild, for repeats
+        times = []
+        for attempt in range(args.repeat):
+            if attempt:  # the same rebuild again, from the same parent
+                shutil.rmtree(store)
+                subprocess.run(["cp", "-al", before, store], check=True)
+            again = build(workdir, store, args.workers)
+            times.append(again["seconds"])
         shutil.rmtree(scratch, ignore_errors=True)
         fresh = build(workdir, scratch, args.workers)
+        fulls.append(fresh["seconds"])
+        rows.append((name, sorted(times), again, fresh))
+    shutil.rmtree(before, ignore_errors=True)
+    base = statistics.median(fulls)
+    print(f"full builds (the first and the three from scratch): {', '.join(f'{t:.1f}' for t in fulls)} s; "
+          f"median {base:.1f} s")
+    for name, times, again, fresh in rows:
         inc = again["summary"]["incremental"]
         same = again["summary"]["version"] == fresh["summary"]["version"]
-        print(f"{name}: rebuild {again['seconds']:.1f} s = {again['seconds'] / full['seconds']:.1%} of the full "
-              f"build (from scratch {fresh['seconds']:.1f} s); wrote {inc['shards']['bytes_written'] / 1e6:.0f} MB "
-              f"= {inc['shards']['bytes_written'] / total:.1%} of the full build's bytes; partitions "
-              f"{inc['partitions']}; shards written {inc['shards']['written']}, reused {inc['shards']['reused']}; "
-              f"same version as from scratch: {same}; seconds {again['summary']['seconds']}")
+        median = statistics.median(times)
+        print(f"{name}: rebuild {median:.2f} s median of {len(times)} ({times[0]:.2f}-{times[-1]:.2f}) = "
+              f"{median / base:.1%} of the median full build ({times[0] / base:.1%}-{times[-1] / base:.1%}); "
+              f"wrote {inc['shards']['bytes_written'] / 1e6:.0f} MB = {inc['shards']['bytes_written'] / total:.1%} "
+              f"of the full build's bytes; partitions {inc['partitions']}; shards written {inc['shards']['written']}, "
+              f"reused {inc['shards']['reused']}; source files {inc['source_files']}; same version as from "
+              f"scratch: {same}; seconds {again['summary']['seconds']}")
     shutil.rmtree(scratch, ignore_errors=True)
 
 
