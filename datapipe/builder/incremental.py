@@ -30,7 +30,7 @@ from datapipe.versioning.manifest import FORMAT_VERSION, ShardEntry, SourceFile,
 from datapipe.versioning.store import LATEST, Store
 
 STATE_NAME = "build-state.npz"
-STATE_FORMAT = 2  # 2: shard digests over runs of rows
+STATE_FORMAT = 3  # 2: shard digests over runs of rows; 3: dedupe hashes, identities with dedupe masks
 
 
 @dataclass
@@ -46,6 +46,7 @@ class BuildState:
     sources: dict[str, list[Any]] = field(default_factory=dict)  # label -> stamp, hash, listed ns (known_hashes)
     blocksize: int | None = None  # the partition size the build ran at (partitions match only at the same one)
     format: int = STATE_FORMAT
+    dedupe: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # stage -> identity there -> row hashes
 
 
 def state_key(pipeline: Pipeline, code: Mapping[str, str], source: Source) -> str:
@@ -67,6 +68,18 @@ def part_identities(parts: Sequence[Part], files: Sequence[SourceFile]) -> list[
         out.append(hashlib.blake2b(canonical_json([hashes, p.start, p.length, p.row_group, p.exact]),
                                    digest_size=16).hexdigest())
     return out
+
+
+def with_masks(identity: str, masks: Mapping[int, np.ndarray]) -> str:
+    """A partition's identity once dedupe stages chose its rows: its rows, and so every later report on it and
+    the numbering of its samples, depend on the masks too (a row dropped as a duplicate of a new partition's)."""
+    if not masks:
+        return identity
+    h = hashlib.blake2b(bytes.fromhex(identity), digest_size=16)
+    for stage in sorted(masks):
+        mask = np.asarray(masks[stage], dtype=bool)
+        h.update(f"{stage}:{len(mask)}:".encode() + np.packbits(mask).tobytes())
+    return h.hexdigest()
 
 
 def shard_digests(identities: Sequence[str], key_keep: Sequence[np.ndarray], positions: Sequence[np.ndarray],
@@ -101,6 +114,11 @@ def save_state(state: BuildState) -> bytes:
         meta["measured"].append({"counts": [asdict(c) for c in m.counts], "kinds": {k: sorted(v) for k, v in
                                  m.kinds.items()}, "rejects": [asdict(r) for r in rejects],
                                  "measure_rejects": len(m.rejects), "splits": m.splits is not None})
+    meta["dedupe"] = {}
+    for stage, known in state.dedupe.items():
+        meta["dedupe"][str(stage)] = list(known)
+        for k, hashes in enumerate(known.values()):
+            arrays[f"dedupe{stage}_{k}"] = hashes
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     out = io.BytesIO()
     np.savez(out, **arrays)
@@ -120,8 +138,10 @@ def load_state(data: bytes) -> BuildState | None:
                                          z[f"splits{i}"] if m["splits"] else None))
                 rejects.append(all_rejects)
                 keep.append(z[f"keep{i}"])
+            dedupe = {int(stage): {identity: z[f"dedupe{stage}_{k}"] for k, identity in enumerate(identities)}
+                      for stage, identities in (meta.get("dedupe") or {}).items()}
         return BuildState(meta["key"], meta["parts"], measured, rejects, keep, meta["digests"],
-                          dict(meta.get("sources") or {}), meta.get("blocksize"), int(meta.get("format", 1)))
+                          dict(meta.get("sources") or {}), meta.get("blocksize"), int(meta.get("format", 1)), dedupe)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -187,8 +207,6 @@ def read_parent(store: Store, pipeline: Pipeline, key: str) -> Parent:
         why = "the parent has no readable build state"
     elif state.format != STATE_FORMAT:
         why = f"the parent's build state is of format {state.format}, this datapipe writes {STATE_FORMAT}"
-    elif any(stage.kind == "dedupe" for stage in pipeline.stages):
-        why = "a dedupe stage decides each row against every earlier partition"
     elif state.key != key:
         why = "the pipeline, its code or the source's schema changed"
     else:

@@ -37,6 +37,7 @@ from datapipe.builder.incremental import (
     save_state,
     shard_digests,
     state_key,
+    with_masks,
 )
 from datapipe.builder.known_hashes import SourceHashes, trusted
 from datapipe.builder.lineage import checked_code, environment
@@ -137,6 +138,7 @@ def build(
         b.find_parent(parent, hashes)
         run.seconds["find parent"] = time.perf_counter() - looked
         b.dedupe()
+        b.match_parent()
         measured, key_keep, rejects = b.measure()
         stages = sum_counts(measured, sum(int((~k).sum()) for k in key_keep))
         b.check_counts(stages, measured, rejects)
@@ -184,7 +186,9 @@ class _Build:
         self.reuse: Reuse | None = None  # what carries over from the parent version (builder/incremental.py)
         self.hashes: SourceHashes | None = None
         self.parent: Parent | None = None
-        self.identities: list[str] = []
+        self.identities: list[str] = []  # per partition, with its dedupe masks (incremental.with_masks)
+        self.raw_identities: list[str] = []
+        self.dedupe_hashes: dict[int, list[np.ndarray]] = {}
         self.digests: list[str] = []
         self.report: dict[str, Any] = {}
         # One copy of the job per worker instead of one per task (a 'files' source lists every file).
@@ -198,23 +202,50 @@ class _Build:
         return {stage: masks[part] for stage, masks in self.masks.items()}
 
     def find_parent(self, parent: Parent, hashes: SourceHashes) -> None:
-        """What of ``parent`` this build can take (``self.reuse``), where its partitions carry over."""
+        """Keep ``parent`` and the source hashes; what of the parent carries over is settled after the dedupe
+        stages (``match_parent``)."""
         self.hashes, self.parent = hashes, parent
-        if parent.why_full is not None or parent.state is None or parent.version is None:
-            return
-        self.identities = part_identities(self.parts, hashes.all())
-        entries = self.store.manifest(self.pipeline.name, parent.version).shards
-        self.reuse = Reuse(parent.version, parent.state, entries, match(parent.state, self.identities))
+        if parent.why_full is None and parent.state is not None:
+            self.raw_identities = part_identities(self.parts, hashes.all())
 
     def dedupe(self) -> None:
+        """Each dedupe stage's masks, from every partition's row hashes: the parent's where the partition and
+        the masks before this stage are the same, else a pass over the rest."""
         from dask import delayed
 
+        state = self.parent.state if self.parent and self.parent.why_full is None else None
         for i, stage in enumerate(self.pipeline.stages):
-            if stage.kind == "dedupe":
-                hashes = self.run(f"stages[{i}].dedupe", [
-                    delayed(dedupe_pass, pure=False)(self.job_ref, p, self.masks_of(p.number), i) for p in self.parts
-                ])
-                self.masks[i] = first_occurrences(hashes)
+            if stage.kind != "dedupe":
+                continue
+            known = {} if state is None else {
+                p.number: state.dedupe.get(i, {}).get(identity)
+                for p, identity in zip(self.parts, self.effective(self.raw_identities), strict=True)}
+            todo = [p for p in self.parts if known.get(p.number) is None]
+            fresh = self.run(f"stages[{i}].dedupe", [
+                delayed(dedupe_pass, pure=False)(self.job_ref, p, self.masks_of(p.number), i) for p in todo
+            ]) if todo else []
+            known.update({p.number: h for p, h in zip(todo, fresh, strict=True)})
+            hashes = [known[p.number] for p in self.parts]
+            self.dedupe_hashes[i] = hashes
+            self.masks[i] = first_occurrences(hashes)
+
+    def match_parent(self) -> None:
+        """What of the parent this build takes (``self.reuse``): the partitions whose identity (with their dedupe
+        masks) the parent has."""
+        if not self.raw_identities or self.parent is None or self.parent.version is None:
+            return
+        self.identities = self.effective(self.raw_identities)
+        entries = self.store.manifest(self.pipeline.name, self.parent.version).shards
+        self.reuse = Reuse(self.parent.version, self.parent.state, entries, match(self.parent.state, self.identities))
+
+    def effective(self, raw: Sequence[str]) -> list[str]:
+        return [with_masks(r, self.masks_of(p.number)) for r, p in zip(raw, self.parts, strict=True)]
+
+    def _identities_before(self, stage: int) -> list[str]:
+        """Per partition, its identity with the masks of the dedupe stages before ``stage``."""
+        raw = self.raw_identities or part_identities(self.parts, self.hashes.all())
+        return [with_masks(r, {s: m for s, m in self.masks_of(p.number).items() if s < stage})
+                for r, p in zip(raw, self.parts, strict=True)]
 
     def measure(self) -> tuple[list[Measured], list[np.ndarray], dict[int, list[Reject]]]:
         from dask import delayed
@@ -337,7 +368,7 @@ class _Build:
         pointing ``refs`` at it; nothing is left but a partial directory for gc if any of it fails."""
         pipeline, sources = self.pipeline, self.hashes.all()
         if not self.identities:
-            self.identities = part_identities(self.parts, sources)
+            self.identities = self.effective(part_identities(self.parts, sources))
         writer = self.store.begin(pipeline.name)
         try:
             plan = self.plan(writer, measured, key_keep)
@@ -362,7 +393,9 @@ class _Build:
         """Stage what the next build of the dataset can reuse; a failure costs only that build's speed."""
         state = BuildState(state_key(self.pipeline, self.job.code, self.job.source), self.identities, list(measured),
                            [rejects[p.number] for p in self.parts], list(key_keep), self.digests,
-                           self.hashes.records(self.parent.records()), self.blocksize)
+                           self.hashes.records(self.parent.records()), self.blocksize,
+                           dedupe={stage: dict(zip(self._identities_before(stage), hashes, strict=True))
+                                   for stage, hashes in self.dedupe_hashes.items()})
         try:
             writer.put_build_state(save_state(state))
         except DatapipeError as e:

@@ -214,3 +214,43 @@ def test_a_diff_reads_only_the_shards_two_versions_do_not_share(project, monkeyp
     assert len(d.added) == 120 and len(d.removed) == 120 and len(d.changed) == 120
     shards = len(first.manifest.shards) + len(again.manifest.shards)
     assert len(read) == len(pair.only_a) + len(pair.only_b) < shards / 3
+
+
+DEDUPED = """\
+    name: rows
+    source: {path: raw/*.csv, format: csv}
+    stages:
+      - dedupe: {columns: [text]}
+    sample: {key: id, fields: {cls: label, txt: text}}
+    shards: {max_bytes: 20KB}
+    """
+
+
+def write_texts(project, n: int, texts: list[str]) -> None:
+    lines = ["id,label,text"] + [f"f{n:03d}r{i:04d},{i % 10},{t}" for i, t in enumerate(texts)]
+    project.write(f"raw/f{n:03d}.csv", "\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("change", ["added", "duplicating", "removed"])
+def test_a_dedupe_pipeline_rebuilds_incrementally_and_exactly(project, tmp_path, change):
+    project.pipeline(DEDUPED)
+    for n in range(0, 16, 2):
+        write_texts(project, n, [f"t{n}-{i}-{'y' * (30 + i % 50)}" for i in range(100)])
+    write_texts(project, 14, [f"t12-{i}-{'y' * (30 + i % 50)}" for i in range(50)]  # repeats rows of f012
+                + [f"t14-{i}" for i in range(50)])
+    first = project.build()
+    if change == "added":
+        write_texts(project, 7, [f"t7-{i}" for i in range(100)])
+    elif change == "duplicating":  # new rows that repeat those of a later file: that file's rows drop now
+        write_texts(project, 9, [f"t10-{i}-{'y' * (30 + i % 50)}" for i in range(40)])
+    else:  # the file whose rows f014 repeated: f014's rows are first occurrences now
+        os.remove(project.root / "raw/f012.csv")
+    again = project.build()
+    scratch = fresh(project, tmp_path, "scratch")
+    assert again.manifest.version == scratch.manifest.version
+    assert [s.dropped for s in again.manifest.stages] == [s.dropped for s in scratch.manifest.stages]
+    inc = again.incremental
+    assert inc["parent"] == first.manifest.version and inc["full_because"] is None
+    remeasured = {"added": 1, "duplicating": 2, "removed": 1}[change]  # the new file, and one whose mask changed
+    assert inc["partitions"]["measured"] == remeasured
+    assert inc["shards"]["reused"] > 0.6 * len(again.manifest.shards)
