@@ -198,10 +198,14 @@ class Parent:
 def read_parent(store: Store, pipeline: Pipeline, key: str) -> Parent:
     """The latest version of ``pipeline``'s dataset and its build state, checked against this build's ``key``."""
     version = store.read_ref(pipeline.name, LATEST)
-    data = store.build_state(pipeline.name, version) if version else None
+    if version is None:
+        return Parent(None, None, "no earlier version")
+    if version not in store.versions(pipeline.name):
+        return Parent(None, None, f"the latest version, {version[:12]}, is missing from the store (deleted or "
+                      "pruned)")
+    data = store.build_state(pipeline.name, version)
     if data is None:
-        return Parent(version, None, "no earlier version" if version is None else
-                      "the latest version has no build state")
+        return Parent(version, None, "the latest version has no build state")
     state = load_state(data)
     if state is None:
         why = "the parent has no readable build state"

@@ -254,3 +254,18 @@ def test_a_dedupe_pipeline_rebuilds_incrementally_and_exactly(project, tmp_path,
     remeasured = {"added": 1, "duplicating": 2, "removed": 1}[change]  # the new file, and one whose mask changed
     assert inc["partitions"]["measured"] == remeasured
     assert inc["shards"]["reused"] > 0.6 * len(again.manifest.shards)
+
+
+def test_a_missing_latest_version_means_a_full_build_that_says_so(project, tmp_path):
+    import shutil
+
+    project.pipeline(PIPELINE % "")
+    for n in range(3):
+        write_file(project, n)
+    first = project.build()
+    shutil.rmtree(project.store.path("rows", "versions", first.manifest.version))
+    write_file(project, 5)
+    again = project.build()
+    assert again.incremental["full_because"] == (f"the latest version, {first.manifest.version[:12]}, is missing "
+                                                 "from the store (deleted or pruned)")
+    assert again.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
