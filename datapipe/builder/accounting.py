@@ -1,7 +1,10 @@
-"""A build's accounting: the per-stage counts summed over partitions, and each reject placed in its source file."""
+"""A build's accounting: the per-stage counts summed over partitions, each reject placed in its source file, and
+the checks on the counts before anything is written."""
 
 from __future__ import annotations
 
+import datetime
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 
 from datapipe.builder.config import Pipeline
@@ -9,7 +12,12 @@ from datapipe.builder.passes import SAMPLE_STAGE, Measured
 from datapipe.builder.quarantine import Reject, quarantine_bytes
 from datapipe.builder.source.base import Source
 from datapipe.builder.splits import split_names
+from datapipe.errors import BuildError
+from datapipe.storage.fs import put_atomic
 from datapipe.versioning.manifest import ShardEntry, Splits, StageCounts
+from datapipe.versioning.store import Store
+
+FAILED_QUARANTINE = "rejected"  # STORE/NAME/rejected/<time>-<id>.parquet: quarantine of builds that failed
 
 
 def quarantine(source: Source, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]) -> bytes:
@@ -54,3 +62,30 @@ def splits_section(pipeline: Pipeline, entries: Sequence[ShardEntry]) -> Splits 
     for entry in entries:
         samples[entry.split] += entry.samples
     return Splits(dict(cfg.fractions), samples, cfg.by, cfg.seed)
+
+
+def check_counts(store: Store, pipeline: Pipeline, source: Source, stages: tuple[StageCounts, ...],
+                 measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]) -> int:
+    """The samples left; a BuildError before writing when nothing was read, nothing is left, or too much was
+    rejected (its quarantine then kept under STORE/NAME/rejected/)."""
+    rows_read = stages[0].rows_in
+    rejected = sum(s.rejected for s in stages)
+    counts = ", ".join(f"{s.stage}: {s.rows_in} in, {s.rows_out} out, {s.dropped} dropped, {s.rejected} rejected"
+                       for s in stages)
+    if rows_read == 0:
+        files = ", ".join(f.label for f in source.files[:5])
+        raise BuildError(f"source.path: no rows in {files}; the build needs at least one row")
+    if rejected and rejected > pipeline.max_rejected * rows_read:
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        path = store.path(pipeline.name, FAILED_QUARANTINE, f"{now}-{uuid.uuid4().hex[:8]}.parquet")
+        store.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        put_atomic(store.fs, path, quarantine(source, measured, rejects))
+        raise BuildError(
+            f"{rejected} of {rows_read} rows rejected ({rejected / rows_read:.2%}), over max_rejected "
+            f"{pipeline.max_rejected:.2%}; no version was made. Rejected rows with their reasons: "
+            f"{path}. Counts: {counts}"
+        )
+    samples = stages[-1].rows_out
+    if samples == 0:
+        raise BuildError(f"no samples left after the stages ({counts})")
+    return samples

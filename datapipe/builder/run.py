@@ -11,7 +11,6 @@ the manifest.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import logging
 import time
 import uuid
@@ -23,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from datapipe.builder.accounting import quarantine, splits_section, sum_counts
+from datapipe.builder.accounting import check_counts, quarantine, splits_section, sum_counts
 from datapipe.builder.client import open_client
 from datapipe.builder.cluster import dashboard_link, worker_memory_limits, worker_peak_rss
 from datapipe.builder.config import LoadedPipeline
@@ -65,7 +64,7 @@ from datapipe.builder.source.base import Source
 from datapipe.builder.source.class_folders import class_names
 from datapipe.builder.source.opening import open_source, partition_source
 from datapipe.builder.splits import split_names
-from datapipe.errors import BuildError, DatapipeError
+from datapipe.errors import DatapipeError
 from datapipe.formats.registry import get_format
 from datapipe.storage.fs import put_atomic
 from datapipe.versioning.manifest import (
@@ -80,7 +79,6 @@ from datapipe.versioning.manifest import (
 from datapipe.versioning.store import LATEST, Store, VersionWriter, check_ref_name
 
 log = logging.getLogger(__name__)
-FAILED_QUARANTINE = "rejected"  # STORE/NAME/rejected/<time>-<id>.parquet: quarantine of builds that failed
 
 
 def build(
@@ -141,7 +139,7 @@ def build(
         b.match_parent()
         measured, key_keep, rejects = b.measure()
         stages = sum_counts(measured, sum(int((~k).sum()) for k in key_keep))
-        b.check_counts(stages, measured, rejects)
+        check_counts(store, pipeline, job.source, stages, measured, rejects)
         committed = b.commit((LATEST, *tags), measured, key_keep, rejects, stages, code)
         peak = worker_peak_rss(c)
     incremental = {"parent": b.reuse.parent if b.reuse else None, "full_because": parent.why_full,
@@ -285,30 +283,6 @@ class _Build:
     def quarantine(self, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]) -> bytes:
         return quarantine(self.job.source, measured, rejects)
 
-    def check_counts(self, stages: tuple[StageCounts, ...], measured: Sequence[Measured],
-                     rejects: Mapping[int, list[Reject]]) -> int:
-        """Fail before writing when nothing was read, nothing is left, or too much was rejected."""
-        rows_read = stages[0].rows_in
-        rejected = sum(s.rejected for s in stages)
-        counts = ", ".join(f"{s.stage}: {s.rows_in} in, {s.rows_out} out, {s.dropped} dropped, {s.rejected} rejected"
-                           for s in stages)
-        if rows_read == 0:
-            files = ", ".join(f.label for f in self.job.source.files[:5])
-            raise BuildError(f"source.path: no rows in {files}; the build needs at least one row")
-        if rejected and rejected > self.pipeline.max_rejected * rows_read:
-            path = self.store.path(self.pipeline.name, FAILED_QUARANTINE, f"{_now()}-{uuid.uuid4().hex[:8]}.parquet")
-            self.store.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-            put_atomic(self.store.fs, path, self.quarantine(measured, rejects))
-            raise BuildError(
-                f"{rejected} of {rows_read} rows rejected ({rejected / rows_read:.2%}), over max_rejected "
-                f"{self.pipeline.max_rejected:.2%}; no version was made. Rejected rows with their reasons: "
-                f"{path}. Counts: {counts}"
-            )
-        samples = stages[-1].rows_out
-        if samples == 0:
-            raise BuildError(f"no samples left after the stages ({counts})")
-        return samples
-
     def plan(self, writer: VersionWriter, measured: Sequence[Measured], key_keep: Sequence[np.ndarray]) -> _Plan:
         """Where every kept sample goes (``shard_plan``), and each shard's digest (``self.digests``)."""
         shards_cfg, splits = self.pipeline.shards, self.pipeline.splits
@@ -401,7 +375,3 @@ class _Build:
         except DatapipeError as e:
             log.warning("%s: build state not saved (%s); the next build of this dataset will be a full one",
                         self.pipeline.name, e)
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")

@@ -15,7 +15,7 @@ from datapipe.serve.samples import PREVIEW, Field, describe, read_sample
 from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
 from datapipe.versioning.store import VERSIONS, Store
 
-FAILED_QUARANTINE = "rejected"  # builder/run.py's: STORE/NAME/rejected/TIME-ID.parquet (a test keeps them equal)
+FAILED_QUARANTINE = "rejected"  # builder/accounting.py's: STORE/NAME/rejected/TIME-ID.parquet (a test keeps them equal)
 
 REJECTS = 100  # quarantined rows a page
 CHANGED = 20  # changed samples a page of the diff (each shown from both sides)

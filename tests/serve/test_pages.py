@@ -114,7 +114,7 @@ def test_the_diff_page_shows_added_removed_and_both_sides_of_a_changed_sample(cl
 
 
 def test_failed_builds_quarantines_are_listed_and_shown(client):
-    from datapipe.builder.run import FAILED_QUARANTINE
+    from datapipe.builder.accounting import FAILED_QUARANTINE
     from datapipe.serve.changes import FAILED_QUARANTINE as SERVED
 
     assert SERVED == FAILED_QUARANTINE
