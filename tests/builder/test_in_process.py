@@ -37,3 +37,14 @@ def test_workers_force_a_cluster_and_give_the_same_version(digits_built, tmp_pat
 ])
 def test_only_a_small_source_without_a_cluster_asked_for_builds_in_process(size, workers, scheduler, expected):
     assert small(size, workers, scheduler) is expected
+
+
+@pytest.mark.parametrize(("unread", "workers", "scheduler", "memory_limit", "expected"), [
+    (SMALL_BUILD_BYTES - 1, 2, None, None, True),  # a rebuild with little to read: --workers sizes nothing
+    (SMALL_BUILD_BYTES, 2, None, None, False),
+    (0, None, "tcp://127.0.0.1:8786", None, False),  # a scheduler is always used
+    (0, 2, None, 10**9, False),  # and so are workers of a given memory limit
+    (None, 2, None, None, False),  # no parent state to rebuild from
+])
+def test_a_rebuild_with_little_to_read_runs_in_process(unread, workers, scheduler, memory_limit, expected):
+    assert small(10 * SMALL_BUILD_BYTES, workers, scheduler, memory_limit, unread) is expected
