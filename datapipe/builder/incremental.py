@@ -45,6 +45,7 @@ class BuildState:
     digests: list[str]  # per shard of the version, in manifest order
     sources: dict[str, list[Any]] = field(default_factory=dict)  # label -> stamp, hash, listed ns (known_hashes)
     blocksize: int | None = None  # the partition size the build ran at (partitions match only at the same one)
+    configured_blocksize: int | None = None  # the one its pipeline asked for (sizing may have cut it)
     format: int = STATE_FORMAT
     dedupe: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # stage -> identity there -> row hashes
 
@@ -106,7 +107,8 @@ def save_state(state: BuildState) -> bytes:
     """The state as npz bytes: arrays as they are, everything else as one JSON document."""
     arrays: dict[str, np.ndarray] = {}
     meta: dict[str, Any] = {"key": state.key, "parts": state.parts, "digests": state.digests, "measured": [],
-                            "sources": state.sources, "blocksize": state.blocksize, "format": state.format}
+                            "sources": state.sources, "blocksize": state.blocksize, "format": state.format,
+                            "configured_blocksize": state.configured_blocksize}
     for i, (m, rejects, keep) in enumerate(zip(state.measured, state.rejects, state.key_keep, strict=True)):
         arrays[f"sizes{i}"], arrays[f"keys{i}"], arrays[f"keep{i}"] = m.sizes, m.key_hashes, keep
         if m.splits is not None:
@@ -141,7 +143,9 @@ def load_state(data: bytes) -> BuildState | None:
             dedupe = {int(stage): {identity: z[f"dedupe{stage}_{k}"] for k, identity in enumerate(identities)}
                       for stage, identities in (meta.get("dedupe") or {}).items()}
         return BuildState(meta["key"], meta["parts"], measured, rejects, keep, meta["digests"],
-                          dict(meta.get("sources") or {}), meta.get("blocksize"), int(meta.get("format", 1)), dedupe)
+                          sources=dict(meta.get("sources") or {}), blocksize=meta.get("blocksize"),
+                          configured_blocksize=meta.get("configured_blocksize"), format=int(meta.get("format", 1)),
+                          dedupe=dedupe)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -188,10 +192,11 @@ class Parent:
         """The parent's source hash records (``known_hashes``), or none."""
         return self.state.sources if self.state else {}
 
-    def blocksize(self, fitted: int) -> int:
-        """The parent's partition size where the workers hold it (so that unchanged partitions match), else
-        ``fitted``; the version is the same at any blocksize."""
-        own = self.state.blocksize if self.state and self.why_full is None else None
+    def blocksize(self, fitted: int, configured: int) -> int:
+        """The parent's partition size where the pipeline asks for the same one and the workers hold it (so that
+        unchanged partitions match), else ``fitted``; the version is the same at any blocksize."""
+        usable = self.state is not None and self.why_full is None and self.state.configured_blocksize == configured
+        own = self.state.blocksize if usable else None
         return own if own is not None and own <= fitted else fitted
 
 

@@ -127,7 +127,7 @@ def build(
         run = PassRunner(c, progress)
         run.seconds["start"] = time.perf_counter() - started  # opening the source and starting the cluster
         fit = fit_to_workers(source, worker_memory_limits(c))
-        blocksize = parent.blocksize(fit.blocksize)
+        blocksize = parent.blocksize(fit.blocksize, source.blocksize)
         source = _align(run, partition_source(source, blocksize))
         job = BuildJob(pipeline, loaded.base_dir, source, code_hashes, loaded.where("splits.by"))
         hashes = SourceHashes(c, source, known, listed_ns)
@@ -367,7 +367,7 @@ class _Build:
         """Stage what the next build of the dataset can reuse; a failure costs only that build's speed."""
         state = BuildState(state_key(self.pipeline, self.job.code, self.job.source), self.identities, list(measured),
                            [rejects[p.number] for p in self.parts], list(key_keep), self.digests,
-                           self.hashes.records(self.parent.records()), self.blocksize,
+                           self.hashes.records(self.parent.records()), self.blocksize, self.job.source.blocksize,
                            dedupe={stage: dict(zip(self._identities_before(stage), hashes, strict=True))
                                    for stage, hashes in self.dedupe_hashes.items()})
         try:

@@ -329,7 +329,8 @@ class VersionWriter:
     def commit(self, manifest: Manifest, refs: Iterable[str] = (LATEST,)) -> Manifest:
         """Publish: move the shards under the version id, write the manifest, then the refs.
 
-        A version that already exists (same id) keeps its files and manifest; only refs move.
+        A version that already exists (same id) keeps its files and manifest; only refs move (and the side
+        files this build staged, its build state, replace the older build's).
         """
         store, fs = self.store, self.store.fs
         manifest = replace(manifest, name=self.name, parent=self.parent, created_at=_now(),
@@ -337,6 +338,7 @@ class VersionWriter:
         final = store.path(self.name, VERSIONS, manifest.version)
         if manifest.version in store.versions(self.name):
             manifest = store.manifest(self.name, manifest.version)
+            self._move(self._side, final)  # the newest build's state replaces the older one's, outside the id
         else:
             owner, committing = f"{self.partial}/{OWNER_NAME}", {**self._owner, "committing": manifest.version}
             # gc leaves the version directory alone while this live writer fills it

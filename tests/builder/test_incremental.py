@@ -267,3 +267,21 @@ def test_a_missing_latest_version_means_a_full_build_that_says_so(project, tmp_p
     assert again.incremental["full_because"] == (f"the latest version, {first.manifest.version[:12]}, is missing "
                                                  "from the store (deleted or pruned)")
     assert again.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
+
+
+def test_a_rebuild_partitions_at_the_blocksize_the_pipeline_asks_for(project, tmp_path):
+    sized = PIPELINE.replace("format: csv}", "format: csv, options: {blocksize: %s}}")
+    project.pipeline(sized % ("1MB", ""))
+    for n in range(4):
+        write_file(project, n)
+    first = project.build()
+    assert sum(first.incremental["partitions"].values()) == 4  # a file each
+    project.pipeline(sized % ("4KB", ""))
+    again = project.build()  # the parent's 1 MB partitions must not stand in for the 4 KB ones asked for
+    parts = again.incremental["partitions"]
+    assert parts == {"measured": parts["measured"], "reused": 0} and parts["measured"] > 8
+    assert again.manifest.version == first.manifest.version
+    write_file(project, 9)
+    third = project.build()  # same blocksize as its parent: only the new file's partitions are read
+    assert third.incremental["partitions"]["reused"] == parts["measured"], third.incremental
+    assert third.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
