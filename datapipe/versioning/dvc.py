@@ -13,8 +13,9 @@ from datapipe.errors import ConfigError, NotFoundError
 
 DVC_FILE = "dvc.yaml"
 DVC_IGNORE = ".dvcignore"
-# what a store holds that is not the dataset: readers' leases and a build's partial directory
-TRANSIENT = ("{out}/leases/", "{out}/versions/.partial-*/")
+# what a store holds that is not the dataset: readers' leases, a build's partial directory, and the build state
+# an incremental build reads (a cache of the last build, rewritten by a rebuild of the same version)
+TRANSIENT = ("{out}/leases/", "{out}/versions/.partial-*/", "{out}/versions/*/build-state.npz")
 
 
 def find_repo(start: str | os.PathLike[str]) -> Path:
