@@ -105,9 +105,9 @@ BUILDER = textwrap.dedent("""
         print(json.dumps({"limits": limits, **result.summary()}))
 """)
 
-# 421 MB of CSV (10^6 bytes), 5% over the worker's 400 MB. Rows of 4 kB, not 1 kB: the same bytes in a quarter
+# 420 MB of CSV (10^6 bytes), 5% over the worker's 400 MB. Rows of 16 kB, not 1 kB: the same bytes in a sixteenth
 # of the rows, so the build's per-row work (parsing, tar headers) does not dominate; the bytes are what count here.
-ROWS_PER_FILE, FILES, TEXT_BYTES = 35_000, 3, 4000
+ROWS_PER_FILE, FILES, TEXT_BYTES = 8_750, 3, 16_000
 # One worker of 400 MB. A worker holds ~160 MB once it imported the build's stack, and Dask pauses it at 80% of
 # its limit and restarts it at 95%: a 250 MB worker has ~40 MB to work in, too little for one 64 MB shard's
 # writer. The build sizes its partitions to what is left (sizing.fitting_blocksize); shards stay 64 MB.
