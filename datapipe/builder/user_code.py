@@ -7,12 +7,14 @@ import importlib
 import importlib.machinery
 import importlib.util
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from datapipe.errors import ConfigError
 
 _FUNCTIONS: dict[tuple[str, str, str | None], Callable[..., Any]] = {}
+_IMPORTING = threading.Lock()
 
 
 def _pipeline_dir_first(base_dir: str) -> None:
@@ -66,6 +68,14 @@ def load_function(spec: str, base_dir: str, sha256: str | None = None) -> Callab
     """
     cached = _FUNCTIONS.get((spec, base_dir, sha256))
     if cached is not None:
+        return cached
+    with _IMPORTING:  # an in-process build's tasks run on threads, and imports change sys.path and sys.modules
+        return _load(spec, base_dir, sha256)
+
+
+def _load(spec: str, base_dir: str, sha256: str | None) -> Callable[..., Any]:
+    cached = _FUNCTIONS.get((spec, base_dir, sha256))
+    if cached is not None:  # another thread loaded it while this one waited
         return cached
     module_name, _, name = spec.partition(":")
     _pipeline_dir_first(base_dir)
