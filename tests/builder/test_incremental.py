@@ -285,3 +285,25 @@ def test_a_rebuild_partitions_at_the_blocksize_the_pipeline_asks_for(project, tm
     third = project.build()  # same blocksize as its parent: only the new file's partitions are read
     assert third.incremental["partitions"]["reused"] == parts["measured"], third.incremental
     assert third.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
+
+
+def test_a_diff_per_split_from_the_unshared_shards_is_the_whole_diff(project):
+    from datapipe.versioning.sample_diff import Side, VersionPair, diff_versions, sample_hashes
+
+    split = PIPELINE.replace("shards: {max_bytes: 20KB%s}", "shards: {max_bytes: 20KB}\n    splits: {fractions: "
+                             "{train: 0.7, val: 0.3}, by: id}")
+    project.pipeline(split)
+    for n in range(0, 12, 2):
+        write_file(project, n)
+    first = project.build()
+    write_file(project, 5)
+    write_file(project, 8, salt="new")
+    second = project.build()
+    assert second.incremental["shards"]["reused"] > 0
+    a, b = (Side(project.store, "rows", r.manifest) for r in (first, second))
+    pair = VersionPair(a, b)
+    for name, d in pair.splits().items():
+        whole = diff_versions(*(sample_hashes(s.store, s.name, s.manifest, name) for s in (a, b)))
+        assert (d.added, d.removed, d.changed, d.unchanged) == \
+            (whole.added, whole.removed, whole.changed, whole.unchanged), name
+    assert sorted(pair.splits()) == ["train", "val"] and pair.splits()["train"].added
