@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import math
+import threading
 import warnings
 from typing import Any
 
@@ -75,6 +76,9 @@ def check_images(frame: pd.DataFrame, args: ImageArgs, label: str) -> tuple[pd.D
     return kept, reasons
 
 
+_WARNINGS = threading.Lock()
+
+
 def _check_one(image_module: Any, value: Any, args: ImageArgs, limit: int | None) -> bytes | None:
     """None when the image passes as it is, its new bytes when it was re-encoded; _Rejected saying why not."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -84,7 +88,7 @@ def _check_one(image_module: Any, value: Any, args: ImageArgs, limit: int | None
     data = bytes(value)
     if not data:
         raise _Rejected("empty file (0 bytes)")
-    with warnings.catch_warnings():
+    with _WARNINGS, warnings.catch_warnings():  # the filters are process-wide: one thread at a time changes them
         # Pillow warns (and past twice its limit, raises) at open; both are a bomb, quarantined undecoded
         warnings.simplefilter("error", image_module.DecompressionBombWarning)
         try:
@@ -95,30 +99,30 @@ def _check_one(image_module: Any, value: Any, args: ImageArgs, limit: int | None
             raise _Rejected("not an image Pillow can read (unsupported format, or a corrupt header)") from None
         except Exception as e:  # a broken header can raise nearly anything inside a decoder plugin
             raise _Rejected(f"corrupt image header ({type(e).__name__}: {e})") from None
-        width, height = im.size
-        if limit is not None and width * height > limit:
-            raise _Rejected(f"decompression bomb, not decoded: {width}x{height} is {width * height} pixels, over "
-                            f"the limit of {limit} (max_pixels, or Pillow's Image.MAX_IMAGE_PIXELS)")
-        if min(width, height) < args.min_side:
-            raise _Rejected(f"{im.format} image of {width}x{height} is smaller than min_side {args.min_side}")
-        try:
-            if args.verify == "full":
-                im.load()
-            else:
-                im.verify()
-        except Exception as e:  # truncated or corrupt data: OSError, SyntaxError, ValueError... per plugin
-            raise _Rejected(f"corrupt or truncated {im.format} image ({type(e).__name__}: {e})") from None
-        if args.resize is None:
-            return None
-        if args.verify != "full":  # verify() leaves the image unusable: open it again to decode
-            im = image_module.open(io.BytesIO(data))
-        orientation = im.getexif().get(ORIENTATION, 1)
-        if max(width, height) <= args.resize.max_side and orientation == 1:
-            return None
-        try:
-            return reencode(im, args.resize.max_side, args.resize.quality)
-        except Exception as e:  # the decode of a header-verified image fails here
-            raise _Rejected(f"corrupt or truncated {im.format} image ({type(e).__name__}: {e})") from None
+    width, height = im.size
+    if limit is not None and width * height > limit:
+        raise _Rejected(f"decompression bomb, not decoded: {width}x{height} is {width * height} pixels, over "
+                        f"the limit of {limit} (max_pixels, or Pillow's Image.MAX_IMAGE_PIXELS)")
+    if min(width, height) < args.min_side:
+        raise _Rejected(f"{im.format} image of {width}x{height} is smaller than min_side {args.min_side}")
+    try:
+        if args.verify == "full":
+            im.load()
+        else:
+            im.verify()
+    except Exception as e:  # truncated or corrupt data: OSError, SyntaxError, ValueError... per plugin
+        raise _Rejected(f"corrupt or truncated {im.format} image ({type(e).__name__}: {e})") from None
+    if args.resize is None:
+        return None
+    if args.verify != "full":  # verify() leaves the image unusable: open it again to decode
+        im = image_module.open(io.BytesIO(data))
+    orientation = im.getexif().get(ORIENTATION, 1)
+    if max(width, height) <= args.resize.max_side and orientation == 1:
+        return None
+    try:
+        return reencode(im, args.resize.max_side, args.resize.quality)
+    except Exception as e:  # the decode of a header-verified image fails here
+        raise _Rejected(f"corrupt or truncated {im.format} image ({type(e).__name__}: {e})") from None
 
 
 def jpeg_ready(im: Any) -> Any:

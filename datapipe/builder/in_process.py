@@ -9,6 +9,7 @@ same, byte for byte.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 SMALL_BUILD_BYTES = 64 << 20  # of source files, below which a build without --workers/--scheduler stays here
@@ -55,9 +56,13 @@ class InProcessClient:
             if key in wanted:
                 done()
 
-        scheduler = _sync if self.threads == 1 else _threads
-        with Callback(posttask=finished):
-            return list(dask.compute(*tasks, scheduler=scheduler, num_workers=self.threads))
+        if self.threads == 1:
+            with Callback(posttask=finished):
+                return list(dask.compute(*tasks, scheduler=_sync))
+        # a pool of its own, left only when its threads are done: when a task fails, dask raises at once, and
+        # the tasks still running must not write into a partial version the build is about to remove
+        with Callback(posttask=finished), ThreadPoolExecutor(self.threads, thread_name_prefix="datapipe-build") as pool:
+            return list(dask.compute(*tasks, scheduler=_threads, pool=pool))
 
     def persist(self, collection: Any) -> Any:
         """``collection`` with its values computed, still usable as an argument of later tasks (not through

@@ -81,9 +81,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
                    "pauses the worker at 80% and restarts it at 95%) [default: the machine's memory shared among "
                    "the workers].")
 @click.option("--tag", "tags", multiple=True, help="Also point this tag at the new version (repeatable).")
+@click.option("--rehash", is_flag=True,
+              help="Read every source file for its hash, even one whose stamp the last build recorded (for sources "
+                   "on network or FUSE file systems, whose ctime may lag a change).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
 def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | None,
-          scheduler_timeout: float | None, memory_limit: str | None, tags: tuple[str, ...], as_json: bool) -> None:
+          scheduler_timeout: float | None, memory_limit: str | None, tags: tuple[str, ...], rehash: bool,
+          as_json: bool) -> None:
     """Build PIPELINE (a YAML file) into a new version of its dataset."""
     from datapipe.builder.byte_size import parse_size
     from datapipe.builder.config import load_pipeline
@@ -99,7 +103,8 @@ def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | N
     progress = _progress(sys.stderr.isatty() and not as_json)
     try:
         result = run_build(loaded, Store(store_url, storage_options()), workers=workers, scheduler=scheduler,
-                           tags=tags, progress=progress, memory_limit=limit, scheduler_timeout=scheduler_timeout)
+                           tags=tags, progress=progress, memory_limit=limit, scheduler_timeout=scheduler_timeout,
+                           rehash=rehash)
     finally:
         bars = getattr(progress, "bars", None)
         if bars is not None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import logging
 import os
 import re
 import socket
@@ -37,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from datapipe.errors import ConfigError, NotFoundError
+from datapipe.errors import ConfigError, DatapipeError, NotFoundError
 from datapipe.formats.registry import ShardFormat
 from datapipe.formats.shards import INDEX_SUFFIX, write_shard_to
 from datapipe.storage.fs import filesystem, is_local, put_atomic, read_bytes, remote
@@ -54,6 +55,7 @@ BUILD_STATE_NAME = "build-state.npz"  # what the build knew (builder/incremental
 MIN_PREFIX = 6
 _REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _HEX = re.compile(r"^[0-9a-f]+$")
+log = logging.getLogger(__name__)
 MOVE_THREADS = 16  # server-side copies in flight at once when a commit moves shards on an object store
 T = TypeVar("T")
 
@@ -338,7 +340,7 @@ class VersionWriter:
         final = store.path(self.name, VERSIONS, manifest.version)
         if manifest.version in store.versions(self.name):
             manifest = store.manifest(self.name, manifest.version)
-            self._move(self._side, final)  # the newest build's state replaces the older one's, outside the id
+            self._move_side(final)  # the newest build's state replaces the older one's, outside the id
         else:
             owner, committing = f"{self.partial}/{OWNER_NAME}", {**self._owner, "committing": manifest.version}
             # gc leaves the version directory alone while this live writer fills it
@@ -346,13 +348,22 @@ class VersionWriter:
             store.remote(final, lambda: fs.makedirs(final, exist_ok=True))
             names = [name for entry in manifest.shards if entry.stored_in is None  # shared: already in place
                      for name in (entry.path, entry.index_path)]
-            self._move(names + ([manifest.rejected] if manifest.rejected else []) + self._side, final)
+            self._move(names + ([manifest.rejected] if manifest.rejected else []), final)
+            self._move_side(final)
             where = f"{final}/{MANIFEST_NAME}"
             store.remote(where, lambda: put_atomic(fs, where, manifest.to_json()))  # after every shard is in place
         self.abort()
         for ref in refs:
             store.set_ref(self.name, ref, manifest.version)
         return manifest
+
+    def _move_side(self, final: str) -> None:
+        """Move the side files (the build state) to ``final``; one that fails costs only the next build's speed."""
+        try:
+            self._move(self._side, final)
+        except (DatapipeError, OSError) as e:
+            log.warning("%s: the build state was not kept (%s); the next build of this dataset will be a full one",
+                        final, e)
 
     def _move(self, names: list[str], final: str) -> None:
         """Move files from the partial directory to ``final``: renames on the local disk; on object stores

@@ -48,3 +48,26 @@ def test_only_a_small_source_without_a_cluster_asked_for_builds_in_process(size,
 ])
 def test_a_rebuild_with_little_to_read_runs_in_process(unread, workers, scheduler, memory_limit, expected):
     assert small(10 * SMALL_BUILD_BYTES, workers, scheduler, memory_limit, unread) is expected
+
+
+def test_a_failed_task_is_raised_once_the_tasks_still_running_are_done():
+    """A pass that fails must not leave a thread writing into the partial version the build then removes."""
+    import time
+
+    from dask import delayed
+
+    from datapipe.builder.in_process import InProcessClient
+
+    finished = []
+
+    def slow():
+        time.sleep(0.3)
+        finished.append("slow")
+
+    def failing():
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        InProcessClient(threads=2).run_each([delayed(slow, pure=False)(), delayed(failing, pure=False)()],
+                                            lambda: None)
+    assert finished == ["slow"]

@@ -307,3 +307,21 @@ def test_a_diff_per_split_from_the_unshared_shards_is_the_whole_diff(project):
         assert (d.added, d.removed, d.changed, d.unchanged) == \
             (whole.added, whole.removed, whole.changed, whole.unchanged), name
     assert sorted(pair.splits()) == ["train", "val"] and pair.splits()["train"].added
+
+
+def test_rehash_reads_every_file_for_its_hash(project, monkeypatch):
+    import json
+
+    from helpers.cli import datapipe_in_process
+
+    from datapipe.builder import known_hashes
+
+    monkeypatch.setattr(known_hashes, "RACY_NS", 0)
+    project.pipeline(PIPELINE % "")
+    for n in range(3):
+        write_file(project, n)
+    project.build()
+    assert project.build().incremental["source_files"] == {"hashed": 0, "trusted": 3}
+    out = datapipe_in_process("build", "pipeline.yaml", "--out", "store", "--rehash", "--json", cwd=project.root)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1])["incremental"]["source_files"] == {"hashed": 3, "trusted": 0}
