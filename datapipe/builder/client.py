@@ -24,7 +24,7 @@ def open_client(stack: contextlib.ExitStack, *, client: Any, workers: int | None
     stops with ``stack``. ``unread_bytes``: for a rebuild, the source bytes its parent's state does not cover."""
     if client is not None:
         return client, "client"
-    if workers is not None and workers < 1:
+    if workers is not None and workers < 1 and scheduler is None:  # with a scheduler, --workers sizes nothing
         raise ConfigError(f"--workers {workers}: need at least one worker")
     if small(source_bytes, workers, scheduler, memory_limit, unread_bytes):
         return InProcessClient(threads=workers or os.cpu_count() or 1), "in-process"
