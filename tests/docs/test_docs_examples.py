@@ -4,7 +4,8 @@ Each page runs in a temporary copy of the repository's layout: `pipelines/` with
 prepared raw data, `storage/digits` already built (the README's command 1), inside a git repository. Its
 blocks run in page order, as docs/contributing.md describes: `sh` lines one by one (`datapipe ...` in process
 through click's CliRunner, builds and checks on the session's Dask cluster instead of a cluster of their own;
-any other command in bash with the venv first on PATH, and DATAPIPE_WORKERS=1 unless the line sets it), each
+any other command in bash with the venv first on PATH: a build it starts, such as `dvc repro`'s, runs in process
+unless the line sets DATAPIPE_WORKERS), each
 to exit 0 or the `# exit N` its comment names; `python` blocks in one namespace per page; `yaml` pipeline
 files validated against the schema. Blocks marked `<!-- not run: why -->` are skipped.
 """
@@ -107,8 +108,7 @@ def _run_command(command: str, expected: int, where: str, cwd: Path, scheduler: 
         result = _datapipe(args, cwd, env)
         code, output = result.exit_code, result.output
     else:
-        full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-                    "DATAPIPE_WORKERS": "1", **env}
+        full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1", **env}
         done = subprocess.run(["bash", "-c", command], cwd=cwd, env=full_env, capture_output=True, text=True)
         code, output = done.returncode, done.stdout + done.stderr
     assert code == expected, f"{where}: `{command}` exited {code}, the docs say {expected}:\n{output}"

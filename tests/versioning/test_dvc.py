@@ -1,7 +1,8 @@
 """DVC tracks a pipeline for real: the dvc CLI in a temporary git repository, `dvc repro`, push/pull, and
 `datapipe check` proving a version rebuilds byte for byte (and saying why when it does not).
 
-`dvc repro` runs the installed `datapipe build` as DVC runs it, with its own cluster; `datapipe check`, `dvc`,
+`dvc repro` runs the installed `datapipe build` as DVC runs it: in process (the digits are a small source), and
+forced once on a cluster of its own, which must give the same version and dvc.lock; `datapipe check`, `dvc`,
 `verify` and `diff` run in process (`check` on the session's Dask cluster), saving an interpreter and a cluster
 start per call."""
 
@@ -27,7 +28,7 @@ def dvc_repo(tmp_path, copy_digits):
     copy_digits(root / "pipelines", "digits.yaml", "digits_code.py")
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com", "DATAPIPE_WORKERS": "2"}
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
 
     def run(*cmd: str, check: bool = True, **extra_env: str) -> subprocess.CompletedProcess:
         out = subprocess.run(cmd, cwd=root, env={**env, **extra_env}, capture_output=True, text=True)
