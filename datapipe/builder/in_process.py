@@ -82,8 +82,11 @@ class InProcessClient:
         return values
 
     def scheduler_info(self) -> dict[str, Any]:
-        """One 'worker', this process, with the machine's memory (what a 1-worker LocalCluster would get)."""
-        return {"workers": {"in-process": {"memory_limit": self.memory, "status": "running"}}, "services": {}}
+        """A 'worker' per thread, the machine's memory shared among them (what a LocalCluster of that many
+        workers would get): the build sizes its partitions to what one thread's task may hold."""
+        share = self.memory // self.threads
+        return {"workers": {f"in-process-{i}": {"memory_limit": share, "status": "running"}
+                            for i in range(self.threads)}, "services": {}}
 
 
 def small(source_bytes: int, workers: int | None, scheduler: str | None, memory_limit: int | None = None,
