@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from datapipe.builder.byte_size import format_size
 from datapipe.cli.options import scheduler_timeout_option, storage_options
 from datapipe.errors import ConfigError
 from datapipe.versioning.store import Store
@@ -64,8 +65,20 @@ def _print_summary(summary: dict[str, Any]) -> None:
         memory = f"; peak worker memory {peak / 1e6:.0f} MB" if peak else ""
         click.echo(f"{total:.1f} s ({summary.get('ran_on', 'cluster')}): "
                    + ", ".join(f"{phase} {s:.1f} s" for phase, s in seconds.items()) + memory)
+    click.echo(_incremental_line(summary.get("incremental") or {}))
     click.echo(f"version {summary['version']}")
     click.echo(summary["url"])
+
+
+def _incremental_line(inc: dict[str, Any]) -> str:
+    """What the build took from its parent version, or why it built everything."""
+    if inc.get("full_because"):
+        return f"full build: {inc['full_because']}"
+    parts, shards, files = inc.get("partitions", {}), inc.get("shards", {}), inc.get("source_files", {})
+    return (f"incremental from {str(inc.get('parent'))[:12]}: partitions {parts.get('measured', 0)} measured, "
+            f"{parts.get('reused', 0)} reused; shards {shards.get('written', 0)} written "
+            f"({format_size(shards.get('bytes_written', 0))}), {shards.get('reused', 0)} reused; source files "
+            f"{files.get('hashed', 0)} hashed, {files.get('trusted', 0)} unchanged")
 
 
 @click.command()

@@ -2,6 +2,7 @@
 whose samples did not change; the version is exactly the one a build from scratch gives."""
 
 import os
+import re
 
 import pytest
 
@@ -325,3 +326,18 @@ def test_rehash_reads_every_file_for_its_hash(project, monkeypatch):
     out = datapipe_in_process("build", "pipeline.yaml", "--out", "store", "--rehash", "--json", cwd=project.root)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.splitlines()[-1])["incremental"]["source_files"] == {"hashed": 3, "trusted": 0}
+
+
+def test_the_text_summary_says_what_came_from_the_parent(project):
+    from helpers.cli import datapipe_in_process
+
+    project.pipeline(PIPELINE % "")
+    for n in range(0, 8, 2):
+        write_file(project, n)
+    first = datapipe_in_process("build", "pipeline.yaml", "--out", "store", cwd=project.root)
+    assert first.returncode == 0 and "full build: no earlier version" in first.stdout
+    write_file(project, 3)
+    again = datapipe_in_process("build", "pipeline.yaml", "--out", "store", cwd=project.root)
+    line = next(x for x in again.stdout.splitlines() if x.startswith("incremental from "))
+    assert re.search(r"partitions 1 measured, 4 reused; shards \d+ written \(.+\), \d+ reused; source files \d+ "
+                     r"hashed, \d+ unchanged$", line), line
