@@ -16,15 +16,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
 from datapipe.builder.config_parts import ClassesFile, class_names_problem
-from datapipe.builder.source.base import InputFile, Part, RawPart, Source, SourceFormat, SourceSpec, open_input
+from datapipe.builder.source.base import InputFile, Part, RawPart, Source, SourceSpec, open_input
+from datapipe.builder.source.files import FilesFormat
 from datapipe.builder.source.listing import source_url
-from datapipe.builder.source.partition import file_groups
 from datapipe.errors import ConfigError, NotFoundError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")  # matched case-insensitively
@@ -80,18 +79,11 @@ def class_names(source: Source) -> tuple[str, ...] | None:
     return tuple(source.options["classes"]) if source.format == ClassFoldersFormat.name else None
 
 
-class ClassFoldersFormat(SourceFormat):
-    """Images in class folders, one sample each; the reader takes no options (``classes`` sits beside them)."""
+class ClassFoldersFormat(FilesFormat):
+    """Images in class folders, one labelled sample each: a 'files' source (no reader options, the same
+    partitions) with its own listing check, class list and rows (``classes`` sits beside the options)."""
 
     name = "class_folders"
-
-    def reader_options(self) -> tuple[str, ...]:
-        """None."""
-        return ()
-
-    def check_options(self, options: Mapping[str, Any]) -> tuple[str, str] | None:
-        """Nothing to check."""
-        return None
 
     def section_options(self, spec: SourceSpec, base_dir: str, fs: Any, options: dict[str, Any]) -> dict[str, Any]:
         """The directory (as a path of ``fs``) and the pinned classes, or None."""
@@ -116,10 +108,6 @@ class ClassFoldersFormat(SourceFormat):
             classes = sorted({parts[-2] for parts in rels if len(parts) >= 2})
         return Source(self.name, fs, images, (), {"root": root, "classes": classes, "pinned": pinned},
                       has_header=False)
-
-    def partition(self, source: Source, blocksize: int) -> Source:
-        """Groups of files_per_partition images, at most ``blocksize`` bytes together."""
-        return replace(source, parts=tuple(file_groups(source.files, source.files_per_partition, blocksize)))
 
     def read(self, source: Source, part: Part) -> RawPart:
         """One row per image; an image outside any class folder, or in one the pinned list lacks, a reject."""
