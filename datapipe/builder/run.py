@@ -221,7 +221,7 @@ class _Build:
                 continue
             known = {} if state is None else {
                 p.number: state.dedupe.get(i, {}).get(identity)
-                for p, identity in zip(self.parts, self.effective(self.raw_identities), strict=True)}
+                for p, identity in zip(self.parts, self.identities_at(i), strict=True)}
             todo = [p for p in self.parts if known.get(p.number) is None]
             fresh = self.run(f"stages[{i}].dedupe", [
                 delayed(dedupe_pass, pure=False)(self.job_ref, p, self.masks_of(p.number), i) for p in todo
@@ -236,18 +236,17 @@ class _Build:
         masks) the parent has."""
         if not self.raw_identities or self.parent is None or self.parent.version is None:
             return
-        self.identities = self.effective(self.raw_identities)
+        self.identities = self.identities_at()
         entries = self.store.manifest(self.pipeline.name, self.parent.version).shards
         self.reuse = Reuse(self.parent.version, self.parent.state, entries, match(self.parent.state, self.identities))
 
-    def effective(self, raw: Sequence[str]) -> list[str]:
-        return [with_masks(r, self.masks_of(p.number)) for r, p in zip(raw, self.parts, strict=True)]
-
-    def _identities_before(self, stage: int) -> list[str]:
-        """Per partition, its identity with the masks of the dedupe stages before ``stage``."""
-        raw = self.raw_identities or part_identities(self.parts, self.hashes.all())
-        return [with_masks(r, {s: m for s, m in self.masks_of(p.number).items() if s < stage})
-                for r, p in zip(raw, self.parts, strict=True)]
+    def identities_at(self, stage: int | None = None) -> list[str]:
+        """Per partition, its identity with the masks of the dedupe stages before ``stage`` (all of them when
+        None); the source hashes are gathered for it the first time."""
+        if not self.raw_identities:
+            self.raw_identities = part_identities(self.parts, self.hashes.all())
+        return [with_masks(r, {s: m for s, m in self.masks_of(p.number).items() if stage is None or s < stage})
+                for r, p in zip(self.raw_identities, self.parts, strict=True)]
 
     def measure(self) -> tuple[list[Measured], list[np.ndarray], dict[int, list[Reject]]]:
         from dask import delayed
@@ -346,7 +345,7 @@ class _Build:
         pointing ``refs`` at it; nothing is left but a partial directory for gc if any of it fails."""
         pipeline, sources = self.pipeline, self.hashes.all()
         if not self.identities:
-            self.identities = self.effective(part_identities(self.parts, sources))
+            self.identities = self.identities_at()
         writer = self.store.begin(pipeline.name)
         try:
             plan = self.plan(writer, measured, key_keep)
@@ -372,7 +371,7 @@ class _Build:
         state = BuildState(state_key(self.pipeline, self.job.code, self.job.source), self.identities, list(measured),
                            [rejects[p.number] for p in self.parts], list(key_keep), self.digests,
                            self.hashes.records(self.parent.records()), self.blocksize, self.job.source.blocksize,
-                           dedupe={stage: dict(zip(self._identities_before(stage), hashes, strict=True))
+                           dedupe={stage: dict(zip(self.identities_at(stage), hashes, strict=True))
                                    for stage, hashes in self.dedupe_hashes.items()})
         try:
             writer.put_build_state(save_state(state))
