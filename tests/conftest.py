@@ -145,16 +145,11 @@ def dask_client():
 
 @pytest.fixture(scope="session")
 def s3_server():
-    """A real S3 API server (moto's server mode) on 127.0.0.1; yields its endpoint URL."""
-    import logging
+    """A real S3 API server (moto's S3 app) on 127.0.0.1; yields its endpoint URL."""
+    from helpers.s3 import S3Server
 
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
+    server = S3Server()
+    yield server.endpoint
     server.stop()
 
 
