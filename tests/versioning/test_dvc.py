@@ -1,10 +1,11 @@
 """DVC tracks a pipeline for real: the dvc CLI in a temporary git repository, `dvc repro`, push/pull, and
 `datapipe check` proving a version rebuilds byte for byte (and saying why when it does not).
 
-`dvc repro` runs the installed `datapipe build` as DVC runs it: in process (the digits are a small source), and
-forced once on a cluster of its own, which must give the same version and dvc.lock; `datapipe check`, `dvc`,
-`verify` and `diff` run in process (`check` on the session's Dask cluster), saving an interpreter and a cluster
-start per call."""
+The main test runs docs/guide/dvc.md's commands in page order (helpers/doc_pages.py), checking what DVC and the
+store show between them, then goes on where the page stops. `dvc repro` runs the installed `datapipe build` as
+DVC runs it: in process (the digits are a small source), and forced once on a cluster of its own, which must
+give the same version and dvc.lock; `datapipe` commands run in process (`check` on the session's Dask cluster),
+saving an interpreter and a cluster start per call."""
 
 import json
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.cli import datapipe_in_process, datapipe_installed, on_session_cluster
+from helpers.doc_pages import PageRun
 
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
@@ -24,11 +26,11 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture
 def dvc_repo(tmp_path, copy_digits):
+    """A git repository with the digits example in pipelines/ (no DVC yet: the page runs `dvc init`), and a
+    function that runs a command there."""
     root = tmp_path / "repo"
     copy_digits(root / "pipelines", "digits.yaml", "digits_code.py")
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com"}
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
 
     def run(*cmd: str, check: bool = True, **extra_env: str) -> subprocess.CompletedProcess:
         out = subprocess.run(cmd, cwd=root, env={**env, **extra_env}, capture_output=True, text=True)
@@ -37,8 +39,6 @@ def dvc_repo(tmp_path, copy_digits):
         return out
 
     run("git", "init", "-q")
-    run("dvc", "init", "-q")
-    run("dvc", "config", "core.autostage", "false")
     return root, run
 
 
@@ -49,20 +49,17 @@ def status(run) -> dict:
 @pytest.mark.slow
 def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_repo, dask_client):
     root, run = dvc_repo
+    page = PageRun("docs/guide/dvc.md", root, dask_client.scheduler.address)
 
-    def check() -> subprocess.CompletedProcess:
-        return datapipe_in_process("check", "pipelines/digits.yaml", *on_session_cluster(dask_client.scheduler.address),
-                                   cwd=root)
-    assert datapipe_in_process("dvc", "pipelines/digits.yaml", cwd=root).returncode == 0
+    page.run_through("datapipe dvc pipelines/digits.yaml")  # after `dvc init -q`
     stage = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]["digits"]
     assert stage["cmd"] == "datapipe build pipelines/digits.yaml --out storage"
     assert stage["deps"] == ["pipelines/digits.yaml", "pipelines/raw", "pipelines/digits_code.py"]
     assert stage["outs"] == [{"storage/digits": {"persist": True}}]
-
     assert (root / ".dvcignore").read_text().splitlines()[-3:] == [
         "storage/digits/leases/", "storage/digits/versions/.partial-*/", "storage/digits/versions/*/build-state.npz"]
-    built = run("dvc", "repro")
-    assert "Running stage 'digits'" in built.stdout
+
+    assert "Running stage 'digits'" in page.run_through("dvc repro")
     assert status(run) == {}
     taken = datapipe_in_process("lease", "storage/digits", "--for", "1d", cwd=root)  # a reader's lease ...
     assert taken.returncode == 0, taken.stderr
@@ -72,43 +69,37 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
 
     # nothing changed: DVC skips the stage and the store is not touched (not even the ref rewritten)
     before = store_files(root)
-    again = run("dvc", "repro")
-    assert "Stage 'digits' didn't change, skipping" in again.stdout and "Running stage" not in again.stdout
+    again = page.run_through("dvc repro")
+    assert "Stage 'digits' didn't change, skipping" in again and "Running stage" not in again
     assert store_files(root) == before and (root / "dvc.lock").read_text() == lock
 
     # a forced rebuild with another worker count changes nothing DVC records
-    run("dvc", "repro", "--force", DATAPIPE_WORKERS="1")
+    page.run_through("DATAPIPE_WORKERS=1 dvc repro --force")
     assert (root / "dvc.lock").read_text() == lock
 
-    checked = check()
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "reproducible" in checked.stdout and first[:12] in checked.stdout
+    checked = page.run_through("datapipe check pipelines/digits.yaml")
+    assert "reproducible" in checked and first[:12] in checked
     # on a cluster, the rebuild went to a scratch prefix of the store itself, gone after
-    assert f"rebuilding into {root / 'storage'}/.check-" in checked.stderr
+    assert f"rebuilding into {root / 'storage'}/.check-" in checked
     assert not list((root / "storage").glob(".check-*"))
 
-    # push the dataset to a DVC remote, lose it, pull it back
-    run("dvc", "remote", "add", "-d", "local", str(root.parent / "dvc-remote"))
-    run("dvc", "push", "-q")
-    shutil.rmtree(root / "storage")
-    run("dvc", "pull", "-q")
-    assert datapipe_in_process("verify", "storage/digits", cwd=root).returncode == 0
+    # push the dataset to a DVC remote, lose it, pull it back; it verifies
+    page.run_through("dvc push -q")
+    assert (root.parent / "dvc-remote").is_dir()
+    page.run_through("datapipe verify storage/digits")
 
-    # edit one raw row: DVC sees it, check names the input, repro makes a version differing in that sample only
-    raw = root / "pipelines/raw/digits-0.csv"
-    lines = raw.read_text().splitlines()
-    row = next(i for i, line in enumerate(lines) if line.startswith("d0100,"))
-    key, label, pixels, note = lines[row].split(",")
-    lines[row] = ",".join([key, label, " ".join(["16"] * 64), note])
-    raw.write_text("\n".join(lines) + "\n")
-    assert "digits" in status(run)
-    stale = check()
-    assert stale.returncode == 1
-    assert "lineage: source changed: raw/digits-0.csv" in stale.stdout and "content differs" in stale.stdout
-    assert "samples: 1 changed, 0 only in the recorded version, 0 only in the rebuild" in stale.stdout
+    # edit one raw row (the page's python block): DVC sees it, check names the input and exits 1
+    stale = page.run_through("datapipe check pipelines/digits.yaml")
+    assert "lineage: source changed: raw/digits-0.csv" in stale and "content differs" in stale
+    assert "samples: 1 changed, 0 only in the recorded version, 0 only in the rebuild" in stale
     # the one field the edited pixels feed, with its sizes
     changed = r"^  sample d0100 \(\w+-\d{6}\.tar\): png \d+ bytes -> \d+ bytes$"
-    assert re.search(changed, stale.stdout, re.M), stale.stdout
+    assert re.search(changed, stale, re.M), stale
+    assert "digits" in page.run_through("dvc status")
+    page.run_rest()
+
+    # past the page: repro makes a version differing in that sample only
+    assert "digits" in status(run)
     rebuilt = run("dvc", "repro")
     assert "Running stage 'digits'" in rebuilt.stdout
     second = (root / "storage/digits/refs/latest").read_text().strip()
@@ -123,7 +114,8 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     data = bytearray(shard.read_bytes())
     data[700] ^= 0xFF
     shard.write_bytes(bytes(data))
-    tampered = check()
+    tampered = datapipe_in_process("check", "pipelines/digits.yaml", *on_session_cluster(dask_client.scheduler.address),
+                                   cwd=root)
     assert tampered.returncode == 1 and f"mismatch: {shard}" in tampered.stdout.replace("stored ", "")
 
 
