@@ -144,6 +144,16 @@ def dask_client():
 
 
 @pytest.fixture(scope="session")
+def in_process():
+    """The client a small build gets when it asks for no cluster: Dask's threaded scheduler, 2 threads in this
+    process (builder.client's InProcessClient). For the tests of what a build makes; the tests of workers,
+    transport between processes and errors raised on workers take dask_client or a cluster of their own."""
+    from datapipe.builder.in_process import InProcessClient
+
+    return InProcessClient(threads=2)
+
+
+@pytest.fixture(scope="session")
 def s3_server():
     """A real S3 API server (moto's S3 app) on 127.0.0.1; yields its endpoint URL."""
     from helpers.s3 import S3Server

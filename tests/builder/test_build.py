@@ -1,4 +1,8 @@
-"""`datapipe build` end to end on a real LocalCluster: every stage, every source format, accounting, quarantine."""
+"""`datapipe build` end to end: every stage, every source format, accounting, quarantine.
+
+What a build makes is tested on threads in this process (the `in_process` client a small build gets); what
+depends on worker processes (the same bytes whatever the workers, errors raised on a worker, the digits example)
+on a real LocalCluster."""
 
 import contextlib
 import os
@@ -134,12 +138,12 @@ def test_same_version_and_bytes_whatever_the_workers_and_blocksize(project, clie
     assert len(parts) >= 2 * 3  # more than one partition per worker
 
 
-def test_shuffle_is_seeded_and_independent_of_partitioning(project, dask_client):
+def test_shuffle_is_seeded_and_independent_of_partitioning(project, in_process):
     write_people(project)
     keys = {}
     for seed, blocksize in [("null", "1MB"), ("7", "1MB"), ("7", "4KB"), ("8", "1MB")]:
         project.pipeline(people(blocksize, "webdataset", seed))
-        result = project.build(client=dask_client, keep_encoded=blocksize == "1MB")
+        result = project.build(client=in_process, keep_encoded=blocksize == "1MB")
         keys[(seed, blocksize)] = ([s["__key__"] for s in project.samples(result)], result.manifest.version)
     plain, _ = keys[("null", "1MB")]
     assert plain == sorted(plain)
@@ -148,18 +152,18 @@ def test_shuffle_is_seeded_and_independent_of_partitioning(project, dask_client)
     assert keys[("8", "1MB")][0] != keys[("7", "1MB")][0]
 
 
-def test_rebuild_makes_the_same_version_and_only_moves_refs(project, dask_client):
+def test_rebuild_makes_the_same_version_and_only_moves_refs(project, in_process):
     write_people(project, files=1, rows=50)
     project.pipeline(people("1MB", "webdataset", "null"))
-    first = project.build(client=dask_client)
+    first = project.build(client=in_process)
     shard = project.store.path("people", "versions", first.manifest.version, first.manifest.shards[0].path)
     mtime = os.stat(shard).st_mtime_ns
-    again = project.build(client=dask_client, tags=["v1"])
+    again = project.build(client=in_process, tags=["v1"])
     assert again.manifest.version == first.manifest.version and os.stat(shard).st_mtime_ns == mtime
     assert project.store.refs("people") == {"latest": first.manifest.version, "v1": first.manifest.version}
 
 
-def test_parquet_jsonl_and_files_sources(project, dask_client):
+def test_parquet_jsonl_and_files_sources(project, in_process):
     frame = pd.DataFrame({"id": [f"r{i}" for i in range(300)], "x": range(300), "blob": [bytes([i % 256]) * 3
                                                                                          for i in range(300)]})
     import pyarrow as pa
@@ -171,7 +175,7 @@ def test_parquet_jsonl_and_files_sources(project, dask_client):
         source: {path: t.parquet, format: parquet}
         sample: {key: id, fields: {cls: x, bin: blob}}
         """)
-    result = project.build(client=dask_client)
+    result = project.build(client=in_process)
     samples = project.samples(result)
     assert len(samples) == 300 and samples[5] == {"__key__": "r5", "cls": b"5", "bin": b"\x05" * 3}
 
@@ -183,7 +187,7 @@ def test_parquet_jsonl_and_files_sources(project, dask_client):
         sample: {key: id, fields: {json: v}}
         max_rejected: 1
         """)
-    result = project.build(client=dask_client)
+    result = project.build(client=in_process)
     samples = project.samples(result)
     assert [(s["__key__"], s["json"]) for s in samples] == [("j1", b"[1,2]"), ("j2", b'{"k":3}')]
     stages = {s.stage: s for s in result.manifest.stages}
@@ -203,14 +207,14 @@ def test_parquet_jsonl_and_files_sources(project, dask_client):
     project.write("petcode.py", "def add_key(df):\n    df = df.copy()\n"
                                 "    df['key'] = df['parent'] + '_' + df['name'].str.replace('.jpg', '')\n"
                                 "    return df\n")
-    result = project.build(client=dask_client)
+    result = project.build(client=in_process)
     samples = project.samples(result)
     assert [s["__key__"] for s in samples] == ["cat_0", "cat_1", "cat_2", "dog_0", "dog_1", "dog_2"]
     assert samples[4]["jpg"] == b"\x01" * 11 and samples[4]["cls"] == b"dog"
     assert [s.path for s in result.manifest.lineage.sources][0] == "images/cat/0.jpg"
 
 
-def test_dirty_csv_is_quarantined_row_by_row(project, dask_client):
+def test_dirty_csv_is_quarantined_row_by_row(project, in_process):
     project.write("raw/d.csv", b'id,n\na,1\nb,2,3\nc,\xff\xfe\nd,x\ne,"5"\nf,6\n')
     project.pipeline("""\
         name: dirty
@@ -218,7 +222,7 @@ def test_dirty_csv_is_quarantined_row_by_row(project, dask_client):
         sample: {key: id, fields: {cls: n}}
         max_rejected: 0.9
         """)
-    result = project.build(client=dask_client)
+    result = project.build(client=in_process)
     assert [s["__key__"] for s in project.samples(result)] == ["a", "e", "f"]
     quarantine = pd.read_parquet(project.store.path("dirty", "versions", result.manifest.version, REJECTED_NAME))
     reasons = dict(zip(quarantine.row, quarantine.reason, strict=False))
@@ -228,7 +232,7 @@ def test_dirty_csv_is_quarantined_row_by_row(project, dask_client):
     accounting_holds(result.manifest)
 
 
-def test_column_types_come_from_the_first_mib_not_from_each_partition(project, dask_client):
+def test_column_types_come_from_the_first_mib_not_from_each_partition(project, in_process):
     rows = [f"k{i:05d},{i}" for i in range(3000)] + ["k99999,2.5"]
     project.write("raw/n.csv", "id,n\n" + "\n".join(rows) + "\n")
     project.pipeline("""\
@@ -236,12 +240,12 @@ def test_column_types_come_from_the_first_mib_not_from_each_partition(project, d
         source: {path: raw/n.csv, format: csv, options: {blocksize: 8KB}}
         sample: {key: id, fields: {cls: n}}
         """)
-    result = project.build(client=dask_client)
+    result = project.build(client=in_process)
     assert result.manifest.fields == {"cls": "float"}  # 2.5 in the sample makes the column float64
     assert project.samples(result)[1]["cls"] == b"1.0"  # in every partition, not only the last one
 
 
-def test_duplicate_sample_keys_are_quarantined_keeping_the_first(project, dask_client):
+def test_duplicate_sample_keys_are_quarantined_keeping_the_first(project, in_process):
     project.write("raw/a.csv", "id,v\nk1,1\nk2,2\nk1,3\n")
     project.write("raw/b.csv", "id,v\nk2,4\nk3,5\n")
     project.pipeline("""\
@@ -250,7 +254,7 @@ def test_duplicate_sample_keys_are_quarantined_keeping_the_first(project, dask_c
         sample: {key: id, fields: {cls: v}}
         max_rejected: 0.5
         """)
-    result = project.build(client=dask_client)
+    result = project.build(client=in_process)
     assert [(s["__key__"], s["cls"]) for s in project.samples(result)] == [("k1", b"1"), ("k2", b"2"), ("k3", b"5")]
     quarantine = pd.read_parquet(project.store.path("dups", "versions", result.manifest.version, REJECTED_NAME))
     assert sorted(zip(quarantine.source, quarantine.row, strict=False)) == [("raw/a.csv", 3), ("raw/b.csv", 1)]
@@ -258,7 +262,7 @@ def test_duplicate_sample_keys_are_quarantined_keeping_the_first(project, dask_c
     accounting_holds(result.manifest)
 
 
-def test_too_many_rejects_fail_the_build_keep_the_quarantine_and_move_no_ref(project, dask_client):
+def test_too_many_rejects_fail_the_build_keep_the_quarantine_and_move_no_ref(project, in_process):
     project.write("raw/a.csv", "id,v\nk1,1\nk2,x\nk3,y\n")
     project.pipeline("""\
         name: strict
@@ -267,7 +271,7 @@ def test_too_many_rejects_fail_the_build_keep_the_quarantine_and_move_no_ref(pro
         max_rejected: 0.1
         """)
     with pytest.raises(BuildError, match=r"2 of 3 rows rejected .* over max_rejected 10.00%") as e:
-        project.build(client=dask_client)
+        project.build(client=in_process)
     path = str(e.value).split("reasons: ")[1].split(". Counts")[0]
     assert len(pd.read_parquet(path)) == 2
     assert project.store.refs("strict") == {} and project.store.versions("strict") == []
@@ -363,7 +367,7 @@ QUOTED = """\
 
 
 @pytest.mark.parametrize("header", ["quoted newlines", "no header row"])
-def test_csv_quirks_give_one_version_whatever_the_blocksize(project, dask_client, header):
+def test_csv_quirks_give_one_version_whatever_the_blocksize(project, in_process, header):
     if header == "quoted newlines":
         project.write("raw/a.csv", quoted_newlines(300))
         project.write("raw/b.csv", quoted_newlines(30, "s"))
@@ -375,7 +379,7 @@ def test_csv_quirks_give_one_version_whatever_the_blocksize(project, dask_client
     versions = set()
     for blocksize in ("1KB", "300B", "1MB"):
         project.pipeline(QUOTED.format(blocksize=blocksize, **fmt))
-        result = project.build(client=dask_client, keep_encoded=blocksize == "1MB")
+        result = project.build(client=in_process, keep_encoded=blocksize == "1MB")
         assert result.manifest.samples == 330 and result.manifest.rejected_rows == 0, blocksize
         accounting_holds(result.manifest)
         versions.add(result.manifest.version)
@@ -386,7 +390,7 @@ def test_csv_quirks_give_one_version_whatever_the_blocksize(project, dask_client
     assert first["__key__"] == "r0000" and first["cls"] == b"0"
 
 
-def test_files_source_split_by_bytes_gives_the_same_version(project, dask_client):
+def test_files_source_split_by_bytes_gives_the_same_version(project, in_process):
     for i in range(12):
         project.write(f"img/{'ab'[i % 2]}/f{i:02d}.bin", bytes([i]) * (500 + 300 * i))
     project.write("keys.py", "def add(df):\n    df = df.copy()\n    df['key'] = df['name'].str[:-4]\n    return df\n")
@@ -400,7 +404,7 @@ def test_files_source_split_by_bytes_gives_the_same_version(project, dask_client
             sample: {{key: key, fields: {{bin: bytes, cls: parent}}}}
             max_rejected: 0
             """)
-        result = project.build(client=dask_client)
+        result = project.build(client=in_process)
         assert result.manifest.samples == 12
         versions.add(result.manifest.version)
     assert len(versions) == 1

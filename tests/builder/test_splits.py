@@ -112,10 +112,10 @@ def keys_by_split(project, result):
     return out
 
 
-def test_a_build_with_splits_writes_each_split_its_own_shards(project, dask_client):
+def test_a_build_with_splits_writes_each_split_its_own_shards(project, in_process):
     write_rows(project, range(1000))
     project.pipeline(split_pipeline())
-    result = project.build(client=dask_client)
+    result = project.build(client=in_process)
     m = result.manifest
     assert m.splits.names == ["test", "train", "val"] and m.splits.by is None and m.splits.seed == 0
     assert sum(m.splits.samples.values()) == m.samples == 1000  # every row accounted for
@@ -135,24 +135,24 @@ def test_a_build_with_splits_writes_each_split_its_own_shards(project, dask_clie
     assert sorted(val[i]["__key__"] for i in range(len(val))) == sorted(by_split["val"])
 
 
-def test_the_same_rows_give_the_same_version_whatever_the_partitions(project, dask_client):
+def test_the_same_rows_give_the_same_version_whatever_the_partitions(project, in_process):
     write_rows(project, range(0, 600, 2), "raw/a.csv")
     write_rows(project, range(1, 600, 2), "raw/b.csv")
     versions = set()
     for blocksize in ("1MB", "2KB"):
         project.pipeline(split_pipeline(blocksize=blocksize, seed=7))
-        versions.add(project.build(client=dask_client).manifest.version)
+        versions.add(project.build(client=in_process).manifest.version)
     assert len(versions) == 1
     project.pipeline(split_pipeline(seed=7, by="seed: 1"))
-    assert project.build(client=dask_client).manifest.version not in versions  # the assignment is in the id
+    assert project.build(client=in_process).manifest.version not in versions  # the assignment is in the id
 
 
-def test_a_rebuild_with_added_and_removed_rows_keeps_every_sample_in_its_split(project, dask_client):
+def test_a_rebuild_with_added_and_removed_rows_keeps_every_sample_in_its_split(project, in_process):
     write_rows(project, range(400))
     project.pipeline(split_pipeline(by="by: group"))
-    before = keys_by_split(project, project.build(client=dask_client))
+    before = keys_by_split(project, project.build(client=in_process))
     write_rows(project, [i for i in range(700) if i % 7])  # 300 rows added, 57 of the old ones removed
-    after = {key: split for split, keys in keys_by_split(project, project.build(client=dask_client)).items()
+    after = {key: split for split, keys in keys_by_split(project, project.build(client=in_process)).items()
              for key in keys}
     moved = [(key, split) for split, keys in before.items() for key in keys if after.get(key, split) != split]
     assert not moved and len(after) == 600
@@ -162,15 +162,15 @@ def test_a_rebuild_with_added_and_removed_rows_keeps_every_sample_in_its_split(p
     assert all(len(s) == 1 for s in groups.values())
 
 
-def test_a_by_column_missing_after_the_stages_names_it_and_the_file(project, dask_client):
+def test_a_by_column_missing_after_the_stages_names_it_and_the_file(project, in_process):
     write_rows(project, range(50))
     project.pipeline(split_pipeline(by="by: user"))
     with pytest.raises(ConfigError, match=r"pipeline.yaml:\d+: splits.by: no column 'user' after the stages "
                                           r"\(columns: id, group, label\)"):
-        project.build(client=dask_client)
+        project.build(client=in_process)
 
 
-def test_a_pipeline_without_splits_keeps_a_pinned_version_id(project, dask_client):
+def test_a_pipeline_without_splits_keeps_a_pinned_version_id(project, in_process):
     """The id of this pipeline since manifest format 2 (shards cut by content); splits did not change it. A change
     of bytes or id shows here first, and needs a format version of its own."""
     write_rows(project, range(300))
@@ -180,6 +180,6 @@ def test_a_pipeline_without_splits_keeps_a_pinned_version_id(project, dask_clien
         sample: {key: id, fields: {cls: label, txt: group}}
         shards: {max_samples: 40, shuffle_seed: 7}
         """)
-    m = project.build(client=dask_client).manifest
+    m = project.build(client=in_process).manifest
     assert m.splits is None and all(s.split is None for s in m.shards) and m.shards[0].path == "shard-000000.tar"
     assert m.version == "74513b4ed4e46156c03e3f0286ab29f53cf4fd374b18811231c4f9df3225ba06"

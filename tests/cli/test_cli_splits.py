@@ -35,8 +35,8 @@ def split_keys(url: str, split: str) -> set[str]:
     return {ds[i]["__key__"] for i in range(len(ds))}
 
 
-def test_info_shows_each_split_with_its_samples_and_shards(tmp_path, dask_client):
-    url = build_rows(tmp_path, dask_client, range(200))
+def test_info_shows_each_split_with_its_samples_and_shards(tmp_path, in_process):
+    url = build_rows(tmp_path, in_process, range(200))
     m = open_dataset(url).manifest
     out = datapipe_in_process("info", url)
     assert out.returncode == 0, out.stderr
@@ -50,9 +50,9 @@ def test_info_shows_each_split_with_its_samples_and_shards(tmp_path, dask_client
         for name in ("train", "val")}}
 
 
-def test_diff_reports_per_split_and_the_samples_that_moved(tmp_path, dask_client):
-    a = build_rows(tmp_path, dask_client, range(200))
-    b = build_rows(tmp_path, dask_client, range(20, 250), labels=lambda i: (i % 10) + (i == 100))
+def test_diff_reports_per_split_and_the_samples_that_moved(tmp_path, in_process):
+    a = build_rows(tmp_path, in_process, range(200))
+    b = build_rows(tmp_path, in_process, range(20, 250), labels=lambda i: (i % 10) + (i == 100))
     out = datapipe_in_process("diff", a, b)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -67,7 +67,7 @@ def test_diff_reports_per_split_and_the_samples_that_moved(tmp_path, dask_client
     d = json.loads(datapipe_in_process("diff", a, b, "--json").stdout)
     assert d["splits"]["val"]["added"] == sorted(split_keys(b, "val") - split_keys(a, "val"))
     # other fractions move samples between splits: diff names them
-    c = build_rows(tmp_path, dask_client, range(20, 250), fractions="{train: 0.5, val: 0.5}",
+    c = build_rows(tmp_path, in_process, range(20, 250), fractions="{train: 0.5, val: 0.5}",
                    labels=lambda i: (i % 10) + (i == 100))
     moved = sorted(split_keys(b, "train") & split_keys(c, "val"))
     lines = datapipe_in_process("diff", b, c).stdout.splitlines()
@@ -81,8 +81,8 @@ def test_diff_reports_per_split_and_the_samples_that_moved(tmp_path, dask_client
     (lambda raw: raw.pop("splits"), "field 'shards[0].split' names a split, but there is no 'splits'"),
     (lambda raw: raw["splits"]["fractions"].update(val="half"), "field 'splits.fractions.val': expected a number"),
 ])
-def test_a_manifest_whose_splits_disagree_with_its_shards_is_malformed(tmp_path, dask_client, change, message):
-    url = build_rows(tmp_path, dask_client, range(100))
+def test_a_manifest_whose_splits_disagree_with_its_shards_is_malformed(tmp_path, in_process, change, message):
+    url = build_rows(tmp_path, in_process, range(100))
     store = Store(str(tmp_path / "store"))
     path = Path(store.path("rows", "versions", store.resolve("rows"), "manifest.json"))
     raw = json.loads(path.read_text())

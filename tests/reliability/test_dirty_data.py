@@ -1,9 +1,9 @@
 """Dirty raw data through `datapipe build`: each case ends in quarantined rows with reasons (and counts that add
 up) or in a clear error naming the file; never a silent loss, never a traceback.
 
-The builds run the command in process on the session's Dask cluster (--scheduler): one cluster start instead of
-one per case. Two cases (an error found before the cluster starts, one found by the passes) run the installed
-command with its own cluster, as a user does."""
+The builds run the command in process, as `datapipe build` runs a source this small: on threads, no cluster.
+The 100 MB field goes through the session's Dask cluster (--scheduler), between worker processes; one case
+found by the passes runs with a cluster of its own (--workers 1), as a user's larger build does."""
 
 import os
 
@@ -26,18 +26,16 @@ def scheduler(dask_client) -> str:
     return dask_client.scheduler.address
 
 
-def build(tmp_path, files: dict[str, bytes], fmt="csv", options="", path="raw/*", scheduler: str | None = None):
-    """`datapipe build --json` of the dirty pipeline, in process: on ``scheduler``, or (None) with an embedded
+def build(tmp_path, files: dict[str, bytes], fmt="csv", options="", path="raw/*", scheduler: str | None = None,
+          own_cluster: bool = False):
+    """`datapipe build --json` of the dirty pipeline, in process: on threads, on ``scheduler``, or with an embedded
     cluster of its own."""
     for name, data in files.items():
         (tmp_path / "raw").mkdir(exist_ok=True)
         (tmp_path / "raw" / name).write_bytes(data)
     (tmp_path / "p.yaml").write_text(PIPELINE.format(path=path, fmt=fmt, options=options))
-    if scheduler is None:
-        return datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), "--workers", "1", "--json",
-                                   cwd=tmp_path)
-    return datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), *on_session_cluster(scheduler),
-                               "--json", cwd=tmp_path)
+    where = ("--workers", "1") if own_cluster else on_session_cluster(scheduler) if scheduler else ()
+    return datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), *where, "--json", cwd=tmp_path)
 
 
 def quarantine(tmp_path, summary) -> pd.DataFrame:
@@ -60,10 +58,10 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_dirty_rows_are_quarantined_with_their_reason(tmp_path, scheduler, case):
+def test_dirty_rows_are_quarantined_with_their_reason(tmp_path, case):
     data, reasons = CASES[case]
     options = ", options: {dtype: {n: int64}}" if case == "values of the wrong type" else ""
-    out = build(tmp_path, {"d.csv": data}, options=options, scheduler=scheduler)
+    out = build(tmp_path, {"d.csv": data}, options=options)
     assert out.returncode == 0, out.stderr
     summary = last_json(out)
     accounted(summary)
@@ -77,8 +75,8 @@ def test_dirty_rows_are_quarantined_with_their_reason(tmp_path, scheduler, case)
     ({"header.csv": b"id,n\n"}, "no rows in raw/header.csv", 8, True),  # found by the passes, cluster running
     ({}, "matches no files", 3, False),
 ])
-def test_inputs_without_rows_are_clear_errors(tmp_path, scheduler, files, message, code, own_cluster):
-    out = build(tmp_path, files, scheduler=None if own_cluster else scheduler)
+def test_inputs_without_rows_are_clear_errors(tmp_path, files, message, code, own_cluster):
+    out = build(tmp_path, files, own_cluster=own_cluster)
     assert out.returncode == code and message in out.stderr
 
 
@@ -98,9 +96,9 @@ def test_a_single_100_mb_field_is_one_sample(tmp_path, scheduler):
     assert summary["samples"] == 2 and summary["bytes"] > 100 << 20
 
 
-def test_bad_json_lines_are_quarantined(tmp_path, scheduler):
+def test_bad_json_lines_are_quarantined(tmp_path):
     out = build(tmp_path, {"d.jsonl": b'{"id": "a", "n": 1}\n{"id": "b", "n": \n[1, 2]\n{"id": "c", "n": 3}\n'},
-                fmt="jsonl", scheduler=scheduler)
+                fmt="jsonl")
     assert out.returncode == 0, out.stderr
     summary = last_json(out)
     accounted(summary)
@@ -128,13 +126,12 @@ max_rejected: 0.9
     # tfrecord: a float key holds a '.', which WebDataset keys cannot
     ("NaN in a float key", b"k,x\n1.5,0.5\nnan,1.0\n2.5,2.0\n", "k", "", ["has no value"]),
 ])
-def test_nan_values_are_quarantined_with_their_reason(tmp_path, scheduler, case, data, key, options, reasons):
+def test_nan_values_are_quarantined_with_their_reason(tmp_path, case, data, key, options, reasons):
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "d.csv").write_bytes(data)
     fmt = "tfrecord" if case == "NaN in a float key" else "webdataset"
     (tmp_path / "p.yaml").write_text(NAN_PIPELINE.format(key=key, options=options, fmt=fmt))
-    out = datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), *on_session_cluster(scheduler),
-                              "--json", cwd=tmp_path)
+    out = datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     summary = last_json(out)
     accounted(summary)
@@ -150,17 +147,17 @@ def test_nan_values_are_quarantined_with_their_reason(tmp_path, scheduler, case,
     assert len(keys) == summary["samples"] and not any(k.lower() in ("nan", "", "none", "<na>") for k in keys)
 
 
-def test_a_directory_where_a_source_file_is_expected_is_named(tmp_path, scheduler):
+def test_a_directory_where_a_source_file_is_expected_is_named(tmp_path):
     # Tests run as root here, where chmod 000 does not stop a read; a directory named like the source file
     # cannot be read either way (the chmod case is below, for non-root runs).
     (tmp_path / "raw" / "b.csv").mkdir(parents=True)
-    out = build(tmp_path, {"a.csv": b"id,n\na,1\n"}, path="raw/b.csv", scheduler=scheduler)
+    out = build(tmp_path, {"a.csv": b"id,n\na,1\n"}, path="raw/b.csv")
     assert out.returncode == 3 and "raw/b.csv" in out.stderr and out.stderr.startswith("error: "), out.stderr
 
 
-def test_a_directory_among_matched_source_files_is_named(tmp_path, scheduler):
+def test_a_directory_among_matched_source_files_is_named(tmp_path):
     (tmp_path / "raw" / "b.csv").mkdir(parents=True)
-    out = build(tmp_path, {"a.csv": b"id,n\na,1\n"}, path="raw/*.csv", scheduler=scheduler)
+    out = build(tmp_path, {"a.csv": b"id,n\na,1\n"}, path="raw/*.csv")
     # either the directory is named as unreadable or it is not taken as a source; never a silent row loss
     if out.returncode == 0:
         assert last_json(out)["samples"] == 1
@@ -169,9 +166,9 @@ def test_a_directory_among_matched_source_files_is_named(tmp_path, scheduler):
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode; the directory case covers it")
-def test_an_unreadable_source_file_is_named_chmod(tmp_path, scheduler):
+def test_an_unreadable_source_file_is_named_chmod(tmp_path):
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "a.csv").write_bytes(b"id,n\na,1\n")
     os.chmod(tmp_path / "raw" / "a.csv", 0)
-    out = build(tmp_path, {}, path="raw/a.csv", scheduler=scheduler)
+    out = build(tmp_path, {}, path="raw/a.csv")
     assert out.returncode != 0 and "raw/a.csv" in out.stderr and out.stderr.startswith("error: ")
