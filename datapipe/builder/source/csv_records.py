@@ -61,35 +61,45 @@ def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None
     raw = np.frombuffer(data, dtype=np.uint8)
     if not len(raw):
         return np.zeros(0, dtype=np.int64)
+    # bytes absent from the block (the common case for carriage returns and quotes) are found absent by a
+    # memchr over the bytes, without an array of the block's size
     newline, delims = raw == 10, raw == sep
-    bare_cr = raw == 13
-    bare_cr[:-1] &= ~newline[1:]
-    if quote is not None:
+    bare_cr = None
+    if b"\r" in data:
+        bare_cr = raw == 13
+        bare_cr[:-1] &= ~newline[1:]
+    if quote is not None and bytes([quote]) in data:
         quotes = raw == quote
-        if quotes.any():  # a uint8 sum wraps at 256, an even number, so the parity survives
-            outside = (np.cumsum(quotes, dtype=np.uint8) & 1) == 0
-            if not outside[-1]:  # a quote still open at the end: pandas may read it as a plain character
-                return None
-            # RFC 4180 quoting only: a quote opens at a field's start (or escapes one: "") and closes
-            # before a separator, a line end or another quote. A stray quote is read one way by pandas,
-            # another by the quote parity: such a block goes record by record.
-            bounds = np.zeros(256, dtype=bool)
-            bounds[[sep, 10, 13, quote]] = True
-            at = np.flatnonzero(quotes)
-            opens = ~outside[at]
-            before = bounds[raw[np.maximum(at - 1, 0)]] | (at == 0)
-            after = bounds[raw[np.minimum(at + 1, len(raw) - 1)]] | (at == len(raw) - 1)
-            if (opens & ~before).any() or (~opens & ~after).any():
-                return None
-            newline &= outside
-            delims &= outside
+        # a uint8 sum wraps at 256, an even number, so the parity survives
+        outside = (np.cumsum(quotes, dtype=np.uint8) & 1) == 0
+        if not outside[-1]:  # a quote still open at the end: pandas may read it as a plain character
+            return None
+        # RFC 4180 quoting only: a quote opens at a field's start (or escapes one: "") and closes
+        # before a separator, a line end or another quote. A stray quote is read one way by pandas,
+        # another by the quote parity: such a block goes record by record.
+        bounds = np.zeros(256, dtype=bool)
+        bounds[[sep, 10, 13, quote]] = True
+        at = np.flatnonzero(quotes)
+        opens = ~outside[at]
+        before = bounds[raw[np.maximum(at - 1, 0)]] | (at == 0)
+        after = bounds[raw[np.minimum(at + 1, len(raw) - 1)]] | (at == len(raw) - 1)
+        if (opens & ~before).any() or (~opens & ~after).any():
+            return None
+        newline &= outside
+        delims &= outside
+        if bare_cr is not None:
             bare_cr &= outside
-    if bare_cr.any():
+    if bare_cr is not None and bare_cr.any():
         return None
     starts = np.concatenate([[0], np.flatnonzero(newline) + 1])
     starts = starts[starts < len(raw)]
-    nonblank = np.logical_or.reduceat(~_BLANK[raw], starts)
-    return (np.add.reduceat(delims, starts, dtype=np.int64) + 1)[nonblank]
+    # separators per record from their positions: a pass over the few separators, not over every byte
+    at = np.flatnonzero(delims)
+    fields = np.searchsorted(at, np.append(starts[1:], len(raw))) - np.searchsorted(at, starts) + 1
+    nonblank = ~_BLANK[raw[starts]]
+    if not nonblank.all():  # a record that starts with a blank byte is blank only if all its bytes are
+        nonblank = np.logical_or.reduceat(~_BLANK[raw], starts)
+    return fields[nonblank]
 
 
 _BLANK = np.zeros(256, dtype=bool)  # bytes pandas treats as a blank line's
