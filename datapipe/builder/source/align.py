@@ -24,7 +24,7 @@ class BlockScan:
 
 def scan_block(fs: Any, path: str, start: int, length: int, quote: int) -> BlockScan:
     """Quote parity and first newline of each parity in bytes [start, start + length) of ``path`` (a worker task)."""
-    parity, first = 0, [-1, -1]
+    parity, first, quote_byte = 0, [-1, -1], bytes([quote])
     with fs.open(path, "rb") as handle:
         handle.seek(start)
         pos, left = start, length
@@ -32,16 +32,22 @@ def scan_block(fs: Any, path: str, start: int, length: int, quote: int) -> Block
             chunk = handle.read(min(SCAN_CHUNK, left))
             if not chunk:
                 break
-            data = np.frombuffer(chunk, dtype=np.uint8)
-            # quote parity after each byte (a uint8 sum wraps at 256, an even number, so parity survives)
-            after = (np.cumsum(data == quote, dtype=np.uint8) & 1) ^ parity
-            newlines = np.flatnonzero(data == 10)
-            for p in (0, 1):
-                if first[p] < 0:
-                    hits = newlines[after[newlines] == p]
-                    if len(hits):
-                        first[p] = pos + int(hits[0])
-            parity = int(after[-1])
+            if first[0] >= 0 and first[1] >= 0:  # only the parity is left to count: bytes.count, no arrays
+                parity ^= chunk.count(quote_byte) & 1
+            elif quote_byte not in chunk:  # one parity all through the chunk: its first newline, by memchr
+                if first[parity] < 0 and (newline := chunk.find(b"\n")) >= 0:
+                    first[parity] = pos + newline
+            else:
+                data = np.frombuffer(chunk, dtype=np.uint8)
+                # quote parity after each byte (a uint8 sum wraps at 256, an even number, so parity survives)
+                after = (np.cumsum(data == quote, dtype=np.uint8) & 1) ^ parity
+                newlines = np.flatnonzero(data == 10)
+                for p in (0, 1):
+                    if first[p] < 0:
+                        hits = newlines[after[newlines] == p]
+                        if len(hits):
+                            first[p] = pos + int(hits[0])
+                parity = int(after[-1])
             pos, left = pos + len(chunk), left - len(chunk)
     return BlockScan(parity, first[0], first[1])
 
