@@ -85,7 +85,7 @@ def test_build_to_s3_and_every_dataset_command_there(digits_on_s3):
     assert wrong.returncode == 3 and "Traceback" not in wrong.stderr and wrong.stderr.startswith("error: ")
 
 
-def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(digits_on_s3, tmp_path, dask_client):
+def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(digits_on_s3, tmp_path, in_process):
     """Two DataLoader worker processes (and their download-ahead threads) share one cache: every shard and
     index is fetched from S3 once (GETs counted at a proxy), the warm epoch fetches nothing."""
     cache = tmp_path / "cache"
@@ -109,7 +109,7 @@ def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(digits_on
     assert cold == warm and len(cold) == 1773 // 64
     # the same pipeline (the S3 copy has no splits section, unlike the session's digits) built into a local store
     local = tmp_path / "local"
-    build(load_pipeline(digits_on_s3["dir"] / "digits.yaml"), Store(str(local)), client=dask_client)
+    build(load_pipeline(digits_on_s3["dir"] / "digits.yaml"), Store(str(local)), client=in_process)
     same = datapipe.Loader(f"{local}/digits", batch_size=64, num_workers=0, seed=3)
     assert [(b["__key__"], b["cls"].tolist()) for b in same] == cold
 
@@ -311,8 +311,9 @@ def test_a_download_killed_midway_leaves_nothing_a_restart_trips_over(s3, tmp_pa
 def test_concurrent_builders_into_one_s3_store_leave_only_complete_versions(digits_on_s3):
     env, store, work = digits_on_s3["env"], digits_on_s3["store"], digits_on_s3["dir"]
     shutil.copy(REPO / "pipelines" / "digits_tfrecord.yaml", work / "digits_tfrecord.yaml")
-    procs = [subprocess.Popen([sys.executable, "-m", "datapipe", "build", name, "--out", store, "--workers", "1",
-                               "--json"], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # two processes, each building on threads (the digits are small): what races is the commit to S3
+    procs = [subprocess.Popen([sys.executable, "-m", "datapipe", "build", name, "--out", store, "--json"], cwd=work,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for name in ("digits_tfrecord.yaml", "digits.yaml")]
     results = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in results]
