@@ -35,6 +35,9 @@ def make_shards(root, shards: int, name: str) -> str:
     return f"{root}/{name}"
 
 
+# Reads each URL in turn, in one process: the peak figures after the second read are the larger of the two
+# reads' peaks (VmHWM and the children's maxrss only grow), so they exceed the first read's only if the second
+# read took more. One interpreter (and torch import) for both reads.
 READER = textwrap.dedent("""
     import json, resource, sys, threading
     import datapipe
@@ -43,32 +46,35 @@ READER = textwrap.dedent("""
         with open("/proc/self/status") as f:
             return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
 
-    url, workers = sys.argv[1], int(sys.argv[2])
-    loader = datapipe.Loader(url, batch_size=256, shuffle=True, seed=3, num_workers=workers, drop_last="pad")
-    peak, done = [status_mb("RssAnon")], threading.Event()
+    workers = int(sys.argv[1])
+    for url in sys.argv[2:]:
+        loader = datapipe.Loader(url, batch_size=256, shuffle=True, seed=3, num_workers=workers, drop_last="pad")
+        peak, done = [status_mb("RssAnon")], threading.Event()
 
-    def sample():
-        while not done.wait(0.01):
-            peak.append(status_mb("RssAnon"))
+        def sample():
+            while not done.wait(0.01):
+                peak.append(status_mb("RssAnon"))
 
-    watcher = threading.Thread(target=sample, daemon=True)
-    watcher.start()
-    keys = set()
-    for batch in loader:
-        keys.update(batch["__key__"])
-    done.set()
-    watcher.join()
-    del loader
-    print(json.dumps({"samples": len(keys), "anon_peak_mb": max(peak), "hwm_mb": status_mb("VmHWM"),
-                      "children_hwm_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+        watcher = threading.Thread(target=sample, daemon=True)
+        watcher.start()
+        keys = set()
+        for batch in loader:
+            keys.update(batch["__key__"])
+        done.set()
+        watcher.join()
+        del loader
+        print(json.dumps({"samples": len(keys), "anon_peak_mb": max(peak), "hwm_mb": status_mb("VmHWM"),
+                          "children_hwm_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}),
+              flush=True)
 """)
 
 
-def read_in_subprocess(url: str, workers: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", READER, url, str(workers)], capture_output=True, text=True,
+def read_in_subprocess(workers: int, *urls: str) -> list[dict]:
+    """The figures of reading each of ``urls`` in turn, in one new process."""
+    out = subprocess.run([sys.executable, "-c", READER, str(workers), *urls], capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return [json.loads(line) for line in out.stdout.strip().splitlines()[-len(urls):]]
 
 
 @pytest.mark.parametrize("workers", [0, 2], ids=["in-process", "2-workers"])
@@ -77,8 +83,7 @@ def test_loader_memory_does_not_grow_with_10x_more_shards(tmp_path_factory, work
     if not (root / "many").exists():
         make_shards(root, FEW_SHARDS, "few")
         make_shards(root, 10 * FEW_SHARDS, "many")
-    few = read_in_subprocess(f"{root}/few", workers)
-    many = read_in_subprocess(f"{root}/many", workers)
+    few, many = read_in_subprocess(workers, f"{root}/few", f"{root}/many")
     data_mb = 10 * FEW_SHARDS * SAMPLES_PER_SHARD * SAMPLE_BYTES / 2**20
     print(f"\nloader, {workers} workers: {FEW_SHARDS} shards {few} | {10 * FEW_SHARDS} shards ({data_mb:.0f} MB) "
           f"{many}")
