@@ -132,6 +132,7 @@ def test_commit_copies_shards_in_parallel_on_the_server_then_manifest_then_ref(s
     assert sorted(r[1] for r in copies) == sorted(final + name for e in entries for name in (e.path, e.index_path))
     assert all(".partial-" in r[5] for r in copies)  # copied on the server from the partial directory
     assert not [r for r in log if r[0] == "GET" and ".partial-" in r[1] and "/shard-" in r[1]]  # no bytes via us
+    assert not [r for r in log if r[0] == "HEAD" and ".partial-" in r[1]]  # sizes from one listing, not a HEAD each
     assert proxy.max_copies > 1  # in parallel
     manifest_put = [r for r in log if r[0] == "PUT" and r[1] == final + "manifest.json"]
     ref_put = [r for r in log if r[0] == "PUT" and r[1].endswith("/many/refs/latest")]
