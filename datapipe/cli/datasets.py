@@ -13,7 +13,7 @@ from datapipe.cli.options import storage_options
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.versioning.gc import collect
 from datapipe.versioning.leases import parse_duration
-from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.manifest import Manifest, shown_time
 from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
 from datapipe.versioning.store import Store, check_ref_name, open_dataset_url, parse_dataset_url
 from datapipe.versioning.verify import verify_version
@@ -52,7 +52,7 @@ def ls(store_url: str, as_json: bool) -> None:
         click.echo(f"{r['dataset']:16} {r['version'][:12]:12} {','.join(r['tags']) or '-':16} {r['samples']:>10} "
                    f"{format_size(r['bytes']):>9} {format_size(r['own_bytes']):>9} "
                    f"{format_size(r['shared_bytes']):>9}  "
-                   f"{r['created_at']:25} {(r['parent'] or '-')[:12]}")
+                   f"{shown_time(r['created_at']):25} {(r['parent'] or '-')[:12]}")
 
 
 def _summary(m: Manifest) -> dict[str, Any]:
@@ -100,7 +100,7 @@ def info(dataset: str, as_json: bool) -> None:
         _echo_json(s)
         return
     click.echo(f"{m.name}@{m.version[:12]}  ({m.version})")
-    click.echo(f"  created {m.created_at} on {m.host or '?'}, parent {(m.parent or '-')[:12]}")
+    click.echo(f"  created {shown_time(m.created_at)} on {m.host or '?'}, parent {(m.parent or '-')[:12]}")
     click.echo(f"  {m.samples} samples in {s['shards']['count']} {m.shard_format} shards, {format_size(m.bytes)} "
                f"(shard sizes {format_size(s['shards']['min_bytes'])} .. {format_size(s['shards']['max_bytes'])})")
     click.echo("  fields: " + (", ".join(f"{k}:{v}" for k, v in m.fields.items()) or "-"))

@@ -14,6 +14,7 @@ from datapipe.versioning.history import as_json as entry_json
 from datapipe.versioning.history import history, usage
 from datapipe.versioning.leases import parse_duration as duration
 from datapipe.versioning.leases import read_leases, release_lease, take_lease
+from datapipe.versioning.manifest import shown_time
 from datapipe.versioning.store import Store, parse_dataset_url
 
 
@@ -124,7 +125,7 @@ def log_command(dataset: str, as_json: bool) -> None:
         marks = ", ".join(e.tags + [f"leased {lid}" for lid in e.leases] + ([] if e.reachable else ["not on latest"]))
         click.echo(f"version {e.version[:12]}" + (f" ({marks})" if marks else ""))
         parent = "-" if e.parent is None else e.parent[:12] + (" (pruned)" if e.parent_state == "pruned" else "")
-        click.echo(f"  created {e.created_at}, {e.samples} samples, {format_size(e.bytes)} "
+        click.echo(f"  created {shown_time(e.created_at)}, {e.samples} samples, {format_size(e.bytes)} "
                    f"({format_size(e.own_bytes)} own, "
                    f"{format_size(e.shared_bytes)} shared), parent {parent}")
         if e.changes is not None:

@@ -18,6 +18,7 @@ from datapipe.serve.changes import Diffs, diff_page, failed_builds, failed_page,
 from datapipe.serve.resolve import Versions
 from datapipe.serve.samples import PREVIEW, Thumbnails, describe, read_sample
 from datapipe.versioning.history import history
+from datapipe.versioning.manifest import shown_time
 
 PAGE = 48  # samples per page of the grid
 MAX_PAGE = 10**6
@@ -55,7 +56,7 @@ def store_page(c: Context) -> HTMLResponse:
             version = c.versions.version(name, "latest")
             m = store.manifest(name, version)
             rows.append({"name": name, "version": version, "tags": sorted(r for r, v in refs.items() if v == version),
-                         "samples": m.samples, "bytes": m.bytes, "created": m.created_at,
+                         "samples": m.samples, "bytes": m.bytes, "created": shown_time(m.created_at),
                          "versions": len(store.versions(name)), "error": None})
         except DatapipeError as e:  # one broken dataset must not hide the others
             rows.append({"name": name, "error": str(e)})

@@ -361,3 +361,10 @@ def assemble_manifest(name: str, shard_format: str, shards: Iterable[ShardEntry]
         rejected=REJECTED_NAME if rejected else None, rejected_rows=rejected, splits=splits,
         classes=None if classes is None else tuple(classes),
     )
+
+
+def shown_time(created_at: str) -> str:
+    """``created_at`` to the second, as listings show it (manifests record microseconds: versions committed
+    within one second still sort by when they were made)."""
+    return re.sub(r"\.\d+(?=[+-]\d\d:\d\d$|Z$|$)", "", created_at)
+

@@ -335,7 +335,7 @@ class VersionWriter:
         files this build staged, its build state, replace the older build's).
         """
         store, fs = self.store, self.store.fs
-        manifest = replace(manifest, name=self.name, parent=self.parent, created_at=_now(),
+        manifest = replace(manifest, name=self.name, parent=self.parent, created_at=_now("microseconds"),
                            host=socket.gethostname()).with_id()
         final = store.path(self.name, VERSIONS, manifest.version)
         if manifest.version in store.versions(self.name):
@@ -395,5 +395,5 @@ class VersionWriter:
         self._leases.clear()
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+def _now(timespec: str = "seconds") -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec=timespec)

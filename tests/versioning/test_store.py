@@ -232,3 +232,25 @@ def test_gc_takes_a_partial_without_a_readable_owner_file_as_abandoned(store):
     store.fs.rm_file(f"{missing.partial}/.owner.json")
     store.fs.pipe_file(f"{cut.partial}/.owner.json", b'{"host": "')
     assert sorted(collect(store, "digits").removed) == sorted([missing.partial, cut.partial])
+
+
+def test_keep_last_keeps_the_newest_of_versions_made_in_one_second_whose_ancestors_are_gone(tmp_path):
+    """Six versions committed within a second, the ancestors of the newest pruned: keep_last=1 keeps the newest.
+    With created_at to the second only, the tie fell to the depth of each version's chain of ancestors still in
+    the store, and a version whose parent was gone came last (the gc race test saw an older one kept)."""
+    from helpers.versions import commit_first, commit_sharing
+
+    from datapipe.versioning.gc import collect
+    from datapipe.versioning.retention import newest_first
+
+    store = Store(str(tmp_path / "storage"))
+    versions = [commit_first(store)]
+    for i in range(1, 4):
+        versions.append(commit_sharing(store, versions[-1], rewrite={(i - 1) % 3: i}))
+    assert all("." in m.created_at for m in versions)  # to the microsecond
+    manifests = {m.version: m for m in versions}
+    del manifests[versions[2].version]  # the newest one's parent, gone (as gc leaves a chain)
+    newest = newest_first(manifests)
+    assert newest[0] == versions[3].version, newest
+    collect(store, "toy", keep_last=2)
+    assert set(store.versions("toy")) == {versions[3].version, versions[2].version}
