@@ -381,8 +381,8 @@ class VersionWriter:
 
         # a copy first asks for the size of its source (a HEAD each); one listing of the partial directory,
         # now that every file is in it, answers them all from the file system's listings cache
-        self.store.remote(self.partial, lambda: fs.ls(self.partial, detail=True, refresh=True))
-
+        if names:
+            self.store.remote(self.partial, lambda: fs.ls(self.partial, detail=True, refresh=True))
         with ThreadPoolExecutor(min(MOVE_THREADS, max(len(names), 1)), thread_name_prefix="datapipe-commit") as pool:
             list(pool.map(copy, names))  # raises the first failure; the manifest is then never written
 

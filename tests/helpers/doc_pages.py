@@ -23,6 +23,7 @@ import jsonschema
 import yaml
 from click.testing import CliRunner
 
+from helpers.cli import on_session_cluster
 from helpers.markdown_blocks import Block, blocks, split_and, split_comment
 
 REPO = Path(__file__).parents[2]
@@ -139,7 +140,8 @@ def datapipe(args: list[str], cwd: Path, env: dict[str, str]):
 
 
 def _on_cluster(args: list[str], scheduler: str) -> list[str]:
-    """``datapipe build``/``check`` args on the session's cluster: --scheduler added, --workers N dropped."""
+    """``datapipe build``/``check`` args on the session's cluster (on_session_cluster's options added),
+    --workers N dropped."""
     if not args or args[0] not in BUILDS or "--scheduler" in args:
         return args
     out, skip = [], False
@@ -150,7 +152,7 @@ def _on_cluster(args: list[str], scheduler: str) -> list[str]:
             skip = True
         elif not arg.startswith("--workers="):
             out.append(arg)
-    return [*out, "--scheduler", scheduler]
+    return [*out, *on_session_cluster(scheduler)]
 
 
 def _expand(args: list[str], cwd: Path) -> list[str]:

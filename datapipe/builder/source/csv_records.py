@@ -94,8 +94,8 @@ def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None
     starts = np.concatenate([[0], np.flatnonzero(newline) + 1])
     starts = starts[starts < len(raw)]
     # separators per record from their positions: a pass over the few separators, not over every byte
-    at = np.flatnonzero(delims)
-    fields = np.searchsorted(at, np.append(starts[1:], len(raw))) - np.searchsorted(at, starts) + 1
+    seps = np.flatnonzero(delims)
+    fields = np.searchsorted(seps, np.append(starts[1:], len(raw))) - np.searchsorted(seps, starts) + 1
     nonblank = ~_BLANK[raw[starts]]
     if not nonblank.all():  # a record that starts with a blank byte is blank only if all its bytes are
         nonblank = np.logical_or.reduceat(~_BLANK[raw], starts)
