@@ -21,13 +21,24 @@ def s3(s3_server):
         yield {"endpoint": s3_server, "bucket": bucket, "env": dict(os.environ)}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _frozen_between_tests():
+    """What the module froze (below) goes back to the collector when it ends."""
+    yield
+    gc.unfreeze()
+    gc.collect()
+
+
 @pytest.fixture(autouse=True)
-def _unclosed_datasets_release_their_leases_in_their_test():
+def _unclosed_datasets_release_their_leases_in_their_test(_frozen_between_tests):
     """A dataset nobody closed releases its lease when it is collected (a weakref finalizer). Collect at the end
     of each test, while the server and the environment are those it was opened with: left to chance, the release
     ran during a later test's command, against that test's endpoint, and wrote a warning into its stderr."""
     yield
     gc.collect()
+    # what is left lives on (torch, Dask, pyarrow: half a million objects): freezing it keeps the next test's
+    # collection to what that test made
+    gc.freeze()
 
 
 @pytest.fixture
