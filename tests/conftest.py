@@ -136,11 +136,24 @@ def _session_manifests_follow_the_schema(tmp_path_factory):
 def dask_client():
     """One real LocalCluster (2 worker processes) shared by the tests that build in process and do not test the
     cluster itself (the builds' own LocalClusters are tested by the CLI builds that start one)."""
+    import dask
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with dask.config.set(QUIET_WHILE_IDLE), LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                                         dashboard_address=None) as cluster, Client(cluster) as client:
         yield client
+
+
+# The session's cluster idles between the tests that use it, and Dask's housekeeping at its defaults (a profiler
+# sampling every worker thread every 10 ms, memory polled every 100 ms by each worker and its nanny, event-loop
+# and system-monitor ticks) kept a tenth of a core busy for the whole run. No test asserts on any of it: the
+# builds that test memory limits run on clusters of their own, with Dask's defaults.
+QUIET_WHILE_IDLE = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+}
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ batch_keys of every step up to the end to --out.
 """
 
 import argparse
+import gc
 import json
 
 import torch.distributed as dist
@@ -48,6 +49,7 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump(everyone, f)
     dist.destroy_process_group()
+    gc.freeze()  # as in ddp_run.py: the exit's collection would walk every object torch made
 
 
 if __name__ == "__main__":
