@@ -148,10 +148,12 @@ class ShardCache:
         temp = final.with_name(f"{final.name}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         digest = hashlib.sha256()
         try:
-            with fs.open(path, "rb") as src, open(temp, "wb") as dst:
-                while chunk := src.read(CHUNK):
+            # get_file, not open: an open s3fs file asks for the object's details (a HEAD) before its first GET;
+            # get_file is one GET (parts in parallel for a large object)
+            fs.get_file(path, str(temp))
+            with open(temp, "rb") as copy:
+                while chunk := copy.read(CHUNK):
                     digest.update(chunk)
-                    dst.write(chunk)
             if temp.stat().st_size != size or digest.hexdigest() != sha256:
                 raise ShardCorruptError(where, f"downloaded {temp.stat().st_size} bytes whose sha256 does not match "
                                         f"the manifest ({size} bytes); the object was changed or damaged")

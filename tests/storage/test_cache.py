@@ -46,6 +46,17 @@ def test_a_changed_object_is_refused_and_leaves_nothing(tmp_path, remote):
     assert not [p for p in tmp_path.iterdir() if not p.name.endswith(".lock")]
 
 
+@pytest.mark.parametrize("change", ["shorter", "longer"])
+def test_an_object_of_another_size_than_the_manifests_is_refused(tmp_path, remote, change):
+    fs, files = remote
+    path, sha, size = files[3]
+    data = fs.cat(path)
+    fs.pipe(path, data[:-1] if change == "shorter" else data + b"!")  # the manifest's bytes are all still there
+    with pytest.raises(ShardCorruptError, match="sha256 does not match the manifest"):
+        ShardCache(tmp_path).open(fs, path, sha, size)
+    assert not [p for p in tmp_path.iterdir() if not p.name.endswith(".lock")]
+
+
 def test_a_missing_object_is_a_clear_error(tmp_path, remote):
     fs, _ = remote
     with pytest.raises(NotFoundError, match="no such object"):
@@ -145,14 +156,22 @@ def test_a_download_makes_room_before_it_lands(tmp_path, remote, monkeypatch):
 
 
 class CountingFS(fsspec.implementations.local.LocalFileSystem):
-    """A 'remote' that records every open for reading in a log file (shared by forked processes)."""
+    """A 'remote' that records every read (an open, or a copy to a local file) in a log file (shared by forked
+    processes)."""
 
     log_path = None
 
-    def _open(self, path, mode="rb", **kw):
+    def _log(self, path):
         with open(self.log_path, "a") as log:
             log.write(f"{path}\n")
+
+    def _open(self, path, mode="rb", **kw):
+        self._log(path)
         return super()._open(path, mode, **kw)
+
+    def get_file(self, path1, path2, *args, **kw):
+        self._log(path1)
+        return super().get_file(path1, path2, *args, **kw)
 
 
 def _open_in_child(cache_dir, path, sha, size, start, all_open):
