@@ -99,7 +99,7 @@ def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(digits_on
     try:
         cold = epoch()
         shard_gets = {path: n for path, n in proxy.gets.items() if "/shard-" in path}
-        # a GET alone: the manifest gave each file's size, so no HEAD asked for it
+        # each file in GETs alone: no HEAD before a download
         assert [(method, path) for method, path, *_ in proxy.log if "/shard-" in path and method != "GET"] == []
         warm = epoch()
         assert {path: n for path, n in proxy.gets.items() if "/shard-" in path} == shard_gets  # nothing new

@@ -51,7 +51,7 @@ def test_an_object_of_another_size_than_the_manifests_is_refused(tmp_path, remot
     fs, files = remote
     path, sha, size = files[3]
     data = fs.cat(path)
-    fs.pipe(path, data[:-1] if change == "shorter" else data + b"!")  # the manifest's bytes are all still there
+    fs.pipe(path, data[:-1] if change == "shorter" else data + b"!")  # its last byte lost, or one more appended
     with pytest.raises(ShardCorruptError, match="sha256 does not match the manifest"):
         ShardCache(tmp_path).open(fs, path, sha, size)
     assert not [p for p in tmp_path.iterdir() if not p.name.endswith(".lock")]
