@@ -124,6 +124,7 @@ def worker_server(enabled: bool = True) -> Iterator[None]:
     server = forkserver._forkserver  # the process's one forkserver (multiprocessing keeps a single one)
     # (private attributes of CPython's forkserver: where they differ, leave the start to Dask, as before)
     started = enabled and _forkserver_available() and getattr(server, "_forkserver_pid", False) is None
+    preload = list(getattr(server, "_preload_modules", None) or ["__main__"])
     if started:
         server.set_forkserver_preload(WORKER_PRELOAD)
         server.ensure_running()
@@ -132,6 +133,9 @@ def worker_server(enabled: bool = True) -> Iterator[None]:
     finally:
         if started and hasattr(server, "_stop"):
             server._stop()
+            # and the preload list as it was: the cluster's start set Dask's own (every package distributed
+            # knows), which a later forkserver, such as a remote Loader's, would import for nothing
+            server.set_forkserver_preload(preload)
 
 
 @contextlib.contextmanager

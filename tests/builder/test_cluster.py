@@ -29,6 +29,10 @@ def test_forkserver_workers_build_the_same_version_and_leave_no_stale_server(pro
     # process (DataLoader workers start from the forkserver) may have left one running
     if forkserver._forkserver._forkserver_pid is not None:
         forkserver._forkserver._stop()
+    import distributed.utils
+
+    monkeypatch.setattr(distributed.utils, "_forkserver_preload_set", False)  # as in a fresh process
+    preload = list(forkserver._forkserver._preload_modules)
     write_people(project)
     project.pipeline(people("4KB", "webdataset", "7"))
     spawned = project.build(client=dask_client)  # the session's cluster: Dask's default, spawned workers
@@ -36,6 +40,7 @@ def test_forkserver_workers_build_the_same_version_and_leave_no_stale_server(pro
     forked = project.build(workers=1)  # the embedded cluster, its worker forked from a forkserver
     assert forked.manifest.version == spawned.manifest.version
     assert forkserver._forkserver._forkserver_pid is None  # stopped with the build
+    assert forkserver._forkserver._preload_modules == preload  # not the list Dask's cluster start set
     # so a process started from a forkserver later (a Loader's workers on S3, the next build's workers)
     # sees the environment as it is now, not as it was when the build began
     monkeypatch.setenv("DATAPIPE_TEST_LATER", "set after the build")
