@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.cli import datapipe_in_process, datapipe_installed
+from helpers.cli import datapipe_in_process
 
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
@@ -56,8 +56,10 @@ def dask_cluster(tmp_path):
 @pytest.mark.distributed
 def test_scheduler_build_matches_local_build(tmp_path, dask_cluster, copy_digits, digits_built):
     copy_digits(tmp_path, "digits.yaml", "digits_code.py")
-    out = datapipe_installed("build", "digits.yaml", "--json", "--out", "remote", "--scheduler", dask_cluster,
-                             cwd=tmp_path)
+    # in this process (the installed command's own start is tests/cli/test_installed_command.py's): the client
+    # and the build are this process's, the tasks run in the `dask worker` processes
+    out = datapipe_in_process("build", "digits.yaml", "--json", "--out", "remote", "--scheduler", dask_cluster,
+                              cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     remote = json.loads(out.stdout.strip().splitlines()[-1])
     # the local build: the session's digits build (a LocalCluster in this process)
