@@ -29,6 +29,10 @@ settings.register_profile(
 settings.register_profile("long", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+# The builds of the suite start their clusters without Dask's dashboard, whose Bokeh server is much of a cluster's
+# start; tests/builder/test_cli.py checks `datapipe build`'s default (the dashboard and its link) on a terminal.
+os.environ["DATAPIPE_DASHBOARD"] = "0"
+
 REPO = Path(__file__).parents[1]
 MANIFEST_SCHEMA_PATH = REPO / "schemas" / "manifest.schema.json"
 _VALIDATOR = jsonschema.Draft202012Validator(json.loads(MANIFEST_SCHEMA_PATH.read_text()))

@@ -19,9 +19,10 @@ def in_process_only(fs: Any) -> bool:
 
 def open_client(stack: contextlib.ExitStack, *, client: Any, workers: int | None, scheduler: str | None,
                 memory_limit: int | None, scheduler_timeout: float | None, store_fs: Any, source_fs: Any,
-                source_bytes: int, unread_bytes: int | None) -> tuple[Any, str]:
+                source_bytes: int, unread_bytes: int | None, dashboard: bool = False) -> tuple[Any, str]:
     """The client and what it is ("client", "in-process", "local cluster" or "scheduler"); a cluster it starts
-    stops with ``stack``. ``unread_bytes``: for a rebuild, the source bytes its parent's state does not cover."""
+    stops with ``stack``. ``unread_bytes``: for a rebuild, the source bytes its parent's state does not cover.
+    ``dashboard``: a cluster it starts serves Dask's dashboard."""
     if client is not None:
         return client, "client"
     if workers is not None and workers < 1 and scheduler is None:  # with a scheduler, --workers sizes nothing
@@ -32,5 +33,5 @@ def open_client(stack: contextlib.ExitStack, *, client: Any, workers: int | None
     stack.enter_context(worker_server(enabled=scheduler is None and not in_process_only(store_fs)))
     processes = not (in_process_only(store_fs) or in_process_only(source_fs))
     return stack.enter_context(dask_client(workers, scheduler, processes=processes, memory_limit=memory_limit,
-                                           scheduler_timeout=scheduler_timeout)), \
+                                           scheduler_timeout=scheduler_timeout, dashboard=dashboard)), \
         "scheduler" if scheduler else "local cluster"

@@ -51,14 +51,15 @@ def check_scheduler(scheduler: str, timeout: float) -> None:
 @contextlib.contextmanager
 def dask_client(workers: int | None = None, scheduler: str | None = None, *,
                 processes: bool = True, memory_limit: int | None = None,
-                scheduler_timeout: float | None = None) -> Iterator[Any]:
+                scheduler_timeout: float | None = None, dashboard: bool = False) -> Iterator[Any]:
     """A distributed Client: connected to ``scheduler``, or to a new LocalCluster of ``workers`` processes.
 
     ``processes=False`` runs the workers as threads of this process: needed when the data lives
     in this process's memory (memory:// stores). ``memory_limit``: bytes per worker of the
     LocalCluster (Dask spills at 60% of it, pauses at 80% and restarts a worker at 95%); None
     leaves Dask's default, the machine's memory shared among the workers. ``scheduler_timeout``:
-    seconds to keep trying to connect to ``scheduler`` (default SCHEDULER_TIMEOUT).
+    seconds to keep trying to connect to ``scheduler`` (default SCHEDULER_TIMEOUT). ``dashboard``: the
+    LocalCluster serves Dask's dashboard (on a free port; needs bokeh).
     """
     from distributed import Client, LocalCluster
 
@@ -83,12 +84,15 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
         return
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers {workers}: need at least one worker")
-    dashboard = ":0" if importlib.util.find_spec("bokeh") else None
+    # the Bokeh server of the dashboard is much of the cluster's start: only a build that shows its link asks for
+    # it. Without it the scheduler still serves its health and metrics routes, on a free port of the loopback only.
+    dashboard = dashboard and importlib.util.find_spec("bokeh") is not None
     with _forkserver_workers(), LocalCluster(
         n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=processes,
         # workers log recoverable trouble (a peer that died mid-transfer) as ERROR with a traceback; Dask
         # recomputes what was lost, and what cannot be recovered reaches the user as a BuildError
-        dashboard_address=dashboard, silence_logs=logging.CRITICAL,
+        dashboard_address=":0" if dashboard else "127.0.0.1:0", scheduler_kwargs={"dashboard": dashboard},
+        silence_logs=logging.CRITICAL,
         **({"memory_limit": memory_limit} if memory_limit is not None else {}),
     ) as cluster, Client(cluster) as client:
         yield client

@@ -95,6 +95,7 @@ def build(
     memory_limit: int | None = None,
     scheduler_timeout: float | None = None,
     rehash: bool = False,
+    dashboard: bool = False,
 ) -> BuildResult:
     """Build ``loaded`` into a new version of ``store`` and point 'latest' (and ``tags``) at it.
 
@@ -108,6 +109,8 @@ def build(
     LocalCluster (Dask's default otherwise: the machine's memory shared among the workers).
     ``scheduler_timeout``: seconds to keep trying to reach ``scheduler`` (cluster.SCHEDULER_TIMEOUT).
     ``rehash``: read every source file for its hash, trusting no stamp of the parent's (builder/known_hashes.py).
+    ``dashboard``: the embedded LocalCluster serves Dask's dashboard; the link of the cluster's (any cluster's)
+    goes to ``progress.dashboard``.
     """
     started, listed_ns = time.perf_counter(), time.time_ns()
     pipeline = loaded.pipeline
@@ -123,11 +126,11 @@ def build(
         c, ran_on = open_client(
             stack, client=client, workers=workers, scheduler=scheduler, memory_limit=memory_limit,
             scheduler_timeout=scheduler_timeout, store_fs=store.fs, source_fs=source.fs,
-            source_bytes=sum(f.size for f in source.files),
+            source_bytes=sum(f.size for f in source.files), dashboard=dashboard,
             # a shuffled rebuild rewrites every shard: that is a full build's write pass, for the workers asked for
             unread_bytes=None if parent.why_full or pipeline.shards.shuffle_seed is not None
             else sum(f.size for i, f in enumerate(source.files) if i not in known))
-        progress.dashboard(dashboard_link(c))
+        progress.dashboard(dashboard_link(c) if dashboard else None)
         run = PassRunner(c, progress)
         run.seconds["start"] = time.perf_counter() - started  # opening the source and starting the cluster
         fit = fit_to_workers(source, worker_memory_limits(c))

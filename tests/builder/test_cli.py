@@ -138,6 +138,7 @@ def test_tags_memory_limit_and_plain_output(project, simple):
     log = out.stderr.splitlines()
     assert "clean, encode and measure: 1 tasks" in log or "clean and measure: 1 tasks" in log, log
     assert "write shards: 1 tasks" in log and not any("\r" in line or "━" in line for line in log)
+    assert not any("dashboard" in line for line in log)  # DATAPIPE_DASHBOARD=0 (tests/conftest.py): none served
 
 
 def test_progress_bars_on_a_terminal(project, simple):
@@ -151,7 +152,9 @@ def test_progress_bars_on_a_terminal(project, simple):
         done = subprocess.run([str(INSTALLED), "build", "pipeline.yaml", "--workers", "1",
                                "--out", "store"], stdout=subprocess.PIPE, stderr=follower, text=True,
                               cwd=project.root, timeout=300,
-                              env={**os.environ, "COLUMNS": "100", "TERM": "xterm-256color"})
+                              # DATAPIPE_DASHBOARD unset: the dashboard is on by default
+                              env={**{k: v for k, v in os.environ.items() if k != "DATAPIPE_DASHBOARD"},
+                                   "COLUMNS": "100", "TERM": "xterm-256color"})
         os.close(follower)
         follower = None
         screen = b""
