@@ -6,6 +6,7 @@ schemas/manifest.schema.json when the test ends; a test that breaks manifests on
 marked ``broken_manifests``.
 """
 
+import gc
 import json
 import os
 import shutil
@@ -49,6 +50,14 @@ def pytest_configure(config):
     # --no-loadscope-reorder would, but set here, so that a run without xdist (-p no:xdist) still parses.
     if getattr(config.option, "loadscopereorder", False) and "--loadscope-reorder" not in config.invocation_params.args:
         config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    # the interpreter's last garbage collection at exit walks every object torch, Dask and pyarrow left alive, for
+    # seconds, and the run waits for each xdist worker to exit: leave them out of it (tests/s3/conftest.py does
+    # the same per test, and ddp_run.py at a rank's end)
+    gc.freeze()
 
 
 def manifest_problems(data: bytes, where: str) -> list[str]:
