@@ -22,17 +22,16 @@ def dask_cluster(tmp_path):
     scheduler_file = tmp_path / "scheduler.json"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     common = ["--no-dashboard"]
-    procs = [subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                               "--scheduler-file", str(scheduler_file), *common],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    # both at once: the worker command waits for the scheduler file to appear
+    procs = [subprocess.Popen([str(BIN / "dask"), *command, "--scheduler-file", str(scheduler_file), *common],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for command in (["scheduler", "--host", "127.0.0.1", "--port", "0"],
+                             ["worker", "--nworkers", "2", "--nthreads", "1", "--host", "127.0.0.1"])]
     try:
         deadline = time.monotonic() + 60
         while not scheduler_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.1)
         address = json.loads(scheduler_file.read_text())["address"]
-        procs.append(subprocess.Popen([str(BIN / "dask"), "worker", address, "--nworkers", "2", "--nthreads", "1",
-                                       "--host", "127.0.0.1", *common],
-                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         from distributed import Client
 
         with Client(address, timeout="30s") as client:
