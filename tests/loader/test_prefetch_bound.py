@@ -22,6 +22,19 @@ def record(path: str, payload: bytes) -> bytes:
     return payload
 
 
+def settled(log: str, quiet: float = 0.3, longest: float = 2.0) -> int:
+    """The samples decoded so far, once no more were for ``quiet`` seconds (the producers wait at their bound), or
+    after ``longest`` seconds."""
+    deadline = time.monotonic() + longest
+    made, still_since = os.path.getsize(log), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - still_since < quiet:
+        time.sleep(0.02)
+        now = os.path.getsize(log)
+        if now != made:
+            made, still_since = now, time.monotonic()
+    return made
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batches_made_ahead_stay_within_the_prefetch_bound(toy, tmp_path, workers):
     log = str(tmp_path / "decoded")
@@ -32,8 +45,7 @@ def test_batches_made_ahead_stay_within_the_prefetch_bound(toy, tmp_path, worker
     batches = iter(loader)
     for consumed in range(1, 4):
         next(batches)
-        time.sleep(1.0)  # a slow training step: producers run ahead as far as they may
-        made = os.path.getsize(log)
+        made = settled(log)  # a slow training step: producers run ahead as far as they may
         # per producer: its queue, the batch it is finishing, and with workers the DataLoader's prefetch_factor
         ahead = prefetch + 1 if workers == 0 else workers * (2 * prefetch + 1)
         assert consumed <= made <= consumed + ahead < TOTAL
