@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import jsonschema
@@ -29,6 +30,30 @@ settings.register_profile(
 )
 settings.register_profile("long", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# The suite writes gigabytes of shards, sources and spill files, most of them to throw away: on a machine whose disk
+# throttles writes, waiting on it was a large part of the run. Where /dev/shm is a tmpfs with room to spare, the
+# temporary directories (pytest's, the subprocesses' and Dask workers' through TMPDIR) live there; elsewhere, and
+# when TMPDIR is set, they stay where tempfile puts them. pyproject keeps only failed tests' directories.
+MEMORY_TMP, MEMORY_TMP_FREE = Path("/dev/shm"), 8 << 30
+
+
+def _is_tmpfs(path: Path) -> bool:
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split()[1:3] == [str(path), "tmpfs"] for line in mounts)
+
+
+def _in_memory_tmp() -> None:
+    if "TMPDIR" not in os.environ and _is_tmpfs(MEMORY_TMP) and os.access(MEMORY_TMP, os.W_OK) \
+            and shutil.disk_usage(MEMORY_TMP).free >= MEMORY_TMP_FREE:
+        os.environ["TMPDIR"] = str(MEMORY_TMP)
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+_in_memory_tmp()
 
 # The builds of the suite start their clusters without Dask's dashboard, whose Bokeh server is much of a cluster's
 # start; tests/builder/test_cli.py checks `datapipe build`'s default (the dashboard and its link) on a terminal.
