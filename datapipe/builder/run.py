@@ -109,8 +109,8 @@ def build(
     LocalCluster (Dask's default otherwise: the machine's memory shared among the workers).
     ``scheduler_timeout``: seconds to keep trying to reach ``scheduler`` (cluster.SCHEDULER_TIMEOUT).
     ``rehash``: read every source file for its hash, trusting no stamp of the parent's (builder/known_hashes.py).
-    ``dashboard``: the embedded LocalCluster serves Dask's dashboard; the link of the cluster's (any cluster's)
-    goes to ``progress.dashboard``.
+    ``dashboard``: the embedded LocalCluster serves Dask's dashboard, and the link to the dashboard of the cluster
+    the build runs on goes to ``progress.dashboard`` (None without).
     """
     started, listed_ns = time.perf_counter(), time.time_ns()
     pipeline = loaded.pipeline

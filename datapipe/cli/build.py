@@ -98,8 +98,9 @@ def _incremental_line(inc: dict[str, Any]) -> str:
               help="Read every source file for its hash, even one whose stamp the last build recorded (for sources "
                    "on network or FUSE file systems, whose ctime may lag a change).")
 @click.option("--dashboard/--no-dashboard", default=True, envvar="DATAPIPE_DASHBOARD",
-              help="Serve the Dask dashboard of the embedded cluster and print its link [default: on; env "
-                   "DATAPIPE_DASHBOARD=0 turns it off]. Off, the cluster starts a second sooner.")
+              help="Serve the embedded cluster's Dask dashboard, and print the link to the dashboard of the cluster "
+                   "the build runs on [default: on; env DATAPIPE_DASHBOARD=0 turns it off]. Off, an embedded "
+                   "cluster starts sooner.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
 def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | None,
           scheduler_timeout: float | None, memory_limit: str | None, tags: tuple[str, ...], rehash: bool,
