@@ -6,6 +6,7 @@ import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -59,6 +60,28 @@ def _file_sha256(module: Any) -> str | None:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def _stale(module: Any, module_name: str, base_dir: str, sha256: str | None) -> bool:
+    """Whether an imported module is not the file this pipeline means: one of another directory (a long-lived
+    worker's earlier build), one whose file changed, or one whose file is gone."""
+    local = _spec_in(module_name, base_dir)
+    imported = getattr(module, "__file__", None)
+    if local is not None and (imported is None or os.path.abspath(local.origin) != os.path.abspath(imported)):
+        return True
+    try:
+        return sha256 is not None and _file_sha256(module) != sha256
+    except OSError:
+        return True
+
+
+def _forget(module_name: str, base_dir: str) -> None:
+    """Drop the imported module and its submodules, and its whole top-level package when that is the pipeline's
+    own (under ``base_dir``: an older import's parents would lead the next import to their directory)."""
+    top = module_name.split(".")[0] if _spec_in(module_name, base_dir) is not None else module_name
+    for loaded in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+        del sys.modules[loaded]
+    importlib.invalidate_caches()
+
+
 def load_function(spec: str, base_dir: str, sha256: str | None = None) -> Callable[..., Any]:
     """Import 'module.path:function', looking in the pipeline file's directory first.
 
@@ -81,10 +104,8 @@ def _load(spec: str, base_dir: str, sha256: str | None) -> Callable[..., Any]:
     _pipeline_dir_first(base_dir)
     try:
         module = importlib.import_module(module_name)
-        if sha256 is not None and _file_sha256(module) != sha256:
-            for loaded in [m for m in sys.modules if m == module_name or m.startswith(module_name + ".")]:
-                del sys.modules[loaded]
-            importlib.invalidate_caches()
+        if _stale(module, module_name, base_dir, sha256):
+            _forget(module_name, base_dir)
             module = importlib.import_module(module_name)
     except ImportError as e:
         raise ConfigError(f"map {spec!r}: cannot import module {module_name!r} ({e}); it is looked up in "

@@ -49,6 +49,30 @@ def test_a_same_named_module_already_imported_from_another_project_is_not_the_on
                     sys.path.remove(d)
 
 
+def test_a_worker_loads_the_pipelines_own_file_of_a_module_it_imported_from_a_directory_now_gone(tmp_path):
+    """A long-lived worker (the --scheduler cluster's) ran a build whose project directory was then removed; the same
+    module, byte for byte, in another project is imported from there."""
+    import shutil
+
+    from datapipe.builder.user_code import load_function
+
+    for module in ("loader_twin", "loader_pkg.clean"):
+        body = "def fix(df):\n    return df\n"
+        first, sha = project(tmp_path / module, "one", module, body)
+        second, _ = project(tmp_path / module, "two", module, body)
+        try:
+            assert load_function(f"{module}:fix", first.base_dir, sha).__code__.co_filename.startswith(first.base_dir)
+            shutil.rmtree(first.base_dir)
+            fix = load_function(f"{module}:fix", second.base_dir, sha)
+            assert fix.__code__.co_filename.startswith(second.base_dir)
+        finally:
+            for name in [m for m in sys.modules if m.split(".")[0] == module.split(".")[0]]:
+                del sys.modules[name]
+            for d in (first.base_dir, second.base_dir):
+                while d in sys.path:
+                    sys.path.remove(d)
+
+
 def test_source_files_are_hashed_a_group_per_task(tmp_path):
     from datapipe.builder.lineage import HASH_GROUP_FILES, hash_tasks
     from datapipe.builder.source.base import InputFile
