@@ -39,6 +39,7 @@ MEMORY_TMP, MEMORY_TMP_FREE = Path("/dev/shm"), 8 << 30
 
 
 def _is_tmpfs(path: Path) -> bool:
+    """Whether ``path`` is the mount point of a tmpfs (False where /proc/mounts cannot tell)."""
     try:
         mounts = Path("/proc/mounts").read_text().splitlines()
     except OSError:
@@ -47,6 +48,7 @@ def _is_tmpfs(path: Path) -> bool:
 
 
 def _in_memory_tmp() -> None:
+    """Point TMPDIR at MEMORY_TMP, unless TMPDIR is set or MEMORY_TMP is no writable tmpfs with room."""
     if "TMPDIR" not in os.environ and _is_tmpfs(MEMORY_TMP) and os.access(MEMORY_TMP, os.W_OK) \
             and shutil.disk_usage(MEMORY_TMP).free >= MEMORY_TMP_FREE:
         os.environ["TMPDIR"] = str(MEMORY_TMP)
