@@ -57,8 +57,8 @@ def _in_memory_tmp() -> None:
 
 _in_memory_tmp()
 
-# The builds of the suite start their clusters without Dask's dashboard, whose Bokeh server is much of a cluster's
-# start; tests/builder/test_cli.py checks `datapipe build`'s default (the dashboard and its link) on a terminal.
+# The builds of the suite start their clusters without Dask's dashboard, whose Bokeh server is a sizeable part of a
+# cluster's start; tests/builder/test_cli.py checks `datapipe build`'s default (the dashboard, its link) on a terminal.
 os.environ["DATAPIPE_DASHBOARD"] = "0"
 
 REPO = Path(__file__).parents[1]

@@ -84,8 +84,8 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
         return
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers {workers}: need at least one worker")
-    # the Bokeh server of the dashboard is much of the cluster's start: only a build that shows its link asks for
-    # it. Without it the scheduler still serves its health and metrics routes, on a free port of the loopback only.
+    # the Bokeh server of the dashboard is a sizeable part of the cluster's start: only a build that shows its link
+    # asks for it. Without it the scheduler still serves its health and metrics routes, on a free loopback port.
     dashboard = dashboard and importlib.util.find_spec("bokeh") is not None
     with _forkserver_workers(), LocalCluster(
         n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=processes,
