@@ -60,10 +60,10 @@ def _file_sha256(module: Any) -> str | None:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def _stale(module: Any, module_name: str, base_dir: str, sha256: str | None) -> bool:
-    """Whether an imported module is not the file this pipeline means: one of another directory (a long-lived
-    worker's earlier build), one whose file changed, or one whose file is gone."""
-    local = _spec_in(module_name, base_dir)
+def _stale(module: Any, local: Any, sha256: str | None) -> bool:
+    """Whether an imported module is not the file this pipeline means (``local``: the spec found in the pipeline's
+    directory, or None): one of another directory (a long-lived worker's earlier build), one whose file changed, or
+    one whose file is gone."""
     imported = getattr(module, "__file__", None)
     if local is not None and (imported is None or os.path.abspath(local.origin) != os.path.abspath(imported)):
         return True
@@ -73,10 +73,10 @@ def _stale(module: Any, module_name: str, base_dir: str, sha256: str | None) -> 
         return True
 
 
-def _forget(module_name: str, base_dir: str) -> None:
-    """Drop the imported module and its submodules, and its whole top-level package when that is the pipeline's
-    own (under ``base_dir``: an older import's parents would lead the next import to their directory)."""
-    top = module_name.split(".")[0] if _spec_in(module_name, base_dir) is not None else module_name
+def _forget(module_name: str, whole_package: bool) -> None:
+    """Drop the imported module and its submodules, and with ``whole_package`` its top-level package too (the
+    pipeline's own: an older import's parents would lead the next import back to their directory)."""
+    top = module_name.split(".")[0] if whole_package else module_name
     for loaded in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
         del sys.modules[loaded]
     importlib.invalidate_caches()
@@ -104,8 +104,9 @@ def _load(spec: str, base_dir: str, sha256: str | None) -> Callable[..., Any]:
     _pipeline_dir_first(base_dir)
     try:
         module = importlib.import_module(module_name)
-        if _stale(module, module_name, base_dir, sha256):
-            _forget(module_name, base_dir)
+        local = _spec_in(module_name, base_dir)
+        if _stale(module, local, sha256):
+            _forget(module_name, whole_package=local is not None)
             module = importlib.import_module(module_name)
     except ImportError as e:
         raise ConfigError(f"map {spec!r}: cannot import module {module_name!r} ({e}); it is looked up in "
