@@ -1,4 +1,5 @@
-"""W3: builds at scale. 2,000,000 x 1 KiB + int label in Parquet (~2 GB), built four ways, and MDSWriter beside them.
+"""W3: builds at scale. 2,000,000 x 1 KiB + int label in Parquet (~2 GB), built four ways, and
+MDSWriter beside them.
 
 ``python -m benchmarks.build_scale [--samples N] [--workdir DIR]`` (the bench venv, with
 mosaicml-streaming) writes W3 as Parquet in 16 MB row groups (once, kept in DIR), then times, each
@@ -7,7 +8,8 @@ them from the Parquet with pyarrow; ``datapipe build`` with 1 and with 2 embedde
 ``datapipe build --scheduler`` on a real ``dask scheduler`` with 2 ``dask worker`` processes this
 benchmark starts. Prints samples/s, the ratios issue 17 sets targets for, and each build's peak
 worker RSS; then the build-time model of ``benchmarks.build_model`` fitted to the 1- and 2-worker
-builds (the runs are kept in DIR/runs.json: ``python -m benchmarks.build_model DIR/runs.json`` refits).
+builds (the runs are kept in DIR/runs.json: ``python -m benchmarks.build_model DIR/runs.json``
+refits).
 """
 
 from __future__ import annotations
@@ -25,11 +27,10 @@ import time
 from benchmarks import build_model
 
 MDS_SCRIPT = """
-import sys, pyarrow.parquet as pq
-from benchmarks.peers import MDS_COLUMNS, SHARD_BYTES, patch_torchvision
-patch_torchvision()
-from streaming import MDSWriter
-with MDSWriter(out=sys.argv[2], columns=MDS_COLUMNS, size_limit=SHARD_BYTES, progress_bar=False) as writer:
+import sys, pyarrow.parquet as pq from benchmarks.peers import MDS_COLUMNS, SHARD_BYTES,
+patch_torchvision patch_torchvision() from streaming import MDSWriter with
+MDSWriter(out=sys.argv[2], columns=MDS_COLUMNS, size_limit=SHARD_BYTES, progress_bar=False) as
+writer:
     for batch in pq.ParquetFile(sys.argv[1]).iter_batches(batch_size=8192):
         for key, label, payload in zip(*(batch.column(i).to_pylist() for i in range(3))):
             writer.write({"key": key, "cls": label, "bin": payload})
@@ -37,7 +38,8 @@ with MDSWriter(out=sys.argv[2], columns=MDS_COLUMNS, size_limit=SHARD_BYTES, pro
 
 
 def prepare(samples: int, directory: str) -> str:
-    """W3 as DIR/w3.parquet (written chunk by chunk: 2M samples never sit in memory) and DIR/w3.yaml."""
+    """W3 as DIR/w3.parquet (written chunk by chunk: 2M samples never sit in memory) and
+    DIR/w3.yaml."""
     from benchmarks.building import PIPELINE
     from benchmarks.incremental import write_file
 
@@ -75,14 +77,42 @@ def _free_port() -> int:
 
 
 def on_real_cluster(pipeline: str, store: str) -> dict:
-    """The build on `dask scheduler` + 2 `dask worker` processes started here (not counted in its time)."""
+    """The build on `dask scheduler` + 2 `dask worker` processes started here (not counted in its
+    time)."""
     address = f"tcp://127.0.0.1:{_free_port()}"
-    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                               "--port", address.rsplit(":", 1)[1], "--no-dashboard"], stderr=subprocess.DEVNULL)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                address.rsplit(":", 1)[1],
+                "--no-dashboard",
+            ],
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     try:
         time.sleep(2)
-        procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nworkers",
-                                       "2", "--nthreads", "1", "--no-dashboard"], stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "distributed.cli.dask_worker",
+                    address,
+                    "--nworkers",
+                    "2",
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                ],
+                stderr=subprocess.DEVNULL,
+            )
+        )
         from distributed import Client
 
         with Client(address, timeout=60) as client:
@@ -104,26 +134,39 @@ def main() -> None:
     parquet = os.path.join(workdir, "w3.parquet")
     mds_out = os.path.join(workdir, "mds")
     shutil.rmtree(mds_out, ignore_errors=True)
-    mds, _ = timed([sys.executable, "-c", MDS_SCRIPT, parquet, mds_out], cwd=os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))))
+    mds, _ = timed(
+        [sys.executable, "-c", MDS_SCRIPT, parquet, mds_out],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     shutil.rmtree(mds_out, ignore_errors=True)
     store = os.path.join(workdir, "store")
-    runs = {"1 worker": build(pipeline, store, "--workers", "1"), "2 workers": build(pipeline, store, "--workers", "2"),
-            "real cluster, 2 workers": on_real_cluster(pipeline, store)}
+    runs = {
+        "1 worker": build(pipeline, store, "--workers", "1"),
+        "2 workers": build(pipeline, store, "--workers", "2"),
+        "real cluster, 2 workers": on_real_cluster(pipeline, store),
+    }
     n = args.samples
     print(f"W3: {n:,} samples x 1 KiB from Parquet; MDSWriter in one process: {n / mds:,.0f} samples/s ({mds:.1f} s)")
     for name, r in runs.items():
         peak = r["summary"].get("worker_peak_rss") or 0
-        print(f"datapipe build, {name}: {n / r['seconds']:,.0f} samples/s ({r['seconds']:.1f} s), "
-              f"{n / r['seconds'] * mds / n:.2f}x MDS; peak worker RSS {peak / 1e6:.0f} MB; ran on "
-              f"{r['summary'].get('ran_on')}; seconds {r['summary'].get('seconds')}")
+        print(
+            f"datapipe build, {name}: {n / r['seconds']:,.0f} samples/s ({r['seconds']:.1f} s), "
+            f"{n / r['seconds'] * mds / n:.2f}x MDS; peak worker RSS {peak / 1e6:.0f} MB; ran on "
+            f"{r['summary'].get('ran_on')}; seconds {r['summary'].get('seconds')}"
+        )
     one, two, real = (runs[k]["seconds"] for k in ("1 worker", "2 workers", "real cluster, 2 workers"))
-    print(f"2 workers / 1 worker: {one / two:.2f}x (target >= 1.7); real cluster / embedded: {two / real:.2f}x "
-          f"(target >= 0.9); 2 workers / MDS: {mds / two:.2f}x (target >= 1.5)")
+    print(
+        f"2 workers / 1 worker: {one / two:.2f}x (target >= 1.7); real cluster "
+        f"/ embedded: {two / real:.2f}x "
+        f"(target >= 0.9); 2 workers / MDS: {mds / two:.2f}x (target >= 1.5)"
+    )
     with open(os.path.join(workdir, "runs.json"), "w") as f:
         json.dump({"samples": n, "source_bytes": os.path.getsize(parquet), "mds_seconds": mds, "runs": runs}, f)
-    print(build_model.report(*(build_model.measured(n, runs[k]["summary"]) for k in ("1 worker", "2 workers")),
-                             os.path.getsize(parquet)))
+    print(
+        build_model.report(
+            *(build_model.measured(n, runs[k]["summary"]) for k in ("1 worker", "2 workers")), os.path.getsize(parquet)
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""``datapipe build`` end to end: a Parquet source of the workload into a fresh store, timed from outside.
+"""``datapipe build`` end to end: a Parquet source of the workload into a fresh store, timed from
+outside.
 
 The wall time covers everything a user waits for: interpreter start, the Dask LocalCluster,
 reading the Parquet row groups, the measuring pass, writing the shards and the commit.
@@ -23,25 +24,25 @@ shards: {{max_bytes: 64MB}}
 """
 
 
-# The least any build on an embedded LocalCluster waits for, datapipe or not: a fresh interpreter starts the
-# cluster, every worker has what reading Parquet into pandas needs imported, and the cluster stops. Workers
-# fork from a forkserver that imports it all once (as datapipe's do; Dask's default spawns each, ~0.6 s more).
+# The least any build on an embedded LocalCluster waits for, datapipe or not: a fresh interpreter
+# starts the cluster, every worker has what reading Parquet into pandas needs imported, and the
+# cluster stops. Workers fork from a forkserver that imports it all once (as datapipe's do; Dask's
+# default spawns each, ~0.6 s more).
 DASK_FLOOR = """
 import multiprocessing
 from multiprocessing import forkserver
 
 import dask
 
-multiprocessing.get_context("forkserver").set_forkserver_preload(["distributed", "pandas", "pyarrow.parquet"])
-forkserver.ensure_running()
-from distributed import Client, LocalCluster
+multiprocessing.get_context("forkserver").set_forkserver_preload(["distributed", "pandas",
+"pyarrow.parquet"]) forkserver.ensure_running() from distributed import Client, LocalCluster
 
 def imports():
     import pandas, pyarrow.parquet
 
 with dask.config.set({{"distributed.worker.multiprocessing-method": "forkserver"}}), \\
-        LocalCluster(n_workers={workers}, threads_per_worker=1, dashboard_address=None) as cluster, \\
-        Client(cluster) as client:
+        LocalCluster(n_workers={workers}, threads_per_worker=1, dashboard_address=None) as cluster,
+        \\ Client(cluster) as client:
     client.run(imports)
 """
 
@@ -57,9 +58,11 @@ def prepare(data: Data, directory: str) -> str:
     return pipeline
 
 
-def build(pipeline: str, store: str, workers: int, timeout: float = 3600, keep: bool = False,
-          env: dict | None = None) -> dict:
-    """Run ``python -m datapipe build PIPELINE --out STORE --workers N --json`` once; the store is removed after
+def build(
+    pipeline: str, store: str, workers: int, timeout: float = 3600, keep: bool = False, env: dict | None = None
+) -> dict:
+    """Run ``python -m datapipe build PIPELINE --out STORE --workers N --json`` once; the store is
+    removed after
     unless ``keep``."""
     shutil.rmtree(store, ignore_errors=True)
     cmd = [sys.executable, "-m", "datapipe", "build", pipeline, "--out", store, "--workers", str(workers), "--json"]
@@ -74,19 +77,24 @@ def build(pipeline: str, store: str, workers: int, timeout: float = 3600, keep: 
     return {"workers": workers, "seconds": seconds, "summary": summary}
 
 
-def fixed_costs(workload: Workload, directory: str, workers: int, repeats: int = 3,
-                timeout: float = 600) -> dict:
-    """Seconds (medians of ``repeats``) that do not depend on the data: ``datapipe build`` of a 10-row Parquet
-    file of the workload, and DASK_FLOOR, both with ``workers`` workers. The workload's samples over either is
-    the most samples/s its build can reach end to end, however fast the passes."""
+def fixed_costs(workload: Workload, directory: str, workers: int, repeats: int = 3, timeout: float = 600) -> dict:
+    """Seconds (medians of ``repeats``) that do not depend on the data: ``datapipe build`` of a
+    10-row Parquet
+    file of the workload, and DASK_FLOOR, both with ``workers`` workers. The workload's samples over
+    either is the most samples/s its build can reach end to end, however fast the passes."""
     tiny = Workload(f"{workload.name}-10-rows", 10, workload.payload, workload.seed)
     pipeline = prepare(generate(tiny), directory)
     builds = [build(pipeline, os.path.join(directory, "built"), workers, timeout)["seconds"] for _ in range(repeats)]
     floors = []
     for _ in range(repeats):
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", DASK_FLOOR.format(workers=workers)], check=True, timeout=timeout,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-c", DASK_FLOOR.format(workers=workers)], check=True, timeout=timeout, capture_output=True
+        )
         floors.append(time.perf_counter() - t)
-    return {"workers": workers, "build_10_rows": sorted(builds)[len(builds) // 2], "dask_floor":
-            sorted(floors)[len(floors) // 2], "runs": {"build_10_rows": builds, "dask_floor": floors}}
+    return {
+        "workers": workers,
+        "build_10_rows": sorted(builds)[len(builds) // 2],
+        "dask_floor": sorted(floors)[len(floors) // 2],
+        "runs": {"build_10_rows": builds, "dask_floor": floors},
+    }

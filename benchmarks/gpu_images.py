@@ -1,10 +1,11 @@
-"""W4 on a GPU: ``datapipe.image(..., device="cuda")`` train and eval reads, against nvJPEG's own floor (issue 18).
+"""W4 on a GPU: ``datapipe.image(..., device="cuda")`` train and eval reads, against nvJPEG's own
+floor (issue 18).
 
     python -m benchmarks.gpu_images --workdir DIR [--quick] [--out FILE]
 
 For a lent GPU machine (run by hand, not by ``benchmarks.run``; it needs a CUDA build of torch and
-torchvision, datapipe's dependencies, Pillow and scikit-learn, no network). Makes W4's JPEG folders in
-DIR/w4/jpeg and builds them into DIR/w4/datapipe-img (both reused when there), then reads the
+torchvision, datapipe's dependencies, Pillow and scikit-learn, no network). Makes W4's JPEG folders
+in DIR/w4/jpeg and builds them into DIR/w4/datapipe-img (both reused when there), then reads the
 dataset with ``decode={"jpg": datapipe.image(size=224, crop=..., device="cuda")}`` (train:
 random-resized crop + flip; eval: resize 256 + center crop), with 0 and 2 DataLoader workers,
 and prints images/s. The floor is ``torchvision.io.decode_jpeg`` on lists of 256 payloads
@@ -33,14 +34,17 @@ def fail(msg: str) -> None:
 
 
 def check() -> str:
-    """The CUDA device's name; exits with a message when there is none or datapipe.image is missing."""
+    """The CUDA device's name; exits with a message when there is none or datapipe.image is
+    missing."""
     try:
         import torch
     except ImportError:
         fail("torch is not installed; install a CUDA build of torch and torchvision")
     if not torch.cuda.is_available():
-        fail(f"no CUDA device (torch {torch.__version__}, torch.version.cuda={torch.version.cuda}); "
-             "run this on a machine with an NVIDIA GPU and a CUDA build of torch")
+        fail(
+            f"no CUDA device (torch {torch.__version__}, torch.version.cuda={torch.version.cuda}); "
+            "run this on a machine with an NVIDIA GPU and a CUDA build of torch"
+        )
     if not image_run.decoder_ready():
         fail("this datapipe has no datapipe.image (issue 18's decoder); check out a commit that has it")
     return torch.cuda.get_device_name(0)
@@ -55,17 +59,28 @@ def _timed(fn) -> dict:
     images, first = fn()
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t
-    return {"images": images, "seconds": seconds, "images_per_s": images / seconds, "first_sum": first,
-            "gpu_peak_mb": torch.cuda.max_memory_allocated() / 2**20}
+    return {
+        "images": images,
+        "seconds": seconds,
+        "images_per_s": images / seconds,
+        "first_sum": first,
+        "gpu_peak_mb": torch.cuda.max_memory_allocated() / 2**20,
+    }
 
 
 def read(store: str, kind: str, workers: int) -> dict:
-    """One epoch of the datapipe loader with the GPU decode; every batch a uint8 (256, 3, 224, 224) CUDA tensor."""
+    """One epoch of the datapipe loader with the GPU decode; every batch a uint8 (256, 3, 224, 224)
+    CUDA tensor."""
     import datapipe
 
     def run() -> tuple[int, int]:
-        loader = datapipe.Loader(image_ours.url(store), batch_size=BATCH, num_workers=workers, shuffle=False,
-                                 decode={"jpg": image_ours.image_spec(kind, device="cuda")})
+        loader = datapipe.Loader(
+            image_ours.url(store),
+            batch_size=BATCH,
+            num_workers=workers,
+            shuffle=False,
+            decode={"jpg": image_ours.image_spec(kind, device="cuda")},
+        )
         images = first = 0
         for batch in loader:
             jpg = batch["jpg"]
@@ -79,7 +94,8 @@ def read(store: str, kind: str, workers: int) -> dict:
 
 
 def nvjpeg_floor(paths: list[str]) -> dict:
-    """torchvision.io.decode_jpeg on lists of 256 in-memory payloads, on the GPU (no crop, no resize)."""
+    """torchvision.io.decode_jpeg on lists of 256 in-memory payloads, on the GPU (no crop, no
+    resize)."""
     import torch
     from torchvision.io import decode_jpeg
 
@@ -92,7 +108,7 @@ def nvjpeg_floor(paths: list[str]) -> dict:
     def run() -> tuple[int, int]:
         first = 0
         for start in range(0, len(payloads), BATCH):
-            images = decode_jpeg(payloads[start:start + BATCH], device="cuda")
+            images = decode_jpeg(payloads[start : start + BATCH], device="cuda")
             first += int(images[0][0, 0, 0])
         return len(payloads), first
 
@@ -114,10 +130,17 @@ def main(argv: list[str] | None = None) -> None:
     if not os.path.isdir(os.path.join(store, image_ours.NAME)):
         from benchmarks import building
 
-        building.build(image_ours.prepare(images, os.path.join(workdir, "source")), store, 2, keep=True,
-                       env=image_run.build_env())
-    results = {"device": device, "cpus": os.cpu_count(), "python": platform.python_version(), "images": stats,
-               "floor": nvjpeg_floor([p for p, _ in jpeg_files(w, images)]), "reads": {}}
+        building.build(
+            image_ours.prepare(images, os.path.join(workdir, "source")), store, 2, keep=True, env=image_run.build_env()
+        )
+    results = {
+        "device": device,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "images": stats,
+        "floor": nvjpeg_floor([p for p, _ in jpeg_files(w, images)]),
+        "reads": {},
+    }
     for kind in ("train", "eval"):
         for workers in (0, 2):
             try:
@@ -126,12 +149,21 @@ def main(argv: list[str] | None = None) -> None:
                 r = {"error": f"{type(e).__name__}: {e}"}
             results["reads"][f"{kind}, {workers} workers"] = r
     print(f"W4 on {device}: {stats['images']:,} JPEGs, mean {stats['mean_bytes'] / 1e3:.1f} KB")
-    print(f"  floor, torchvision.io.decode_jpeg(device='cuda'), lists of {BATCH}: "
-          f"{results['floor']['images_per_s']:,.0f} images/s")
+    print(
+        f"  floor, torchvision.io.decode_jpeg(device='cuda'), lists of {BATCH}: "
+        f"{results['floor']['images_per_s']:,.0f} images/s"
+    )
     for mode, r in results["reads"].items():
-        print(f"  datapipe.image(device='cuda'), {mode}: " + (r["error"] if "error" in r else
-              f"{r['images_per_s']:,.0f} images/s ({r['images_per_s'] / results['floor']['images_per_s']:.2f}x "
-              f"the floor), GPU peak {r['gpu_peak_mb']:.0f} MB"))
+        print(
+            f"  datapipe.image(device='cuda'), {mode}: "
+            + (
+                r["error"]
+                if "error" in r
+                else f"{r['images_per_s']:,.0f} images/s "
+                f"({r['images_per_s'] / results['floor']['images_per_s']:.2f}x "
+                f"the floor), GPU peak {r['gpu_peak_mb']:.0f} MB"
+            )
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

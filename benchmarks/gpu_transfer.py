@@ -1,10 +1,12 @@
-"""Batches to the GPU: pinned batches from datapipe.Loader copied to CUDA, checked against the CPU batches.
+"""Batches to the GPU: pinned batches from datapipe.Loader copied to CUDA, checked against the CPU
+batches.
 
-Run on a machine with a CUDA GPU (``python -m benchmarks.gpu_transfer [--samples N --payload BYTES]``):
-writes a dataset of random payloads into a temporary store, then for num_workers 0 and 2, with and without
-pin_memory, iterates one epoch, copies every batch to the GPU (``non_blocking=True`` when pinned), checks
-every payload byte on the GPU against the CPU batch, and prints the rate in GB/s and whether batches were
-pinned. Without CUDA it runs the same loop on the CPU (a smoke run).
+Run on a machine with a CUDA GPU (``python -m benchmarks.gpu_transfer [--samples N --payload
+BYTES]``):
+writes a dataset of random payloads into a temporary store, then for num_workers 0 and 2, with and
+without pin_memory, iterates one epoch, copies every batch to the GPU (``non_blocking=True`` when
+pinned), checks every payload byte on the GPU against the CPU batch, and prints the rate in GB/s and
+whether batches were pinned. Without CUDA it runs the same loop on the CPU (a smoke run).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import numpy as np
 
 
 def write(root: str, samples: int, payload: int) -> str:
-    """A committed dataset of ``samples`` random payloads (field bin) with an int label (field cls)."""
+    """A committed dataset of ``samples`` random payloads (field bin) with an int label (field
+    cls)."""
     from datapipe.formats.registry import get_format
     from datapipe.versioning.manifest import Manifest
     from datapipe.versioning.store import Store
@@ -31,23 +34,37 @@ def write(root: str, samples: int, payload: int) -> str:
     for i, start in enumerate(range(0, samples, per_shard)):
         count = min(per_shard, samples - start)
         blob = rng.bytes(count * payload)
-        entries.append(writer.write_shard(i, [
-            {"__key__": f"s{start + j:08d}", "cls": str((start + j) % 10).encode(),
-             "bin": blob[j * payload:(j + 1) * payload]} for j in range(count)], fmt))
-    writer.commit(Manifest(name="gpu", shard_format=fmt.name, fields={"cls": "int", "bin": "bytes"},
-                           shards=tuple(entries)))
+        entries.append(
+            writer.write_shard(
+                i,
+                [
+                    {
+                        "__key__": f"s{start + j:08d}",
+                        "cls": str((start + j) % 10).encode(),
+                        "bin": blob[j * payload : (j + 1) * payload],
+                    }
+                    for j in range(count)
+                ],
+                fmt,
+            )
+        )
+    writer.commit(
+        Manifest(name="gpu", shard_format=fmt.name, fields={"cls": "int", "bin": "bytes"}, shards=tuple(entries))
+    )
     return f"{root}/gpu"
 
 
 def epoch(url: str, num_workers: int, pin: bool, device: str, check: bool) -> dict:
-    """One epoch to ``device``: rate and pinned batches; with ``check``, every byte copied back and compared
+    """One epoch to ``device``: rate and pinned batches; with ``check``, every byte copied back and
+    compared
     with the CPU batch (not timed: run it as a separate epoch)."""
     import torch
 
     import datapipe
 
-    loader = datapipe.Loader(url, batch_size=256, num_workers=num_workers, shuffle=True, seed=1,
-                             pin_memory=pin, decode={"bin": "ragged"})
+    loader = datapipe.Loader(
+        url, batch_size=256, num_workers=num_workers, shuffle=True, seed=1, pin_memory=pin, decode={"bin": "ragged"}
+    )
     nbytes = batches = pinned = 0
     mismatches = 0
     start = time.perf_counter()
@@ -77,13 +94,15 @@ def main() -> None:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    print(json.dumps({"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
-                      "torch": torch.__version__}))
+    print(
+        json.dumps({"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "torch": torch.__version__})
+    )
     with tempfile.TemporaryDirectory() as root:
         url = write(root, args.samples, args.payload)
         for workers in (0, 2):
             for pin in (False, True):
-                print(json.dumps(epoch(url, workers, pin, device, check=True)), flush=True)  # also warms up
+                # also warms up
+                print(json.dumps(epoch(url, workers, pin, device, check=True)), flush=True)
                 print(json.dumps(epoch(url, workers, pin, device, check=False)), flush=True)
 
 

@@ -1,4 +1,5 @@
-"""W4 for datapipe: ``datapipe build`` of the class folders, and ``datapipe.Loader`` with ``datapipe.image`` decode.
+"""W4 for datapipe: ``datapipe build`` of the class folders, and ``datapipe.Loader`` with
+``datapipe.image`` decode.
 
 The pipeline reads the folders with the ``files`` source (columns path, name, parent, bytes) and
 a map stage (``key_and_label`` below) that makes the key from the file name and the label from
@@ -32,7 +33,8 @@ shards: {{max_bytes: 64MB}}
 
 
 def key_and_label(frame: pd.DataFrame) -> pd.DataFrame:
-    """The map stage: ``key`` = the file name without its extension (unique in W4); ``label`` from the class
+    """The map stage: ``key`` = the file name without its extension (unique in W4); ``label`` from
+    the class
     folder when the source does not give it (the ``files`` source)."""
     frame = frame.copy()
     frame["key"] = [os.path.splitext(name)[0] for name in frame["name"]]
@@ -57,24 +59,31 @@ def url(store: str) -> str:
 
 
 def image_spec(kind: str, device: str | None = None):
-    """issue 18's decode contract: the train or eval ``datapipe.image``; ``device="cuda"`` decodes on the GPU."""
+    """issue 18's decode contract: the train or eval ``datapipe.image``; ``device="cuda"`` decodes
+    on the GPU."""
     import datapipe
 
     extra = {"device": device} if device else {}
     if kind == "train":
         return datapipe.image(size=tf.SIZE, crop="random-resized", flip=True, layout="CHW", dtype="uint8", **extra)
-    return datapipe.image(size=tf.SIZE, crop="center", resize=tf.RESIZE, flip=False, layout="CHW", dtype="uint8",
-                          **extra)
+    return datapipe.image(
+        size=tf.SIZE, crop="center", resize=tf.RESIZE, flip=False, layout="CHW", dtype="uint8", **extra
+    )
 
 
 def read(store: str, kind: str, workers: int) -> list[int]:
-    """``datapipe.Loader(url, batch_size=256, num_workers=N, shuffle=False, decode={"jpg": image_spec(kind)})``."""
+    """``datapipe.Loader(url, batch_size=256, num_workers=N, shuffle=False, decode={"jpg":
+    image_spec(kind)})``."""
     import datapipe
 
-    loader = datapipe.Loader(url(store), batch_size=tf.BATCH, num_workers=workers, shuffle=False,
-                             decode={"jpg": image_spec(kind)})
+    loader = datapipe.Loader(
+        url(store), batch_size=tf.BATCH, num_workers=workers, shuffle=False, decode={"jpg": image_spec(kind)}
+    )
     return tf.read_batches(batch["jpg"] for batch in loader)
 
 
-READERS = {f"{kind}-{where}": (lambda store, k=kind, n=n: read(store, k, n))
-           for kind in tf.KINDS for where, n in (("one", 0), ("loader", WORKERS))}
+READERS = {
+    f"{kind}-{where}": (lambda store, k=kind, n=n: read(store, k, n))
+    for kind in tf.KINDS
+    for where, n in (("one", 0), ("loader", WORKERS))
+}

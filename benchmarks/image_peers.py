@@ -1,4 +1,5 @@
-"""W4 for the peers: each writes the same JPEG files with its own writer, and reads them through the shared transforms.
+"""W4 for the peers: each writes the same JPEG files with its own writer, and reads them through the
+shared transforms.
 
 Writers take the (path, label) list of ``benchmarks.images.jpeg_files`` and store each file's
 bytes unchanged with its int label: WebDataset ``ShardWriter`` (int mtime, ``jpg`` + ``cls``),
@@ -31,25 +32,32 @@ def _bytes(path: str) -> bytes:
 
 # --- WebDataset -------------------------------------------------------------------------------
 
+
 def wds_write(files: Files, out: str) -> None:
     """ShardWriter, 64 MB shards, ``mtime=0`` (no PAX header per member)."""
     import webdataset as wds
 
     os.makedirs(out, exist_ok=True)
-    with wds.ShardWriter(os.path.join(out, "shard-%06d.tar"), maxcount=10**9, maxsize=SHARD_BYTES, verbose=0,
-                         mtime=0) as sink:
+    with wds.ShardWriter(
+        os.path.join(out, "shard-%06d.tar"), maxcount=10**9, maxsize=SHARD_BYTES, verbose=0, mtime=0
+    ) as sink:
         for path, label in files:
             sink.write({"__key__": _key(path), "jpg": _bytes(path), "cls": label})
 
 
 def _wds_pipeline(path: str, kind: str):
-    """``WebDataset(urls).decode("pil")`` then the transform and 256-image batches (WebDataset's collation)."""
+    """``WebDataset(urls).decode("pil")`` then the transform and 256-image batches (WebDataset's
+    collation)."""
     import webdataset as wds
 
     urls = sorted(glob.glob(os.path.join(path, "*.tar")))
     apply = tf.transform(kind)
-    return (wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode("pil")
-            .map(lambda s: (apply(s["jpg"]), s["cls"])).batched(tf.BATCH))
+    return (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .decode("pil")
+        .map(lambda s: (apply(s["jpg"]), s["cls"]))
+        .batched(tf.BATCH)
+    )
 
 
 def wds_read(path: str, kind: str, workers: int) -> list[int]:
@@ -62,18 +70,21 @@ def wds_read(path: str, kind: str, workers: int) -> list[int]:
 
 # --- MosaicML Streaming -----------------------------------------------------------------------
 
+
 def mds_write(files: Files, out: str) -> None:
     patch_torchvision()
     from streaming import MDSWriter
 
-    with MDSWriter(out=out, columns={"jpg": "bytes", "cls": "int"}, size_limit=SHARD_BYTES,
-                   progress_bar=False) as writer:
+    with MDSWriter(
+        out=out, columns={"jpg": "bytes", "cls": "int"}, size_limit=SHARD_BYTES, progress_bar=False
+    ) as writer:
         for path, label in files:
             writer.write({"jpg": _bytes(path), "cls": label})
 
 
 def _mds_dataset(path: str, kind: str):
-    """A StreamingDataset subclass whose ``__getitem__`` applies the transform (Mosaic's documented way)."""
+    """A StreamingDataset subclass whose ``__getitem__`` applies the transform (Mosaic's documented
+    way)."""
     patch_torchvision()
     from streaming import StreamingDataset
     from streaming.base.util import clean_stale_shared_memory
@@ -98,6 +109,7 @@ def mds_read(path: str, kind: str, workers: int) -> list[int]:
 
 # --- LitData ----------------------------------------------------------------------------------
 
+
 def _litdata_item(item: tuple[str, int]) -> dict:
     path, label = item
     return {"jpg": _bytes(path), "cls": label}
@@ -108,8 +120,16 @@ def litdata_write(files: Files, out: str) -> None:
     patch_torchvision()
     from litdata import optimize
 
-    optimize(fn=_litdata_item, inputs=list(files), output_dir=out, chunk_bytes=SHARD_BYTES, num_workers=1,
-             start_method="fork", verbose=False, mode="overwrite")
+    optimize(
+        fn=_litdata_item,
+        inputs=list(files),
+        output_dir=out,
+        chunk_bytes=SHARD_BYTES,
+        num_workers=1,
+        start_method="fork",
+        verbose=False,
+        mode="overwrite",
+    )
 
 
 def _litdata_dataset(path: str, kind: str):
@@ -135,8 +155,11 @@ Reader = Callable[[str], list[int]]
 
 def modes(read: Callable[[str, str, int], list[int]]) -> dict[str, Reader]:
     """{"train-one", "train-loader", "eval-one", "eval-loader"} -> reader of a path."""
-    return {f"{kind}-{where}": (lambda path, k=kind, n=n: read(path, k, n))
-            for kind in tf.KINDS for where, n in (("one", 0), ("loader", WORKERS))}
+    return {
+        f"{kind}-{where}": (lambda path, k=kind, n=n: read(path, k, n))
+        for kind in tf.KINDS
+        for where, n in (("one", 0), ("loader", WORKERS))
+    }
 
 
 # tool -> (label, writer, {mode: reader}); the writer's output directory is the reader's path

@@ -1,10 +1,11 @@
-"""The quality cost of decoding JPEGs at a DCT scale (``datapipe.image(draft=True)``), as PSNR against a full decode.
+"""The quality cost of decoding JPEGs at a DCT scale (``datapipe.image(draft=True)``), as PSNR
+against a full decode.
 
-``python -m benchmarks.image_quality DIR [--size 224] [--epochs 3]`` decodes every JPEG under DIR with the train
-transform (random-resized crop to SIZE, boxes from seed 0 and each epoch) twice: at the draft scale and in
-full, each followed by the same crop and resize, and prints how many decodes used a reduced scale and the
-PSNR of those against the full decode (mean, 5th percentile, minimum). The eval transform (short side
-to SIZE * 256 / 224, center crop) is measured the same way.
+``python -m benchmarks.image_quality DIR [--size 224] [--epochs 3]`` decodes every JPEG under DIR
+with the train transform (random-resized crop to SIZE, boxes from seed 0 and each epoch) twice: at
+the draft scale and in full, each followed by the same crop and resize, and prints how many decodes
+used a reduced scale and the PSNR of those against the full decode (mean, 5th percentile, minimum).
+The eval transform (short side to SIZE * 256 / 224, center crop) is measured the same way.
 """
 
 from __future__ import annotations
@@ -21,8 +22,12 @@ from datapipe.loader.images.decode import decode_into
 
 def jpegs(directory: str) -> list[str]:
     """Every .jpg/.jpeg under ``directory``, sorted."""
-    return sorted(os.path.join(root, name) for root, _, names in os.walk(directory) for name in names
-                  if name.lower().endswith((".jpg", ".jpeg")))
+    return sorted(
+        os.path.join(root, name)
+        for root, _, names in os.walk(directory)
+        for name in names
+        if name.lower().endswith((".jpg", ".jpeg"))
+    )
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -55,10 +60,13 @@ def measure(paths: list[str], spec: datapipe.loader.images.spec.ImageSpec, epoch
             scores.append(psnr(draft, full))
     s = np.array(scores)
     finite = s[np.isfinite(s)]
-    return {"decodes": decodes, "reduced": len(scores),
-            "mean_db": float(finite.mean()) if len(finite) else float("inf"),
-            "p5_db": float(np.percentile(s, 5)) if len(s) else float("inf"),
-            "min_db": float(s.min()) if len(s) else float("inf")}
+    return {
+        "decodes": decodes,
+        "reduced": len(scores),
+        "mean_db": float(finite.mean()) if len(finite) else float("inf"),
+        "p5_db": float(np.percentile(s, 5)) if len(s) else float("inf"),
+        "min_db": float(s.min()) if len(s) else float("inf"),
+    }
 
 
 def main() -> None:
@@ -68,11 +76,17 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     args = parser.parse_args()
     paths = jpegs(args.directory)
-    for name, spec in (("train", datapipe.image(args.size, crop="random-resized", flip=False)),
-                       ("eval", datapipe.image(args.size, crop="center", flip=False))):
+    for name, spec in (
+        ("train", datapipe.image(args.size, crop="random-resized", flip=False)),
+        ("eval", datapipe.image(args.size, crop="center", flip=False)),
+    ):
         r = measure(paths, spec, args.epochs if name == "train" else 1)
-        print(f"{name}: {r['reduced']:,} of {r['decodes']:,} decodes at a reduced DCT scale; PSNR against the full "
-              f"decode: mean {r['mean_db']:.1f} dB, 5th percentile {r['p5_db']:.1f} dB, min {r['min_db']:.1f} dB")
+        print(
+            f"{name}: {r['reduced']:,} of {r['decodes']:,} decodes at a reduced DCT "
+            "scale; PSNR against the full "
+            f"decode: mean {r['mean_db']:.1f} dB, 5th percentile {r['p5_db']:.1f} "
+            f"dB, min {r['min_db']:.1f} dB"
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""W4's rows of the table: writes, train/eval reads in one process and with 2 workers, their share of the floor."""
+"""W4's rows of the table: writes, train/eval reads in one process and with 2 workers, their share
+of the floor."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ from benchmarks.peers import WORKERS
 
 TOOLS = ["datapipe-img", "wds-img", "mds-img", "litdata-img"]
 LABELS = {"datapipe-img": "datapipe", "wds-img": "WebDataset", "mds-img": "Mosaic MDS", "litdata-img": "LitData"}
-READS = [("train-one", "train, 1 process"), ("train-loader", f"train, DataLoader {WORKERS} workers"),
-         ("eval-one", "eval, 1 process"), ("eval-loader", f"eval, DataLoader {WORKERS} workers")]
+READS = [
+    ("train-one", "train, 1 process"),
+    ("train-loader", f"train, DataLoader {WORKERS} workers"),
+    ("eval-one", "eval, 1 process"),
+    ("eval-loader", f"eval, DataLoader {WORKERS} workers"),
+]
 
 
 def _rate(n: float) -> str:
@@ -29,7 +34,8 @@ def _floor(w: dict) -> float | None:
 
 
 def _share(w: dict, tool: str, mode: str) -> float | None:
-    """The read's images/s over the floor on as many cores as it decodes on (1, or one per worker)."""
+    """The read's images/s over the floor on as many cores as it decodes on (1, or one per
+    worker)."""
     rate, floor = _images_per_s(w, tool, mode), _floor(w)
     if rate is None or not floor:
         return None
@@ -52,17 +58,21 @@ def _disk(w: dict, tool: str) -> float | None:
 
 
 def _figures() -> list[tuple[str, bool, object, object]]:
-    figures = [("write from the files, images/s (datapipe: `datapipe build`, 2 Dask workers)", True, _write, _rate),
-               ("disk / JPEG bytes", False, _disk, lambda v: f"{v:.3f}x")]
+    figures = [
+        ("write from the files, images/s (datapipe: `datapipe build`, 2 Dask workers)", True, _write, _rate),
+        ("disk / JPEG bytes", False, _disk, lambda v: f"{v:.3f}x"),
+    ]
     for mode, label in READS:
         figures.append((f"{label}, images/s", True, lambda w, t, m=mode: _images_per_s(w, t, m), _rate))
     for mode, label in READS:
-        figures.append((f"{label}, share of the Pillow floor", True, lambda w, t, m=mode: _share(w, t, m),
-                        lambda v: f"{v:.2f}"))
+        figures.append(
+            (f"{label}, share of the Pillow floor", True, lambda w, t, m=mode: _share(w, t, m), lambda v: f"{v:.2f}")
+        )
     for mode, label in READS:
         main = "main + worker" if mode.endswith("loader") else "1 process"
-        figures.append((f"{label}, peak RSS ({main}), MB", False, lambda w, t, m=mode: _rss(w, t, m),
-                        lambda v: f"{v:.0f}"))
+        figures.append(
+            (f"{label}, peak RSS ({main}), MB", False, lambda w, t, m=mode: _rss(w, t, m), lambda v: f"{v:.0f}")
+        )
     return figures
 
 
@@ -82,8 +92,13 @@ def table(w: dict) -> list[list[str]]:
         rows.append([label, *cells, ratio])
     floor = w.get("floor", {}).get("decode")
     if floor:
-        rows.append(["floor: Pillow full decode (`Image.open(path).convert(\"RGB\")`), 1 process",
-                     f"{_rate(floor['samples'] / floor['seconds'])} images/s per core"] + [""] * len(TOOLS))
+        rows.append(
+            [
+                'floor: Pillow full decode (`Image.open(path).convert("RGB")`), 1 process',
+                f"{_rate(floor['samples'] / floor['seconds'])} images/s per core",
+            ]
+            + [""] * len(TOOLS)
+        )
     return rows
 
 
@@ -95,5 +110,6 @@ def header() -> list[str]:
 def describe(w: dict) -> str:
     """The workload's line, with the images' measured mean size."""
     s = w["images"]
-    return (f"{w['describe']}; measured: mean {s['mean_bytes'] / 1e3:.1f} KB, "
-            f"{s['mean_width']:.0f}x{s['mean_height']:.0f}")
+    return (
+        f"{w['describe']}; measured: mean {s['mean_bytes'] / 1e3:.1f} KB, {s['mean_width']:.0f}x{s['mean_height']:.0f}"
+    )

@@ -1,4 +1,5 @@
-"""W4 in ``benchmarks.run``: make the JPEG folders, write them with every tool, read them through both transforms.
+"""W4 in ``benchmarks.run``: make the JPEG folders, write them with every tool, read them through
+both transforms.
 
 Writes: each peer's own writer from the files, and ``datapipe build`` of the folders with 2 Dask
 workers (its wall time, interpreter and cluster start-up included). Reads, in rounds like W1/W2
@@ -34,7 +35,8 @@ def log(msg: str) -> None:
 
 
 def decoder_ready() -> bool:
-    """Whether this datapipe has issue 18's image decoder (``datapipe.image``); its reads are skipped before."""
+    """Whether this datapipe has issue 18's image decoder (``datapipe.image``); its reads are
+    skipped before."""
     import datapipe
 
     return hasattr(datapipe, "image")
@@ -45,12 +47,14 @@ def _disk(path: str) -> int:
 
 
 def build_env() -> dict:
-    """The environment of ``datapipe build``: its map stage is ``benchmarks.image_ours``, so ROOT is on the path."""
+    """The environment of ``datapipe build``: its map stage is ``benchmarks.image_ours``, so ROOT is
+    on the path."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
 
 
 def write_all(w: ImageWorkload, images: str, workdir: str, timeout: float) -> dict:
-    """Every peer's writer, then ``datapipe build``; {tool: {"write": {seconds, disk_bytes}, "read": {}}}."""
+    """Every peer's writer, then ``datapipe build``; {tool: {"write": {seconds, disk_bytes}, "read":
+    {}}}."""
     files = jpeg_files(w, images)
     measure.warm([p for p, _ in files])
     tools = {}
@@ -66,23 +70,36 @@ def write_all(w: ImageWorkload, images: str, workdir: str, timeout: float) -> di
     pipeline = image_ours.prepare(images, os.path.join(workdir, "source"))
     env = build_env()
     b = building.build(pipeline, os.path.join(workdir, OURS), 2, timeout, keep=True, env=env)
-    tools[OURS] = {"write": {"seconds": b["seconds"], "disk_bytes": _disk(os.path.join(workdir, OURS))},
-                   "build": b, "read": {}}
+    tools[OURS] = {
+        "write": {"seconds": b["seconds"], "disk_bytes": _disk(os.path.join(workdir, OURS))},
+        "build": b,
+        "read": {},
+    }
     log(f"  datapipe build, 2 workers: {b['seconds']:.1f}s, {w.images / b['seconds']:,.0f} images/s")
     return tools
 
 
-def run_w4(readers: Readers, w: ImageWorkload, workdir: str, timeout: float, repeats: int,
-           read_rounds: Callable) -> dict:
+def run_w4(
+    readers: Readers, w: ImageWorkload, workdir: str, timeout: float, repeats: int, read_rounds: Callable
+) -> dict:
     """The whole of W4; the result that ``benchmarks.image_report`` turns into rows."""
     log(w.describe())
     images = os.path.join(workdir, "jpeg")
     t = time.perf_counter()
     stats = generate(w, images)
-    log(f"  images: {stats['images']:,} in {time.perf_counter() - t:.0f}s, mean {stats['mean_bytes'] / 1e3:.1f} KB, "
-        f"{stats['mean_width']:.0f}x{stats['mean_height']:.0f}")
-    result = {"workload": w.name, "kind": "images", "describe": w.describe(), "samples": w.images,
-              "images": stats, "tools": write_all(w, images, workdir, timeout)}
+    log(
+        f"  images: {stats['images']:,} in {time.perf_counter() - t:.0f}s, mean "
+        f"{stats['mean_bytes'] / 1e3:.1f} KB, "
+        f"{stats['mean_width']:.0f}x{stats['mean_height']:.0f}"
+    )
+    result = {
+        "workload": w.name,
+        "kind": "images",
+        "describe": w.describe(),
+        "samples": w.images,
+        "images": stats,
+        "tools": write_all(w, images, workdir, timeout),
+    }
     tools = [t for t in TOOLS if t != OURS or decoder_ready()]
     if OURS not in tools:
         log("  datapipe.image does not exist yet (issue 18's decoder): datapipe's W4 reads are skipped")

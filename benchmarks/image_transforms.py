@@ -1,4 +1,5 @@
-"""The train and eval transforms every peer's W4 reader shares, written once (torchvision.transforms.v2 on PIL).
+"""The train and eval transforms every peer's W4 reader shares, written once
+(torchvision.transforms.v2 on PIL).
 
 train: RandomResizedCrop(224) with torchvision's defaults (scale (0.08, 1), ratio (3/4, 4/3)),
 RandomHorizontalFlip, PILToTensor; eval: Resize(256) of the short side, CenterCrop(224),
@@ -29,8 +30,11 @@ def transform(kind: str) -> Callable:
         patch_torchvision()
         from torchvision.transforms import v2
 
-        steps = ([v2.RandomResizedCrop(SIZE, antialias=True), v2.RandomHorizontalFlip()] if kind == "train"
-                 else [v2.Resize(RESIZE, antialias=True), v2.CenterCrop(SIZE)])
+        steps = (
+            [v2.RandomResizedCrop(SIZE, antialias=True), v2.RandomHorizontalFlip()]
+            if kind == "train"
+            else [v2.Resize(RESIZE, antialias=True), v2.CenterCrop(SIZE)]
+        )
         _TRANSFORMS[kind] = v2.Compose([*steps, v2.PILToTensor()])
     return _TRANSFORMS[kind]
 
@@ -61,7 +65,8 @@ def touch(batch) -> tuple[int, int, int]:
 
 
 def stacked(images: Iterable) -> Iterable:
-    """Stack an iterable of CHW tensors into batches of 256 (the last one partial), as a DataLoader collates."""
+    """Stack an iterable of CHW tensors into batches of 256 (the last one partial), as a DataLoader
+    collates."""
     import torch
 
     pending = []
@@ -84,7 +89,8 @@ def read_batches(batches: Iterable) -> list[int]:
 
 
 def pillow_floor(files: list[str]) -> list[int]:
-    """The floor: Pillow's full decode of each file (``Image.open(path).convert("RGB")``), in this process."""
+    """The floor: Pillow's full decode of each file (``Image.open(path).convert("RGB")``), in this
+    process."""
     from PIL import Image
 
     count = nbytes = first = 0

@@ -1,12 +1,13 @@
-"""W4: ImageNet-like JPEGs in 10 class folders, made from scikit-learn's two sample photographs (issue 18).
+"""W4: ImageNet-like JPEGs in 10 class folders, made from scikit-learn's two sample photographs
+(issue 18).
 
-Each image is a function of (seed, index) alone (numpy PCG64 seeded with both), so the folder is
-the same on every run and machine with the same Pillow (libjpeg-turbo), however many processes
-make it: a random crop of china.jpg or flower.jpg (a fifth to all of its area, aspect 4:3 or
-3:4), a horizontal flip half the time, a resize to a long side of 440-560 pixels, film grain (Gaussian
+Each image is a function of (seed, index) alone (numpy PCG64 seeded with both), so the folder is the
+same on every run and machine with the same Pillow (libjpeg-turbo), however many processes make it:
+a random crop of china.jpg or flower.jpg (a fifth to all of its area, aspect 4:3 or 3:4), a
+horizontal flip half the time, a resize to a long side of 440-560 pixels, film grain (Gaussian
 noise, sigma 5-11, mostly luminance: the sample photos are smoother than ImageNet's and would
-otherwise compress to half its size) and a JPEG quality of 90-98. Written once: DIR.json (next
-to the folder, not in it: a source of DIR sees only images) records the spec and the stats, and a
+otherwise compress to half its size) and a JPEG quality of 90-98. Written once: DIR.json (next to
+the folder, not in it: a source of DIR sees only images) records the spec and the stats, and a
 folder whose spec matches is reused.
 """
 
@@ -35,8 +36,11 @@ class ImageWorkload:
 
     def describe(self) -> str:
         """One line for the log and the table."""
-        return (f"{self.name}: {self.images:,} ImageNet-like JPEGs (~500x375, ~110 KB) in {self.classes} class "
-                f"folders; train and eval transforms to uint8 CHW batches of 256")
+        return (
+            f"{self.name}: {self.images:,} ImageNet-like JPEGs (~500x375, ~110 KB) "
+            f"in {self.classes} class "
+            f"folders; train and eval transforms to uint8 CHW batches of 256"
+        )
 
 
 def image_workload(quick: bool) -> ImageWorkload:
@@ -53,7 +57,8 @@ def _sources() -> list:
         from PIL import Image
         from sklearn.datasets import load_sample_images
 
-        _SOURCES = [Image.fromarray(a) for a in load_sample_images().images]  # china, flower: 640x427 RGB
+        # china, flower: 640x427 RGB
+        _SOURCES = [Image.fromarray(a) for a in load_sample_images().images]
     return _SOURCES
 
 
@@ -113,7 +118,8 @@ def _write_range(args: tuple[ImageWorkload, str, int, int]) -> tuple[int, int, i
 
 
 def generate(w: ImageWorkload, directory: str, processes: int | None = None) -> dict:
-    """Write the images into ``directory`` (once; reused when DIR.json has the same spec); returns the stats."""
+    """Write the images into ``directory`` (once; reused when DIR.json has the same spec); returns
+    the stats."""
     marker = directory.rstrip("/") + ".json"
     spec = {**asdict(w), "format": FORMAT}
     if os.path.exists(marker):
@@ -129,14 +135,20 @@ def generate(w: ImageWorkload, directory: str, processes: int | None = None) -> 
     with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as pool:
         parts = list(pool.map(_write_range, jobs))
     nbytes, width, height = (sum(p[k] for p in parts) for k in range(3))
-    stats = {"images": w.images, "bytes": nbytes, "mean_bytes": nbytes / w.images, "mean_width": width / w.images,
-             "mean_height": height / w.images}
+    stats = {
+        "images": w.images,
+        "bytes": nbytes,
+        "mean_bytes": nbytes / w.images,
+        "mean_width": width / w.images,
+        "mean_height": height / w.images,
+    }
     with open(marker, "w") as f:
         json.dump({"spec": spec, "stats": stats}, f, indent=1)
     return stats
 
 
 def jpeg_files(w: ImageWorkload, directory: str) -> list[tuple[str, int]]:
-    """(path, label) of every image, sorted by path: class folder, then name (the order every writer uses)."""
+    """(path, label) of every image, sorted by path: class folder, then name (the order every writer
+    uses)."""
     classes = labels(w)
     return sorted((image_path(directory, int(classes[i]), i), int(classes[i])) for i in range(w.images))

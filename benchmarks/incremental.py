@@ -1,10 +1,12 @@
-"""Issue 19: incremental rebuilds of W3 in 100 Parquet files, after a file is added, edited or removed.
+"""Issue 19: incremental rebuilds of W3 in 100 Parquet files, after a file is added, edited or
+removed.
 
-``python -m benchmarks.incremental [--samples N] [--files 100] [--workdir DIR] [--workers 2]`` writes W3
-(2,000,000 x 1 KiB + int label by default) as FILES Parquet files of 16 MB row groups, builds it with
-``datapipe build --workers N`` (the full build), then for each change (a file added in the middle of the
-source order, that file edited, a file removed) rebuilds from the previous version REPEAT times (from a
-hard-linked copy of the store as it was) and once from scratch into an empty store, each in a fresh process;
+``python -m benchmarks.incremental [--samples N] [--files 100] [--workdir DIR] [--workers 2]``
+writes W3 (2,000,000 x 1 KiB + int label by default) as FILES Parquet files of 16 MB row groups,
+builds it with ``datapipe build --workers N`` (the full build), then for each change (a file added
+in the middle of the source order, that file edited, a file removed) rebuilds from the previous
+version REPEAT times (from a hard-linked copy of the store as it was) and once from scratch into an
+empty store, each in a fresh process;
 prints the rebuild's median wall seconds and shard bytes written (the summary's
 ``incremental.shards.bytes_written``), as shares of the median of the four full builds.
 """
@@ -41,21 +43,43 @@ def write_file(path: str, first: int, n: int, seed: int) -> None:
         for start in range(first, first + n, rows):
             m = min(rows, first + n - start)
             blob = rng.bytes(m * 1024)
-            writer.write_table(pa.table({
-                "key": pa.array([f"s{i:08d}" for i in range(start, start + m)], pa.string()),
-                "label": pa.array(rng.integers(0, 10, m), pa.int64()),
-                "payload": pa.array([blob[j * 1024 : (j + 1) * 1024] for j in range(m)], pa.binary()),
-            }, schema=schema), row_group_size=rows)
+            writer.write_table(
+                pa.table(
+                    {
+                        "key": pa.array([f"s{i:08d}" for i in range(start, start + m)], pa.string()),
+                        "label": pa.array(rng.integers(0, 10, m), pa.int64()),
+                        "payload": pa.array([blob[j * 1024 : (j + 1) * 1024] for j in range(m)], pa.binary()),
+                    },
+                    schema=schema,
+                ),
+                row_group_size=rows,
+            )
     os.replace(path + ".partial", path)
 
 
 def build(workdir: str, store: str, workers: int) -> dict:
-    """One `datapipe build` from outside: wall seconds and its summary. The page cache is flushed first, so a
+    """One `datapipe build` from outside: wall seconds and its summary. The page cache is flushed
+    first, so a
     build does not pay for writing back the one before it."""
     os.sync()
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "datapipe", "build", os.path.join(workdir, "w3.yaml"), "--out",
-                           store, "--json", "--workers", str(workers)], capture_output=True, text=True, cwd=workdir)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "datapipe",
+            "build",
+            os.path.join(workdir, "w3.yaml"),
+            "--out",
+            store,
+            "--json",
+            "--workers",
+            str(workers),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+    )
     seconds = time.perf_counter() - start
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
@@ -86,14 +110,17 @@ def main() -> None:
     total = full["summary"]["bytes"]
     print(f"full build: {full['seconds']:.1f} s, {total / 1e9:.2f} GB of shards, {full['summary']['shards']} shards")
     middle = os.path.join(raw, f"f{args.files // 2:03d}a.parquet")  # sorts between f050 and f051
-    changes = [("added", lambda: write_file(middle, args.samples, per, 999)),
-               ("edited", lambda: write_file(middle, args.samples, per, 1000)),
-               ("removed", lambda: os.remove(os.path.join(raw, f"f{args.files // 3:03d}.parquet")))]
+    changes = [
+        ("added", lambda: write_file(middle, args.samples, per, 999)),
+        ("edited", lambda: write_file(middle, args.samples, per, 1000)),
+        ("removed", lambda: os.remove(os.path.join(raw, f"f{args.files // 3:03d}.parquet"))),
+    ]
     fulls, rows = [full["seconds"]], []
     for name, change in changes:
         change()
         shutil.rmtree(before, ignore_errors=True)
-        subprocess.run(["cp", "-al", store, before], check=True)  # the store before the rebuild, for repeats
+        # the store before the rebuild, for repeats
+        subprocess.run(["cp", "-al", store, before], check=True)
         times = []
         for attempt in range(args.repeat):
             if attempt:  # the same rebuild again, from the same parent
@@ -107,18 +134,28 @@ def main() -> None:
         rows.append((name, sorted(times), again, fresh))
     shutil.rmtree(before, ignore_errors=True)
     base = statistics.median(fulls)
-    print(f"full builds (the first and the three from scratch): {', '.join(f'{t:.1f}' for t in fulls)} s; "
-          f"median {base:.1f} s")
+    print(
+        "full builds (the first and the three from scratch): "
+        f"{', '.join(f'{t:.1f}' for t in fulls)} s; "
+        f"median {base:.1f} s"
+    )
     for name, times, again, fresh in rows:
         inc = again["summary"]["incremental"]
         same = again["summary"]["version"] == fresh["summary"]["version"]
         median = statistics.median(times)
-        print(f"{name}: rebuild {median:.2f} s median of {len(times)} ({times[0]:.2f}-{times[-1]:.2f}) = "
-              f"{median / base:.1%} of the median full build ({times[0] / base:.1%}-{times[-1] / base:.1%}); "
-              f"wrote {inc['shards']['bytes_written'] / 1e6:.0f} MB = {inc['shards']['bytes_written'] / total:.1%} "
-              f"of the full build's bytes; partitions {inc['partitions']}; shards written {inc['shards']['written']}, "
-              f"reused {inc['shards']['reused']}; source files {inc['source_files']}; same version as from "
-              f"scratch: {same}; seconds {again['summary']['seconds']}")
+        print(
+            f"{name}: rebuild {median:.2f} s median of {len(times)} "
+            f"({times[0]:.2f}-{times[-1]:.2f}) = "
+            f"{median / base:.1%} of the median full build "
+            f"({times[0] / base:.1%}-{times[-1] / base:.1%}); "
+            f"wrote {inc['shards']['bytes_written'] / 1e6:.0f} MB = "
+            f"{inc['shards']['bytes_written'] / total:.1%} "
+            f"of the full build's bytes; partitions {inc['partitions']}; shards "
+            f"written {inc['shards']['written']}, "
+            f"reused {inc['shards']['reused']}; source files {inc['source_files']}; "
+            "same version as from "
+            f"scratch: {same}; seconds {again['summary']['seconds']}"
+        )
     shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -18,13 +18,14 @@ already warm), the sum of the first bytes (a cross-check) and peak RSS in MB:
   only. RSS also counts the page-cache pages of files a reader maps (datapipe memory-maps
   its shards), which the kernel shares and can drop; RssAnon leaves them out.
 
-TOOL is datapipe, a peer name (benchmarks.peers.PEERS) or "floor", or for W4 datapipe-img, an
-image peer (benchmarks.image_peers.IMAGE_PEERS) or "pillow" (the decode floor); MODE is one (one process),
-loader (torch DataLoader, 2 workers, batch 256), index (Mosaic's ds[i]), or for the floor,
-cat (read the shard files in 8 MB chunks), memmap (numpy sum over an np.memmap of each shard) and
-copy (every byte copied through an np.memmap into a reused 25 MiB buffer); W4's are train-one,
-train-loader, eval-one, eval-loader and the floor's decode.
-PATH is the tool's output directory (for the floor: the datapipe store; for pillow, the JPEG folder).
+TOOL is datapipe, a peer name (benchmarks.peers.PEERS) or "floor", or for W4 datapipe-img, an image
+peer (benchmarks.image_peers.IMAGE_PEERS) or "pillow" (the decode floor); MODE is one (one process),
+loader (torch DataLoader, 2 workers, batch 256), index (Mosaic's ds[i]), or for the floor, cat (read
+the shard files in 8 MB chunks), memmap (numpy sum over an np.memmap of each shard) and copy (every
+byte copied through an np.memmap into a reused 25 MiB buffer); W4's are train-one, train-loader,
+eval-one, eval-loader and the floor's decode.
+PATH is the tool's output directory (for the floor: the datapipe store; for pillow, the JPEG
+folder).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def memmap_sum(files: list[str]) -> list[int]:
     for path in files:
         mm = np.memmap(path, dtype=np.uint8, mode="r")
         words = len(mm) // 8
-        acc += int(mm[:words * 8].view(np.uint64).sum()) + int(mm[words * 8:].sum())
+        acc += int(mm[: words * 8].view(np.uint64).sum()) + int(mm[words * 8 :].sum())
         nbytes += len(mm)
         del mm
     return [0, nbytes, acc & 0xFFFF]
@@ -86,8 +87,10 @@ COPY_CHUNK = 25 * 2**20  # about one W2 batch
 
 
 def memmap_copy(files: list[str]) -> list[int]:
-    """Copy every byte of each shard through np.memmap into one reused buffer (25 MiB at a time): the
-    least that delivering payloads into batch arrays costs, as a copy reads and writes every byte."""
+    """Copy every byte of each shard through np.memmap into one reused buffer (25 MiB at a time):
+    the
+    least that delivering payloads into batch arrays costs, as a copy reads and writes every
+    byte."""
     out = np.empty(COPY_CHUNK, dtype=np.uint8)
     nbytes = acc = 0
     for path in files:
@@ -101,41 +104,60 @@ def memmap_copy(files: list[str]) -> list[int]:
     return [0, nbytes, acc & 0xFFFF]
 
 
-FAMILIES = {"datapipe": "datapipe", "floor": "floor", "wds": "wds", "wds-int": "wds", "mds": "mds",
-            "litdata": "litdata"}
-# W4's readers (benchmarks.image_run) have servers of their own: importing torchvision and Pillow into the W1/W2
-# servers would add their pages to every W1/W2 reader's RSS
-IMAGE_FAMILIES = {"datapipe-img": "datapipe-img", "wds-img": "wds-img", "mds-img": "mds-img",
-                  "litdata-img": "litdata-img", "pillow": "pillow"}
+FAMILIES = {
+    "datapipe": "datapipe",
+    "floor": "floor",
+    "wds": "wds",
+    "wds-int": "wds",
+    "mds": "mds",
+    "litdata": "litdata",
+}
+# W4's readers (benchmarks.image_run) have servers of their own: importing torchvision and Pillow
+# into the W1/W2 servers would add their pages to every W1/W2 reader's RSS
+IMAGE_FAMILIES = {
+    "datapipe-img": "datapipe-img",
+    "wds-img": "wds-img",
+    "mds-img": "mds-img",
+    "litdata-img": "litdata-img",
+    "pillow": "pillow",
+}
 FAMILIES.update(IMAGE_FAMILIES)
 BYTE_FAMILIES = ("datapipe", "floor", "wds", "mds", "litdata")
 
 
 def reader(tool: str, mode: str, path: str) -> Callable[[], list[int]]:
-    """The reading of PATH for this tool and mode, ready to call (the floor's file list resolved first)."""
+    """The reading of PATH for this tool and mode, ready to call (the floor's file list resolved
+    first)."""
     if tool == "datapipe":
         from benchmarks.ours import READERS
+
         return lambda: READERS[mode](path)
     if tool == "datapipe-img":
         from benchmarks.image_ours import READERS as IMAGE_READERS
+
         return lambda: IMAGE_READERS[mode](path)
     if tool == "pillow":
         from benchmarks.image_transforms import pillow_floor
+
         images = files_under(path)
         return lambda: pillow_floor(images)
     if tool in IMAGE_FAMILIES:
         from benchmarks.image_peers import IMAGE_PEERS
+
         return lambda: IMAGE_PEERS[tool][2][mode](path)
     if tool == "floor":
         from benchmarks.ours import shard_files
+
         files = shard_files(path)
         return lambda: {"cat": cat, "memmap": memmap_sum, "copy": memmap_copy}[mode](files)
     from benchmarks.peers import PEERS
+
     return lambda: PEERS[tool][2][mode](path)
 
 
 def preimport(family: str) -> None:
-    """Import a tool family's reading stack (torch included), as the server does before it forks readers."""
+    """Import a tool family's reading stack (torch included), as the server does before it forks
+    readers."""
     import benchmarks.ours  # noqa: F401
     import benchmarks.peers  # noqa: F401
     import datapipe.versioning.store  # noqa: F401
@@ -144,13 +166,17 @@ def preimport(family: str) -> None:
         return
     if family == "pillow":
         import PIL.Image  # noqa: F401
+
         return
-    if family in IMAGE_FAMILIES:  # the base family's stack, then torchvision's transforms and Pillow
+    # the base family's stack, then torchvision's transforms and Pillow
+    if family in IMAGE_FAMILIES:
         preimport(family.removesuffix("-img"))
         from benchmarks import image_transforms
+
         image_transforms.transform("train"), image_transforms.transform("eval")
         import benchmarks.image_ours
         import benchmarks.image_peers  # noqa: F401
+
         return
     import torch  # noqa: F401
 
@@ -170,7 +196,8 @@ def _status_mb(field: str) -> float:
 
 
 class _AnonPeak(threading.Thread):
-    """Samples this process's RssAnon (private memory: no mapped files, no page cache) every 20 ms."""
+    """Samples this process's RssAnon (private memory: no mapped files, no page cache) every 20
+    ms."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
@@ -188,8 +215,10 @@ class _AnonPeak(threading.Thread):
 
 
 def measure(tool: str, mode: str, path: str, server_rss_mb: float) -> dict:
-    """Time one reading in this (freshly forked) process; see the module docstring for the RSS figures."""
-    unmapped = max(0.0, server_rss_mb - _status_mb("VmRSS"))  # file pages fork did not map into this process
+    """Time one reading in this (freshly forked) process; see the module docstring for the RSS
+    figures."""
+    # file pages fork did not map into this process
+    unmapped = max(0.0, server_rss_mb - _status_mb("VmRSS"))
     read = reader(tool, mode, path)
     anon = _AnonPeak()
     anon.start()
@@ -201,9 +230,19 @@ def measure(tool: str, mode: str, path: str, server_rss_mb: float) -> dict:
     gc.collect()  # DataLoader iterators are gone: their workers have been joined
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return {"tool": tool, "mode": mode, "samples": samples, "bytes": nbytes, "first_sum": first,
-            "seconds": seconds, "rss_mb": own + unmapped, "child_rss_mb": child, "forked_rss_mb": own,
-            "unmapped_mb": unmapped, "anon_peak_mb": anon_peak}
+    return {
+        "tool": tool,
+        "mode": mode,
+        "samples": samples,
+        "bytes": nbytes,
+        "first_sum": first,
+        "seconds": seconds,
+        "rss_mb": own + unmapped,
+        "child_rss_mb": child,
+        "forked_rss_mb": own,
+        "unmapped_mb": unmapped,
+        "anon_peak_mb": anon_peak,
+    }
 
 
 def _forked(request: dict) -> dict:
@@ -222,7 +261,8 @@ def _forked(request: dict) -> dict:
             result, code = {"error": traceback.format_exc()}, 1
         with os.fdopen(w, "w") as f:
             f.write(json.dumps(result))
-        atexit._run_exitfuncs()  # e.g. Mosaic's shared-memory cleanup; then skip the server's own shutdown
+        # e.g. Mosaic's shared-memory cleanup; then skip the server's own shutdown
+        atexit._run_exitfuncs()
         os._exit(code)
     os.close(w)
     chunks, deadline = [], time.monotonic() + request["timeout"]
@@ -243,7 +283,8 @@ def _forked(request: dict) -> dict:
 
 
 def serve(family: str) -> None:
-    """Import the family's stack, say "ready", then fork one reader per request line (JSON) on stdin."""
+    """Import the family's stack, say "ready", then fork one reader per request line (JSON) on
+    stdin."""
     preimport(family)
     print("ready", flush=True)
     for line in sys.stdin:
@@ -256,8 +297,14 @@ class Readers:
     def __init__(self, cwd: str, families: Iterable[str] = BYTE_FAMILIES) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [cwd, os.environ.get("PYTHONPATH")]))}
         self.servers = {
-            f: subprocess.Popen([sys.executable, "-m", "benchmarks.measure", "--serve", f], cwd=cwd, env=env,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            f: subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.measure", "--serve", f],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             for f in families
         }
 

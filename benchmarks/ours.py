@@ -15,7 +15,8 @@ NAME = "bench"
 
 
 def write(data: Data, out: str, fmt_name: str = "webdataset", shard_bytes: int = SHARD_BYTES) -> None:
-    """Write ~64 MB shards (``shard_bytes``) through the store's VersionWriter and commit one version.
+    """Write ~64 MB shards (``shard_bytes``) through the store's VersionWriter and commit one
+    version.
 
     Every sample of a workload has the same size, so the samples per shard come from the
     exact encoded size of the first one (no per-sample size call, which ``datapipe build``'s
@@ -27,13 +28,17 @@ def write(data: Data, out: str, fmt_name: str = "webdataset", shard_bytes: int =
 
     fmt = get_format(fmt_name)
     first = data.samples[0]
-    per_shard = max(1, shard_bytes // fmt.writer.sample_size(first["__key__"], {"bin": first["bin"],
-                                                                                  "cls": first["cls"]}))
+    per_shard = max(
+        1, shard_bytes // fmt.writer.sample_size(first["__key__"], {"bin": first["bin"], "cls": first["cls"]})
+    )
     writer = Store(out).begin(NAME)
-    entries = [writer.write_shard(i, data.samples[start:start + per_shard], fmt)
-               for i, start in enumerate(range(0, len(data.samples), per_shard))]
-    writer.commit(Manifest(name=NAME, shard_format=fmt.name, fields={"cls": "int", "bin": "bytes"},
-                           shards=tuple(entries)))
+    entries = [
+        writer.write_shard(i, data.samples[start : start + per_shard], fmt)
+        for i, start in enumerate(range(0, len(data.samples), per_shard))
+    ]
+    writer.commit(
+        Manifest(name=NAME, shard_format=fmt.name, fields={"cls": "int", "bin": "bytes"}, shards=tuple(entries))
+    )
 
 
 def url(out: str) -> str:
@@ -57,17 +62,23 @@ def _touch_ragged(column) -> tuple[int, int, int]:
 
 
 def read(out: str, num_workers: int, ragged: bool = False) -> list[int]:
-    """``datapipe.Loader(url, batch_size=256, num_workers=N, shuffle=False)``, every batch touched; with
+    """``datapipe.Loader(url, batch_size=256, num_workers=N, shuffle=False)``, every batch touched;
+    with
     ``ragged``, ``decode={"bin": "ragged"}``."""
     import datapipe
 
-    loader = datapipe.Loader(url(out), batch_size=BATCH, num_workers=num_workers, shuffle=False,
-                             decode={"bin": "ragged"} if ragged else None)
+    loader = datapipe.Loader(
+        url(out), batch_size=BATCH, num_workers=num_workers, shuffle=False, decode={"bin": "ragged"} if ragged else None
+    )
     total = [0, 0, 0]
     for batch in loader:
         add(total, _touch_ragged(batch["bin"]) if ragged else touch(batch["bin"]))
     return total
 
 
-READERS = {"one": lambda out: read(out, 0), "loader": lambda out: read(out, WORKERS),
-           "one-ragged": lambda out: read(out, 0, True), "loader-ragged": lambda out: read(out, WORKERS, True)}
+READERS = {
+    "one": lambda out: read(out, 0),
+    "loader": lambda out: read(out, WORKERS),
+    "one-ragged": lambda out: read(out, 0, True),
+    "loader-ragged": lambda out: read(out, WORKERS, True),
+}

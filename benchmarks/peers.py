@@ -1,4 +1,5 @@
-"""The peers, written and read the way their documentation shows: WebDataset 1.0.2, MosaicML Streaming, LitData.
+"""The peers, written and read the way their documentation shows: WebDataset 1.0.2, MosaicML
+Streaming, LitData.
 
 Every reader touches every payload (its length and first byte) and returns
 ``(samples, payload bytes, sum of first bytes)``. Shard/chunk targets are 64 MB throughout.
@@ -51,6 +52,7 @@ def patch_torchvision() -> None:
 
 # --- WebDataset -------------------------------------------------------------------------------
 
+
 def wds_write(data: Data, out: str, int_mtime: bool = False) -> None:
     """ShardWriter with maxsize 64 MB; ``int_mtime`` passes ``mtime=0`` (an int) to every TarWriter.
 
@@ -61,8 +63,9 @@ def wds_write(data: Data, out: str, int_mtime: bool = False) -> None:
 
     os.makedirs(out, exist_ok=True)
     kw = {"mtime": 0} if int_mtime else {}
-    with wds.ShardWriter(os.path.join(out, "shard-%06d.tar"), maxcount=10**9, maxsize=SHARD_BYTES, verbose=0,
-                         **kw) as sink:
+    with wds.ShardWriter(
+        os.path.join(out, "shard-%06d.tar"), maxcount=10**9, maxsize=SHARD_BYTES, verbose=0, **kw
+    ) as sink:
         for sample in data.samples:
             sink.write(sample)
 
@@ -85,7 +88,8 @@ def wds_read_one(path: str) -> list[int]:
 
 
 def wds_read_loader(path: str) -> list[int]:
-    """WebDataset(...).batched(256) in a WebLoader (a DataLoader, batch_size=None) with 2 workers."""
+    """WebDataset(...).batched(256) in a WebLoader (a DataLoader, batch_size=None) with 2
+    workers."""
     import webdataset as wds
 
     loader = wds.WebLoader(_wds_dataset(path).batched(BATCH), batch_size=None, num_workers=WORKERS)
@@ -162,15 +166,24 @@ def _litdata_item(i: int) -> dict:
 
 
 def litdata_write(data: Data, out: str) -> None:
-    """``optimize`` over the sample indices, one worker (forked, so it sees the samples in memory)."""
+    """``optimize`` over the sample indices, one worker (forked, so it sees the samples in
+    memory)."""
     global _LITDATA_SAMPLES
     patch_torchvision()
     from litdata import optimize
 
     _LITDATA_SAMPLES = data
     try:
-        optimize(fn=_litdata_item, inputs=list(range(len(data.samples))), output_dir=out, chunk_bytes=SHARD_BYTES,
-                 num_workers=1, start_method="fork", verbose=False, mode="overwrite")
+        optimize(
+            fn=_litdata_item,
+            inputs=list(range(len(data.samples))),
+            output_dir=out,
+            chunk_bytes=SHARD_BYTES,
+            num_workers=1,
+            start_method="fork",
+            verbose=False,
+            mode="overwrite",
+        )
     finally:
         _LITDATA_SAMPLES = None
 
@@ -217,8 +230,11 @@ def litdata_read_loader(path: str) -> list[int]:
 # name -> (label, writer, {read mode: reader}); the writer's output directory is the reader's path
 PEERS: dict[str, tuple[str, Callable[[Data, str], None] | None, dict[str, Callable[[str], list[int]]]]] = {
     "wds": ("WebDataset", wds_write, {"one": wds_read_one, "loader": wds_read_loader}),
-    "wds-int": ("WebDataset int mtime", lambda d, o: wds_write(d, o, int_mtime=True),
-                {"one": wds_read_one, "loader": wds_read_loader}),
+    "wds-int": (
+        "WebDataset int mtime",
+        lambda d, o: wds_write(d, o, int_mtime=True),
+        {"one": wds_read_one, "loader": wds_read_loader},
+    ),
     "mds": ("Mosaic MDS", mds_write, {"one": mds_read_one, "index": mds_read_index, "loader": mds_read_loader}),
     "litdata": ("LitData optimize", litdata_write, {"one": litdata_read_one, "loader": litdata_read_loader}),
     "litdata-bw": ("LitData BinaryWriter", litdata_binary_write, {}),

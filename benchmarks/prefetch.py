@@ -1,9 +1,11 @@
-"""In process, a thread ahead or none: W1 and W2 read by ``Loader(num_workers=0)`` with ``prefetch`` 0 and 4.
+"""In process, a thread ahead or none: W1 and W2 read by ``Loader(num_workers=0)`` with ``prefetch``
+0 and 4.
 
-``python -m benchmarks.prefetch [--rounds 5] [--workdir DIR]`` writes W1 and W2 with datapipe (once, kept in
-DIR), then for each kind of training loop runs one fresh process per prefetch setting, alternately, for
-``--rounds`` rounds (the VM's speed drifts within minutes; alternation puts both settings in the same
-minutes). Each process reads two epochs and reports the second (the first pays torch's import).
+``python -m benchmarks.prefetch [--rounds 5] [--workdir DIR]`` writes W1 and W2 with datapipe (once,
+kept in DIR), then for each kind of training loop runs one fresh process per prefetch setting,
+alternately, for ``--rounds`` rounds (the VM's speed drifts within minutes; alternation puts both
+settings in the same minutes). Each process reads two epochs and reports the second (the first pays
+torch's import).
 Loops: ``empty`` (touches every payload, as the main benchmark does), ``python`` (plus ~100 us of
 Python per batch, which holds the GIL), ``sleep`` (plus a 0.3 ms sleep per batch, which does not);
 and W2 with the empty loop. Prints the median samples/s per loop and setting, and the ratio.
@@ -52,8 +54,14 @@ def one(out: str, prefetch: int, loop: str) -> float:
     rate = 0.0
     for _ in range(2):
         start = time.perf_counter()
-        loader = datapipe.Loader(ours.url(out), batch_size=ours.BATCH, num_workers=0, shuffle=False,
-                                 decode={"bin": "ragged"}, prefetch=prefetch)
+        loader = datapipe.Loader(
+            ours.url(out),
+            batch_size=ours.BATCH,
+            num_workers=0,
+            shuffle=False,
+            decode={"bin": "ragged"},
+            prefetch=prefetch,
+        )
         samples = 0
         for batch in loader:
             samples += ours._touch_ragged(batch["bin"])[0]
@@ -77,15 +85,21 @@ def main() -> None:
     for _ in range(args.rounds):
         for loop in LOOPS:
             for p in SETTINGS:
-                done = subprocess.run([sys.executable, "-m", "benchmarks.prefetch", "--one", outs[loop], str(p), loop],
-                                      capture_output=True, text=True, check=True)
+                done = subprocess.run(
+                    [sys.executable, "-m", "benchmarks.prefetch", "--one", outs[loop], str(p), loop],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 rates[(loop, p)].append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(f"Loader(num_workers=0), second epoch, median of {args.rounds} alternating processes (W1 unless w2)")
     for loop in LOOPS:
         none, ahead = (statistics.median(rates[(loop, p)]) for p in SETTINGS)
         spread = "  ".join(f"p{p}: " + ",".join(f"{r / 1e3:.0f}k" for r in rates[(loop, p)]) for p in SETTINGS)
-        print(f"{loop:7s} prefetch=0 {none / 1e3:6.0f}k/s  prefetch=4 {ahead / 1e3:6.0f}k/s  "
-              f"none/ahead {none / ahead:4.2f}x   ({spread})")
+        print(
+            f"{loop:7s} prefetch=0 {none / 1e3:6.0f}k/s  prefetch=4 {ahead / 1e3:6.0f}k/s  "
+            f"none/ahead {none / ahead:4.2f}x   ({spread})"
+        )
 
 
 if __name__ == "__main__":

@@ -9,8 +9,14 @@ from collections.abc import Callable
 from benchmarks import image_report
 
 TOOLS = ["datapipe", "wds", "wds-int", "mds", "litdata", "litdata-bw"]
-LABELS = {"datapipe": "datapipe", "wds": "WebDataset", "wds-int": "WebDataset int mtime", "mds": "Mosaic MDS",
-          "litdata": "LitData optimize", "litdata-bw": "LitData BinaryWriter"}
+LABELS = {
+    "datapipe": "datapipe",
+    "wds": "WebDataset",
+    "wds-int": "WebDataset int mtime",
+    "mds": "Mosaic MDS",
+    "litdata": "LitData optimize",
+    "litdata-bw": "LitData BinaryWriter",
+}
 
 
 def rate(n: float) -> str:
@@ -65,7 +71,8 @@ def _disk(w: dict, tool: str) -> float | None:
 
 
 def _build(w: dict, tool: str, workers: int, after_start: bool = False) -> float | None:
-    """Samples per second of `datapipe build`: the command's wall time, or its passes alone (``after_start``:
+    """Samples per second of `datapipe build`: the command's wall time, or its passes alone
+    (``after_start``:
     without interpreter start, imports, cluster start and stop; from the summary's "seconds")."""
     if tool != "datapipe":
         return None
@@ -90,10 +97,18 @@ FIGURES: list[Figure] = [
     # datapipe with decode={"bin": "ragged"}, against the same reads of the peers
     ("read 1 process, datapipe ragged, samples/s", True, lambda w, t: _ragged(w, t, "one", "samples"), rate),
     ("read 1 process, datapipe ragged, payload MB/s", True, lambda w, t: _ragged(w, t, "one", "bytes"), bandwidth),
-    ("read DataLoader 2 workers, datapipe ragged, samples/s", True,
-     lambda w, t: _ragged(w, t, "loader", "samples"), rate),
-    ("read DataLoader 2 workers, datapipe ragged, payload MB/s", True,
-     lambda w, t: _ragged(w, t, "loader", "bytes"), bandwidth),
+    (
+        "read DataLoader 2 workers, datapipe ragged, samples/s",
+        True,
+        lambda w, t: _ragged(w, t, "loader", "samples"),
+        rate,
+    ),
+    (
+        "read DataLoader 2 workers, datapipe ragged, payload MB/s",
+        True,
+        lambda w, t: _ragged(w, t, "loader", "bytes"),
+        bandwidth,
+    ),
     ("peak RSS 1 process, MB", False, lambda w, t: _rss(w, t, "one"), lambda v: f"{v:.0f}"),
     ("peak private memory (RssAnon) 1 process, MB", False, lambda w, t: _anon(w, t, "one"), lambda v: f"{v:.0f}"),
     ("peak RSS DataLoader (main + worker), MB", False, lambda w, t: _rss(w, t, "loader"), lambda v: f"{v:.0f}"),
@@ -114,41 +129,51 @@ def _build_rss(w: dict, tool: str, workers: int) -> float | None:
 
 
 def _floor_rows(w: dict) -> list[list[str]]:
-    """The floors in the datapipe column; the last column: datapipe's one-process read (disk bytes/s) over it."""
+    """The floors in the datapipe column; the last column: datapipe's one-process read (disk
+    bytes/s) over it."""
     rows = []
     disk = w["tools"]["datapipe"]["write"]["disk_bytes"]
     one = _read(w, "datapipe", "one", "samples")
-    for mode, label in (("cat", "floor: cat datapipe shards (8 MB reads)"),
-                        ("memmap", "floor: numpy sum over np.memmap of the shards"),
-                        ("copy", "floor: numpy copy from np.memmap into a reused 25 MiB buffer")):
+    for mode, label in (
+        ("cat", "floor: cat datapipe shards (8 MB reads)"),
+        ("memmap", "floor: numpy sum over np.memmap of the shards"),
+        ("copy", "floor: numpy copy from np.memmap into a reused 25 MiB buffer"),
+    ):
         r = w.get("floor", {}).get(mode)
         if r:
             bps = r["bytes"] / r["seconds"]
             floor_rate = bps / (disk / w["samples"])
             ratio = f"read 1 process = {one / floor_rate:.2f}x" if one else "—"
-            rows.append([label, f"{bandwidth(bps)} = {rate(floor_rate)} samples/s"] + [""] * (len(TOOLS) - 1)
-                        + [ratio])
+            rows.append([label, f"{bandwidth(bps)} = {rate(floor_rate)} samples/s"] + [""] * (len(TOOLS) - 1) + [ratio])
     return rows
 
 
 def _write_floor_rows(w: dict) -> list[list[str]]:
-    """The write floors (benchmarks/write_floor.py) in the datapipe column, in payload MB/s; the last column:
+    """The write floors (benchmarks/write_floor.py) in the datapipe column, in payload MB/s; the
+    last column:
     datapipe's library write over it."""
     floors, ours = w.get("write_floor"), _write(w, "datapipe", "bytes")
     rows = []
-    for key, label in (("hash_copy", "write floor: one copy + one sha256 per payload byte"),
-                       ("hash_copy_file", "write floor: that + a write to a new file (page cache)")):
+    for key, label in (
+        ("hash_copy", "write floor: one copy + one sha256 per payload byte"),
+        ("hash_copy_file", "write floor: that + a write to a new file (page cache)"),
+    ):
         if floors and key in floors:
             bps = w["payload_bytes"] / floors[key]
-            rows.append([label, bandwidth(bps)] + [""] * (len(TOOLS) - 1)
-                        + [f"datapipe write = {ours / bps:.2f}x" if ours else "—"])
+            rows.append(
+                [label, bandwidth(bps)]
+                + [""] * (len(TOOLS) - 1)
+                + [f"datapipe write = {ours / bps:.2f}x" if ours else "—"]
+            )
     return rows
 
 
 def _fixed_rows(w: dict) -> list[list[str]]:
-    """What start-up alone allows a build, as the most samples/s end to end: the workload over a 10-row
-    build's seconds; over the Dask floor's (building.DASK_FLOOR); and over the Dask floor plus the best peer's
-    own in-memory write shared perfectly by the workers (no Parquet to read, no hashing beyond the peer's).
+    """What start-up alone allows a build, as the most samples/s end to end: the workload over a
+    10-row
+    build's seconds; over the Dask floor's (building.DASK_FLOOR); and over the Dask floor plus the
+    best peer's own in-memory write shared perfectly by the workers (no Parquet to read, no hashing
+    beyond the peer's).
     The last column puts each ceiling against the best peer's write rate."""
     f = w.get("build_fixed")
     writes = {t: _write(w, t, "samples") for t in TOOLS if t != "datapipe"}
@@ -160,12 +185,17 @@ def _fixed_rows(w: dict) -> list[list[str]]:
     ceilings = [
         (f"build ceiling: datapipe build of 10 rows, {n} workers", f["build_10_rows"]),
         (f"build ceiling: Python + LocalCluster({n}) + pandas/pyarrow in the workers + stop", f["dask_floor"]),
-        (f"build ceiling: that + {LABELS[best]}'s write split over {n} workers",
-         f["dask_floor"] + w["samples"] / writes[best] / n),
+        (
+            f"build ceiling: that + {LABELS[best]}'s write split over {n} workers",
+            f["dask_floor"] + w["samples"] / writes[best] / n,
+        ),
     ]
-    return [[label, f"{seconds:.2f} s: at most {rate(w['samples'] / seconds)} samples/s"] + [""] * (len(TOOLS) - 1)
-            + [f"ceiling = {w['samples'] / seconds / writes[best]:.2f}x {LABELS[best]} write"]
-            for label, seconds in ceilings]
+    return [
+        [label, f"{seconds:.2f} s: at most {rate(w['samples'] / seconds)} samples/s"]
+        + [""] * (len(TOOLS) - 1)
+        + [f"ceiling = {w['samples'] / seconds / writes[best]:.2f}x {LABELS[best]} write"]
+        for label, seconds in ceilings
+    ]
 
 
 def table(w: dict) -> list[list[str]]:
@@ -186,14 +216,20 @@ def table(w: dict) -> list[list[str]]:
 
 
 def _many_shards_rows(w: dict) -> list[list[str]]:
-    """datapipe's one-process read of the same samples in 10x as many shards: its peak RSS over the 1x figure."""
+    """datapipe's one-process read of the same samples in 10x as many shards: its peak RSS over the
+    1x figure."""
     many, one = w.get("rss_10x_shards"), w["tools"]["datapipe"].get("read", {}).get("one")
     if not many or not one:
         return []
     rss = many["rss_mb"] + many["child_rss_mb"]
     cells = [f"{rss:.0f} MB RSS, {rate(many['samples'] / many['seconds'])} samples/s"] + [""] * (len(TOOLS) - 1)
-    return [["datapipe 1 process, 10x as many shards", *cells,
-             f"RSS {rss / (one['rss_mb'] + one['child_rss_mb']):.2f}x of 1x shards"]]
+    return [
+        [
+            "datapipe 1 process, 10x as many shards",
+            *cells,
+            f"RSS {rss / (one['rss_mb'] + one['child_rss_mb']):.2f}x of 1x shards",
+        ]
+    ]
 
 
 def markdown(results: dict) -> str:
@@ -202,24 +238,33 @@ def markdown(results: dict) -> str:
     for w in results["workloads"].values():
         images = w.get("kind") == "images"  # W4: its own tools and rows
         header = image_report.header() if images else ["figure", *(LABELS[t] for t in TOOLS), "datapipe / best peer"]
-        out += [f"**{image_report.describe(w) if images else w['describe']}**", "", "| " + " | ".join(header) + " |",
-                "|" + "---|" * len(header)]
+        out += [
+            f"**{image_report.describe(w) if images else w['describe']}**",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+        ]
         out += ["| " + " | ".join(row) + " |" for row in (image_report.table(w) if images else table(w))]
         out += [""]
     m = results["machine"]
-    out.append(f"{m['date']}, datapipe at {m.get('git', '?')}, {m['cpu']}, {m['cores']} cores, "
-               f"{m['ram_gib']:.0f} GiB RAM, Python {m['python']}, torch {m['torch']}; "
-               f"load average {m['load_before']} before, {m['load_after']} after; "
-               + ", ".join(f"{k} {v}" for k, v in m["versions"].items())
-               + _decode_note(m.get("datapipe_decode", "?"))
-               + (f"; whole run {results['seconds']:.0f} s" if "seconds" in results else ""))
+    out.append(
+        f"{m['date']}, datapipe at {m.get('git', '?')}, {m['cpu']}, {m['cores']} cores, "
+        f"{m['ram_gib']:.0f} GiB RAM, Python {m['python']}, torch {m['torch']}; "
+        f"load average {m['load_before']} before, {m['load_after']} after; "
+        + ", ".join(f"{k} {v}" for k, v in m["versions"].items())
+        + _decode_note(m.get("datapipe_decode", "?"))
+        + (f"; whole run {results['seconds']:.0f} s" if "seconds" in results else "")
+    )
     return "\n".join(out)
 
 
 def _decode_note(decode: str) -> str:
     if decode == "both":  # since issue 17: the headline rows are the default decode
-        return ("; datapipe reads bin as the default decode gives it (a list of bytes per batch), and in the "
-                "\"datapipe ragged\" rows with decode={'bin': 'ragged'}")
+        return (
+            "; datapipe reads bin as the default decode gives it (a list of bytes "
+            "per batch), and in the "
+            "\"datapipe ragged\" rows with decode={'bin': 'ragged'}"
+        )
     return f"; datapipe reads bin with decode={decode!r}"
 
 
@@ -246,9 +291,11 @@ def chart(results: dict, path: str) -> None:
     if not workloads:
         return
     fig, axes = plt.subplots(1, len(workloads) + 1, figsize=(6 * len(workloads) + 5, 5))
-    groups = [("write", lambda w, t: _write(w, t, "samples")),
-              ("read, 1 process", lambda w, t: _read(w, t, "one", "samples")),
-              ("read, DataLoader", lambda w, t: _read(w, t, "loader", "samples"))]
+    groups = [
+        ("write", lambda w, t: _write(w, t, "samples")),
+        ("read, 1 process", lambda w, t: _read(w, t, "one", "samples")),
+        ("read, DataLoader", lambda w, t: _read(w, t, "loader", "samples")),
+    ]
     width = 0.8 / len(TOOLS)
     for ax, w in zip(axes, workloads, strict=False):
         for i, tool in enumerate(TOOLS):
@@ -266,8 +313,7 @@ def chart(results: dict, path: str) -> None:
     ax = axes[-1]
     for i, tool in enumerate(TOOLS):
         ys = [_rss(w, tool, "loader") or 0 for w in workloads]
-        ax.bar([g + (i - len(TOOLS) / 2 + 0.5) * width for g in range(len(workloads))], ys, width,
-               label=LABELS[tool])
+        ax.bar([g + (i - len(TOOLS) / 2 + 0.5) * width for g in range(len(workloads))], ys, width, label=LABELS[tool])
     ax.set_xticks(range(len(workloads)), [w["workload"] for w in workloads])
     ax.set_ylabel("peak RSS, DataLoader main + worker (MB)")
     ax.set_title("memory", fontsize=9)

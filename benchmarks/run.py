@@ -31,8 +31,11 @@ from benchmarks.peers import PEERS, import_all
 from benchmarks.workloads import Data, Workload, generate, workloads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-READ_MODES = {"datapipe": ["one", "loader", "one-ragged", "loader-ragged"],  # default decode, then ragged
-              **{name: list(p[2]) for name, p in PEERS.items()}}
+# default decode, then ragged
+READ_MODES = {
+    "datapipe": ["one", "loader", "one-ragged", "loader-ragged"],
+    **{name: list(p[2]) for name, p in PEERS.items()},
+}
 
 
 def log(msg: str) -> None:
@@ -40,8 +43,10 @@ def log(msg: str) -> None:
 
 
 def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+        platform.processor(),
+    )
     ram = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal")) / 2**20
     versions = {}
     for dist in ("datapipe", "torch", "numpy", "webdataset", "mosaicml-streaming", "litdata", "dask", "pyarrow"):
@@ -49,18 +54,29 @@ def machine() -> dict:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = "missing"
-    return {"date": datetime.date.today().isoformat(), "cpu": cpu, "cores": os.cpu_count(), "ram_gib": ram,
-            "machine": platform.machine(), "python": platform.python_version(), "torch": versions["torch"],
-            "versions": versions, "load_before": _load(), "git": _git()}
+    return {
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gib": ram,
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "torch": versions["torch"],
+        "versions": versions,
+        "load_before": _load(),
+        "git": _git(),
+    }
 
 
 def _git() -> str:
     """The commit the run measured, '+dirty' when datapipe/ has uncommitted changes."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "datapipe"], cwd=ROOT, capture_output=True,
-                               text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "datapipe"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+dirty" if dirty else "")
@@ -95,15 +111,18 @@ def write_all(data: Data, workdir: str) -> dict:
 def write_floors(data: Data, workdir: str) -> dict:
     """The write floors of ``benchmarks.write_floor`` on the same samples, in seconds."""
     gc.collect()
-    floors = {"hash_copy": write_floor.hash_and_copy(data),
-              "hash_copy_file": write_floor.hash_copy_and_write(data, os.path.join(workdir, "write-floor"))}
+    floors = {
+        "hash_copy": write_floor.hash_and_copy(data),
+        "hash_copy_file": write_floor.hash_copy_and_write(data, os.path.join(workdir, "write-floor")),
+    }
     for name, seconds in floors.items():
         log(f"  write floor {name}: {data.payload_bytes / seconds / 1e6:,.0f} MB/s")
     return floors
 
 
 WORKLOADS = ("w1", "w2", "w4")  # W3 is benchmarks/build_scale.py
-REPEAT_UNDER = 10.0  # seconds: reads quicker than this are measured three times, and the median kept
+# seconds: reads quicker than this are measured three times, and the median kept
+REPEAT_UNDER = 10.0
 
 
 def read_one(readers: Readers, tool: str, mode: str, path: str, timeout: float, repeats: int = 1) -> dict:
@@ -112,15 +131,17 @@ def read_one(readers: Readers, tool: str, mode: str, path: str, timeout: float, 
     return read_rounds(readers, [(tool, mode, path)], timeout, repeats)[(tool, mode)]
 
 
-def read_rounds(readers: Readers, reads: list[tuple[str, str, str]], timeout: float,
-                repeats: int) -> dict[tuple[str, str], dict]:
-    """Each (tool, mode, path) measured in rounds: every read once per round, ``repeats`` rounds, each in a
+def read_rounds(
+    readers: Readers, reads: list[tuple[str, str, str]], timeout: float, repeats: int
+) -> dict[tuple[str, str], dict]:
+    """Each (tool, mode, path) measured in rounds: every read once per round, ``repeats`` rounds,
+    each in a
     fresh reader process after reading the files once (warm page cache); the median by rate is kept.
 
     The VM's speed drifts by 2x within minutes (LitData's W1 read: 131-292k/s in three runs of one
-    afternoon). Read tool after tool, each tool's repeats would sample a different minute and the ratios
-    the drift; interleaved, every tool's median comes from the same minutes. A read that takes
-    REPEAT_UNDER seconds or more, or fails, is not repeated.
+    afternoon). Read tool after tool, each tool's repeats would sample a different minute and the
+    ratios the drift; interleaved, every tool's median comes from the same minutes. A read that
+    takes REPEAT_UNDER seconds or more, or fails, is not repeated.
     """
     runs: dict[tuple[str, str], list[dict]] = {(tool, mode): [] for tool, mode, _ in reads}
     for _ in range(repeats):
@@ -144,9 +165,15 @@ def _median(runs: list[dict]) -> dict:
 def run_workload(readers: Readers, w: Workload, workdir: str, timeout: float, repeats: int) -> dict:
     log(w.describe())
     data = generate(w)
-    result = {"workload": w.name, "describe": w.describe(), "samples": w.samples, "payload_size": w.payload,
-              "payload_bytes": data.payload_bytes, "tools": write_all(data, workdir),
-              "write_floor": write_floors(data, workdir)}
+    result = {
+        "workload": w.name,
+        "describe": w.describe(),
+        "samples": w.samples,
+        "payload_size": w.payload,
+        "payload_bytes": data.payload_bytes,
+        "tools": write_all(data, workdir),
+        "write_floor": write_floors(data, workdir),
+    }
     pipeline = building.prepare(data, os.path.join(workdir, "source"))
     del data
     gc.collect()
@@ -159,9 +186,13 @@ def run_workload(readers: Readers, w: Workload, workdir: str, timeout: float, re
             log(f"  floor {mode}: {r['bytes'] / r['seconds'] / 1e9:.2f} GB/s")
             continue
         result["tools"][tool]["read"][mode] = r
-        log(f"  read {tool} {mode}: {r['samples'] / r['seconds']:,.0f} samples/s, "
-            f"{r['bytes'] / r['seconds'] / 1e6:,.0f} MB/s, RSS {r['rss_mb']:.0f}+{r['child_rss_mb']:.0f} MB")
-    if w.name == "w1":  # memory must not grow with the shard count: the same samples in 10x as many shards
+        log(
+            f"  read {tool} {mode}: {r['samples'] / r['seconds']:,.0f} samples/s, "
+            f"{r['bytes'] / r['seconds'] / 1e6:,.0f} MB/s, RSS "
+            f"{r['rss_mb']:.0f}+{r['child_rss_mb']:.0f} MB"
+        )
+    # memory must not grow with the shard count: the same samples in 10x as many shards
+    if w.name == "w1":
         many = os.path.join(workdir, "datapipe-10x-shards")
         ours.write(generate(w), many, shard_bytes=ours.SHARD_BYTES // 10)
         r = read_one(readers, "datapipe", "one", many, timeout, repeats)
@@ -173,7 +204,8 @@ def run_workload(readers: Readers, w: Workload, workdir: str, timeout: float, re
         b = building.build(pipeline, os.path.join(workdir, "built"), workers, timeout)
         result["build"].append(b)
         log(f"  build, {workers} worker(s): {b['seconds']:.1f}s, {w.samples / b['seconds']:,.0f} samples/s")
-    if w.name == "w1":  # issue 6's build target is W1 with 2 workers: what start-up alone leaves of it
+    # issue 6's build target is W1 with 2 workers: what start-up alone leaves of it
+    if w.name == "w1":
         f = result["build_fixed"] = building.fixed_costs(w, os.path.join(workdir, "fixed"), 2, repeats)
         log(f"  build of 10 rows, 2 workers: {f['build_10_rows']:.2f}s; Dask floor {f['dask_floor']:.2f}s")
     return result
@@ -183,11 +215,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of the samples (a smoke run, < 2 minutes)")
     parser.add_argument("--workdir", help="where the datasets go (kept); default: a temporary directory, removed")
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"),
-                        help="where results.json/.md/.png go [benchmarks/results]")
+    parser.add_argument(
+        "--out",
+        default=os.path.join(ROOT, "benchmarks", "results"),
+        help="where results.json/.md/.png go [benchmarks/results]",
+    )
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for one measurement")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS),
-                        help=f"comma-separated, of {', '.join(WORKLOADS)} [all of them]")
+    parser.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)} [all of them]"
+    )
     args = parser.parse_args(argv)
     chosen = [n.strip().lower() for n in args.workloads.split(",") if n.strip()]
     if not chosen or set(chosen) - set(WORKLOADS):
@@ -204,14 +240,15 @@ def main(argv: list[str] | None = None) -> None:
             repeats = 1 if args.quick else 3
             for w in workloads(args.quick):
                 if w.name in chosen:
-                    results["workloads"][w.name] = run_workload(readers, w, os.path.join(workdir, w.name),
-                                                                args.timeout, repeats)
+                    results["workloads"][w.name] = run_workload(
+                        readers, w, os.path.join(workdir, w.name), args.timeout, repeats
+                    )
                 if tmp:
                     shutil.rmtree(os.path.join(workdir, w.name), ignore_errors=True)
             if "w4" in chosen:
-                results["workloads"]["w4"] = image_run.run_w4(readers, image_workload(args.quick),
-                                                              os.path.join(workdir, "w4"), args.timeout, repeats,
-                                                              read_rounds)
+                results["workloads"]["w4"] = image_run.run_w4(
+                    readers, image_workload(args.quick), os.path.join(workdir, "w4"), args.timeout, repeats, read_rounds
+                )
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -1,9 +1,11 @@
-"""How fast `datapipe serve` answers on a large store (issue 20: under 300 ms a page with 100,000 samples in
+"""How fast `datapipe serve` answers on a large store (issue 20: under 300 ms a page with 100,000
+samples in
 1,000 shards): python -m benchmarks.serve_pages [--samples N] [--shards N] [--workdir DIR].
 
-It writes a store with the library's writer (small PNGs, a class, a JSON field), then a second version that
-shares all but one shard and adds one (an incremental build), and times each page through the ASGI app
-in process (no network): the first answer (cold caches) and the median of the next ones.
+It writes a store with the library's writer (small PNGs, a class, a JSON field), then a second
+version that shares all but one shard and adds one (an incremental build), and times each page
+through the ASGI app in process (no network): the first answer (cold caches) and the median of the
+next ones.
 """
 
 from __future__ import annotations
@@ -39,8 +41,12 @@ def build(root: Path, samples: int, shards: int):
     per = samples // shards
 
     def sample(i: int) -> dict:
-        return {"__key__": f"s{i:07d}", "png": images[i % 64], "cls": str(i % 10).encode(),
-                "meta": json.dumps({"i": i}).encode()}
+        return {
+            "__key__": f"s{i:07d}",
+            "png": images[i % 64],
+            "cls": str(i % 10).encode(),
+            "meta": json.dumps({"i": i}).encode(),
+        }
 
     fields = {"png": "bytes", "cls": "int", "meta": "json"}
     writer = store.begin("big")
@@ -49,8 +55,9 @@ def build(root: Path, samples: int, shards: int):
     writer = store.begin("big")
     kept = [writer.share_shard(e, first.version) for e in entries[1:]]
     new = writer.write_shard(shards, (sample(samples + j) for j in range(per)), fmt)
-    writer.commit(Manifest(name="big", shard_format="webdataset", fields=fields, shards=(*kept, new),
-                           parent=first.version))
+    writer.commit(
+        Manifest(name="big", shard_format="webdataset", fields=fields, shards=(*kept, new), parent=first.version)
+    )
     return store
 
 
@@ -73,10 +80,17 @@ def main() -> None:
         print(f"store: {args.samples} samples in {args.shards} shards, written in {took:.1f} s")
         v = store.resolve("big", "latest")
         base = f"/d/big/v/{v}"
-        pages = {"store": "/", "dataset (log)": "/d/big", "version": base, "samples": base + "/samples",
-                 "samples, last page": base + f"/samples?page={args.samples // 48 - 1}",
-                 "key search": base + "/samples?q=s00999", "sample": base + f"/s/{args.shards // 2}/3",
-                 "thumbnail": base + f"/s/{args.shards // 2}/3/png/thumb", "diff": "/d/big/diff"}
+        pages = {
+            "store": "/",
+            "dataset (log)": "/d/big",
+            "version": base,
+            "samples": base + "/samples",
+            "samples, last page": base + f"/samples?page={args.samples // 48 - 1}",
+            "key search": base + "/samples?q=s00999",
+            "sample": base + f"/s/{args.shards // 2}/3",
+            "thumbnail": base + f"/s/{args.shards // 2}/3/png/thumb",
+            "diff": "/d/big/diff",
+        }
         with TestClient(create_app(store)) as client:
             print(f"{'page':22} {'first ms':>9} {'median ms':>10}")
             for name, url in pages.items():

@@ -42,8 +42,10 @@ def main() -> None:
                 timings.append(time.perf_counter() - t)
                 assert touched == 1024 * len(samples)
             n = len(samples)
-            print(f"{ext:10} {n / write:>10,.0f} {n / timings[0]:>11,.0f} {n / timings[1]:>10,.0f} "
-                  f"{os.path.getsize(path) / payload:>12.2f}x")
+            print(
+                f"{ext:10} {n / write:>10,.0f} {n / timings[0]:>11,.0f} {n / timings[1]:>10,.0f} "
+                f"{os.path.getsize(path) / payload:>12.2f}x"
+            )
 
 
 if __name__ == "__main__":

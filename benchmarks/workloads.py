@@ -1,4 +1,5 @@
-"""The two workloads, generated in memory from a seed: W1 (many small samples) and W2 (fewer large ones).
+"""The two workloads, generated in memory from a seed: W1 (many small samples) and W2 (fewer large
+ones).
 
 A sample is a WebDataset-style dict ``{"__key__": "s0000123", "cls": b"7", "bin": payload}``;
 the peers that want typed columns get ``int(cls)`` (``labels``) and the key as a str.
@@ -48,7 +49,8 @@ class Data:
 
 
 def generate(workload: Workload) -> Data:
-    """The workload's samples; the same bytes on every run and machine (numpy's PCG64 with the seed)."""
+    """The workload's samples; the same bytes on every run and machine (numpy's PCG64 with the
+    seed)."""
     rng = np.random.default_rng(workload.seed)
     labels = rng.integers(0, 10, workload.samples).tolist()
     samples: list[dict] = []
@@ -57,16 +59,19 @@ def generate(workload: Workload) -> Data:
         blob = rng.bytes(count * workload.payload)
         for j in range(count):
             i = start + j
-            samples.append({
-                "__key__": f"s{i:07d}",
-                "cls": str(labels[i]).encode(),
-                "bin": blob[j * workload.payload:(j + 1) * workload.payload],
-            })
+            samples.append(
+                {
+                    "__key__": f"s{i:07d}",
+                    "cls": str(labels[i]).encode(),
+                    "bin": blob[j * workload.payload : (j + 1) * workload.payload],
+                }
+            )
     return Data(workload, samples, labels)
 
 
 def write_parquet(data: Data, path: str, row_group_bytes: int = 16 * 10**6) -> None:
-    """The samples as a Parquet table (key: string, label: int64, payload: binary), ~16 MB row groups.
+    """The samples as a Parquet table (key: string, label: int64, payload: binary), ~16 MB row
+    groups.
 
     Row groups are the build's partitions, the unit its workers share: 16 MB gives W1 13 of them,
     which 2 workers split 7:6 (64 MB row groups gave 4, split 3:1).
@@ -74,10 +79,12 @@ def write_parquet(data: Data, path: str, row_group_bytes: int = 16 * 10**6) -> N
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({
-        "key": pa.array([s["__key__"] for s in data.samples], pa.string()),
-        "label": pa.array(data.labels, pa.int64()),
-        "payload": pa.array([s["bin"] for s in data.samples], pa.binary()),
-    })
+    table = pa.table(
+        {
+            "key": pa.array([s["__key__"] for s in data.samples], pa.string()),
+            "label": pa.array(data.labels, pa.int64()),
+            "payload": pa.array([s["bin"] for s in data.samples], pa.binary()),
+        }
+    )
     rows = max(1, row_group_bytes // (data.workload.payload + 16))
     pq.write_table(table, path, row_group_size=rows, compression="none")

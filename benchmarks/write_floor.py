@@ -1,7 +1,8 @@
 """What writing a workload's bytes costs with no format at all: the floors beside the writers' rows.
 
-``hash_and_copy``: every payload byte copied once (joined into ~64 MB buffers, the size of a shard) and
-hashed once with sha256: the least a writer that content-addresses its shards can do (issue 17's W2 floor).
+``hash_and_copy``: every payload byte copied once (joined into ~64 MB buffers, the size of a shard)
+and hashed once with sha256: the least a writer that content-addresses its shards can do (issue 17's
+W2 floor).
 ``hash_copy_and_write``: that, and each buffer written to a new file (page cache, no fsync), as the
 writers' figures are.
 """
@@ -41,7 +42,8 @@ def hash_and_copy(data: Data) -> float:
 
 
 def hash_copy_and_write(data: Data, out: str) -> float:
-    """Seconds for ``hash_and_copy`` plus writing each buffer to a new file under ``out`` (removed after)."""
+    """Seconds for ``hash_and_copy`` plus writing each buffer to a new file under ``out`` (removed
+    after)."""
     os.makedirs(out, exist_ok=True)
     start = time.perf_counter()
     for i, buffer in enumerate(_buffers(data)):

@@ -1,8 +1,8 @@
 """datapipe: build, version and stream sharded datasets for training.
 
-Importing this package stays light (no torch, dask or s3fs); each subpackage pulls in what it
-needs. ``datapipe.open_dataset``, ``Dataset``, ``Loader``, ``mix``, ``Mix``, ``audit`` and ``image`` load on
-first use.
+Importing this package stays light (no torch, dask or s3fs); each subpackage pulls in what it needs.
+``datapipe.open_dataset``, ``Dataset``, ``Loader``, ``mix``, ``Mix``, ``audit`` and ``image`` load
+on first use.
 """
 
 from typing import Any

@@ -45,7 +45,8 @@ class ShardCorruptError(DatapipeError):
         super().__init__(f"{shard}{where}: {message}")
 
     def __reduce__(self) -> tuple:
-        # pickled with the arguments it was made from (and its notes), so it crosses processes as itself
+        # pickled with the arguments it was made from (and its notes), so it crosses processes as
+        # itself
         return type(self), (self.shard, self.message, self.offset), self.__dict__
 
 
@@ -68,7 +69,8 @@ class SampleError(DatapipeError):
 
 
 class BuildError(DatapipeError):
-    """A build that cannot finish: too many rejected rows, a user stage that raised, no samples left."""
+    """A build that cannot finish: too many rejected rows, a user stage that raised, no samples
+    left."""
 
     exit_code = 8
 

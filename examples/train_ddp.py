@@ -1,13 +1,17 @@
-"""Train a small CNN on the digits dataset with DDP on CPU, checkpointing model, optimiser and loader state.
+"""Train a small CNN on the digits dataset with DDP on CPU, checkpointing model, optimiser and
+loader state.
 
-    datapipe build pipelines/digits.yaml
-    torchrun --standalone --nproc_per_node 2 examples/train_ddp.py storage/digits --checkpoint digits.pt
+    datapipe build pipelines/digits.yaml torchrun --standalone --nproc_per_node 2
+    examples/train_ddp.py storage/digits --checkpoint digits.pt
 
-Rank 0 checkpoints every --checkpoint-every steps and at the end of every epoch. A job restarted with the
-same --checkpoint (after a crash, a preemption, or --max-steps) continues from the last checkpoint, mid-epoch
-too, with exactly the batches the uninterrupted run would have trained next: it ends with the same weights.
-It trains on the dataset's train split and evaluates on its val split (pipelines/digits.yaml's splits:
-section; a sample's split never changes between versions); rank 0 prints the accuracy on val as JSON.
+Rank 0 checkpoints every --checkpoint-every steps and at the end of every epoch. A job restarted
+with the same --checkpoint (after a crash, a preemption, or --max-steps) continues from the last
+checkpoint, mid-epoch too, with exactly the batches the uninterrupted run would have trained next:
+it ends with the same weights.
+It trains on the dataset's train split and evaluates on its val split (pipelines/digits.yaml's
+splits:
+section; a sample's split never changes between versions); rank 0 prints the accuracy on val as
+JSON.
 """
 
 from __future__ import annotations
@@ -27,9 +31,15 @@ import datapipe
 def model() -> nn.Module:
     """Two convolutions and two linear layers: plenty for 8x8 digits."""
     return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10),
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 4 * 4, 64),
+        nn.ReLU(),
+        nn.Linear(64, 10),
     )
 
 
@@ -39,9 +49,19 @@ def images(batch: dict) -> torch.Tensor:
 
 
 def evaluate(net: nn.Module, url: str) -> float:
-    """Accuracy on the val split, read in storage order (the padding of the last batch counted once)."""
-    loader = datapipe.Loader(url, batch_size=128, shuffle=False, rank=0, world_size=1, num_workers=0,
-                             drop_last="pad", decode={"png": "image"}, split="val")
+    """Accuracy on the val split, read in storage order (the padding of the last batch counted
+    once)."""
+    loader = datapipe.Loader(
+        url,
+        batch_size=128,
+        shuffle=False,
+        rank=0,
+        world_size=1,
+        num_workers=0,
+        drop_last="pad",
+        decode={"png": "image"},
+        split="val",
+    )
     correct = total = 0
     seen = set()
     net.eval()
@@ -57,9 +77,11 @@ def evaluate(net: nn.Module, url: str) -> float:
 
 
 def save(path: str, net: nn.Module, optimiser: torch.optim.Optimizer, loader: datapipe.Loader) -> None:
-    """Model, optimiser and loader state, written atomically (a job killed while saving keeps the previous one)."""
-    torch.save({"model": net.state_dict(), "optimiser": optimiser.state_dict(), "loader": loader.state_dict()},
-               path + ".tmp")
+    """Model, optimiser and loader state, written atomically (a job killed while saving keeps the
+    previous one)."""
+    torch.save(
+        {"model": net.state_dict(), "optimiser": optimiser.state_dict(), "loader": loader.state_dict()}, path + ".tmp"
+    )
     os.replace(path + ".tmp", path)
 
 
@@ -82,8 +104,14 @@ def main() -> None:
     torch.manual_seed(0)
     net = DistributedDataParallel(model())
     optimiser = torch.optim.Adam(net.parameters(), lr=3e-3)
-    loader = datapipe.Loader(args.dataset, batch_size=args.batch_size, num_workers=args.workers, seed=0,
-                             decode={"png": "image"}, split="train")
+    loader = datapipe.Loader(
+        args.dataset,
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        seed=0,
+        decode={"png": "image"},
+        split="train",
+    )
     if os.path.exists(args.checkpoint):
         state = torch.load(args.checkpoint, weights_only=False)
         net.module.load_state_dict(state["model"])
@@ -91,17 +119,22 @@ def main() -> None:
         loader.load_state_dict(state["loader"])
     loss_fn = nn.CrossEntropyLoss()
 
-    steps = 0  # in this run; every rank takes the same steps (the loader gives each the same number of batches)
-    loss = torch.tensor(float("nan"))  # a restart from a checkpoint at an epoch's last batch trains none of it
+    # in this run; every rank takes the same steps (the loader gives each the same number of
+    # batches)
+    steps = 0
+    # a restart from a checkpoint at an epoch's last batch trains none of it
+    loss = torch.tensor(float("nan"))
     for epoch in range(loader.epoch, args.epochs):
-        loader.set_epoch(epoch)  # a checkpoint's own epoch keeps its position: the rest of that epoch
+        # a checkpoint's own epoch keeps its position: the rest of that epoch
+        loader.set_epoch(epoch)
         for batch in loader:
             loss = loss_fn(net(images(batch)), batch["cls"])
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
             steps += 1
-            if rank == 0 and steps % args.checkpoint_every == 0:  # the loader state counts this batch as trained
+            # the loader state counts this batch as trained
+            if rank == 0 and steps % args.checkpoint_every == 0:
                 save(args.checkpoint, net.module, optimiser, loader)
             if steps == args.max_steps:
                 break
@@ -109,8 +142,16 @@ def main() -> None:
             break
         if rank == 0:  # the loader state now names the next epoch
             save(args.checkpoint, net.module, optimiser, loader)
-            print(json.dumps({"epoch": epoch, "loss": round(loss.item(), 4),
-                              "accuracy": round(evaluate(net.module, args.dataset), 4)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "epoch": epoch,
+                        "loss": round(loss.item(), 4),
+                        "accuracy": round(evaluate(net.module, args.dataset), 4),
+                    }
+                ),
+                flush=True,
+            )
         dist.barrier()
     dist.destroy_process_group()
 

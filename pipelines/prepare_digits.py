@@ -19,7 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def rows() -> list[list[str]]:
-    """The clean rows, then the faults mixed in at fixed places (the output is the same every run)."""
+    """The clean rows, then the faults mixed in at fixed places (the output is the same every
+    run)."""
     digits = load_digits()
     out = []
     for i, (image, label) in enumerate(zip(digits.data.astype(int), digits.target, strict=True)):
@@ -27,7 +28,8 @@ def rows() -> list[list[str]]:
         out.append([f"d{i:04d}", str(label), " ".join(map(str, image)), note])
     for i in range(3, len(out), 150):  # missing labels: dropped by dropna
         out[i][1] = ""
-    for i in range(5, len(out), 300):  # labels out of range: -1 is filtered out, 12 is quarantined by validate
+    # labels out of range: -1 is filtered out, 12 is quarantined by validate
+    for i in range(5, len(out), 300):
         out[i][1] = "-1"
         out[i + 1][1] = "12"
     for i in range(10, len(out), 200):  # duplicate ids: the later copy is dropped by dedupe

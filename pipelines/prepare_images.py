@@ -1,4 +1,5 @@
-"""Write a small ImageNet-style folder of generated images, two of them broken, for pipelines/images.yaml.
+"""Write a small ImageNet-style folder of generated images, two of them broken, for
+pipelines/images.yaml.
 
 pipelines/raw/images/{train,val}/{circle,square,stripes}/NNN.jpg (and a few .png): 30 images of
 shapes on plain backgrounds, 96 to 400 pixels a side, made from a fixed seed (the same files

@@ -31,10 +31,11 @@ settings.register_profile(
 settings.register_profile("long", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-# The suite writes gigabytes of shards, sources and spill files, most of them to throw away: on a machine whose disk
-# throttles writes, waiting on it was a large part of the run. Where /dev/shm is a tmpfs with room to spare, the
-# temporary directories (pytest's, the subprocesses' and Dask workers' through TMPDIR) live there; elsewhere, and
-# when TMPDIR is set, they stay where tempfile puts them. pyproject keeps only failed tests' directories.
+# The suite writes gigabytes of shards, sources and spill files, most of them to throw away: on a
+# machine whose disk throttles writes, waiting on it was a large part of the run. Where /dev/shm is
+# a tmpfs with room to spare, the temporary directories (pytest's, the subprocesses' and Dask
+# workers' through TMPDIR) live there; elsewhere, and when TMPDIR is set, they stay where tempfile
+# puts them. pyproject keeps only failed tests' directories.
 MEMORY_TMP, MEMORY_TMP_FREE = Path("/dev/shm"), 8 << 30
 
 
@@ -48,17 +49,23 @@ def _is_tmpfs(path: Path) -> bool:
 
 
 def _in_memory_tmp() -> None:
-    """Point TMPDIR at MEMORY_TMP, unless TMPDIR is set or MEMORY_TMP is no writable tmpfs with room."""
-    if "TMPDIR" not in os.environ and _is_tmpfs(MEMORY_TMP) and os.access(MEMORY_TMP, os.W_OK) \
-            and shutil.disk_usage(MEMORY_TMP).free >= MEMORY_TMP_FREE:
+    """Point TMPDIR at MEMORY_TMP, unless TMPDIR is set or MEMORY_TMP is no writable tmpfs with
+    room."""
+    if (
+        "TMPDIR" not in os.environ
+        and _is_tmpfs(MEMORY_TMP)
+        and os.access(MEMORY_TMP, os.W_OK)
+        and shutil.disk_usage(MEMORY_TMP).free >= MEMORY_TMP_FREE
+    ):
         os.environ["TMPDIR"] = str(MEMORY_TMP)
         tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
 _in_memory_tmp()
 
-# The builds of the suite start their clusters without Dask's dashboard, whose Bokeh server is a sizeable part of a
-# cluster's start; tests/builder/test_cli.py checks `datapipe build`'s default (the dashboard, its link) on a terminal.
+# The builds of the suite start their clusters without Dask's dashboard, whose Bokeh server is a
+# sizeable part of a cluster's start; tests/builder/test_cli.py checks `datapipe build`'s default
+# (the dashboard, its link) on a terminal.
 os.environ["DATAPIPE_DASHBOARD"] = "0"
 
 REPO = Path(__file__).parents[1]
@@ -72,18 +79,19 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "broken_manifests: the test writes manifests that break the schema on purpose (not validated)"
     )
-    # pytest-xdist's --dist loadfile hands out the files in collection order (see pytest_collection_modifyitems),
-    # not the files with the most tests first, which left the few-test, long ones (DDP, DVC) for the end. As
-    # --no-loadscope-reorder would, but set here, so that a run without xdist (-p no:xdist) still parses.
+    # pytest-xdist's --dist loadfile hands out the files in collection order (see
+    # pytest_collection_modifyitems), not the files with the most tests first, which left the
+    # few-test, long ones (DDP, DVC) for the end. As --no-loadscope-reorder would, but set here, so
+    # that a run without xdist (-p no:xdist) still parses.
     if getattr(config.option, "loadscopereorder", False) and "--loadscope-reorder" not in config.invocation_params.args:
         config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
-    # the interpreter's last garbage collection at exit walks every object torch, Dask and pyarrow left alive, for
-    # seconds, and the run waits for each xdist worker to exit: leave them out of it (tests/s3/conftest.py does
-    # the same per test, and ddp_run.py at a rank's end)
+    # the interpreter's last garbage collection at exit walks every object torch, Dask and pyarrow
+    # left alive, for seconds, and the run waits for each xdist worker to exit: leave them out of it
+    # (tests/s3/conftest.py does the same per test, and ddp_run.py at a rank's end)
     gc.freeze()
 
 
@@ -93,8 +101,10 @@ def manifest_problems(data: bytes, where: str) -> list[str]:
         manifest = json.loads(data)
     except ValueError as e:
         return [f"{where}: not JSON ({e})"]
-    problems = [f"{where}: {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
-                for e in _VALIDATOR.iter_errors(manifest)]
+    problems = [
+        f"{where}: {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+        for e in _VALIDATOR.iter_errors(manifest)
+    ]
     directory = where.replace("\\", "/").rsplit("/", 2)[-2]
     if isinstance(manifest, dict) and manifest.get("version") != directory:
         problems.append(f"{where}: version {manifest.get('version')!r} is not its directory's name {directory!r}")
@@ -102,7 +112,8 @@ def manifest_problems(data: bytes, where: str) -> list[str]:
 
 
 def _local_manifests(root: Path) -> list[Path]:
-    """manifest.json files of store versions (STORE/NAME/versions/VERSION/manifest.json) below root."""
+    """manifest.json files of store versions (STORE/NAME/versions/VERSION/manifest.json) below
+    root."""
     found = []
     for directory, _, files in os.walk(root):
         if "manifest.json" in files and Path(directory).parent.name == "versions":
@@ -113,8 +124,11 @@ def _local_manifests(root: Path) -> list[Path]:
 def _memory_manifests() -> dict[str, bytes]:
     from fsspec.implementations.memory import MemoryFileSystem
 
-    return {path: bytes(f.getbuffer()) for path, f in list(MemoryFileSystem.store.items())
-            if path.endswith("/manifest.json") and path.rsplit("/", 3)[-3] == "versions"}
+    return {
+        path: bytes(f.getbuffer())
+        for path, f in list(MemoryFileSystem.store.items())
+        if path.endswith("/manifest.json") and path.rsplit("/", 3)[-3] == "versions"
+    }
 
 
 def _check_local(root: Path, exempt: bool) -> list[str]:
@@ -132,16 +146,19 @@ COSTLY = ("slow", "distributed", "s3")  # the markers of cost (pyproject's marke
 
 
 def pytest_collection_modifyitems(items):
-    """The files holding costly tests first, each file's tests in their order: pytest-xdist's loadfile hands files
-    out in this order (pytest_configure), so that the long ones start early and no worker is left running one
-    while the other is done."""
+    """The files holding costly tests first, each file's tests in their order: pytest-xdist's
+    loadfile hands files
+    out in this order (pytest_configure), so that the long ones start early and no worker is left
+    running one while the other is done."""
     costly = {item.path for item in items if any(item.get_closest_marker(m) for m in COSTLY)}
-    items.sort(key=lambda item: item.path not in costly)  # a stable sort: the order stays within each group
+    # a stable sort: the order stays within each group
+    items.sort(key=lambda item: item.path not in costly)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
-    item.stash[_MEMORY_BEFORE] = _memory_manifests()  # before fixtures run: they may write manifests too
+    # before fixtures run: they may write manifests too
+    item.stash[_MEMORY_BEFORE] = _memory_manifests()
     return (yield)
 
 
@@ -156,8 +173,12 @@ def pytest_runtest_call(item):
             problems += _check_local(root, exempt)
     if not exempt:
         before = item.stash.get(_MEMORY_BEFORE, {})
-        problems += [p for path, data in _memory_manifests().items() if before.get(path) != data
-                     for p in manifest_problems(data, f"memory://{path.lstrip('/')}")]
+        problems += [
+            p
+            for path, data in _memory_manifests().items()
+            if before.get(path) != data
+            for p in manifest_problems(data, f"memory://{path.lstrip('/')}")
+        ]
     if problems:
         pytest.fail("manifests that break schemas/manifest.schema.json:\n" + "\n".join(problems), pytrace=False)
     return result
@@ -174,20 +195,25 @@ def _session_manifests_follow_the_schema(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def dask_client():
-    """One real LocalCluster (2 worker processes) shared by the tests that build in process and do not test the
+    """One real LocalCluster (2 worker processes) shared by the tests that build in process and do
+    not test the
     cluster itself (the builds' own LocalClusters are tested by the CLI builds that start one)."""
     import dask
     from distributed import Client, LocalCluster
 
-    with dask.config.set(QUIET_WHILE_IDLE), LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                                         dashboard_address=None) as cluster, Client(cluster) as client:
+    with (
+        dask.config.set(QUIET_WHILE_IDLE),
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         yield client
 
 
-# The session's cluster idles between the tests that use it, and Dask's housekeeping at its defaults (a profiler
-# sampling every worker thread every 10 ms, memory polled every 100 ms by each worker and its nanny, event-loop
-# and system-monitor ticks) kept a tenth of a core busy for the whole run. No test asserts on any of it: the
-# builds that test memory limits run on clusters of their own, with Dask's defaults.
+# The session's cluster idles between the tests that use it, and Dask's housekeeping at its defaults
+# (a profiler sampling every worker thread every 10 ms, memory polled every 100 ms by each worker
+# and its nanny, event-loop and system-monitor ticks) kept a tenth of a core busy for the whole run.
+# No test asserts on any of it: the builds that test memory limits run on clusters of their own,
+# with Dask's defaults.
 QUIET_WHILE_IDLE = {
     "distributed.worker.profile.enabled": False,
     "distributed.worker.memory.monitor-interval": "1s",
@@ -198,9 +224,11 @@ QUIET_WHILE_IDLE = {
 
 @pytest.fixture(scope="session")
 def in_process():
-    """The client a small build gets when it asks for no cluster: Dask's threaded scheduler, 2 threads in this
-    process (builder.client's InProcessClient). For the tests of what a build makes; the tests of workers,
-    transport between processes and errors raised on workers take dask_client or a cluster of their own."""
+    """The client a small build gets when it asks for no cluster: Dask's threaded scheduler, 2
+    threads in this
+    process (builder.client's InProcessClient). For the tests of what a build makes; the tests of
+    workers, transport between processes and errors raised on workers take dask_client or a cluster
+    of their own."""
     from datapipe.builder.in_process import InProcessClient
 
     return InProcessClient(threads=2)
@@ -218,44 +246,53 @@ def s3_server():
 
 @pytest.fixture(scope="session")
 def scheduler(dask_client) -> str:
-    """The address of the session's Dask scheduler, for `datapipe build|check --scheduler` run in process."""
+    """The address of the session's Dask scheduler, for `datapipe build|check --scheduler` run in
+    process."""
     return dask_client.scheduler.address
 
 
 @pytest.fixture(scope="session")
 def copy_digits(tmp_path_factory):
-    """copy_digits(directory, *pipeline_files): the digits example (the pipeline files named, from pipelines/) with
+    """copy_digits(directory, *pipeline_files): the digits example (the pipeline files named, from
+    pipelines/) with
     its prepared raw data in DIRECTORY/raw, as `prepare_digits.py --out DIRECTORY/raw` leaves it.
 
-    pipelines/prepare_digits.py runs once, at the first copy (it takes seconds: scikit-learn's import); its output
-    is the same every run."""
+    pipelines/prepare_digits.py runs once, at the first copy (it takes seconds: scikit-learn's
+    import); its output is the same every run."""
     prepared: list[Path] = []
 
     def copy(directory: Path, *files: str) -> Path:
         if not prepared:
             raw = tmp_path_factory.mktemp("digits-raw") / "raw"
-            subprocess.run([sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(raw)],
-                           check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, str(REPO / "pipelines" / "prepare_digits.py"), "--out", str(raw)],
+                check=True,
+                capture_output=True,
+            )
             prepared.append(raw)
         directory.mkdir(parents=True, exist_ok=True)
         for name in files:
             shutil.copy(REPO / "pipelines" / name, directory / name)
         shutil.copytree(prepared[0], directory / "raw")
         return directory
+
     return copy
 
 
 @pytest.fixture(scope="session")
 def digits_built(tmp_path_factory, copy_digits, scheduler):
-    """The digits example (digits.yaml, webdataset) built once per session by `datapipe build --json` in process on
-    the session's cluster, into PROJECT/store. Read it, never change it (DigitsBuild.copy makes a copy to change)."""
+    """The digits example (digits.yaml, webdataset) built once per session by `datapipe build
+    --json` in process on
+    the session's cluster, into PROJECT/store. Read it, never change it (DigitsBuild.copy makes a
+    copy to change)."""
     from helpers.cli import datapipe_in_process, on_session_cluster
     from helpers.digits import DigitsBuild
 
-    project = copy_digits(tmp_path_factory.mktemp("digits-built"), "digits.yaml", "digits_tfrecord.yaml",
-                          "digits_code.py")
-    out = datapipe_in_process("build", "digits.yaml", "--out", "store", *on_session_cluster(scheduler), "--json",
-                              cwd=project)
+    project = copy_digits(
+        tmp_path_factory.mktemp("digits-built"), "digits.yaml", "digits_tfrecord.yaml", "digits_code.py"
+    )
+    out = datapipe_in_process(
+        "build", "digits.yaml", "--out", "store", *on_session_cluster(scheduler), "--json", cwd=project
+    )
     assert out.returncode == 0, out.stderr
     return DigitsBuild(project, project / "store", json.loads(out.stdout.strip().splitlines()[-1]))
-

@@ -19,8 +19,8 @@ _KEY_ALPHABET = st.characters(blacklist_categories=("Cc", "Cs"), blacklist_chara
 
 def keys(allow_dots: bool) -> st.SearchStrategy[str]:
     """Valid sample keys for a format (tar refuses dots)."""
-    alphabet = _KEY_ALPHABET if allow_dots else st.characters(
-        blacklist_categories=("Cc", "Cs"), blacklist_characters="/."
+    alphabet = (
+        _KEY_ALPHABET if allow_dots else st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="/.")
     )
     return st.text(alphabet, min_size=1, max_size=120)
 

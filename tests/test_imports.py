@@ -13,16 +13,15 @@ def test_import_datapipe_is_light():
 
 
 def test_formats_and_cli_do_not_pull_heavy_modules():
-    code = (
-        "import sys, datapipe.formats.shards, datapipe.cli.main; "
-        f"print([m for m in {HEAVY!r} if m in sys.modules])"
-    )
+    code = f"import sys, datapipe.formats.shards, datapipe.cli.main; print([m for m in {HEAVY!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_the_loader_api_does_not_pull_torch_until_it_iterates():
-    code = ("import sys, datapipe; datapipe.Loader, datapipe.open_dataset; "
-            f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    code = (
+        "import sys, datapipe; datapipe.Loader, datapipe.open_dataset; "
+        f"print([m for m in {HEAVY!r} if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

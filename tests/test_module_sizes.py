@@ -1,4 +1,5 @@
-"""The shape STYLE.md asks of every module of the package: small, and named by a one-line docstring."""
+"""The shape STYLE.md asks of every module of the package: small, and named by a one-line
+docstring."""
 
 import ast
 from pathlib import Path

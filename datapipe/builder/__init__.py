@@ -1,1 +1,2 @@
-"""Build: pipeline config, the source, passes on Dask, shard plan, write and commit (`datapipe build`)."""
+"""Build: pipeline config, the source, passes on Dask, shard plan, write and commit (`datapipe
+build`)."""

@@ -1,4 +1,5 @@
-"""A build's accounting: the per-stage counts summed over partitions, each reject placed in its source file, and
+"""A build's accounting: the per-stage counts summed over partitions, each reject placed in its
+source file, and
 the checks on the counts before anything is written."""
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from datapipe.storage.fs import put_atomic
 from datapipe.versioning.manifest import ShardEntry, Splits, StageCounts
 from datapipe.versioning.store import Store
 
-FAILED_QUARANTINE = "rejected"  # STORE/NAME/rejected/<time>-<id>.parquet: quarantine of builds that failed
+# STORE/NAME/rejected/<time>-<id>.parquet: quarantine of builds that failed
+FAILED_QUARANTINE = "rejected"
 
 
 def quarantine(source: Source, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]) -> bytes:
@@ -26,7 +28,8 @@ def quarantine(source: Source, measured: Sequence[Measured], rejects: Mapping[in
 
 
 def sum_counts(measured: Sequence[Measured], duplicates: int) -> tuple[StageCounts, ...]:
-    """Each stage's counts over all partitions; duplicate sample keys move from "out" to "rejected"."""
+    """Each stage's counts over all partitions; duplicate sample keys move from "out" to
+    "rejected"."""
     totals: dict[str, list[int]] = {}
     for m in measured:
         for c in m.counts:
@@ -39,8 +42,9 @@ def sum_counts(measured: Sequence[Measured], duplicates: int) -> tuple[StageCoun
     return tuple(StageCounts(stage, *t) for stage, t in totals.items())
 
 
-def placed(source: Source, measured: Sequence[Measured],
-            rejects: Mapping[int, list[Reject]]) -> Iterator[tuple[Reject, str, int]]:
+def placed(
+    source: Source, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]
+) -> Iterator[tuple[Reject, str, int]]:
     """Each reject with its source file and 1-based row number in that file, in source order."""
     offsets: dict[int, int] = {}
     for part, m in zip(source.parts, measured, strict=True):
@@ -64,14 +68,22 @@ def splits_section(pipeline: Pipeline, entries: Sequence[ShardEntry]) -> Splits 
     return Splits(dict(cfg.fractions), samples, cfg.by, cfg.seed)
 
 
-def check_counts(store: Store, pipeline: Pipeline, source: Source, stages: tuple[StageCounts, ...],
-                 measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]) -> int:
-    """The samples left; a BuildError before writing when nothing was read, nothing is left, or too much was
+def check_counts(
+    store: Store,
+    pipeline: Pipeline,
+    source: Source,
+    stages: tuple[StageCounts, ...],
+    measured: Sequence[Measured],
+    rejects: Mapping[int, list[Reject]],
+) -> int:
+    """The samples left; a BuildError before writing when nothing was read, nothing is left, or too
+    much was
     rejected (its quarantine then kept under STORE/NAME/rejected/)."""
     rows_read = stages[0].rows_in
     rejected = sum(s.rejected for s in stages)
-    counts = ", ".join(f"{s.stage}: {s.rows_in} in, {s.rows_out} out, {s.dropped} dropped, {s.rejected} rejected"
-                       for s in stages)
+    counts = ", ".join(
+        f"{s.stage}: {s.rows_in} in, {s.rows_out} out, {s.dropped} dropped, {s.rejected} rejected" for s in stages
+    )
     if rows_read == 0:
         files = ", ".join(f.label for f in source.files[:5])
         raise BuildError(f"source.path: no rows in {files}; the build needs at least one row")
@@ -81,7 +93,8 @@ def check_counts(store: Store, pipeline: Pipeline, source: Source, stages: tuple
         store.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         put_atomic(store.fs, path, quarantine(source, measured, rejects))
         raise BuildError(
-            f"{rejected} of {rows_read} rows rejected ({rejected / rows_read:.2%}), over max_rejected "
+            f"{rejected} of {rows_read} rows rejected ({rejected / rows_read:.2%}), "
+            "over max_rejected "
             f"{pipeline.max_rejected:.2%}; no version was made. Rejected rows with their reasons: "
             f"{path}. Counts: {counts}"
         )

@@ -1,4 +1,5 @@
-"""Byte sizes as a pipeline file writes them (64MB, 512KiB, 1.5GB or a number of bytes), and as they are shown."""
+"""Byte sizes as a pipeline file writes them (64MB, 512KiB, 1.5GB or a number of bytes), and as they
+are shown."""
 
 from __future__ import annotations
 
@@ -7,14 +8,27 @@ from decimal import Decimal
 from typing import Any
 
 SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([KkMmGgTt][Ii]?[Bb]|[Bb])?\s*$"
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_SIZE_FORMS = ("an integer number of bytes or a string like '64MB', '512KiB', '1.5GB', '100 MB' "
-               "(KB/MB/GB/TB = powers of 1000, KiB/MiB/GiB/TiB = powers of 1024, B = bytes)")
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE_FORMS = (
+    "an integer number of bytes or a string like '64MB', '512KiB', '1.5GB', '100 MB' "
+    "(KB/MB/GB/TB = powers of 1000, KiB/MiB/GiB/TiB = powers of 1024, B = bytes)"
+)
 
 
 def parse_size(value: Any) -> int:
-    """A byte count from an int or a string like "64MB", "512KiB", "1.5GB", "100 MB"; ValueError otherwise."""
+    """A byte count from an int or a string like "64MB", "512KiB", "1.5GB", "100 MB"; ValueError
+    otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"must be {_SIZE_FORMS}")
     if isinstance(value, str):

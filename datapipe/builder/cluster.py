@@ -11,15 +11,19 @@ from typing import Any
 
 from datapipe.errors import ConfigError
 
-SCHEDULER_TIMEOUT = 10.0  # seconds to keep trying to reach a --scheduler (Dask retries refused connections)
+# seconds to keep trying to reach a --scheduler (Dask retries refused connections)
+SCHEDULER_TIMEOUT = 10.0
 
 
 def _unreachable(scheduler: str, timeout: float, error: BaseException) -> str:
     # Dask's TimeoutError is bare when the TCP connection was made but the handshake did not
     # finish in time: a busy or stuck scheduler, not a missing one
     why = str(error) or f"it accepted the connection but did not answer within {timeout:g} s"
-    return (f"--scheduler {scheduler}: cannot connect to a Dask scheduler there ({why}); check the address, "
-            "or give a busy scheduler longer with --scheduler-timeout")
+    return (
+        f"--scheduler {scheduler}: cannot connect to a Dask scheduler there "
+        f"({why}); check the address, "
+        "or give a busy scheduler longer with --scheduler-timeout"
+    )
 
 
 def check_scheduler(scheduler: str, timeout: float) -> None:
@@ -39,35 +43,48 @@ def check_scheduler(scheduler: str, timeout: float) -> None:
             return await scheduler_rpc.identity()
 
     with ThreadPoolExecutor(1) as pool:
-        try:  # the deadline leaves the connection its own timeout first, so a refusal is named as one
+        # the deadline leaves the connection its own timeout first, so a refusal is named as one
+        try:
             pool.submit(asyncio.run, asyncio.wait_for(identity(), 2 * timeout + 1)).result()
         except ValueError as e:
-            raise ConfigError(f"--scheduler {scheduler}: not a Dask scheduler address ({e}); give one like "
-                              "tcp://HOST:8786") from None
+            raise ConfigError(
+                f"--scheduler {scheduler}: not a Dask scheduler address ({e}); give one like tcp://HOST:8786"
+            ) from None
         except (OSError, TimeoutError) as e:
             raise ConfigError(_unreachable(scheduler, 2 * timeout + 1, e)) from None
 
 
 @contextlib.contextmanager
-def dask_client(workers: int | None = None, scheduler: str | None = None, *,
-                processes: bool = True, memory_limit: int | None = None,
-                scheduler_timeout: float | None = None, dashboard: bool = False) -> Iterator[Any]:
-    """A distributed Client: connected to ``scheduler``, or to a new LocalCluster of ``workers`` processes.
+def dask_client(
+    workers: int | None = None,
+    scheduler: str | None = None,
+    *,
+    processes: bool = True,
+    memory_limit: int | None = None,
+    scheduler_timeout: float | None = None,
+    dashboard: bool = False,
+) -> Iterator[Any]:
+    """A distributed Client: connected to ``scheduler``, or to a new LocalCluster of ``workers``
+    processes.
 
     ``processes=False`` runs the workers as threads of this process: needed when the data lives
     in this process's memory (memory:// stores). ``memory_limit``: bytes per worker of the
     LocalCluster (Dask spills at 60% of it, pauses at 80% and restarts a worker at 95%); None
     leaves Dask's default, the machine's memory shared among the workers. ``scheduler_timeout``:
-    seconds to keep trying to connect to ``scheduler`` (default SCHEDULER_TIMEOUT). ``dashboard``: the
-    LocalCluster serves Dask's dashboard (on a free port; needs bokeh).
+    seconds to keep trying to connect to ``scheduler`` (default SCHEDULER_TIMEOUT). ``dashboard``:
+    the LocalCluster serves Dask's dashboard (on a free port; needs bokeh).
     """
     from distributed import Client, LocalCluster
 
     if not logging.getLogger().isEnabledFor(logging.INFO):
-        logging.getLogger("distributed").setLevel(logging.WARNING)  # its INFO lines drown a build's own output
+        # its INFO lines drown a build's own output
+        logging.getLogger("distributed").setLevel(logging.WARNING)
     if scheduler and memory_limit is not None:
-        raise ConfigError("--memory-limit sizes the workers of the embedded cluster; with --scheduler, give it to "
-                          "the workers you start (dask worker --memory-limit ...)")
+        raise ConfigError(
+            "--memory-limit sizes the workers of the embedded cluster; with "
+            "--scheduler, give it to "
+            "the workers you start (dask worker --memory-limit ...)"
+        )
     if memory_limit is not None and memory_limit < 1:
         raise ConfigError(f"--memory-limit {memory_limit}: must be at least 1 byte")
     if scheduler:
@@ -84,49 +101,75 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
         return
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers {workers}: need at least one worker")
-    # the Bokeh server of the dashboard is a sizeable part of the cluster's start: only a build that shows its link
-    # asks for it. Without it the scheduler still serves its health and metrics routes, on a free loopback port.
+    # the Bokeh server of the dashboard is a sizeable part of the cluster's start: only a build that
+    # shows its link asks for it. Without it the scheduler still serves its health and metrics
+    # routes, on a free loopback port.
     dashboard = dashboard and importlib.util.find_spec("bokeh") is not None
-    with _forkserver_workers(), LocalCluster(
-        n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=processes,
-        # workers log recoverable trouble (a peer that died mid-transfer) as ERROR with a traceback; Dask
-        # recomputes what was lost, and what cannot be recovered reaches the user as a BuildError
-        dashboard_address=":0" if dashboard else "127.0.0.1:0", scheduler_kwargs={"dashboard": dashboard},
-        silence_logs=logging.CRITICAL,
-        **({"memory_limit": memory_limit} if memory_limit is not None else {}),
-    ) as cluster, Client(cluster) as client:
+    with (
+        _forkserver_workers(),
+        LocalCluster(
+            n_workers=workers or os.cpu_count() or 1,
+            threads_per_worker=1,
+            processes=processes,
+            # workers log recoverable trouble (a peer that died mid-transfer) as ERROR with a
+            # traceback; Dask recomputes what was lost, and what cannot be recovered reaches the
+            # user as a BuildError
+            dashboard_address=":0" if dashboard else "127.0.0.1:0",
+            scheduler_kwargs={"dashboard": dashboard},
+            silence_logs=logging.CRITICAL,
+            **({"memory_limit": memory_limit} if memory_limit is not None else {}),
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         yield client
 
 
-# What a worker needs for its first task, imported once by the forkserver its processes are forked from:
-# the modules of the tasks (passes and the source readers they call, the quote scan, the source hashes)
-WORKER_PRELOAD = ["distributed", "numpy", "pandas", "pyarrow.parquet", "datapipe.builder.passes",
-                  "datapipe.builder.source.align", "datapipe.builder.lineage"]
+# What a worker needs for its first task, imported once by the forkserver its processes are forked
+# from: the modules of the tasks (passes and the source readers they call, the quote scan, the
+# source hashes)
+WORKER_PRELOAD = [
+    "distributed",
+    "numpy",
+    "pandas",
+    "pyarrow.parquet",
+    "datapipe.builder.passes",
+    "datapipe.builder.source.align",
+    "datapipe.builder.lineage",
+]
 
 
 def _forkserver_available() -> bool:
-    """Whether the embedded cluster's workers start from a forkserver (see ``_forkserver_workers``)."""
+    """Whether the embedded cluster's workers start from a forkserver (see
+    ``_forkserver_workers``)."""
     import multiprocessing
 
     import dask
 
-    return (dask.config.get("distributed.worker.multiprocessing-method", "spawn") == "spawn"  # Dask's default
-            and "forkserver" in multiprocessing.get_all_start_methods())
+    # Dask's default
+    return (
+        dask.config.get("distributed.worker.multiprocessing-method", "spawn") == "spawn"
+        and "forkserver" in multiprocessing.get_all_start_methods()
+    )
 
 
 @contextlib.contextmanager
 def worker_server(enabled: bool = True) -> Iterator[None]:
-    """Start the forkserver the embedded cluster's workers will come from, and let it import WORKER_PRELOAD
-    while this process opens the build's source (it imports in the background; a worker's start waits for it).
+    """Start the forkserver the embedded cluster's workers will come from, and let it import
+    WORKER_PRELOAD
+    while this process opens the build's source (it imports in the background; a worker's start
+    waits for it).
 
-    The forkserver is stopped on the way out if this started it: a forkserver keeps the environment it
-    started with, so one left running would give later workers (this process's next build, or a Loader's
-    DataLoader workers, which fork from the same server) stale variables such as S3 credentials.
+    The forkserver is stopped on the way out if this started it: a forkserver keeps the environment
+    it started with, so one left running would give later workers (this process's next build, or a
+    Loader's DataLoader workers, which fork from the same server) stale variables such as S3
+    credentials.
     """
     from multiprocessing import forkserver
 
-    server = forkserver._forkserver  # the process's one forkserver (multiprocessing keeps a single one)
-    # (private attributes of CPython's forkserver: where they differ, leave the start to Dask, as before)
+    # the process's one forkserver (multiprocessing keeps a single one)
+    server = forkserver._forkserver
+    # (private attributes of CPython's forkserver: where they differ, leave the start to Dask, as
+    # before)
     started = enabled and _forkserver_available() and getattr(server, "_forkserver_pid", False) is None
     preload = list(getattr(server, "_preload_modules", None) or ["__main__"])
     if started:
@@ -137,8 +180,9 @@ def worker_server(enabled: bool = True) -> Iterator[None]:
     finally:
         if started and hasattr(server, "_stop"):
             server._stop()
-            # and the preload list as it was: the cluster's start set Dask's own (every package distributed
-            # knows), which a later forkserver, such as a remote Loader's, would import for nothing
+            # and the preload list as it was: the cluster's start set Dask's own (every package
+            # distributed knows), which a later forkserver, such as a remote Loader's, would import
+            # for nothing
             server.set_forkserver_preload(preload)
 
 
@@ -183,7 +227,8 @@ def _own_peak_rss() -> int:
 
 
 def worker_peak_rss(client: Any) -> int | None:
-    """The largest peak resident memory among the client's workers, in bytes (None where it cannot be asked)."""
+    """The largest peak resident memory among the client's workers, in bytes (None where it cannot
+    be asked)."""
     run = getattr(client, "run", None)
     if run is None:  # the in-process client: its one worker is this process
         return _own_peak_rss()

@@ -1,4 +1,5 @@
-"""The pipeline file: pydantic models of its YAML, loading with errors that name file, line and key."""
+"""The pipeline file: pydantic models of its YAML, loading with errors that name file, line and
+key."""
 
 from __future__ import annotations
 
@@ -46,18 +47,25 @@ MAP_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 _FORBID = FORBID
 
 
-ByteSize = Annotated[int, pydantic.BeforeValidator(parse_size), pydantic.WithJsonSchema({"anyOf": [
-    {"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]})]
+ByteSize = Annotated[
+    int,
+    pydantic.BeforeValidator(parse_size),
+    pydantic.WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
+    ),
+]
 
 
 class SourceConfig(BaseModel):
-    """Where the raw rows come from: an fsspec URL or glob (relative to the pipeline file) and its format."""
+    """Where the raw rows come from: an fsspec URL or glob (relative to the pipeline file) and its
+    format."""
 
     model_config = _FORBID
     path: str = Field(min_length=1)
     format: Literal["csv", "parquet", "jsonl", "files", "class_folders"]
     options: dict[str, Any] = {}
-    # class_folders: the class names in label order, or a file of them; None: the sorted folder names
+    # class_folders: the class names in label order, or a file of them; None: the sorted folder
+    # names
     classes: list[str] | ClassesFile | None = None
 
     @field_validator("classes", mode="before")
@@ -65,8 +73,10 @@ class SourceConfig(BaseModel):
     def _classes_shape(cls, value: Any) -> Any:
         if isinstance(value, dict):
             if set(value) != {"from"} or not isinstance(value["from"], str) or not value["from"]:
-                raise ValueError(f"expected {{from: FILE}} (a file of class names, one a line), got keys "
-                                 f"{', '.join(map(str, value)) or 'none'}")
+                raise ValueError(
+                    f"expected {{from: FILE}} (a file of class names, one a line), got keys "
+                    f"{', '.join(map(str, value)) or 'none'}"
+                )
             return ClassesFile(from_=value["from"])
         if isinstance(value, list):
             odd = next((v for v in value if not isinstance(v, str)), None)
@@ -90,8 +100,9 @@ class SourceConfig(BaseModel):
     def _options_taken(self) -> SourceConfig:
         problem = check_source_options(self.format, self.options)
         if problem is not None:
-            raise PydanticCustomError("source_option", "options.{key}: {problem}",
-                                      {"key": problem[0], "problem": problem[1]})
+            raise PydanticCustomError(
+                "source_option", "options.{key}: {problem}", {"key": problem[0], "problem": problem[1]}
+            )
         return self
 
 
@@ -120,12 +131,16 @@ with warnings.catch_warnings():
                 return data
             if not isinstance(data, dict) or len(data) != 1:
                 got = f"keys {', '.join(str(k) for k in data)}" if isinstance(data, dict) else repr(data)
-                raise ValueError(f"a stage is a mapping with exactly one key, got {got}; write one stage per list "
-                                 f"item, each one of: {known}")
-            (kind, args), = data.items()
+                raise ValueError(
+                    f"a stage is a mapping with exactly one key, got {got}; write one stage "
+                    "per list "
+                    f"item, each one of: {known}"
+                )
+            ((kind, args),) = data.items()
             if kind not in STAGE_KINDS:
-                raise PydanticCustomError("unknown_stage", "unknown stage '{key}'; use one of: {known}",
-                                          {"key": kind, "known": known})
+                raise PydanticCustomError(
+                    "unknown_stage", "unknown stage '{key}'; use one of: {known}", {"key": kind, "known": known}
+                )
             if args is None:
                 if kind not in ("dropna", "fillna", "dedupe", "image"):
                     raise PydanticCustomError("stage_value", "'{key}' needs a value", {"key": kind})
@@ -139,8 +154,11 @@ with warnings.catch_warnings():
                 try:
                     ast.parse(value, mode="eval")
                 except SyntaxError as e:
-                    raise ValueError(f"not a valid expression ({e.msg}); write a Python/pandas expression over the "
-                                     "columns, e.g. \"label >= 0\"") from None
+                    raise ValueError(
+                        f"not a valid expression ({e.msg}); write a Python/pandas expression "
+                        "over the "
+                        'columns, e.g. "label >= 0"'
+                    ) from None
             return value
 
         @field_validator("map")
@@ -152,7 +170,8 @@ with warnings.catch_warnings():
 
         @property
         def kind(self) -> str:
-            """The stage's key: "dropna", "fillna", "filter", "dedupe", "cast", "map", "validate" or "image"."""
+            """The stage's key: "dropna", "fillna", "filter", "dedupe", "cast", "map", "validate" or
+            "image"."""
             return next(k for k in STAGE_KINDS if getattr(self, k) is not None)
 
         @property
@@ -161,7 +180,8 @@ with warnings.catch_warnings():
             return getattr(self, self.kind)
 
         def canonical(self) -> dict[str, Any]:
-            """The stage as a one-key mapping {kind: args}, defaults left out, as it would be written in YAML."""
+            """The stage as a one-key mapping {kind: args}, defaults left out, as it would be
+            written in YAML."""
             dumped = self.model_dump(mode="json", exclude_defaults=True, include={self.kind})
             return {self.kind: dumped.get(self.kind, {})}
 
@@ -216,11 +236,13 @@ class Pipeline(BaseModel):
         return value
 
     def canonical(self) -> dict[str, Any]:
-        """The config as it goes into the version id: JSON types, without execution-only source options."""
+        """The config as it goes into the version id: JSON types, without execution-only source
+        options."""
         # without splits, the dump a pipeline had before splits existed: its version ids stay
         data = self.model_dump(mode="json", exclude={"splits"} if self.splits is None else None)
         data["source"]["options"] = {k: v for k, v in data["source"]["options"].items() if k not in EXECUTION_OPTIONS}
-        if self.source.classes is None:  # only class_folders sources have classes: other ids stay as they were
+        # only class_folders sources have classes: other ids stay as they were
+        if self.source.classes is None:
             del data["source"]["classes"]
         elif isinstance(self.source.classes, ClassesFile):
             data["source"]["classes"] = {"from": self.source.classes.from_}
@@ -235,11 +257,13 @@ class LoadedPipeline:
     pipeline: Pipeline
     path: str
     base_dir: str
-    lines: Mapping[str, int] = dataclasses.field(default_factory=dict)  # key path (stages[2].map) -> line
+    # key path (stages[2].map) -> line
+    lines: Mapping[str, int] = dataclasses.field(default_factory=dict)
     shown: str = ""  # the file as the user named it, for messages
 
     def where(self, key: str) -> str:
-        """``FILE:LINE: key`` for messages about ``key`` (a dotted path such as ``stages[2].map``)."""
+        """``FILE:LINE: key`` for messages about ``key`` (a dotted path such as
+        ``stages[2].map``)."""
         line = self.lines.get(key)
         while line is None and ("." in key or "[" in key):
             key_up = key.rsplit(".", 1)[0] if key.rfind(".") > key.rfind("[") else key.rsplit("[", 1)[0]
@@ -254,7 +278,8 @@ def stage_path(i: int, kind: str) -> str:
 
 
 def load_pipeline(path: str | os.PathLike) -> LoadedPipeline:
-    """Read and validate a pipeline YAML file; NotFoundError if it is missing, ConfigError if it is wrong."""
+    """Read and validate a pipeline YAML file; NotFoundError if it is missing, ConfigError if it is
+    wrong."""
     where = os.fspath(path)
     if not os.path.isfile(where):
         raise NotFoundError(f"{where}: pipeline file not found; check the path")
@@ -265,12 +290,14 @@ def load_pipeline(path: str | os.PathLike) -> LoadedPipeline:
         raise ConfigError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     absolute = os.path.abspath(where)
     pipeline, lines = _parse(text, where)
-    return LoadedPipeline(pipeline, absolute, os.path.dirname(absolute),
-                          {_dotted(k): v for k, v in lines.items()}, where)
+    return LoadedPipeline(
+        pipeline, absolute, os.path.dirname(absolute), {_dotted(k): v for k, v in lines.items()}, where
+    )
 
 
 def parse_pipeline(text: str, where: str) -> Pipeline:
-    """Validate pipeline YAML ``text``; ``where`` names the file in messages. Every problem is one line of the error."""
+    """Validate pipeline YAML ``text``; ``where`` names the file in messages. Every problem is one
+    line of the error."""
     return _parse(text, where)[0]
 
 
@@ -301,16 +328,22 @@ def _parse(text: str, where: str) -> tuple[Pipeline, dict[tuple, int]]:
     except pydantic.ValidationError as e:
         problems += [_describe(err, lines) for err in e.errors(include_url=False)]
     if problems:
-        merged: dict[tuple[int, str, str], list[str]] = {}  # pydantic reports each member of a union on its own
+        # pydantic reports each member of a union on its own
+        merged: dict[tuple[int, str, str], list[str]] = {}
         for line, path, msg, shown in problems:
             merged.setdefault((line, path, shown), []).append(msg)
-        raise ConfigError("\n".join(f"{where}:{line}: {path}: {' or '.join(dict.fromkeys(msgs))}{shown}"
-                                    for (line, path, shown), msgs in sorted(merged.items())))
+        raise ConfigError(
+            "\n".join(
+                f"{where}:{line}: {path}: {' or '.join(dict.fromkeys(msgs))}{shown}"
+                for (line, path, shown), msgs in sorted(merged.items())
+            )
+        )
     return pipeline, lines
 
 
 def _node_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> list[tuple[int, str, str, str]]:
-    """Fill ``lines`` with key path -> 1-based line of the key (of the item, in lists); return duplicate keys."""
+    """Fill ``lines`` with key path -> 1-based line of the key (of the item, in lists); return
+    duplicate keys."""
     problems = []
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
@@ -331,7 +364,8 @@ def _dotted(path: tuple) -> str:
 
 
 def _describe(err: dict, lines: dict[tuple, int]) -> tuple[int, str, str, str]:
-    """(line, key path, message, shown input) for one pydantic error, its location mapped back onto the YAML."""
+    """(line, key path, message, shown input) for one pydantic error, its location mapped back onto
+    the YAML."""
     path: tuple = ()
     loc = err["loc"]
     for i, part in enumerate(loc):

@@ -9,7 +9,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 TypeName = Literal[
-    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64", "string", "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float32",
+    "float64",
+    "string",
+    "bool",
     "bytes",
 ]
 TYPE_NAMES: tuple[str, ...] = typing.get_args(TypeName)
@@ -38,7 +49,8 @@ class DedupeArgs(BaseModel):
 
 
 class ColumnRule(BaseModel):
-    """What a ``validate`` stage checks of one column; a row breaking any rule is rejected (quarantined)."""
+    """What a ``validate`` stage checks of one column; a row breaking any rule is rejected
+    (quarantined)."""
 
     model_config = FORBID
     type: TypeName | None = None
@@ -70,7 +82,8 @@ class ColumnRule(BaseModel):
 
 
 class ResizeArgs(BaseModel):
-    """How an ``image`` stage re-encodes images whose longer side exceeds ``max_side``: JPEG at ``quality``."""
+    """How an ``image`` stage re-encodes images whose longer side exceeds ``max_side``: JPEG at
+    ``quality``."""
 
     model_config = FORBID
     max_side: int = Field(ge=1)
@@ -84,21 +97,26 @@ class ImageArgs(BaseModel):
     column: str = Field(default="bytes", min_length=1)
     verify: Literal["full", "header"] = "full"
     min_side: int = Field(default=1, ge=1)
-    max_pixels: int | None = Field(default=None, ge=1)  # lowers Pillow's Image.MAX_IMAGE_PIXELS, never raises it
+    # lowers Pillow's Image.MAX_IMAGE_PIXELS, never raises it
+    max_pixels: int | None = Field(default=None, ge=1)
     resize: ResizeArgs | None = None
 
     @model_validator(mode="after")
     def _pillow_installed(self) -> ImageArgs:
         try:
-            import PIL  # noqa: F401  (the package alone: cheap, the codecs load when the stage runs)
+            # the package alone: cheap, the codecs load when the stage runs
+            import PIL  # noqa: F401
         except ImportError:
-            raise ValueError("the image stage needs Pillow, which is not installed here; install it with "
-                             "pip install 'datapipe[images]' (or pip install 'pillow>=10')") from None
+            raise ValueError(
+                "the image stage needs Pillow, which is not installed here; install it with "
+                "pip install 'datapipe[images]' (or pip install 'pillow>=10')"
+            ) from None
         return self
 
 
 def class_names_problem(names: typing.Sequence[str]) -> str | None:
-    """What is wrong with a pinned class list (empty, a duplicate, a name that is no folder name), or None."""
+    """What is wrong with a pinned class list (empty, a duplicate, a name that is no folder name),
+    or None."""
     if not names:
         return "the class list is empty; name at least one class"
     seen: set[str] = set()
@@ -112,7 +130,8 @@ def class_names_problem(names: typing.Sequence[str]) -> str | None:
 
 
 class ClassesFile(BaseModel):
-    """``classes: {from: FILE}``: the class names, one a line, in a file relative to the pipeline file."""
+    """``classes: {from: FILE}``: the class names, one a line, in a file relative to the pipeline
+    file."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     from_: str = Field(alias="from", min_length=1)

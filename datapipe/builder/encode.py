@@ -48,7 +48,8 @@ def is_missing(value: Any) -> bool:
 
 
 def jsonable(value: Any) -> Any:
-    """A JSON-ready copy of ``value``: numpy scalars and arrays become Python, bytes become base64, NA null."""
+    """A JSON-ready copy of ``value``: numpy scalars and arrays become Python, bytes become base64,
+    NA null."""
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -81,7 +82,8 @@ def _npy(array: np.ndarray) -> bytes:
 
 
 def encode_value(value: Any, numeric: bool) -> tuple[Any, str]:
-    """(payload, kind) of one value. ``numeric`` keeps ints and floats as numbers (TFRecord features)."""
+    """(payload, kind) of one value. ``numeric`` keeps ints and floats as numbers (TFRecord
+    features)."""
     if is_missing(value):
         raise MissingValue("no value")
     if isinstance(value, bool | np.bool_):
@@ -106,8 +108,9 @@ def encode_value(value: Any, numeric: bool) -> tuple[Any, str]:
 class SampleEncoder:
     """Builds samples from rows: ``fields`` maps a field name to a column or a list of columns."""
 
-    def __init__(self, key_column: str, fields: Mapping[str, str | Sequence[str]], *, numeric: bool,
-                 allow_dots_in_keys: bool) -> None:
+    def __init__(
+        self, key_column: str, fields: Mapping[str, str | Sequence[str]], *, numeric: bool, allow_dots_in_keys: bool
+    ) -> None:
         self.key_column = key_column
         self.fields = {name: (cols if isinstance(cols, str) else tuple(cols)) for name, cols in fields.items()}
         self.numeric = numeric
@@ -131,7 +134,8 @@ class SampleEncoder:
         return check_key(key, allow_dots=self.allow_dots)
 
     def encode(self, row: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
-        """(key, encoded fields, kind of each field) of one row; SampleError says which field failed."""
+        """(key, encoded fields, kind of each field) of one row; SampleError says which field
+        failed."""
         key = self.key_of(row[self.key_column])
         encoded: dict[str, Any] = {}
         kinds: dict[str, str] = {}
@@ -151,13 +155,15 @@ class SampleEncoder:
         return key, encoded, kinds
 
 
-# Column-wise encoding ------------------------------------------------------------------------------
+# Column-wise encoding -----------------------------------------------------------------------------
 # The same bytes as SampleEncoder.encode, computed per column with numpy and pandas where the
 # column's dtype allows it; rows the fast path cannot vouch for go through ``encode`` one by one.
 
+
 @dataclass
 class EncodedRows:
-    """A partition's samples, column-wise: row ids, keys, each field's payloads and kinds, and rejects."""
+    """A partition's samples, column-wise: row ids, keys, each field's payloads and kinds, and
+    rejects."""
 
     rows: list[int]
     keys: list[str]
@@ -169,8 +175,10 @@ class EncodedRows:
         """The samples as dicts (fields sorted), for the shard writer."""
         names = sorted(self.fields)
         columns = [self.fields[n] for n in names]
-        return [{KEY: key, **dict(zip(names, values, strict=True))}
-                for key, *values in zip(self.keys, *columns, strict=True)]
+        return [
+            {KEY: key, **dict(zip(names, values, strict=True))}
+            for key, *values in zip(self.keys, *columns, strict=True)
+        ]
 
 
 def _fast_keys(series: Any, allow_dots: bool) -> list[str] | None:
@@ -213,7 +221,8 @@ def _fast_payloads(series: Any, numeric: bool) -> tuple[list[Any], str] | None:
 
 
 def encode_columns(encoder: SampleEncoder, frame: Any) -> EncodedRows:
-    """Encode every row of ``frame`` (indexed by row id) column by column; exact per-row fallback where needed."""
+    """Encode every row of ``frame`` (indexed by row id) column by column; exact per-row fallback
+    where needed."""
     row_ids = frame.index.tolist()
     if not row_ids:
         return EncodedRows([], [], {name: [] for name in encoder.fields}, {}, {})
@@ -227,8 +236,13 @@ def encode_columns(encoder: SampleEncoder, frame: Any) -> EncodedRows:
     if fast_keys is not None and len(fast) == len(encoder.fields):
         for name in encoder.fields:
             check_field(name, fast_keys[0] if fast_keys else "")
-        return EncodedRows(row_ids, fast_keys, {n: p for n, (p, _) in fast.items()},
-                           {n: {k} for n, (_, k) in fast.items()} if row_ids else {}, {})
+        return EncodedRows(
+            row_ids,
+            fast_keys,
+            {n: p for n, (p, _) in fast.items()},
+            {n: {k} for n, (_, k) in fast.items()} if row_ids else {},
+            {},
+        )
     return _encode_rows_one_by_one(encoder, frame, row_ids)
 
 

@@ -1,4 +1,5 @@
-"""The 'image' stage: each row's image opened with Pillow, checked, and re-encoded smaller where asked.
+"""The 'image' stage: each row's image opened with Pillow, checked, and re-encoded smaller where
+asked.
 
 A row is rejected (quarantined with the reason and its ``path``) when its bytes are missing or
 empty, not an image Pillow reads, a decompression bomb (more pixels than ``max_pixels`` or Pillow's
@@ -38,23 +39,30 @@ def _pillow(label: str) -> Any:
     try:
         from PIL import Image
     except ImportError:
-        raise ConfigError(f"{label}: the image stage needs Pillow, which is not installed where the build runs; "
-                          "install it with pip install 'datapipe[images]' (or pip install 'pillow>=10')") from None
+        raise ConfigError(
+            f"{label}: the image stage needs Pillow, which is not installed where the build runs; "
+            "install it with pip install 'datapipe[images]' (or pip install 'pillow>=10')"
+        ) from None
     return Image
 
 
 def pixel_limit(image_module: Any, max_pixels: int | None) -> int | None:
-    """The most pixels an image may have: ``max_pixels`` or Pillow's limit, the lower; None when neither is set."""
+    """The most pixels an image may have: ``max_pixels`` or Pillow's limit, the lower; None when
+    neither is set."""
     limits = [n for n in (max_pixels, image_module.MAX_IMAGE_PIXELS) if n]
     return min(limits) if limits else None
 
 
 def check_images(frame: pd.DataFrame, args: ImageArgs, label: str) -> tuple[pd.DataFrame, dict[Any, str]]:
-    """The rows whose image passes (re-encoded where ``args.resize`` says), and row id -> reason for the rest."""
+    """The rows whose image passes (re-encoded where ``args.resize`` says), and row id -> reason for
+    the rest."""
     image_module = _pillow(label)
     if args.column not in frame.columns:
-        raise ConfigError(f"{label}.column: no column {args.column!r} (columns: {', '.join(map(str, frame.columns))});"
-                          " name the column that holds the image bytes")
+        raise ConfigError(
+            f"{label}.column: no column {args.column!r} (columns: "
+            f"{', '.join(map(str, frame.columns))});"
+            " name the column that holds the image bytes"
+        )
     limit = pixel_limit(image_module, args.max_pixels)
     paths = frame["path"] if "path" in frame.columns else None
     reasons: dict[Any, str] = {}
@@ -71,8 +79,11 @@ def check_images(frame: pd.DataFrame, args: ImageArgs, label: str) -> tuple[pd.D
     kept = frame.drop(index=list(reasons))
     if new:
         kept = kept.copy()
-        kept[args.column] = pd.Series([new.get(row, v) for row, v in zip(kept.index, kept[args.column].array,
-                                                                         strict=True)], index=kept.index, dtype=object)
+        kept[args.column] = pd.Series(
+            [new.get(row, v) for row, v in zip(kept.index, kept[args.column].array, strict=True)],
+            index=kept.index,
+            dtype=object,
+        )
     return kept, reasons
 
 
@@ -80,7 +91,8 @@ _WARNINGS = threading.Lock()
 
 
 def _check_one(image_module: Any, value: Any, args: ImageArgs, limit: int | None) -> bytes | None:
-    """None when the image passes as it is, its new bytes when it was re-encoded; _Rejected saying why not."""
+    """None when the image passes as it is, its new bytes when it was re-encoded; _Rejected saying
+    why not."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         raise _Rejected("no image: the column is empty")
     if not isinstance(value, bytes | bytearray | memoryview):
@@ -88,8 +100,10 @@ def _check_one(image_module: Any, value: Any, args: ImageArgs, limit: int | None
     data = bytes(value)
     if not data:
         raise _Rejected("empty file (0 bytes)")
-    with _WARNINGS, warnings.catch_warnings():  # the filters are process-wide: one thread at a time changes them
-        # Pillow warns (and past twice its limit, raises) at open; both are a bomb, quarantined undecoded
+    # the filters are process-wide: one thread at a time changes them
+    with _WARNINGS, warnings.catch_warnings():
+        # Pillow warns (and past twice its limit, raises) at open; both are a bomb, quarantined
+        # undecoded
         warnings.simplefilter("error", image_module.DecompressionBombWarning)
         try:
             im = image_module.open(io.BytesIO(data))
@@ -101,8 +115,10 @@ def _check_one(image_module: Any, value: Any, args: ImageArgs, limit: int | None
             raise _Rejected(f"corrupt image header ({type(e).__name__}: {e})") from None
     width, height = im.size
     if limit is not None and width * height > limit:
-        raise _Rejected(f"decompression bomb, not decoded: {width}x{height} is {width * height} pixels, over "
-                        f"the limit of {limit} (max_pixels, or Pillow's Image.MAX_IMAGE_PIXELS)")
+        raise _Rejected(
+            f"decompression bomb, not decoded: {width}x{height} is {width * height} pixels, over "
+            f"the limit of {limit} (max_pixels, or Pillow's Image.MAX_IMAGE_PIXELS)"
+        )
     if min(width, height) < args.min_side:
         raise _Rejected(f"{im.format} image of {width}x{height} is smaller than min_side {args.min_side}")
     try:
@@ -110,7 +126,8 @@ def _check_one(image_module: Any, value: Any, args: ImageArgs, limit: int | None
             im.load()
         else:
             im.verify()
-    except Exception as e:  # truncated or corrupt data: OSError, SyntaxError, ValueError... per plugin
+    # truncated or corrupt data: OSError, SyntaxError, ValueError... per plugin
+    except Exception as e:
         raise _Rejected(f"corrupt or truncated {im.format} image ({type(e).__name__}: {e})") from None
     if args.resize is None:
         return None
@@ -126,8 +143,10 @@ def _check_one(image_module: Any, value: Any, args: ImageArgs, limit: int | None
 
 
 def jpeg_ready(im: Any) -> Any:
-    """``im`` in a mode JPEG holds: RGB and L stay; 16-bit grey is scaled to 8 bits (value / 256) as L; images
-    with alpha (RGBA, LA, a palette with transparency) are laid on white; CMYK, palettes and the rest become RGB."""
+    """``im`` in a mode JPEG holds: RGB and L stay; 16-bit grey is scaled to 8 bits (value / 256) as
+    L; images
+    with alpha (RGBA, LA, a palette with transparency) are laid on white; CMYK, palettes and the
+    rest become RGB."""
     from PIL import Image
 
     if im.mode in ("RGB", "L"):
@@ -147,7 +166,8 @@ def jpeg_ready(im: Any) -> Any:
 
 
 def reencode(im: Any, max_side: int, quality: int) -> bytes:
-    """``im`` upright, in RGB or L, its longer side at most ``max_side`` (Lanczos), as JPEG bytes that depend
+    """``im`` upright, in RGB or L, its longer side at most ``max_side`` (Lanczos), as JPEG bytes
+    that depend
     only on its pixels and the settings."""
     from PIL import Image, ImageOps
 

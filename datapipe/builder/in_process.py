@@ -1,9 +1,10 @@
-"""The build's client for small sources: Dask's synchronous scheduler in this process, no worker processes.
+"""The build's client for small sources: Dask's synchronous scheduler in this process, no worker
+processes.
 
 Starting a LocalCluster (a scheduler, worker processes and their imports) costs more than building a
-small source; below SMALL_BUILD_BYTES of source the build runs its passes here instead, and so does a
-rebuild with less than that to read anew. The passes and their order are the same, so the version is the
-same, byte for byte.
+small source; below SMALL_BUILD_BYTES of source the build runs its passes here instead, and so does
+a rebuild with less than that to read anew. The passes and their order are the same, so the version
+is the same, byte for byte.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-SMALL_BUILD_BYTES = 64 << 20  # of source files, below which a build without --workers/--scheduler stays here
+# of source files, below which a build without --workers/--scheduler stays here
+SMALL_BUILD_BYTES = 64 << 20
 
 
 def _sync(*args: Any, **kwargs: Any) -> Any:
-    """Dask's synchronous scheduler, passed as a function: by name, dask would import distributed to look for
+    """Dask's synchronous scheduler, passed as a function: by name, dask would import distributed to
+    look for
     a client first."""
     from dask.local import get_sync
 
@@ -31,7 +34,8 @@ def _threads(*args: Any, **kwargs: Any) -> Any:
 
 
 class InProcessClient:
-    """What a build asks of a distributed Client (compute, persist, gather, scheduler_info), done here."""
+    """What a build asks of a distributed Client (compute, persist, gather, scheduler_info), done
+    here."""
 
     def __init__(self, threads: int = 1) -> None:
         import psutil
@@ -45,7 +49,8 @@ class InProcessClient:
         return list(dask.compute(*tasks, scheduler=_sync))
 
     def run_each(self, tasks: Sequence[Any], done: Callable[[], None]) -> list[Any]:
-        """The values of ``tasks``, on ``threads`` threads, calling ``done`` as each ends (for progress); what
+        """The values of ``tasks``, on ``threads`` threads, calling ``done`` as each ends (for
+        progress); what
         several tasks share is computed once."""
         import dask
         from dask.callbacks import Callback
@@ -59,13 +64,15 @@ class InProcessClient:
         if self.threads == 1:
             with Callback(posttask=finished):
                 return list(dask.compute(*tasks, scheduler=_sync))
-        # a pool of its own, left only when its threads are done: when a task fails, dask raises at once, and
-        # the tasks still running must not write into a partial version the build is about to remove
+        # a pool of its own, left only when its threads are done: when a task fails, dask raises at
+        # once, and the tasks still running must not write into a partial version the build is about
+        # to remove
         with Callback(posttask=finished), ThreadPoolExecutor(self.threads, thread_name_prefix="datapipe-build") as pool:
             return list(dask.compute(*tasks, scheduler=_threads, pool=pool))
 
     def persist(self, collection: Any) -> Any:
-        """``collection`` with its values computed, still usable as an argument of later tasks (not through
+        """``collection`` with its values computed, still usable as an argument of later tasks (not
+        through
         ``dask.persist``, which imports distributed to look for a client)."""
         import uuid
 
@@ -82,18 +89,27 @@ class InProcessClient:
         return values
 
     def scheduler_info(self) -> dict[str, Any]:
-        """A 'worker' per thread, the machine's memory shared among them (what a LocalCluster of that many
+        """A 'worker' per thread, the machine's memory shared among them (what a LocalCluster of
+        that many
         workers would get): the build sizes its partitions to what one thread's task may hold."""
         share = self.memory // self.threads
-        return {"workers": {f"in-process-{i}": {"memory_limit": share, "status": "running"}
-                            for i in range(self.threads)}, "services": {}}
+        return {
+            "workers": {f"in-process-{i}": {"memory_limit": share, "status": "running"} for i in range(self.threads)},
+            "services": {},
+        }
 
 
-def small(source_bytes: int, workers: int | None, scheduler: str | None, memory_limit: int | None = None,
-          unread_bytes: int | None = None) -> bool:
-    """Whether a build runs in process: a small source and no cluster asked for; or, without a scheduler or a
-    worker memory limit, a rebuild whose parent vouches for all its partitions but ``unread_bytes`` of source
-    (``--workers`` then only sizes a cluster that the build does not need)."""
+def small(
+    source_bytes: int,
+    workers: int | None,
+    scheduler: str | None,
+    memory_limit: int | None = None,
+    unread_bytes: int | None = None,
+) -> bool:
+    """Whether a build runs in process: a small source and no cluster asked for; or, without a
+    scheduler or a
+    worker memory limit, a rebuild whose parent vouches for all its partitions but ``unread_bytes``
+    of source (``--workers`` then only sizes a cluster that the build does not need)."""
     if scheduler is not None or memory_limit is not None:
         return False
     if unread_bytes is not None and unread_bytes < SMALL_BUILD_BYTES:

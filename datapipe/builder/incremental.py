@@ -1,13 +1,15 @@
-"""Incremental builds: what a version's build knew, kept beside its shards, so that the next build of a changed
-source measures only the partitions whose bytes changed and reuses the parent's shards whose samples did not.
+"""Incremental builds: what a version's build knew, kept beside its shards, so that the next build
+of a changed
+source measures only the partitions whose bytes changed and reuses the parent's shards whose samples
+did not.
 
-The state (``build-state.npz`` in the version directory, outside the manifest and the id) holds, for each
-partition, an identity (its source files' content hashes and its place in them, under a key of everything
-else that decides what it becomes: the pipeline, its code, the source's schema and options) and the measure
-pass's report; and for each shard a digest of the (partition, row) sequence it holds. A shard of the new plan
-with a digest of the parent's holds the same samples in the same order, so the same bytes: its file is the
-parent's (a hard link on local disks, a server-side copy on object stores). The result is the version a
-from-scratch build gives; reuse only skips work.
+The state (``build-state.npz`` in the version directory, outside the manifest and the id) holds, for
+each partition, an identity (its source files' content hashes and its place in them, under a key of
+everything else that decides what it becomes: the pipeline, its code, the source's schema and
+options) and the measure pass's report; and for each shard a digest of the (partition, row) sequence
+it holds. A shard of the new plan with a digest of the parent's holds the same samples in the same
+order, so the same bytes: its file is the parent's (a hard link on local disks, a server-side copy
+on object stores). The result is the version a from-scratch build gives; reuse only skips work.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from datapipe.versioning.manifest import FORMAT_VERSION, ShardEntry, SourceFile,
 from datapipe.versioning.store import LATEST, Store
 
 STATE_NAME = "build-state.npz"
-STATE_FORMAT = 3  # 2: shard digests over runs of rows; 3: dedupe hashes, identities with dedupe masks
+# 2: shard digests over runs of rows; 3: dedupe hashes, identities with dedupe masks
+STATE_FORMAT = 3
 
 
 @dataclass
 class BuildState:
-    """A committed build's partitions (identity, measure report, rejects, kept keys) and shard digests."""
+    """A committed build's partitions (identity, measure report, rejects, kept keys) and shard
+    digests."""
 
     key: str
     parts: list[str]
@@ -43,37 +47,56 @@ class BuildState:
     rejects: list[list[Reject]]  # every reject of the partition, duplicate keys included
     key_keep: list[np.ndarray]
     digests: list[str]  # per shard of the version, in manifest order
-    sources: dict[str, list[Any]] = field(default_factory=dict)  # label -> stamp, hash, listed ns (known_hashes)
-    blocksize: int | None = None  # the partition size the build ran at (partitions match only at the same one)
-    configured_blocksize: int | None = None  # the one its pipeline asked for (sizing may have cut it)
+    # label -> stamp, hash, listed ns (known_hashes)
+    sources: dict[str, list[Any]] = field(default_factory=dict)
+    # the partition size the build ran at (partitions match only at the same one)
+    blocksize: int | None = None
+    # the one its pipeline asked for (sizing may have cut it)
+    configured_blocksize: int | None = None
     format: int = STATE_FORMAT
-    dedupe: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # stage -> identity there -> row hashes
+    # stage -> identity there -> row hashes
+    dedupe: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
 
 
 def state_key(pipeline: Pipeline, code: Mapping[str, str], source: Source) -> str:
-    """What must be equal for a partition's report to carry over: pipeline, code (module -> sha256), source schema
+    """What must be equal for a partition's report to carry over: pipeline, code (module -> sha256),
+    source schema
     and options, and the class list of a class-folders source."""
-    return hashlib.sha256(canonical_json({
-        "format": FORMAT_VERSION, "state": STATE_FORMAT, "pipeline": pipeline.canonical(), "code": dict(code),
-        "source": [source.format, source.schema, source.has_header, sorted(map(str, source.options.items()))],
-        "classes": class_names(source),  # unpinned class folders: a new class renumbers every label
-    })).hexdigest()
+    return hashlib.sha256(
+        canonical_json(
+            {
+                "format": FORMAT_VERSION,
+                "state": STATE_FORMAT,
+                "pipeline": pipeline.canonical(),
+                "code": dict(code),
+                "source": [source.format, source.schema, source.has_header, sorted(map(str, source.options.items()))],
+                # unpinned class folders: a new class renumbers every label
+                "classes": class_names(source),
+            }
+        )
+    ).hexdigest()
 
 
 def part_identities(parts: Sequence[Part], files: Sequence[SourceFile]) -> list[str]:
-    """Per partition, a digest of its files (name and content hash: a 'files' or class-folders row holds its
+    """Per partition, a digest of its files (name and content hash: a 'files' or class-folders row
+    holds its
     path) and where in them it lies."""
     out = []
     for p in parts:
         hashes = [(files[i].path, files[i].hash) for i in (p.members or (p.file,))]
-        out.append(hashlib.blake2b(canonical_json([hashes, p.start, p.length, p.row_group, p.exact]),
-                                   digest_size=16).hexdigest())
+        out.append(
+            hashlib.blake2b(
+                canonical_json([hashes, p.start, p.length, p.row_group, p.exact]), digest_size=16
+            ).hexdigest()
+        )
     return out
 
 
 def with_masks(identity: str, masks: Mapping[int, np.ndarray]) -> str:
-    """A partition's identity once dedupe stages chose its rows: its rows, and so every later report on it and
-    the numbering of its samples, depend on the masks too (a row dropped as a duplicate of a new partition's)."""
+    """A partition's identity once dedupe stages chose its rows: its rows, and so every later report
+    on it and
+    the numbering of its samples, depend on the masks too (a row dropped as a duplicate of a new
+    partition's)."""
     if not masks:
         return identity
     h = hashlib.blake2b(bytes.fromhex(identity), digest_size=16)
@@ -83,22 +106,41 @@ def with_masks(identity: str, masks: Mapping[int, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def shard_digests(identities: Sequence[str], key_keep: Sequence[np.ndarray], positions: Sequence[np.ndarray],
-                  destinations: Sequence[np.ndarray], shards: int) -> list[str]:
-    """Per shard of a plan, the digest of its (partition identity, row) sequence in output order, written as
-    maximal runs of consecutive rows of one partition (an unshuffled shard is a few runs, not a row each)."""
+def shard_digests(
+    identities: Sequence[str],
+    key_keep: Sequence[np.ndarray],
+    positions: Sequence[np.ndarray],
+    destinations: Sequence[np.ndarray],
+    shards: int,
+) -> list[str]:
+    """Per shard of a plan, the digest of its (partition identity, row) sequence in output order,
+    written as
+    maximal runs of consecutive rows of one partition (an unshuffled shard is a few runs, not a row
+    each)."""
     ids = np.frombuffer(b"".join(bytes.fromhex(i) for i in identities), dtype=np.uint8).reshape(-1, 16)
     part = np.concatenate([np.full(len(pos), i, dtype=np.int64) for i, pos in enumerate(positions)] or [[]])
     row = np.concatenate([np.flatnonzero(keep) for keep in key_keep] or [[]]).astype(np.int64)
     dest = np.concatenate(list(destinations) or [[]]).astype(np.int64)
     pos = np.concatenate(list(positions) or [[]]).astype(np.int64)
-    order = np.argsort(dest * max(len(pos), 1) + pos)  # by shard, then output position (all distinct)
+    # by shard, then output position (all distinct)
+    order = np.argsort(dest * max(len(pos), 1) + pos)
     part, row, dest = part[order], row[order], dest[order]
-    starts = np.flatnonzero(np.concatenate([[True], (part[1:] != part[:-1]) | (row[1:] != row[:-1] + 1)
-                                            | (dest[1:] != dest[:-1])])) if len(part) else np.zeros(0, np.int64)
+    starts = (
+        np.flatnonzero(
+            np.concatenate([[True], (part[1:] != part[:-1]) | (row[1:] != row[:-1] + 1) | (dest[1:] != dest[:-1])])
+        )
+        if len(part)
+        else np.zeros(0, np.int64)
+    )
     lengths = np.diff(np.append(starts, len(part))).astype("<i8")
-    runs = np.concatenate([ids[part[starts]], row[starts].astype("<i8").view(np.uint8).reshape(-1, 8),
-                           lengths.view(np.uint8).reshape(-1, 8)], axis=1)
+    runs = np.concatenate(
+        [
+            ids[part[starts]],
+            row[starts].astype("<i8").view(np.uint8).reshape(-1, 8),
+            lengths.view(np.uint8).reshape(-1, 8),
+        ],
+        axis=1,
+    )
     cuts = np.searchsorted(dest[starts], np.arange(shards + 1))
     return [hashlib.sha256(runs[a:b].tobytes()).hexdigest() for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
@@ -106,16 +148,29 @@ def shard_digests(identities: Sequence[str], key_keep: Sequence[np.ndarray], pos
 def save_state(state: BuildState) -> bytes:
     """The state as npz bytes: arrays as they are, everything else as one JSON document."""
     arrays: dict[str, np.ndarray] = {}
-    meta: dict[str, Any] = {"key": state.key, "parts": state.parts, "digests": state.digests, "measured": [],
-                            "sources": state.sources, "blocksize": state.blocksize, "format": state.format,
-                            "configured_blocksize": state.configured_blocksize}
+    meta: dict[str, Any] = {
+        "key": state.key,
+        "parts": state.parts,
+        "digests": state.digests,
+        "measured": [],
+        "sources": state.sources,
+        "blocksize": state.blocksize,
+        "format": state.format,
+        "configured_blocksize": state.configured_blocksize,
+    }
     for i, (m, rejects, keep) in enumerate(zip(state.measured, state.rejects, state.key_keep, strict=True)):
         arrays[f"sizes{i}"], arrays[f"keys{i}"], arrays[f"keep{i}"] = m.sizes, m.key_hashes, keep
         if m.splits is not None:
             arrays[f"splits{i}"] = m.splits
-        meta["measured"].append({"counts": [asdict(c) for c in m.counts], "kinds": {k: sorted(v) for k, v in
-                                 m.kinds.items()}, "rejects": [asdict(r) for r in rejects],
-                                 "measure_rejects": len(m.rejects), "splits": m.splits is not None})
+        meta["measured"].append(
+            {
+                "counts": [asdict(c) for c in m.counts],
+                "kinds": {k: sorted(v) for k, v in m.kinds.items()},
+                "rejects": [asdict(r) for r in rejects],
+                "measure_rejects": len(m.rejects),
+                "splits": m.splits is not None,
+            }
+        )
     meta["dedupe"] = {}
     for stage, known in state.dedupe.items():
         meta["dedupe"][str(stage)] = list(known)
@@ -128,36 +183,57 @@ def save_state(state: BuildState) -> bytes:
 
 
 def load_state(data: bytes) -> BuildState | None:
-    """The state saved by ``save_state``; None when it cannot be read (the build is then a full one)."""
+    """The state saved by ``save_state``; None when it cannot be read (the build is then a full
+    one)."""
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             meta = json.loads(z["meta"].tobytes())
             measured, rejects, keep = [], [], []
             for i, m in enumerate(meta["measured"]):
                 all_rejects = [Reject(**r) for r in m["rejects"]]
-                measured.append(Measured([StageCounts(**c) for c in m["counts"]], all_rejects[:m["measure_rejects"]],
-                                         z[f"sizes{i}"], z[f"keys{i}"], {k: set(v) for k, v in m["kinds"].items()},
-                                         z[f"splits{i}"] if m["splits"] else None))
+                measured.append(
+                    Measured(
+                        [StageCounts(**c) for c in m["counts"]],
+                        all_rejects[: m["measure_rejects"]],
+                        z[f"sizes{i}"],
+                        z[f"keys{i}"],
+                        {k: set(v) for k, v in m["kinds"].items()},
+                        z[f"splits{i}"] if m["splits"] else None,
+                    )
+                )
                 rejects.append(all_rejects)
                 keep.append(z[f"keep{i}"])
-            dedupe = {int(stage): {identity: z[f"dedupe{stage}_{k}"] for k, identity in enumerate(identities)}
-                      for stage, identities in (meta.get("dedupe") or {}).items()}
-        return BuildState(meta["key"], meta["parts"], measured, rejects, keep, meta["digests"],
-                          sources=dict(meta.get("sources") or {}), blocksize=meta.get("blocksize"),
-                          configured_blocksize=meta.get("configured_blocksize"), format=int(meta.get("format", 1)),
-                          dedupe=dedupe)
+            dedupe = {
+                int(stage): {identity: z[f"dedupe{stage}_{k}"] for k, identity in enumerate(identities)}
+                for stage, identities in (meta.get("dedupe") or {}).items()
+            }
+        return BuildState(
+            meta["key"],
+            meta["parts"],
+            measured,
+            rejects,
+            keep,
+            meta["digests"],
+            sources=dict(meta.get("sources") or {}),
+            blocksize=meta.get("blocksize"),
+            configured_blocksize=meta.get("configured_blocksize"),
+            format=int(meta.get("format", 1)),
+            dedupe=dedupe,
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 @dataclass
 class Reuse:
-    """What a build takes from its parent: the parent's state and the map from this build's partitions to it."""
+    """What a build takes from its parent: the parent's state and the map from this build's
+    partitions to it."""
 
     parent: str  # the parent version id
     state: BuildState
     entries: Sequence[ShardEntry]  # the parent's shards, in manifest order
-    parts: list[int | None]  # per partition of this build: its partition in the parent, or None (to measure)
+    # per partition of this build: its partition in the parent, or None (to measure)
+    parts: list[int | None]
 
     def measured(self, part: int) -> Measured | None:
         """The parent's report on partition ``part`` of this build, if it is the same partition."""
@@ -165,7 +241,8 @@ class Reuse:
         return None if i is None else self.state.measured[i]
 
     def rejects(self, part: int, key_keep: np.ndarray) -> list[Reject] | None:
-        """The parent's rejects of partition ``part`` (duplicates included) when its kept keys are the same."""
+        """The parent's rejects of partition ``part`` (duplicates included) when its kept keys are
+        the same."""
         i = self.parts[part]
         if i is None or not np.array_equal(self.state.key_keep[i], key_keep):
             return None
@@ -181,7 +258,8 @@ class Reuse:
 
 @dataclass(frozen=True)
 class Parent:
-    """The dataset's latest version as a build finds it: its id, its build state, and why no partition of it
+    """The dataset's latest version as a build finds it: its id, its build state, and why no
+    partition of it
     carries over (None when partitions can)."""
 
     version: str | None
@@ -193,7 +271,8 @@ class Parent:
         return self.state.sources if self.state else {}
 
     def blocksize(self, fitted: int, configured: int) -> int:
-        """The parent's partition size where the pipeline asks for the same one and the workers hold it (so that
+        """The parent's partition size where the pipeline asks for the same one and the workers hold
+        it (so that
         unchanged partitions match), else ``fitted``; the version is the same at any blocksize."""
         usable = self.state is not None and self.why_full is None and self.state.configured_blocksize == configured
         own = self.state.blocksize if usable else None
@@ -201,13 +280,13 @@ class Parent:
 
 
 def read_parent(store: Store, pipeline: Pipeline, key: str) -> Parent:
-    """The latest version of ``pipeline``'s dataset and its build state, checked against this build's ``key``."""
+    """The latest version of ``pipeline``'s dataset and its build state, checked against this
+    build's ``key``."""
     version = store.read_ref(pipeline.name, LATEST)
     if version is None:
         return Parent(None, None, "no earlier version")
     if version not in store.versions(pipeline.name):
-        return Parent(None, None, f"the latest version, {version[:12]}, is missing from the store (deleted or "
-                      "pruned)")
+        return Parent(None, None, f"the latest version, {version[:12]}, is missing from the store (deleted or pruned)")
     data = store.build_state(pipeline.name, version)
     if data is None:
         return Parent(version, None, "the latest version has no build state")

@@ -1,11 +1,11 @@
 """Source hashes a rebuild takes from its parent's build state instead of reading the files again.
 
-A local file is trusted unread when its stamp (device, inode, size, mtime and ctime in ns, taken when
-it was listed) equals the one recorded with its hash, and it had last changed at least RACY_NS before
-the build that hashed it listed it. Any write to a file sets its ctime to the clock's time, which no
-user call can set back; so a file changed after it was hashed has another stamp, unless the change
-fell in the same clock tick as the recorded ctime, which the margin rules out (git's "racily clean"
-index entries). Object stores need none of this: their etags stand for the bytes.
+A local file is trusted unread when its stamp (device, inode, size, mtime and ctime in ns, taken
+when it was listed) equals the one recorded with its hash, and it had last changed at least RACY_NS
+before the build that hashed it listed it. Any write to a file sets its ctime to the clock's time,
+which no user call can set back; so a file changed after it was hashed has another stamp, unless the
+change fell in the same clock tick as the recorded ctime, which the margin rules out (git's "racily
+clean" index entries). Object stores need none of this: their etags stand for the bytes.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ def _ctime_ns(stamp: str) -> int:
 
 
 def trusted(records: Mapping[str, Sequence[Any]], files: Sequence[Any]) -> dict[int, SourceFile]:
-    """file index -> its hash from ``records`` (label -> [stamp, hash, listed_ns]) where the stamp vouches for it."""
+    """file index -> its hash from ``records`` (label -> [stamp, hash, listed_ns]) where the stamp
+    vouches for it."""
     out = {}
     for i, f in enumerate(files):
         record = records.get(f.label)
@@ -36,9 +37,15 @@ def trusted(records: Mapping[str, Sequence[Any]], files: Sequence[Any]) -> dict[
     return out
 
 
-def records(files: Sequence[Any], hashes: Sequence[SourceFile], listed_ns: int,
-            parent: Mapping[str, Sequence[Any]], reused: Mapping[int, SourceFile]) -> dict[str, list[Any]]:
-    """The records a build leaves for the next: every stamped file's stamp, hash and when it was hashed (a
+def records(
+    files: Sequence[Any],
+    hashes: Sequence[SourceFile],
+    listed_ns: int,
+    parent: Mapping[str, Sequence[Any]],
+    reused: Mapping[int, SourceFile],
+) -> dict[str, list[Any]]:
+    """The records a build leaves for the next: every stamped file's stamp, hash and when it was
+    hashed (a
     reused hash keeps the listing time of the build that read the file)."""
     out = {}
     for i, (f, h) in enumerate(zip(files, hashes, strict=True)):
@@ -48,7 +55,8 @@ def records(files: Sequence[Any], hashes: Sequence[SourceFile], listed_ns: int,
 
 
 class SourceHashes:
-    """Every source file's hash: the trusted ones (``trusted``) as they are, the rest from tasks on ``client``,
+    """Every source file's hash: the trusted ones (``trusted``) as they are, the rest from tasks on
+    ``client``,
     started now and gathered when first asked for (the passes run meanwhile)."""
 
     def __init__(self, client: Any, source: Any, known: Mapping[int, SourceFile], listed_ns: int) -> None:

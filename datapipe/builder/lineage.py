@@ -1,4 +1,5 @@
-"""Lineage of a build: source files with their hashes, the user code a pipeline calls, tool versions."""
+"""Lineage of a build: source files with their hashes, the user code a pipeline calls, tool
+versions."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ def hash_source(fs: Any, f: InputFile) -> SourceFile:
 
 
 def hash_sources(fs: Any, files: Sequence[InputFile]) -> list[SourceFile]:
-    """``hash_source`` of each of ``files`` (a worker task: one per group of files, not per file, since a
-    folder of images has tens of thousands and each task costs the scheduler about a millisecond)."""
+    """``hash_source`` of each of ``files`` (a worker task: one per group of files, not per file,
+    since a
+    folder of images has tens of thousands and each task costs the scheduler about a
+    millisecond)."""
     return [hash_source(fs, f) for f in files]
 
 
@@ -47,8 +50,11 @@ def code_refs(pipeline: Pipeline, base_dir: str) -> tuple[CodeRef, ...]:
 
 
 def checked_code(loaded: LoadedPipeline) -> tuple[CodeRef, ...]:
-    """``code_refs`` after importing every map stage's function here, before any cluster starts, so a
-    missing module or function, or a module that fails on import, is an error naming the stage and its line."""
+    """``code_refs`` after importing every map stage's function here, before any cluster starts, so
+    a
+    missing module or function, or a module that fails on import, is an error naming the stage and
+    its line."""
+
     def named(e: ConfigError, key: str) -> ConfigError:
         return ConfigError(f"{loaded.where(key)}: {key}: {str(e).removeprefix(key + ': ')}")
 

@@ -33,7 +33,8 @@ SAMPLE_STAGE = "sample"
 SOURCE_STAGE = "source"
 
 Masks = Mapping[int, np.ndarray]  # stage number -> keep-mask of the rows reaching that dedupe
-Piece = tuple[np.ndarray, EncodedSamples]  # the output positions of a partition's samples for one shard, encoded
+# the output positions of a partition's samples for one shard, encoded
+Piece = tuple[np.ndarray, EncodedSamples]
 
 
 @dataclass(frozen=True)
@@ -43,14 +44,19 @@ class BuildJob:
     pipeline: Pipeline
     base_dir: str
     source: Source
-    code: dict[str, str] = field(default_factory=dict)  # module of a map stage -> sha256 of its file
+    # module of a map stage -> sha256 of its file
+    code: dict[str, str] = field(default_factory=dict)
     where: str = "the pipeline file"  # FILE:LINE of the splits section, for messages
 
     def encoder(self) -> SampleEncoder:
         """The sample encoder for this pipeline's fields and shard format."""
         fmt = get_format(self.pipeline.shards.format)
-        return SampleEncoder(self.pipeline.sample.key, self.pipeline.sample.fields,
-                             numeric=fmt.name == "tfrecord", allow_dots_in_keys=fmt.writer.allow_dots_in_keys)
+        return SampleEncoder(
+            self.pipeline.sample.key,
+            self.pipeline.sample.fields,
+            numeric=fmt.name == "tfrecord",
+            allow_dots_in_keys=fmt.writer.allow_dots_in_keys,
+        )
 
 
 @dataclass
@@ -71,7 +77,8 @@ class Measured:
     sizes: np.ndarray
     key_hashes: np.ndarray
     kinds: dict[str, set[str]] = field(default_factory=dict)
-    splits: np.ndarray | None = None  # with a splits section: each sample's split number (split_names order)
+    # with a splits section: each sample's split number (split_names order)
+    splits: np.ndarray | None = None
 
 
 def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> Cleaned:
@@ -103,8 +110,10 @@ def _sample_columns(job: BuildJob, frame: pd.DataFrame, encoder: SampleEncoder) 
     missing = [c for c in encoder.columns if c not in frame.columns]
     if missing and len(frame):
         where = "sample.key" if job.pipeline.sample.key in missing else "sample.fields"
-        raise ConfigError(f"{where}: no column {', '.join(map(repr, missing))} after the stages "
-                          f"(columns: {', '.join(map(str, frame.columns))})")
+        raise ConfigError(
+            f"{where}: no column {', '.join(map(repr, missing))} after the stages "
+            f"(columns: {', '.join(map(str, frame.columns))})"
+        )
     return encoder.columns
 
 
@@ -135,15 +144,23 @@ def measure_pass(job: BuildJob, part: Part, masks: Masks) -> Measured:
     return _measured(job, cleaned, encoded, rejects, sizes)
 
 
-def _measured(job: BuildJob, cleaned: Cleaned, encoded: EncodedRows, rejects: list[Reject],
-              sizes: np.ndarray) -> Measured:
+def _measured(
+    job: BuildJob, cleaned: Cleaned, encoded: EncodedRows, rejects: list[Reject], sizes: np.ndarray
+) -> Measured:
     counts = [*cleaned.counts, StageCounts(SAMPLE_STAGE, len(cleaned.frame), len(encoded.keys), 0, len(rejects))]
-    return Measured(counts, cleaned.rejects + rejects, sizes, key_hashes(encoded.keys), encoded.kinds,
-                    sample_splits(job, cleaned.frame, encoded))
+    return Measured(
+        counts,
+        cleaned.rejects + rejects,
+        sizes,
+        key_hashes(encoded.keys),
+        encoded.kinds,
+        sample_splits(job, cleaned.frame, encoded),
+    )
 
 
 def sample_splits(job: BuildJob, frame: pd.DataFrame, encoded: EncodedRows) -> np.ndarray | None:
-    """The split number of each encoded sample, from its ``splits.by`` value (default: its key); None without
+    """The split number of each encoded sample, from its ``splits.by`` value (default: its key);
+    None without
     a splits section."""
     splits = job.pipeline.splits
     if splits is None:
@@ -153,9 +170,11 @@ def sample_splits(job: BuildJob, frame: pd.DataFrame, encoded: EncodedRows) -> n
     if splits.by not in frame.columns:
         if not len(frame):
             return np.zeros(0, dtype=np.int8)
-        raise ConfigError(f"{job.where}: splits.by: no column {splits.by!r} after the stages (columns: "
-                          f"{', '.join(map(str, frame.columns))}); name one of them, or leave 'by' out to "
-                          "split by the sample key")
+        raise ConfigError(
+            f"{job.where}: splits.by: no column {splits.by!r} after the stages (columns: "
+            f"{', '.join(map(str, frame.columns))}); name one of them, or leave 'by' out to "
+            "split by the sample key"
+        )
     return assign_splits(frame[splits.by].loc[encoded.rows], splits.fractions, splits.seed)
 
 
@@ -169,7 +188,8 @@ def encode_pass(job: BuildJob, part: Part, masks: Masks) -> tuple[Measured, Enco
 
 
 def measured_of(result: tuple[Measured, EncodedSamples]) -> Measured:
-    """The small half of ``encode_pass``'s result, for the client (the block stays on its worker)."""
+    """The small half of ``encode_pass``'s result, for the client (the block stays on its
+    worker)."""
     return result[0]
 
 
@@ -178,15 +198,22 @@ def duplicates_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarra
     cleaned = clean(job, part, masks)
     encoded, _ = encode_rows(job, cleaned.frame)
     return [
-        Reject(SAMPLE_STAGE, f"duplicate sample key {key!r} (the first row with this key is kept)", row,
-               row_json(cleaned.frame, row))
-        for row, key, keep in zip(encoded.rows, encoded.keys, key_keep, strict=True) if not keep
+        Reject(
+            SAMPLE_STAGE,
+            f"duplicate sample key {key!r} (the first row with this key is kept)",
+            row,
+            row_json(cleaned.frame, row),
+        )
+        for row, key, keep in zip(encoded.rows, encoded.keys, key_keep, strict=True)
+        if not keep
     ]
 
 
-def prepare_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray, positions: np.ndarray,
-                 shards: np.ndarray) -> dict[int, Piece]:
-    """The samples of ``part``, encoded for the shard format and grouped by destination shard, with their
+def prepare_pass(
+    job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray, positions: np.ndarray, shards: np.ndarray
+) -> dict[int, Piece]:
+    """The samples of ``part``, encoded for the shard format and grouped by destination shard, with
+    their
     output positions: blocks of bytes that cross to the shard's writer, not a dict per sample."""
     cleaned = clean(job, part, masks)
     encoded, _ = encode_rows(job, cleaned.frame)
@@ -194,22 +221,28 @@ def prepare_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray, 
     return split_block(block, key_keep, positions, shards)
 
 
-def split_pass(result: tuple[Measured, EncodedSamples], key_keep: np.ndarray, positions: np.ndarray,
-               shards: np.ndarray) -> dict[int, Piece]:
+def split_pass(
+    result: tuple[Measured, EncodedSamples], key_keep: np.ndarray, positions: np.ndarray, shards: np.ndarray
+) -> dict[int, Piece]:
     """``split_block`` of the block that ``encode_pass`` kept on its worker."""
     restore_dynamic_thresholds()
     return split_block(result[1], key_keep, positions, shards)
 
 
-def split_block(block: EncodedSamples, key_keep: np.ndarray, positions: np.ndarray,
-                shards: np.ndarray) -> dict[int, Piece]:
-    """An encoded partition's kept samples (``key_keep``) grouped by destination shard, with their positions."""
+def split_block(
+    block: EncodedSamples, key_keep: np.ndarray, positions: np.ndarray, shards: np.ndarray
+) -> dict[int, Piece]:
+    """An encoded partition's kept samples (``key_keep``) grouped by destination shard, with their
+    positions."""
     keep = np.flatnonzero(key_keep)
     if len(block) != len(key_keep) or len(keep) != len(positions):
-        raise BuildError("the write pass saw other samples than the measure pass; stages (map functions in "
-                         "particular) must be deterministic")
-    return {shard: (positions[shards == shard], block.take(keep[shards == shard]))
-            for shard in np.unique(shards).tolist()}
+        raise BuildError(
+            "the write pass saw other samples than the measure pass; stages (map functions in "
+            "particular) must be deterministic"
+        )
+    return {
+        shard: (positions[shards == shard], block.take(keep[shards == shard])) for shard in np.unique(shards).tolist()
+    }
 
 
 def take_piece(prepared: dict[int, Piece], shard: int) -> Piece | None:

@@ -1,10 +1,12 @@
-"""How a build reports progress: a callback object the caller implements (the CLI draws bars with it)."""
+"""How a build reports progress: a callback object the caller implements (the CLI draws bars with
+it)."""
 
 from __future__ import annotations
 
 
 class BuildProgress:
-    """Receives build events; every method is a no-op here, so callers override only what they show."""
+    """Receives build events; every method is a no-op here, so callers override only what they
+    show."""
 
     def dashboard(self, link: str | None) -> None:
         """The Dask dashboard of the cluster running the build (None when there is none)."""

@@ -22,7 +22,8 @@ COLUMNS = ("stage", "reason", "source", "row", "data")
 
 @dataclass(frozen=True)
 class Reject:
-    """One rejected row of a partition; ``row`` is its id within the partition until placed in its file."""
+    """One rejected row of a partition; ``row`` is its id within the partition until placed in its
+    file."""
 
     stage: str
     reason: str
@@ -42,15 +43,18 @@ def rejects_of(frame: pd.DataFrame, stage: str, reasons: dict[Any, str]) -> list
 
 
 def quarantine_bytes(records: Iterable[tuple[Reject, str, int]]) -> bytes:
-    """rejected.parquet from (reject, source label, row number in that file) triples, in the given order."""
+    """rejected.parquet from (reject, source label, row number in that file) triples, in the given
+    order."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     rows = [(r.stage, r.reason, source, row, r.data) for r, source, row in records]
-    table = pa.table({
-        name: pa.array([r[i] for r in rows], type=pa.int64() if name == "row" else pa.string())
-        for i, name in enumerate(COLUMNS)
-    })
+    table = pa.table(
+        {
+            name: pa.array([r[i] for r in rows], type=pa.int64() if name == "row" else pa.string())
+            for i, name in enumerate(COLUMNS)
+        }
+    )
     buf = io.BytesIO()
     pq.write_table(table, buf)
     return buf.getvalue()

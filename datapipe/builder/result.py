@@ -1,4 +1,5 @@
-"""What a build returns: the committed manifest, its URL, and how the build went (the ``--json`` summary)."""
+"""What a build returns: the committed manifest, its URL, and how the build went (the ``--json``
+summary)."""
 
 from __future__ import annotations
 
@@ -14,20 +15,34 @@ class BuildResult:
 
     manifest: Manifest
     url: str
-    seconds: dict[str, float] = field(default_factory=dict)  # wall time: cluster start, each pass, total
-    ran_on: str = "cluster"  # "in-process" (a small source), "local cluster", "scheduler" or "client"
-    worker_peak_rss: int | None = None  # bytes: the largest peak resident memory of a worker (this process in process)
-    incremental: dict[str, Any] = field(default_factory=dict)  # what came from the parent version, or why nothing
+    # wall time: cluster start, each pass, total
+    seconds: dict[str, float] = field(default_factory=dict)
+    # "in-process" (a small source), "local cluster", "scheduler" or "client"
+    ran_on: str = "cluster"
+    # bytes: the largest peak resident memory of a worker (this process in process)
+    worker_peak_rss: int | None = None
+    # what came from the parent version, or why nothing
+    incremental: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         """The JSON object `datapipe build --json` prints."""
         m = self.manifest
         out = {
-            "name": m.name, "version": m.version, "url": self.url, "samples": m.samples, "shards": len(m.shards),
-            "bytes": m.bytes, "rejected": m.rejected_rows, "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
-            "ran_on": self.ran_on, "worker_peak_rss": self.worker_peak_rss, "incremental": self.incremental,
-            "stages": [{"stage": s.stage, "in": s.rows_in, "out": s.rows_out, "dropped": s.dropped,
-                        "rejected": s.rejected} for s in m.stages],
+            "name": m.name,
+            "version": m.version,
+            "url": self.url,
+            "samples": m.samples,
+            "shards": len(m.shards),
+            "bytes": m.bytes,
+            "rejected": m.rejected_rows,
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "ran_on": self.ran_on,
+            "worker_peak_rss": self.worker_peak_rss,
+            "incremental": self.incremental,
+            "stages": [
+                {"stage": s.stage, "in": s.rows_in, "out": s.rows_out, "dropped": s.dropped, "rejected": s.rejected}
+                for s in m.stages
+            ],
         }
         if m.splits is not None:
             out["splits"] = dict(m.splits.samples)

@@ -1,4 +1,5 @@
-"""`datapipe build`: open the source, run the passes on Dask, plan the shards, write them, commit a version.
+"""`datapipe build`: open the source, run the passes on Dask, plan the shards, write them, commit a
+version.
 
 The steps, in order: the config (``LoadedPipeline``) names a source, listed and sampled once
 (``source.opening.open_source``); the cluster starts; the source is partitioned to fit the
@@ -100,17 +101,19 @@ def build(
     """Build ``loaded`` into a new version of ``store`` and point 'latest' (and ``tags``) at it.
 
     ``client`` reuses an existing distributed Client (tests, notebooks); otherwise ``scheduler``
-    names a running Dask scheduler, or a LocalCluster of ``workers`` processes is started; a source under
-    SMALL_BUILD_BYTES with neither ``workers``, ``scheduler`` nor ``memory_limit`` is built in this process
-    (builder/in_process.py), to the same version.
-    ``keep_encoded``: whether the workers hold the encoded samples between the measure and the
-    write pass instead of reading the source twice; by default, when they fit (``sizing.fit_to_workers``).
+    names a running Dask scheduler, or a LocalCluster of ``workers`` processes is started; a source
+    under SMALL_BUILD_BYTES with neither ``workers``, ``scheduler`` nor ``memory_limit`` is built in
+    this process (builder/in_process.py), to the same version.
+    ``keep_encoded``: whether the workers hold the encoded samples between the measure and the write
+    pass instead of reading the source twice; by default, when they fit (``sizing.fit_to_workers``).
     The result is the same either way. ``memory_limit``: bytes per worker of the embedded
     LocalCluster (Dask's default otherwise: the machine's memory shared among the workers).
-    ``scheduler_timeout``: seconds to keep trying to reach ``scheduler`` (cluster.SCHEDULER_TIMEOUT).
-    ``rehash``: read every source file for its hash, trusting no stamp of the parent's (builder/known_hashes.py).
-    ``dashboard``: the embedded LocalCluster serves Dask's dashboard, and the link to the dashboard of the cluster
-    the build runs on goes to ``progress.dashboard`` (None without).
+    ``scheduler_timeout``: seconds to keep trying to reach ``scheduler``
+    (cluster.SCHEDULER_TIMEOUT).
+    ``rehash``: read every source file for its hash, trusting no stamp of the parent's
+    (builder/known_hashes.py).
+    ``dashboard``: the embedded LocalCluster serves Dask's dashboard, and the link to the dashboard
+    of the cluster the build runs on goes to ``progress.dashboard`` (None without).
     """
     started, listed_ns = time.perf_counter(), time.time_ns()
     pipeline = loaded.pipeline
@@ -124,15 +127,26 @@ def build(
         parent = read_parent(store, pipeline, state_key(pipeline, code_hashes, source))
         known = trusted(parent.state.sources, source.files) if parent.state and not rehash else {}
         c, ran_on = open_client(
-            stack, client=client, workers=workers, scheduler=scheduler, memory_limit=memory_limit,
-            scheduler_timeout=scheduler_timeout, store_fs=store.fs, source_fs=source.fs,
-            source_bytes=sum(f.size for f in source.files), dashboard=dashboard,
-            # a shuffled rebuild rewrites every shard: that is a full build's write pass, for the workers asked for
-            unread_bytes=None if parent.why_full or pipeline.shards.shuffle_seed is not None
-            else sum(f.size for i, f in enumerate(source.files) if i not in known))
+            stack,
+            client=client,
+            workers=workers,
+            scheduler=scheduler,
+            memory_limit=memory_limit,
+            scheduler_timeout=scheduler_timeout,
+            store_fs=store.fs,
+            source_fs=source.fs,
+            source_bytes=sum(f.size for f in source.files),
+            dashboard=dashboard,
+            # a shuffled rebuild rewrites every shard: that is a full build's write pass, for the
+            # workers asked for
+            unread_bytes=None
+            if parent.why_full or pipeline.shards.shuffle_seed is not None
+            else sum(f.size for i, f in enumerate(source.files) if i not in known),
+        )
         progress.dashboard(dashboard_link(c) if dashboard else None)
         run = PassRunner(c, progress)
-        run.seconds["start"] = time.perf_counter() - started  # opening the source and starting the cluster
+        # opening the source and starting the cluster
+        run.seconds["start"] = time.perf_counter() - started
         fit = fit_to_workers(source, worker_memory_limits(c))
         blocksize = parent.blocksize(fit.blocksize, source.blocksize)
         source = _align(run, partition_source(source, blocksize))
@@ -149,28 +163,43 @@ def build(
         check_counts(store, pipeline, job.source, stages, measured, rejects)
         committed = b.commit((LATEST, *tags), measured, key_keep, rejects, stages, code)
         peak = worker_peak_rss(c)
-    incremental = {"parent": b.reuse.parent if b.reuse else None, "full_because": parent.why_full,
-                   "source_files": hashes.report(), **b.report}
-    return BuildResult(committed, f"{store.url.rstrip('/')}/{pipeline.name}@{committed.version}",
-                       {**run.seconds, "total": time.perf_counter() - started}, ran_on, peak, incremental)
+    incremental = {
+        "parent": b.reuse.parent if b.reuse else None,
+        "full_because": parent.why_full,
+        "source_files": hashes.report(),
+        **b.report,
+    }
+    return BuildResult(
+        committed,
+        f"{store.url.rstrip('/')}/{pipeline.name}@{committed.version}",
+        {**run.seconds, "total": time.perf_counter() - started},
+        ran_on,
+        peak,
+        incremental,
+    )
 
 
 def _align(run: PassRunner, source: Source) -> Source:
-    """Cut quoted CSV files between records: one quote-counting task per nominal block (``align_parts``)."""
+    """Cut quoted CSV files between records: one quote-counting task per nominal block
+    (``align_parts``)."""
     needed = scans_needed(source)
     if not needed:
         return source
     from dask import delayed
 
-    scans = run("find record boundaries", [
-        delayed(scan_block, pure=False)(source.fs, source.files[i].path, p.start, p.length, source.quote)
-        for i, p in needed
-    ])
+    scans = run(
+        "find record boundaries",
+        [
+            delayed(scan_block, pure=False)(source.fs, source.files[i].path, p.start, p.length, source.quote)
+            for i, p in needed
+        ],
+    )
     return align_parts(source, scans)
 
 
 class _Plan(NamedTuple):
-    """The shard plan of a build: per partition its kept rows, their output positions and shards; the files."""
+    """The shard plan of a build: per partition its kept rows, their output positions and shards;
+    the files."""
 
     key_keep: list[np.ndarray]
     positions: list[np.ndarray]
@@ -187,18 +216,21 @@ class _Build:
         self.parts = job.source.parts
         self.masks: dict[int, list[np.ndarray]] = {}
         self.keep_encoded = keep_encoded
-        self.encoded: dict[int, Any] = {}  # with keep_encoded: partition -> the persisted (Measured, block)
-        self.reuse: Reuse | None = None  # what carries over from the parent version (builder/incremental.py)
+        # with keep_encoded: partition -> the persisted (Measured, block)
+        self.encoded: dict[int, Any] = {}
+        # what carries over from the parent version (builder/incremental.py)
+        self.reuse: Reuse | None = None
         self.hashes: SourceHashes | None = None
         self.parent: Parent | None = None
-        self.identities: list[str] = []  # per partition, with its dedupe masks (incremental.with_masks)
+        # per partition, with its dedupe masks (incremental.with_masks)
+        self.identities: list[str] = []
         self.raw_identities: list[str] = []
         self.dedupe_hashes: dict[int, list[np.ndarray]] = {}
         self.digests: list[str] = []
         self.report: dict[str, Any] = {}
-        # One copy of the job per worker instead of one per task (a 'files' source lists every file).
-        # Persisted as a graph literal, not scattered: the scheduler can re-create it when the
-        # worker holding it dies, where lost scattered data fails the build.
+        # One copy of the job per worker instead of one per task (a 'files' source lists every
+        # file). Persisted as a graph literal, not scattered: the scheduler can re-create it when
+        # the worker holding it dies, where lost scattered data fails the build.
         from dask import delayed
 
         self.job_ref = run.client.persist(delayed(job, name=f"build-job-{uuid.uuid4().hex}"))
@@ -207,14 +239,16 @@ class _Build:
         return {stage: masks[part] for stage, masks in self.masks.items()}
 
     def find_parent(self, parent: Parent, hashes: SourceHashes) -> None:
-        """Keep ``parent`` and the source hashes; what of the parent carries over is settled after the dedupe
+        """Keep ``parent`` and the source hashes; what of the parent carries over is settled after
+        the dedupe
         stages (``match_parent``)."""
         self.hashes, self.parent = hashes, parent
         if parent.why_full is None and parent.state is not None:
             self.raw_identities = part_identities(self.parts, hashes.all())
 
     def dedupe(self) -> None:
-        """Each dedupe stage's masks, from every partition's row hashes: the parent's where the partition and
+        """Each dedupe stage's masks, from every partition's row hashes: the parent's where the
+        partition and
         the masks before this stage are the same, else a pass over the rest."""
         from dask import delayed
 
@@ -222,20 +256,31 @@ class _Build:
         for i, stage in enumerate(self.pipeline.stages):
             if stage.kind != "dedupe":
                 continue
-            known = {} if state is None else {
-                p.number: state.dedupe.get(i, {}).get(identity)
-                for p, identity in zip(self.parts, self.identities_at(i), strict=True)}
+            known = (
+                {}
+                if state is None
+                else {
+                    p.number: state.dedupe.get(i, {}).get(identity)
+                    for p, identity in zip(self.parts, self.identities_at(i), strict=True)
+                }
+            )
             todo = [p for p in self.parts if known.get(p.number) is None]
-            fresh = self.run(f"stages[{i}].dedupe", [
-                delayed(dedupe_pass, pure=False)(self.job_ref, p, self.masks_of(p.number), i) for p in todo
-            ]) if todo else []
+            fresh = (
+                self.run(
+                    f"stages[{i}].dedupe",
+                    [delayed(dedupe_pass, pure=False)(self.job_ref, p, self.masks_of(p.number), i) for p in todo],
+                )
+                if todo
+                else []
+            )
             known.update({p.number: h for p, h in zip(todo, fresh, strict=True)})
             hashes = [known[p.number] for p in self.parts]
             self.dedupe_hashes[i] = hashes
             self.masks[i] = first_occurrences(hashes)
 
     def match_parent(self) -> None:
-        """What of the parent this build takes (``self.reuse``): the partitions whose identity (with their dedupe
+        """What of the parent this build takes (``self.reuse``): the partitions whose identity (with
+        their dedupe
         masks) the parent has."""
         if not self.raw_identities or self.parent is None or self.parent.version is None:
             return
@@ -244,12 +289,15 @@ class _Build:
         self.reuse = Reuse(self.parent.version, self.parent.state, entries, match(self.parent.state, self.identities))
 
     def identities_at(self, stage: int | None = None) -> list[str]:
-        """Per partition, its identity with the masks of the dedupe stages before ``stage`` (all of them when
+        """Per partition, its identity with the masks of the dedupe stages before ``stage`` (all of
+        them when
         None); the source hashes are gathered for it the first time."""
         if not self.raw_identities:
             self.raw_identities = part_identities(self.parts, self.hashes.all())
-        return [with_masks(r, {s: m for s, m in self.masks_of(p.number).items() if stage is None or s < stage})
-                for r, p in zip(self.raw_identities, self.parts, strict=True)]
+        return [
+            with_masks(r, {s: m for s, m in self.masks_of(p.number).items() if stage is None or s < stage})
+            for r, p in zip(self.raw_identities, self.parts, strict=True)
+        ]
 
     def measure(self) -> tuple[list[Measured], list[np.ndarray], dict[int, list[Reject]]]:
         from dask import delayed
@@ -258,30 +306,37 @@ class _Build:
         todo = [p for p in self.parts if carried.get(p.number) is None]
         if not todo:  # every partition carries over
             fresh: list[Measured] = []
-        elif self.keep_encoded:  # the blocks stay on the workers; only their Measured halves come here
-            blocks = self.run.client.persist([
-                delayed(encode_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in todo
-            ])
+        # the blocks stay on the workers; only their Measured halves come here
+        elif self.keep_encoded:
+            blocks = self.run.client.persist(
+                [delayed(encode_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in todo]
+            )
             self.encoded = {p.number: e for p, e in zip(todo, blocks, strict=True)}
             fresh = self.run("clean, encode and measure", [delayed(measured_of)(e) for e in blocks])
         else:
-            fresh = self.run("clean and measure", [
-                delayed(measure_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in todo
-            ])
+            fresh = self.run(
+                "clean and measure",
+                [delayed(measure_pass, pure=False)(self.job_ref, p, self.masks_of(p.number)) for p in todo],
+            )
         carried.update({p.number: m for p, m in zip(todo, fresh, strict=True)})
         measured = [carried[p.number] for p in self.parts]
         self.report["partitions"] = {"measured": len(todo), "reused": len(self.parts) - len(todo)}
         key_keep = first_occurrences([m.key_hashes for m in measured])
         rejects = {p.number: list(m.rejects) for p, m in zip(self.parts, measured, strict=True)}
         kept = {p.number: self.reuse.rejects(p.number, key_keep[p.number]) for p in self.parts} if self.reuse else {}
-        rejects.update({part: r for part, r in kept.items() if r is not None})  # duplicates included
-        dup_parts = [p for p, keep in zip(self.parts, key_keep, strict=True)
-                     if not keep.all() and kept.get(p.number) is None]
+        # duplicates included
+        rejects.update({part: r for part, r in kept.items() if r is not None})
+        dup_parts = [
+            p for p, keep in zip(self.parts, key_keep, strict=True) if not keep.all() and kept.get(p.number) is None
+        ]
         if dup_parts:
-            found = self.run("duplicate keys", [
-                delayed(duplicates_pass, pure=False)(self.job_ref, p, self.masks_of(p.number), key_keep[p.number])
-                for p in dup_parts
-            ])
+            found = self.run(
+                "duplicate keys",
+                [
+                    delayed(duplicates_pass, pure=False)(self.job_ref, p, self.masks_of(p.number), key_keep[p.number])
+                    for p in dup_parts
+                ],
+            )
             for p, dups in zip(dup_parts, found, strict=True):
                 rejects[p.number].extend(dups)
         return measured, key_keep, rejects
@@ -290,7 +345,8 @@ class _Build:
         return quarantine(self.job.source, measured, rejects)
 
     def plan(self, writer: VersionWriter, measured: Sequence[Measured], key_keep: Sequence[np.ndarray]) -> _Plan:
-        """Where every kept sample goes (``shard_plan``), and each shard's digest (``self.digests``)."""
+        """Where every kept sample goes (``shard_plan``), and each shard's digest
+        (``self.digests``)."""
         shards_cfg, splits = self.pipeline.shards, self.pipeline.splits
         fmt = get_format(shards_cfg.format)
         sizes = [m.sizes[keep] for m, keep in zip(measured, key_keep, strict=True)]
@@ -301,20 +357,30 @@ class _Build:
             names = split_names(splits.fractions)
             labels = [m.splits[keep] for m, keep in zip(measured, key_keep, strict=True)]
         positions, destinations, counts = split_shard_plan(
-            sizes, hashes, labels, len(names), shards_cfg.shuffle_seed, shards_cfg.max_bytes, shards_cfg.max_samples,
-            fmt.writer.end_size)
-        files = [(name, writer.shard_filename(i, fmt, name)) for name, n in zip(names, counts, strict=True)
-                 for i in range(n)]
+            sizes,
+            hashes,
+            labels,
+            len(names),
+            shards_cfg.shuffle_seed,
+            shards_cfg.max_bytes,
+            shards_cfg.max_samples,
+            fmt.writer.end_size,
+        )
+        files = [
+            (name, writer.shard_filename(i, fmt, name)) for name, n in zip(names, counts, strict=True) for i in range(n)
+        ]
         self.digests = shard_digests(self.identities, key_keep, positions, destinations, len(files))
         return _Plan(list(key_keep), positions, destinations, files)
 
     def write(self, writer: VersionWriter, plan: _Plan) -> list[ShardEntry]:
-        """The shards of ``plan``: the parent's file where it holds the same samples, else written by tasks."""
+        """The shards of ``plan``: the parent's file where it holds the same samples, else written
+        by tasks."""
         from dask import delayed
 
         fmt, files = get_format(self.pipeline.shards.format), plan.files
         reused: dict[int, ShardEntry] = {}
-        for s, digest in enumerate(self.digests):  # the parent's shard of the same samples: its file, not its bytes
+        # the parent's shard of the same samples: its file, not its bytes
+        for s, digest in enumerate(self.digests):
             entry = self.reuse.shard(digest) if self.reuse else None
             if entry is not None:
                 reused[s] = writer.reuse_shard(self.reuse.parent, entry, files[s][1])
@@ -326,58 +392,103 @@ class _Build:
             if part.number in self.encoded:
                 prepared = delayed(split_pass, pure=False)(self.encoded[part.number], keep, pos, dest)
             else:
-                prepared = delayed(prepare_pass, pure=False)(self.job_ref, part, self.masks_of(part.number), keep,
-                                                             pos, dest)
+                prepared = delayed(prepare_pass, pure=False)(
+                    self.job_ref, part, self.masks_of(part.number), keep, pos, dest
+                )
             for shard in wanted:
                 pieces[shard].append(delayed(take_piece, pure=False)(prepared, shard))
         written = [s for s in range(len(files)) if s not in reused]
-        tasks = [delayed(write_shard_task, pure=False)(self.store.fs, writer.partial, files[s][1], fmt.name,
-                                                       *pieces[s]) for s in written]
+        tasks = [
+            delayed(write_shard_task, pure=False)(self.store.fs, writer.partial, files[s][1], fmt.name, *pieces[s])
+            for s in written
+        ]
         entries = dict(zip(written, self.run("write shards", tasks) if tasks else [], strict=True))
         self.encoded = {}  # frees the blocks on the workers
-        self.report["shards"] = {"written": len(written), "reused": len(reused),
-                                 "bytes_written": sum(entries[s].bytes for s in written)}
+        self.report["shards"] = {
+            "written": len(written),
+            "reused": len(reused),
+            "bytes_written": sum(entries[s].bytes for s in written),
+        }
         entries.update(reused)
-        return [entries[s] if split is None else replace(entries[s], split=split)
-                for s, (split, _) in enumerate(files)]
+        return [entries[s] if split is None else replace(entries[s], split=split) for s, (split, _) in enumerate(files)]
 
-    def commit(self, refs: Sequence[str], measured: Sequence[Measured], key_keep: Sequence[np.ndarray],
-               rejects: Mapping[int, list[Reject]], stages: tuple[StageCounts, ...],
-               code: tuple[CodeRef, ...]) -> Manifest:
-        """Write the shards, the quarantine and the build state into a new version and commit its manifest,
-        pointing ``refs`` at it; nothing is left but a partial directory for gc if any of it fails."""
+    def commit(
+        self,
+        refs: Sequence[str],
+        measured: Sequence[Measured],
+        key_keep: Sequence[np.ndarray],
+        rejects: Mapping[int, list[Reject]],
+        stages: tuple[StageCounts, ...],
+        code: tuple[CodeRef, ...],
+    ) -> Manifest:
+        """Write the shards, the quarantine and the build state into a new version and commit its
+        manifest,
+        pointing ``refs`` at it; nothing is left but a partial directory for gc if any of it
+        fails."""
         pipeline, sources = self.pipeline, self.hashes.all()
         if not self.identities:
             self.identities = self.identities_at()
         writer = self.store.begin(pipeline.name)
         try:
             plan = self.plan(writer, measured, key_keep)
-            with ThreadPoolExecutor(1, thread_name_prefix="datapipe-state") as pool:  # disk time beside the writes
+            # disk time beside the writes
+            with ThreadPoolExecutor(1, thread_name_prefix="datapipe-state") as pool:
                 staged = pool.submit(self.stage_state, writer, measured, key_keep, rejects)
                 entries = self.write(writer, plan)
                 staged.result()
             if any(s.rejected for s in stages):
                 put_atomic(self.store.fs, f"{writer.partial}/{REJECTED_NAME}", self.quarantine(measured, rejects))
-            lineage = Lineage(pipeline=pipeline.canonical(), sources=tuple(sources), code=code,
-                              seed=pipeline.shards.shuffle_seed, environment=environment())
-            manifest = assemble_manifest(pipeline.name, get_format(pipeline.shards.format).name, entries, stages,
-                                         (m.kinds for m in measured), lineage, splits_section(pipeline, entries),
-                                         class_names(self.job.source))
+            lineage = Lineage(
+                pipeline=pipeline.canonical(),
+                sources=tuple(sources),
+                code=code,
+                seed=pipeline.shards.shuffle_seed,
+                environment=environment(),
+            )
+            manifest = assemble_manifest(
+                pipeline.name,
+                get_format(pipeline.shards.format).name,
+                entries,
+                stages,
+                (m.kinds for m in measured),
+                lineage,
+                splits_section(pipeline, entries),
+                class_names(self.job.source),
+            )
             return writer.commit(manifest, refs)
         except BaseException:
             writer.abort()
             raise
 
-    def stage_state(self, writer: VersionWriter, measured: Sequence[Measured], key_keep: Sequence[np.ndarray],
-                    rejects: Mapping[int, list[Reject]]) -> None:
-        """Stage what the next build of the dataset can reuse; a failure costs only that build's speed."""
-        state = BuildState(state_key(self.pipeline, self.job.code, self.job.source), self.identities, list(measured),
-                           [rejects[p.number] for p in self.parts], list(key_keep), self.digests,
-                           self.hashes.records(self.parent.records()), self.blocksize, self.job.source.blocksize,
-                           dedupe={stage: dict(zip(self.identities_at(stage), hashes, strict=True))
-                                   for stage, hashes in self.dedupe_hashes.items()})
+    def stage_state(
+        self,
+        writer: VersionWriter,
+        measured: Sequence[Measured],
+        key_keep: Sequence[np.ndarray],
+        rejects: Mapping[int, list[Reject]],
+    ) -> None:
+        """Stage what the next build of the dataset can reuse; a failure costs only that build's
+        speed."""
+        state = BuildState(
+            state_key(self.pipeline, self.job.code, self.job.source),
+            self.identities,
+            list(measured),
+            [rejects[p.number] for p in self.parts],
+            list(key_keep),
+            self.digests,
+            self.hashes.records(self.parent.records()),
+            self.blocksize,
+            self.job.source.blocksize,
+            dedupe={
+                stage: dict(zip(self.identities_at(stage), hashes, strict=True))
+                for stage, hashes in self.dedupe_hashes.items()
+            },
+        )
         try:
             writer.put_build_state(save_state(state))
         except DatapipeError as e:
-            log.warning("%s: build state not saved (%s); the next build of this dataset will be a full one",
-                        self.pipeline.name, e)
+            log.warning(
+                "%s: build state not saved (%s); the next build of this dataset will be a full one",
+                self.pipeline.name,
+                e,
+            )

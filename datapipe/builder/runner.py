@@ -1,4 +1,5 @@
-"""Runs one pass of a build (a list of dask.delayed tasks) on the client, with progress and stall detection
+"""Runs one pass of a build (a list of dask.delayed tasks) on the client, with progress and stall
+detection
 (or in this process, for a small build: builder/in_process.py)."""
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ FOLLOW_POLL_SECONDS = 0.01  # how often a pass looks for finished tasks when non
 
 
 class PassRunner:
-    """Runs passes on ``client``, reporting each to ``progress`` and keeping each one's wall time in ``seconds``."""
+    """Runs passes on ``client``, reporting each to ``progress`` and keeping each one's wall time in
+    ``seconds``."""
 
     def __init__(self, client: Any, progress: BuildProgress) -> None:
         self.client = client
@@ -25,10 +27,12 @@ class PassRunner:
         self.seconds: dict[str, float] = {}
 
     def __call__(self, phase: str, tasks: Sequence[Any]) -> list[Any]:
-        """The results of ``tasks``, in order; a BuildError when a worker dies or the pass stalls."""
+        """The results of ``tasks``, in order; a BuildError when a worker dies or the pass
+        stalls."""
         self.progress.phase(phase, len(tasks))
         start = time.perf_counter()
-        if isinstance(self.client, InProcessClient):  # no worker to die or stall: run the tasks here
+        # no worker to die or stall: run the tasks here
+        if isinstance(self.client, InProcessClient):
             results = self.client.run_each(list(tasks), lambda: self.progress.advance(phase, 1))
             self.seconds[phase] = time.perf_counter() - start
             return results
@@ -42,16 +46,20 @@ class PassRunner:
             self.seconds[phase] = time.perf_counter() - start
             return results
         except (KilledWorker, FutureCancelledError) as e:
-            raise BuildError(f"{phase}: a Dask worker died while running this pass ({type(e).__name__}: {e}); "
-                             "check the workers' memory limit, then run the build again") from None
+            raise BuildError(
+                f"{phase}: a Dask worker died while running this pass ({type(e).__name__}: {e}); "
+                "check the workers' memory limit, then run the build again"
+            ) from None
 
     def _follow(self, phase: str, futures: list[Any]) -> None:
-        """Advance the progress as tasks finish; a pass whose workers all stay paused (Dask stops a worker
-        whose memory passes its pause level, and memory a task left behind may never drop back) or that has
-        no worker left is a BuildError, not a build that waits for ever."""
+        """Advance the progress as tasks finish; a pass whose workers all stay paused (Dask stops a
+        worker
+        whose memory passes its pause level, and memory a task left behind may never drop back) or
+        that has no worker left is a BuildError, not a build that waits for ever."""
         from distributed import as_completed
 
-        finished = as_completed(futures, loop=self.client.loop)  # each future tracked once, not re-waited on
+        # each future tracked once, not re-waited on
+        finished = as_completed(futures, loop=self.client.loop)
         stalled, quiet_since = 0, time.monotonic()
         while not finished.is_empty():
             done = finished.next_batch(block=False)
@@ -64,9 +72,12 @@ class PassRunner:
                 quiet_since = time.monotonic()
                 stalled = stalled + 1 if self._stuck() else 0
                 if stalled >= STALL_CHECKS:
-                    raise BuildError(f"{phase}: {self._stuck()} for {STALL_CHECKS * STALL_CHECK_SECONDS} s; give the "
-                                     "workers more memory (--memory-limit, fewer --workers) or use a smaller "
-                                     "source.options.blocksize, then run the build again")
+                    raise BuildError(
+                        f"{phase}: {self._stuck()} for {STALL_CHECKS * STALL_CHECK_SECONDS} s; "
+                        "give the "
+                        "workers more memory (--memory-limit, fewer --workers) or use a smaller "
+                        "source.options.blocksize, then run the build again"
+                    )
 
     def _stuck(self) -> str | None:
         workers = self.client.scheduler_info().get("workers", {})

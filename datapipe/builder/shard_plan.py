@@ -1,4 +1,5 @@
-"""The shard plan, as pure functions of sizes and a seed: global order, dedupe masks, shard boundaries.
+"""The shard plan, as pure functions of sizes and a seed: global order, dedupe masks, shard
+boundaries.
 
 Nothing here depends on how the rows were partitioned: inputs are per-partition arrays that
 are only ever concatenated in source order.
@@ -14,8 +15,9 @@ import numpy as np
 def first_occurrences(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Per partition, a keep-mask that is True for the first row (in source order) of each hash.
 
-    ``hashes`` holds one (n, 2) uint64 array per partition, in source order. A sort of the first halves
-    finds the few rows that share one (most sources have none); only those are compared whole.
+    ``hashes`` holds one (n, 2) uint64 array per partition, in source order. A sort of the first
+    halves finds the few rows that share one (most sources have none); only those are compared
+    whole.
     """
     counts = [len(h) for h in hashes]
     if not sum(counts):
@@ -25,8 +27,10 @@ def first_occurrences(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
     values = np.sort(flat[:, 0])  # a value sort is several times faster than an argsort
     if not (values[1:] == values[:-1]).any():
         return np.split(keep, np.cumsum(counts)[:-1])
-    order = np.argsort(flat[:, 0])  # ties in any order: the rows that share a half are put in source order below
-    repeats = np.flatnonzero(flat[order[1:], 0] == flat[order[:-1], 0]) + 1  # sorted places equal to the one before
+    # ties in any order: the rows that share a half are put in source order below
+    order = np.argsort(flat[:, 0])
+    # sorted places equal to the one before
+    repeats = np.flatnonzero(flat[order[1:], 0] == flat[order[:-1], 0]) + 1
     if len(repeats):
         rows = np.unique(order[np.concatenate([repeats, repeats - 1])])  # source order
         whole = np.ascontiguousarray(flat[rows]).view(np.dtype((np.void, 16))).ravel()
@@ -37,7 +41,8 @@ def first_occurrences(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 
 def output_positions(counts: Sequence[int], seed: int | None) -> list[np.ndarray]:
-    """Per partition, the output position of each of its samples: source order, or a seeded permutation."""
+    """Per partition, the output position of each of its samples: source order, or a seeded
+    permutation."""
     total = int(sum(counts))
     order = np.arange(total, dtype=np.int64)
     if seed is not None:
@@ -46,19 +51,23 @@ def output_positions(counts: Sequence[int], seed: int | None) -> list[np.ndarray
 
 
 MIN_FILL = 0.5  # a shard ends at a content cut only once it is at least half full ...
-CUT_RATE = 4.0  # ... and then after each sample with probability CUT_RATE x the sample's share of a full shard
+# ... and then after each sample with probability CUT_RATE x the sample's share of a full shard
+CUT_RATE = 4.0
 
 
-def shard_boundaries(sizes: np.ndarray, hashes: np.ndarray, max_bytes: int, max_samples: int | None,
-                     end_size: int = 0) -> np.ndarray:
-    """Start of every shard and the end: [0, b1, ..., n]. ``sizes`` and ``hashes`` (a 64-bit hash of each sample's
+def shard_boundaries(
+    sizes: np.ndarray, hashes: np.ndarray, max_bytes: int, max_samples: int | None, end_size: int = 0
+) -> np.ndarray:
+    """Start of every shard and the end: [0, b1, ..., n]. ``sizes`` and ``hashes`` (a 64-bit hash of
+    each sample's
     key) are in output order.
 
-    Cut by content, as restic and borg cut files into chunks: a shard ends after a sample whose hash falls
-    under CUT_RATE x its share of a full shard (its bytes over ``max_bytes``, or 1 / ``max_samples`` when that is
-    more) once the shard is MIN_FILL full, and before a sample that would take it past ``max_bytes`` (with
-    ``end_size``) or ``max_samples``. A cut depends on the samples next to it, not on where its shard began,
-    so samples added or removed move only the cuts near them (shards average about 3/4 of the limit).
+    Cut by content, as restic and borg cut files into chunks: a shard ends after a sample whose hash
+    falls under CUT_RATE x its share of a full shard (its bytes over ``max_bytes``, or 1 /
+    ``max_samples`` when that is more) once the shard is MIN_FILL full, and before a sample that
+    would take it past ``max_bytes`` (with ``end_size``) or ``max_samples``. A cut depends on the
+    samples next to it, not on where its shard began, so samples added or removed move only the cuts
+    near them (shards average about 3/4 of the limit).
     A sample larger than ``max_bytes`` gets a shard alone.
     """
     n = len(sizes)
@@ -86,9 +95,11 @@ def shard_boundaries(sizes: np.ndarray, hashes: np.ndarray, max_bytes: int, max_
     return np.asarray(bounds, dtype=np.int64)
 
 
-def sizes_in_output_order(sizes: Sequence[np.ndarray], positions: Sequence[np.ndarray],
-                          dtype: type = np.int64) -> np.ndarray:
-    """Scatter per-partition sample values (sizes, hashes) into one array indexed by output position."""
+def sizes_in_output_order(
+    sizes: Sequence[np.ndarray], positions: Sequence[np.ndarray], dtype: type = np.int64
+) -> np.ndarray:
+    """Scatter per-partition sample values (sizes, hashes) into one array indexed by output
+    position."""
     total = sum(len(s) for s in sizes)
     out = np.zeros(total, dtype=dtype)
     for s, p in zip(sizes, positions, strict=True):
@@ -101,16 +112,24 @@ def shards_of(positions: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     return np.searchsorted(bounds, positions, side="right") - 1
 
 
-def split_shard_plan(sizes: Sequence[np.ndarray], hashes: Sequence[np.ndarray], labels: Sequence[np.ndarray],
-                     splits: int, seed: int | None, max_bytes: int, max_samples: int | None, end_size: int = 0
-                     ) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:
-    """Each split's samples placed in shards of their own: per partition, each sample's output position
+def split_shard_plan(
+    sizes: Sequence[np.ndarray],
+    hashes: Sequence[np.ndarray],
+    labels: Sequence[np.ndarray],
+    splits: int,
+    seed: int | None,
+    max_bytes: int,
+    max_samples: int | None,
+    end_size: int = 0,
+) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:
+    """Each split's samples placed in shards of their own: per partition, each sample's output
+    position
     within its split and its shard number; and the number of shards of each split.
 
-    ``hashes`` holds a 64-bit hash of each sample's key, ``labels`` each sample's split (0 .. splits-1), per
-    partition. The shards of split 0 come first,
-    then those of split 1, and so on; within a split, order and cuts are those of a dataset of its samples
-    alone (``output_positions``, ``shard_boundaries``). All labels 0 with ``splits=1`` is the plan without
+    ``hashes`` holds a 64-bit hash of each sample's key, ``labels`` each sample's split (0 ..
+    splits-1), per partition. The shards of split 0 come first, then those of split 1, and so on;
+    within a split, order and cuts are those of a dataset of its samples alone
+    (``output_positions``, ``shard_boundaries``). All labels 0 with ``splits=1`` is the plan without
     splits.
     """
     positions = [np.zeros(len(s), dtype=np.int64) for s in sizes]
@@ -123,7 +142,10 @@ def split_shard_plan(sizes: Sequence[np.ndarray], hashes: Sequence[np.ndarray], 
         bounds = shard_boundaries(
             sizes_in_output_order([s[m] for s, m in zip(sizes, masks, strict=True)], placed),
             sizes_in_output_order([h[m] for h, m in zip(hashes, masks, strict=True)], placed, np.uint64),
-            max_bytes, max_samples, end_size)
+            max_bytes,
+            max_samples,
+            end_size,
+        )
         for part, (mask, pos) in enumerate(zip(masks, placed, strict=True)):
             positions[part][mask] = pos
             shards[part][mask] = first + shards_of(pos, bounds)

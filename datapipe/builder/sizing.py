@@ -1,4 +1,5 @@
-"""Sizing a build's work to its workers' memory: the blocksize, whether encoded samples stay, files too big."""
+"""Sizing a build's work to its workers' memory: the blocksize, whether encoded samples stay, files
+too big."""
 
 from __future__ import annotations
 
@@ -12,35 +13,45 @@ from datapipe.errors import BuildError
 
 KEEP_FRACTION = 0.25  # of the workers' memory that encoded samples may take between passes
 ENCODED_PER_SOURCE_BYTE = 4  # a guess on the safe side: tar framing and decompressed Parquet
-FILE_COPIES = 3  # a 'files' sample is in memory as read, as its encoded payload, and in its partition's block
-TARGET_FRACTION = 0.6  # Dask starts spilling at 60% of a worker's memory limit, pauses it at 80%, restarts it at 95%
-WORKER_BASELINE = 160 << 20  # a worker's memory once it imported the build's stack (pandas, pyarrow, datapipe)
-# a partition's peak in a worker per source byte: frame, encoded fields, encoded block, allocator slack
+# a 'files' sample is in memory as read, as its encoded payload, and in its partition's block
+FILE_COPIES = 3
+# Dask starts spilling at 60% of a worker's memory limit, pauses it at 80%, restarts it at 95%
+TARGET_FRACTION = 0.6
+# a worker's memory once it imported the build's stack (pandas, pyarrow, datapipe)
+WORKER_BASELINE = 160 << 20
+# a partition's peak in a worker per source byte: frame, encoded fields, encoded block, allocator
+# slack
 PARTITION_EXPANSION = 20
 MIN_BLOCKSIZE = 1 << 20
 
 
 def _all_known(limits: Sequence[int]) -> list[int]:
-    """The limits, or [] when a worker has none (0) or there is no worker: nothing to size against."""
+    """The limits, or [] when a worker has none (0) or there is no worker: nothing to size
+    against."""
     known = [m for m in limits if m]
     return known if known and len(known) == len(limits) else []
 
 
 def check_file_sizes(source: Source, limits: Sequence[int]) -> None:
-    """A 'files' source whose largest file cannot be held (FILE_COPIES times) by a worker fails before any
+    """A 'files' source whose largest file cannot be held (FILE_COPIES times) by a worker fails
+    before any
     pass runs, naming the file: each file is one sample, read whole into its worker's memory."""
     known = _all_known(limits)
     if source.format not in FILE_ROW_FORMATS or not known:
         return
     biggest = max(source.files, key=lambda f: f.size)
     if FILE_COPIES * biggest.size > min(known):
-        raise BuildError(f"{biggest.label}: {biggest.size} bytes, one sample read whole into a worker's memory "
-                         f"({FILE_COPIES}x while it is encoded); a worker has {min(known)} bytes. Give the workers "
-                         "more memory (--memory-limit, or fewer --workers) or split the file")
+        raise BuildError(
+            f"{biggest.label}: {biggest.size} bytes, one sample read whole into a worker's memory "
+            f"({FILE_COPIES}x while it is encoded); a worker has {min(known)} "
+            "bytes. Give the workers "
+            "more memory (--memory-limit, or fewer --workers) or split the file"
+        )
 
 
 def fitting_blocksize(limits: Sequence[int]) -> int | None:
-    """The largest blocksize whose partitions a worker of the smallest limit holds while it measures or encodes
+    """The largest blocksize whose partitions a worker of the smallest limit holds while it measures
+    or encodes
     one, well below the level where Dask pauses it; None when a worker has no limit."""
     known = _all_known(limits)
     if not known:
@@ -49,18 +60,22 @@ def fitting_blocksize(limits: Sequence[int]) -> int | None:
 
 
 def fitted_blocksize(source: Source, limits: Sequence[int]) -> int:
-    """The configured blocksize, or a smaller one where its partitions would not fit the workers' memory
-    (an execution setting: the version is the same at any blocksize); Parquet row groups stay whole."""
+    """The configured blocksize, or a smaller one where its partitions would not fit the workers'
+    memory
+    (an execution setting: the version is the same at any blocksize); Parquet row groups stay
+    whole."""
     fitting = fitting_blocksize(limits)
     if fitting is None or source.format == "parquet" or fitting >= source.blocksize:
         return source.blocksize
-    logging.getLogger("datapipe.builder").info("blocksize %d: partitions a worker of %d bytes can hold",
-                                               fitting, min(limits))
+    logging.getLogger("datapipe.builder").info(
+        "blocksize %d: partitions a worker of %d bytes can hold", fitting, min(limits)
+    )
     return fitting
 
 
 def fits_in_memory(source: Source, limits: Sequence[int]) -> bool:
-    """Whether the encoded dataset (guessed from the source's size) fits in KEEP_FRACTION of the workers' memory.
+    """Whether the encoded dataset (guessed from the source's size) fits in KEEP_FRACTION of the
+    workers' memory.
 
     Larger inputs stream: the write pass reads and cleans each partition again instead.
     """
@@ -71,13 +86,15 @@ def fits_in_memory(source: Source, limits: Sequence[int]) -> bool:
 
 @dataclass(frozen=True)
 class Fit:
-    """How a build's work is sized to its workers: the blocksize and whether encoded samples stay between passes."""
+    """How a build's work is sized to its workers: the blocksize and whether encoded samples stay
+    between passes."""
 
     blocksize: int
     keep_encoded: bool
 
 
 def fit_to_workers(source: Source, limits: Sequence[int]) -> Fit:
-    """The build's sizing for workers of ``limits`` bytes, after checking that every file fits one of them."""
+    """The build's sizing for workers of ``limits`` bytes, after checking that every file fits one
+    of them."""
     check_file_sizes(source, limits)
     return Fit(fitted_blocksize(source, limits), fits_in_memory(source, limits))

@@ -1,4 +1,5 @@
-"""The split of a sample as a pure function of its ``by`` value: a salted hash mapped onto cumulative fractions.
+"""The split of a sample as a pure function of its ``by`` value: a salted hash mapped onto
+cumulative fractions.
 
 A value's split depends on the value, the fractions and the seed alone, never on row order or on
 other rows, so a sample keeps its split in every later version of a dataset. Values are hashed by
@@ -20,25 +21,40 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from datapipe.errors import ConfigError
 
-FRACTION_TOLERANCE = 1e-9  # how far from 1 the fractions may sum (YAML decimals are not exact in binary)
+# how far from 1 the fractions may sum (YAML decimals are not exact in binary)
+FRACTION_TOLERANCE = 1e-9
 NULL_MARKER = b"\xff"  # never valid UTF-8 alone: no text value hashes to it
 _SALT = b"datapipe-splits-1:"
 SPLIT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 
 
 class SplitsConfig(BaseModel):
-    """Named splits of the samples (train, val, ...): each sample's split is a function of the salted hash of
+    """Named splits of the samples (train, val, ...): each sample's split is a function of the
+    salted hash of
     its ``by`` value alone, so it stays in that split in every later version of the dataset."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    fractions: dict[str, float] = Field(description=(
-        "split name -> fraction of the samples; every fraction above 0, summing to 1. The splits take their "
-        "intervals of [0, 1) in name order"), json_schema_extra={
-        "minProperties": 1, "propertyNames": {"pattern": SPLIT_PATTERN},
-        "additionalProperties": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}})
-    by: str | None = Field(default=None, min_length=1, description=(
-        "the column (after the stages) whose value decides the split; rows with equal values share a split, "
-        "nulls all go to one. Default: the sample key"))
+    fractions: dict[str, float] = Field(
+        description=(
+            "split name -> fraction of the samples; every fraction above 0, "
+            "summing to 1. The splits take their "
+            "intervals of [0, 1) in name order"
+        ),
+        json_schema_extra={
+            "minProperties": 1,
+            "propertyNames": {"pattern": SPLIT_PATTERN},
+            "additionalProperties": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        },
+    )
+    by: str | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "the column (after the stages) whose value decides the split; rows "
+            "with equal values share a split, "
+            "nulls all go to one. Default: the sample key"
+        ),
+    )
     seed: int = Field(default=0, ge=0, lt=2**63, description="salt of the hash: another seed, another assignment")
 
     @field_validator("fractions")
@@ -46,8 +62,9 @@ class SplitsConfig(BaseModel):
     def _fractions(cls, value: dict[str, float]) -> dict[str, float]:
         for name in value:
             if not re.match(SPLIT_PATTERN, name):
-                raise ValueError(f"bad split name {name!r}: 1-64 letters, digits, '_' or '-', starting with a "
-                                 "letter or digit")
+                raise ValueError(
+                    f"bad split name {name!r}: 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+                )
         try:
             check_fractions(value, "fractions")
         except ConfigError as e:
@@ -56,12 +73,14 @@ class SplitsConfig(BaseModel):
 
 
 def split_names(fractions: Mapping[str, float]) -> list[str]:
-    """The splits in the order of their intervals of [0, 1): sorted by name, whatever order the YAML gives."""
+    """The splits in the order of their intervals of [0, 1): sorted by name, whatever order the YAML
+    gives."""
     return sorted(fractions)
 
 
 def check_fractions(fractions: Mapping[str, float], where: str = "splits.fractions") -> None:
-    """ConfigError naming ``where`` unless there is a split, every fraction is > 0 and they sum to 1."""
+    """ConfigError naming ``where`` unless there is a split, every fraction is > 0 and they sum to
+    1."""
     if not fractions:
         raise ConfigError(f"{where}: no splits; give at least one, e.g. {{train: 0.9, val: 0.1}}")
     for name, fraction in fractions.items():
@@ -73,7 +92,8 @@ def check_fractions(fractions: Mapping[str, float], where: str = "splits.fractio
 
 
 def value_text(value: Any) -> bytes:
-    """The bytes hashed for one ``by`` value: its text as a sample key would have it, or NULL_MARKER."""
+    """The bytes hashed for one ``by`` value: its text as a sample key would have it, or
+    NULL_MARKER."""
     if value is None:
         return NULL_MARKER
     if isinstance(value, np.generic):
@@ -109,8 +129,9 @@ def split_points(hashes: np.ndarray) -> np.ndarray:
     return (np.asarray(hashes, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
-def assign_splits(values: Sequence[Any] | np.ndarray | Any, fractions: Mapping[str, float], seed: int = 0
-                  ) -> np.ndarray:
+def assign_splits(
+    values: Sequence[Any] | np.ndarray | Any, fractions: Mapping[str, float], seed: int = 0
+) -> np.ndarray:
     """Per value, the number of its split in ``split_names(fractions)`` (int8).
 
     Split i takes the points of [0, 1) from the sum of the fractions before it (in name order) up

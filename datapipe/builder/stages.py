@@ -1,4 +1,5 @@
-"""The cleaning stages, each a function of one partition's frame: rows kept, rows dropped, rows rejected.
+"""The cleaning stages, each a function of one partition's frame: rows kept, rows dropped, rows
+rejected.
 
 Dropped rows are counted (dropna, filter, dedupe, a map that removes rows); rejected rows go to
 the quarantine with a reason (cast, validate, image: see builder/image_stage.py). ``dedupe`` is
@@ -24,8 +25,11 @@ from datapipe.builder.quarantine import Reject, rejects_of
 from datapipe.builder.user_code import load_function
 from datapipe.errors import BuildError, ConfigError
 
-_INT_RANGES = {f"{p}{b}": (0 if p == "uint" else -(2 ** (b - 1)), 2**b - 1 if p == "uint" else 2 ** (b - 1) - 1)
-               for p in ("int", "uint") for b in (8, 16, 32, 64)}
+_INT_RANGES = {
+    f"{p}{b}": (0 if p == "uint" else -(2 ** (b - 1)), 2**b - 1 if p == "uint" else 2 ** (b - 1) - 1)
+    for p in ("int", "uint")
+    for b in (8, 16, 32, 64)
+}
 
 
 @dataclass
@@ -83,8 +87,10 @@ def _filter(frame: pd.DataFrame, expr: str, label: str) -> StageOutcome:
     try:
         mask = frame.eval(expr)
     except Exception as e:  # pandas raises many kinds for a bad expression
-        raise ConfigError(f"{label}: cannot evaluate {expr!r} ({type(e).__name__}: {e}); "
-                          f"columns: {', '.join(map(str, frame.columns))}") from None
+        raise ConfigError(
+            f"{label}: cannot evaluate {expr!r} ({type(e).__name__}: {e}); "
+            f"columns: {', '.join(map(str, frame.columns))}"
+        ) from None
     if not isinstance(mask, pd.Series) or mask.dtype.kind not in "bO" and str(mask.dtype) != "boolean":
         raise ConfigError(f"{label}: {expr!r} must give true or false per row, not {getattr(mask, 'dtype', mask)!r}")
     keep = mask.fillna(False).astype(bool)
@@ -119,8 +125,14 @@ def _cast_value(value: Any, kind: str) -> Any:
     return value if isinstance(value, str) else str(value)
 
 
-_DTYPES = {**{k: k.capitalize().replace("Uint", "UInt") for k in _INT_RANGES}, "float32": "float32",
-           "float64": "float64", "bool": "boolean", "string": object, "bytes": object}
+_DTYPES = {
+    **{k: k.capitalize().replace("Uint", "UInt") for k in _INT_RANGES},
+    "float32": "float32",
+    "float64": "float64",
+    "bool": "boolean",
+    "string": object,
+    "bytes": object,
+}
 
 
 def _cast(frame: pd.DataFrame, casts: dict[str, str], label: str) -> StageOutcome:
@@ -202,8 +214,10 @@ def _map(frame: pd.DataFrame, spec: str, label: str, base_dir: str, sha256: str 
     if not isinstance(result, pd.DataFrame):
         raise BuildError(f"{label}: {spec} must return a pandas DataFrame, not {type(result).__name__}")
     if len(result) > len(frame) or not result.index.isin(frame.index).all() or result.index.has_duplicates:
-        raise BuildError(f"{label}: {spec} must return a subset of its input rows with their index kept "
-                         "(it may drop rows and change columns, not add rows or reset the index)")
+        raise BuildError(
+            f"{label}: {spec} must return a subset of its input rows with their index kept "
+            "(it may drop rows and change columns, not add rows or reset the index)"
+        )
     return StageOutcome(result, len(frame) - len(result))
 
 
@@ -212,8 +226,14 @@ def _image(frame: pd.DataFrame, args: ImageArgs, label: str) -> StageOutcome:
     return StageOutcome(kept, rejected=rejects_of(frame, label, reasons))
 
 
-def run_stage(stage: StageConfig, label: str, frame: pd.DataFrame, base_dir: str,
-              keep: np.ndarray | None = None, code: Mapping[str, str] | None = None) -> StageOutcome:
+def run_stage(
+    stage: StageConfig,
+    label: str,
+    frame: pd.DataFrame,
+    base_dir: str,
+    keep: np.ndarray | None = None,
+    code: Mapping[str, str] | None = None,
+) -> StageOutcome:
     """Apply one stage to a partition.
 
     ``keep`` is the dedupe mask computed for this partition; ``code`` maps the modules of map
@@ -222,11 +242,20 @@ def run_stage(stage: StageConfig, label: str, frame: pd.DataFrame, base_dir: str
     kind, args = stage.kind, stage.args
     if kind == "dedupe":
         if keep is None or len(keep) != len(frame):
-            raise BuildError(f"{label}: this partition gave other rows than in the earlier pass; the stages before "
-                             "a dedupe (map functions in particular) must be deterministic")
+            raise BuildError(
+                f"{label}: this partition gave other rows than in the earlier pass; the "
+                "stages before "
+                "a dedupe (map functions in particular) must be deterministic"
+            )
         return StageOutcome(frame[keep], int((~keep).sum()))
     if kind == "map":
         return _map(frame, args, label, base_dir, (code or {}).get(args.partition(":")[0]))
-    handlers = {"dropna": _dropna, "fillna": _fillna, "filter": _filter, "cast": _cast, "validate": _validate,
-                "image": _image}
+    handlers = {
+        "dropna": _dropna,
+        "fillna": _fillna,
+        "filter": _filter,
+        "cast": _cast,
+        "validate": _validate,
+        "image": _image,
+    }
     return handlers[kind](frame, args, label)

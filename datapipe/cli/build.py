@@ -37,9 +37,16 @@ def _progress(rich_bars: bool) -> Any:
 
     class BarProgress(LineProgress):
         def __init__(self) -> None:
-            # on stderr, with the log lines: stdout carries the summary (and --json), which scripts read
-            self.bars = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), transient=False, console=Console(stderr=True))
+            # on stderr, with the log lines: stdout carries the summary (and --json), which scripts
+            # read
+            self.bars = Progress(
+                TextColumn("{task.description:<24}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                transient=False,
+                console=Console(stderr=True),
+            )
             self.tasks: dict[str, Any] = {}
 
         def phase(self, name: str, total: int) -> None:
@@ -56,15 +63,20 @@ def _print_summary(summary: dict[str, Any]) -> None:
     click.echo(f"{'stage':<24} {'in':>10} {'out':>10} {'dropped':>10} {'rejected':>10}")
     for s in summary["stages"]:
         click.echo(f"{s['stage']:<24} {s['in']:>10} {s['out']:>10} {s['dropped']:>10} {s['rejected']:>10}")
-    click.echo(f"{summary['samples']} samples in {summary['shards']} shards, {summary['bytes']} bytes; "
-               f"{summary['rejected']} rows quarantined")
+    click.echo(
+        f"{summary['samples']} samples in {summary['shards']} shards, {summary['bytes']} bytes; "
+        f"{summary['rejected']} rows quarantined"
+    )
     seconds = dict(summary.get("seconds", {}))
     if "total" in seconds:
         total = seconds.pop("total")
         peak = summary.get("worker_peak_rss")
         memory = f"; peak worker memory {peak / 1e6:.0f} MB" if peak else ""
-        click.echo(f"{total:.1f} s ({summary.get('ran_on', 'cluster')}): "
-                   + ", ".join(f"{phase} {s:.1f} s" for phase, s in seconds.items()) + memory)
+        click.echo(
+            f"{total:.1f} s ({summary.get('ran_on', 'cluster')}): "
+            + ", ".join(f"{phase} {s:.1f} s" for phase, s in seconds.items())
+            + memory
+        )
     click.echo(_incremental_line(summary.get("incremental") or {}))
     click.echo(f"version {summary['version']}")
     click.echo(summary["url"])
@@ -75,36 +87,67 @@ def _incremental_line(inc: dict[str, Any]) -> str:
     if inc.get("full_because"):
         return f"full build: {inc['full_because']}"
     parts, shards, files = inc.get("partitions", {}), inc.get("shards", {}), inc.get("source_files", {})
-    return (f"incremental from {str(inc.get('parent'))[:12]}: partitions {parts.get('measured', 0)} measured, "
-            f"{parts.get('reused', 0)} reused; shards {shards.get('written', 0)} written "
-            f"({format_size(shards.get('bytes_written', 0))}), {shards.get('reused', 0)} reused; source files "
-            f"{files.get('hashed', 0)} hashed, {files.get('trusted', 0)} unchanged")
+    return (
+        f"incremental from {str(inc.get('parent'))[:12]}: partitions "
+        f"{parts.get('measured', 0)} measured, "
+        f"{parts.get('reused', 0)} reused; shards {shards.get('written', 0)} written "
+        f"({format_size(shards.get('bytes_written', 0))}), "
+        f"{shards.get('reused', 0)} reused; source files "
+        f"{files.get('hashed', 0)} hashed, {files.get('trusted', 0)} unchanged"
+    )
 
 
 @click.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False))
 @click.option("--out", "store_url", default="storage", show_default=True, help="Store URL (a path or any fsspec URL).")
-@click.option("--workers", type=int, envvar="DATAPIPE_WORKERS",
-              help="Dask worker processes of the embedded cluster [default: CPU count; env DATAPIPE_WORKERS]. "
-                   "Without it, --scheduler or --memory-limit, a source under 64 MiB is built in this process.")
+@click.option(
+    "--workers",
+    type=int,
+    envvar="DATAPIPE_WORKERS",
+    help="Dask worker processes of the embedded cluster [default: CPU count; "
+    "env DATAPIPE_WORKERS]. "
+    "Without it, --scheduler or --memory-limit, a source under 64 MiB is built in this process.",
+)
 @click.option("--scheduler", help="Run on an existing Dask cluster: tcp://HOST:PORT of its scheduler.")
 @scheduler_timeout_option
-@click.option("--memory-limit", metavar="SIZE",
-              help="Memory per worker of the embedded cluster, e.g. 2GB or 1.5GiB (Dask spills to disk at 60%, "
-                   "pauses the worker at 80% and restarts it at 95%) [default: the machine's memory shared among "
-                   "the workers].")
+@click.option(
+    "--memory-limit",
+    metavar="SIZE",
+    help="Memory per worker of the embedded cluster, e.g. 2GB or 1.5GiB (Dask "
+    "spills to disk at 60%, "
+    "pauses the worker at 80% and restarts it at 95%) [default: the machine's memory shared among "
+    "the workers].",
+)
 @click.option("--tag", "tags", multiple=True, help="Also point this tag at the new version (repeatable).")
-@click.option("--rehash", is_flag=True,
-              help="Read every source file for its hash, even one whose stamp the last build recorded (for sources "
-                   "on network or FUSE file systems, whose ctime may lag a change).")
-@click.option("--dashboard/--no-dashboard", default=True, envvar="DATAPIPE_DASHBOARD",
-              help="Serve the embedded cluster's Dask dashboard, and print the link to the dashboard of the cluster "
-                   "the build runs on [default: on; env DATAPIPE_DASHBOARD=0 turns it off]. Off, an embedded "
-                   "cluster starts sooner.")
+@click.option(
+    "--rehash",
+    is_flag=True,
+    help="Read every source file for its hash, even one whose stamp the last "
+    "build recorded (for sources "
+    "on network or FUSE file systems, whose ctime may lag a change).",
+)
+@click.option(
+    "--dashboard/--no-dashboard",
+    default=True,
+    envvar="DATAPIPE_DASHBOARD",
+    help="Serve the embedded cluster's Dask dashboard, and print the link to "
+    "the dashboard of the cluster "
+    "the build runs on [default: on; env DATAPIPE_DASHBOARD=0 turns it off]. Off, an embedded "
+    "cluster starts sooner.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
-def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | None,
-          scheduler_timeout: float | None, memory_limit: str | None, tags: tuple[str, ...], rehash: bool,
-          dashboard: bool, as_json: bool) -> None:
+def build(
+    pipeline: str,
+    store_url: str,
+    workers: int | None,
+    scheduler: str | None,
+    scheduler_timeout: float | None,
+    memory_limit: str | None,
+    tags: tuple[str, ...],
+    rehash: bool,
+    dashboard: bool,
+    as_json: bool,
+) -> None:
     """Build PIPELINE (a YAML file) into a new version of its dataset."""
     from datapipe.builder.byte_size import parse_size
     from datapipe.builder.config import load_pipeline
@@ -119,9 +162,18 @@ def build(pipeline: str, store_url: str, workers: int | None, scheduler: str | N
     loaded = load_pipeline(pipeline)
     progress = _progress(sys.stderr.isatty() and not as_json)
     try:
-        result = run_build(loaded, Store(store_url, storage_options()), workers=workers, scheduler=scheduler,
-                           tags=tags, progress=progress, memory_limit=limit, scheduler_timeout=scheduler_timeout,
-                           rehash=rehash, dashboard=dashboard)
+        result = run_build(
+            loaded,
+            Store(store_url, storage_options()),
+            workers=workers,
+            scheduler=scheduler,
+            tags=tags,
+            progress=progress,
+            memory_limit=limit,
+            scheduler_timeout=scheduler_timeout,
+            rehash=rehash,
+            dashboard=dashboard,
+        )
     finally:
         bars = getattr(progress, "bars", None)
         if bars is not None:

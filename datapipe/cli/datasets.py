@@ -29,7 +29,8 @@ def _echo_json(data: Any) -> None:
 @click.argument("store_url", metavar="STORE", default="storage")
 @_JSON
 def ls(store_url: str, as_json: bool) -> None:
-    """List datasets, versions, tags, samples, size (own: in the version's directory; shared: stored once in
+    """List datasets, versions, tags, samples, size (own: in the version's directory; shared: stored
+    once in
     an earlier version's), creation time and parent in STORE."""
     store = Store(store_url, storage_options())
     rows = []
@@ -39,32 +40,64 @@ def ls(store_url: str, as_json: bool) -> None:
             tags.setdefault(version, []).append(ref)
         for version in store.versions(name):
             m = store.manifest(name, version)
-            rows.append({"dataset": name, "version": version, "tags": sorted(tags.get(version, [])),
-                         "samples": m.samples, "bytes": m.bytes, "own_bytes": m.own_bytes,
-                         "shared_bytes": m.shared_bytes, "created_at": m.created_at, "parent": m.parent})
+            rows.append(
+                {
+                    "dataset": name,
+                    "version": version,
+                    "tags": sorted(tags.get(version, [])),
+                    "samples": m.samples,
+                    "bytes": m.bytes,
+                    "own_bytes": m.own_bytes,
+                    "shared_bytes": m.shared_bytes,
+                    "created_at": m.created_at,
+                    "parent": m.parent,
+                }
+            )
     if as_json:
         _echo_json(rows)
         return
     rows.sort(key=lambda r: (r["dataset"], r["created_at"]))
-    click.echo(f"{'DATASET':16} {'VERSION':12} {'TAGS':16} {'SAMPLES':>10} {'SIZE':>9} {'OWN':>9} {'SHARED':>9}  "
-               f"{'CREATED':25} PARENT")
+    click.echo(
+        f"{'DATASET':16} {'VERSION':12} {'TAGS':16} {'SAMPLES':>10} {'SIZE':>9} "
+        f"{'OWN':>9} {'SHARED':>9}  "
+        f"{'CREATED':25} PARENT"
+    )
     for r in rows:
-        click.echo(f"{r['dataset']:16} {r['version'][:12]:12} {','.join(r['tags']) or '-':16} {r['samples']:>10} "
-                   f"{format_size(r['bytes']):>9} {format_size(r['own_bytes']):>9} "
-                   f"{format_size(r['shared_bytes']):>9}  "
-                   f"{shown_time(r['created_at']):25} {(r['parent'] or '-')[:12]}")
+        click.echo(
+            f"{r['dataset']:16} {r['version'][:12]:12} "
+            f"{','.join(r['tags']) or '-':16} {r['samples']:>10} "
+            f"{format_size(r['bytes']):>9} {format_size(r['own_bytes']):>9} "
+            f"{format_size(r['shared_bytes']):>9}  "
+            f"{shown_time(r['created_at']):25} {(r['parent'] or '-')[:12]}"
+        )
 
 
 def _summary(m: Manifest) -> dict[str, Any]:
     sizes = sorted(s.bytes for s in m.shards)
     return {
-        "version": m.version, "name": m.name, "parent": m.parent, "created_at": m.created_at, "host": m.host,
-        "shard_format": m.shard_format, "fields": m.fields, "samples": m.samples, "bytes": m.bytes,
-        "shards": {"count": len(sizes), "min_bytes": sizes[0] if sizes else 0,
-                   "median_bytes": sizes[len(sizes) // 2] if sizes else 0, "max_bytes": sizes[-1] if sizes else 0},
-        "stages": [vars(s) for s in m.stages], "rejected_rows": m.rejected_rows,
-        "lineage": {"sources": len(m.lineage.sources), "code": [vars(c) for c in m.lineage.code],
-                    "seed": m.lineage.seed, "environment": m.lineage.environment},
+        "version": m.version,
+        "name": m.name,
+        "parent": m.parent,
+        "created_at": m.created_at,
+        "host": m.host,
+        "shard_format": m.shard_format,
+        "fields": m.fields,
+        "samples": m.samples,
+        "bytes": m.bytes,
+        "shards": {
+            "count": len(sizes),
+            "min_bytes": sizes[0] if sizes else 0,
+            "median_bytes": sizes[len(sizes) // 2] if sizes else 0,
+            "max_bytes": sizes[-1] if sizes else 0,
+        },
+        "stages": [vars(s) for s in m.stages],
+        "rejected_rows": m.rejected_rows,
+        "lineage": {
+            "sources": len(m.lineage.sources),
+            "code": [vars(c) for c in m.lineage.code],
+            "seed": m.lineage.seed,
+            "environment": m.lineage.environment,
+        },
         **({"splits": _splits(m)} if m.splits is not None else {}),
         **({"classes": list(m.classes)} if m.classes is not None else {}),
     }
@@ -76,24 +109,36 @@ SHOWN_CLASSES = 20  # `info` lists this many class names, then how many more (--
 def _classes_line(classes: tuple[str, ...]) -> str:
     """``N classes: 0 cat, 1 dog, ...``: the labels and names, cut after SHOWN_CLASSES."""
     shown = ", ".join(f"{i} {name}" for i, name in enumerate(classes[:SHOWN_CLASSES]))
-    more = f", ... and {len(classes) - SHOWN_CLASSES} more (info --json lists all)" \
-        if len(classes) > SHOWN_CLASSES else ""
+    more = (
+        f", ... and {len(classes) - SHOWN_CLASSES} more (info --json lists all)" if len(classes) > SHOWN_CLASSES else ""
+    )
     return f"  {len(classes)} classes (label name): {shown}{more}"
 
 
 def _splits(m: Manifest) -> dict[str, Any]:
-    """The splits section of `info --json`: by, seed and per split its fraction, samples and shards."""
+    """The splits section of `info --json`: by, seed and per split its fraction, samples and
+    shards."""
     assert m.splits is not None
-    return {"by": m.splits.by, "seed": m.splits.seed, "splits": {
-        name: {"fraction": m.splits.fractions[name], "samples": m.splits.samples[name],
-               "shards": len(m.split_shards(name))} for name in m.splits.names}}
+    return {
+        "by": m.splits.by,
+        "seed": m.splits.seed,
+        "splits": {
+            name: {
+                "fraction": m.splits.fractions[name],
+                "samples": m.splits.samples[name],
+                "shards": len(m.split_shards(name)),
+            }
+            for name in m.splits.names
+        },
+    }
 
 
 @click.command()
 @click.argument("dataset")
 @_JSON
 def info(dataset: str, as_json: bool) -> None:
-    """Summarise the manifest of DATASET (STORE/NAME[@REF]): fields, shards, stage counts, lineage."""
+    """Summarise the manifest of DATASET (STORE/NAME[@REF]): fields, shards, stage counts,
+    lineage."""
     _, _, m = open_dataset_url(dataset, storage_options())
     s = _summary(m)
     if as_json:
@@ -101,21 +146,32 @@ def info(dataset: str, as_json: bool) -> None:
         return
     click.echo(f"{m.name}@{m.version[:12]}  ({m.version})")
     click.echo(f"  created {shown_time(m.created_at)} on {m.host or '?'}, parent {(m.parent or '-')[:12]}")
-    click.echo(f"  {m.samples} samples in {s['shards']['count']} {m.shard_format} shards, {format_size(m.bytes)} "
-               f"(shard sizes {format_size(s['shards']['min_bytes'])} .. {format_size(s['shards']['max_bytes'])})")
+    click.echo(
+        f"  {m.samples} samples in {s['shards']['count']} {m.shard_format} "
+        f"shards, {format_size(m.bytes)} "
+        f"(shard sizes {format_size(s['shards']['min_bytes'])} .. "
+        f"{format_size(s['shards']['max_bytes'])})"
+    )
     click.echo("  fields: " + (", ".join(f"{k}:{v}" for k, v in m.fields.items()) or "-"))
     if m.classes is not None:
         click.echo(_classes_line(m.classes))
     if m.splits is not None:
-        click.echo(f"  splits by {m.splits.by or 'the sample key'}, seed {m.splits.seed}: " + ", ".join(
-            f"{name} {part['samples']} ({part['fraction']:g}, {part['shards']} shards)"
-            for name, part in s["splits"]["splits"].items()))
+        click.echo(
+            f"  splits by {m.splits.by or 'the sample key'}, seed {m.splits.seed}: "
+            + ", ".join(
+                f"{name} {part['samples']} ({part['fraction']:g}, {part['shards']} shards)"
+                for name, part in s["splits"]["splits"].items()
+            )
+        )
     for st in m.stages:
-        click.echo(f"  stage {st.stage}: in {st.rows_in}, out {st.rows_out}, dropped {st.dropped}, "
-                   f"rejected {st.rejected}")
+        click.echo(
+            f"  stage {st.stage}: in {st.rows_in}, out {st.rows_out}, dropped {st.dropped}, rejected {st.rejected}"
+        )
     lin = m.lineage
-    click.echo(f"  lineage: {len(lin.sources)} source files, seed {lin.seed}, "
-               + ", ".join(f"{k} {v}" for k, v in sorted(lin.environment.items())))
+    click.echo(
+        f"  lineage: {len(lin.sources)} source files, seed {lin.seed}, "
+        + ", ".join(f"{k} {v}" for k, v in sorted(lin.environment.items()))
+    )
     for c in lin.code:
         click.echo(f"  code: {c.module} sha256 {c.sha256[:12]}")
 
@@ -134,8 +190,10 @@ def verify(dataset: str) -> None:
     if problems:
         click.echo(f"error: {name}@{m.version[:12]}: {len(problems)} problem(s)", err=True)
         sys.exit(1)
-    click.echo(f"{name}@{m.version[:12]}: the manifest and its {len(m.shards)} shards and indexes match"
-               + (f", {m.rejected} present" if m.rejected else ""))
+    click.echo(
+        f"{name}@{m.version[:12]}: the manifest and its {len(m.shards)} shards and indexes match"
+        + (f", {m.rejected} present" if m.rejected else "")
+    )
 
 
 @click.command()
@@ -153,14 +211,22 @@ def tag(dataset: str, tag: str) -> None:
 @click.argument("b")
 @_JSON
 def diff(a: str, b: str, as_json: bool) -> None:
-    """Samples added, removed and changed (by key and content hash) from version A to B; per split too, when
+    """Samples added, removed and changed (by key and content hash) from version A to B; per split
+    too, when
     either has splits (a sample that changed split is removed from one and added to the other)."""
     (sa, na, ma), (sb, nb, mb) = (open_dataset_url(url, storage_options()) for url in (a, b))
-    pair = VersionPair(Side(sa, na, ma), Side(sb, nb, mb))  # reads only the shards the two do not share
+    # reads only the shards the two do not share
+    pair = VersionPair(Side(sa, na, ma), Side(sb, nb, mb))
     d, per_split = pair.diff(), pair.splits()
     if as_json:
-        _echo_json({"a": ma.version, "b": mb.version, **vars(d),
-                    **({"splits": {s: vars(sd) for s, sd in per_split.items()}} if per_split else {})})
+        _echo_json(
+            {
+                "a": ma.version,
+                "b": mb.version,
+                **vars(d),
+                **({"splits": {s: vars(sd) for s, sd in per_split.items()}} if per_split else {}),
+            }
+        )
         return
     click.echo(f"{na}@{ma.version[:12]} -> {nb}@{mb.version[:12]}: {_counts(d)}")
     for split, sd in per_split.items():
@@ -169,7 +235,8 @@ def diff(a: str, b: str, as_json: bool) -> None:
         for key in keys:
             click.echo(f"{mark} {key}")
     new = set(d.added)
-    for split, sd in per_split.items() if ma.splits is not None else ():  # in both, in another split (new fractions)
+    # in both, in another split (new fractions)
+    for split, sd in per_split.items() if ma.splits is not None else ():
         for key in sd.added:
             if key not in new:
                 click.echo(f"> {key} (moved to split {split})")
@@ -180,7 +247,8 @@ def _counts(d: VersionDiff) -> str:
 
 
 def dataset_of(dataset: str, verb: str) -> tuple[Store, str]:
-    """The store and name of 'STORE/NAME' for a verb that works on a whole dataset; clear errors otherwise."""
+    """The store and name of 'STORE/NAME' for a verb that works on a whole dataset; clear errors
+    otherwise."""
     store_url, name, _ = parse_dataset_url(dataset)
     if "@" in dataset.rstrip("/").rsplit("/", 1)[-1]:
         raise ConfigError(f"{dataset}: {verb} a whole dataset; give STORE/NAME without @REF")
@@ -188,8 +256,10 @@ def dataset_of(dataset: str, verb: str) -> tuple[Store, str]:
     if name not in store.datasets():
         inner = Store(dataset, storage_options()).datasets()
         if inner:
-            raise ConfigError(f"{dataset} is a store, not a dataset: {verb} one dataset at a time; name one of "
-                              + ", ".join(f"{dataset.rstrip('/')}/{d}" for d in inner))
+            raise ConfigError(
+                f"{dataset} is a store, not a dataset: {verb} one dataset at a time; name one of "
+                + ", ".join(f"{dataset.rstrip('/')}/{d}" for d in inner)
+            )
         known = ", ".join(store.datasets()) or "none"
         raise NotFoundError(f"{store.url}: no dataset {name!r} (datasets here: {known}); give STORE/NAME")
     return store, name
@@ -198,13 +268,19 @@ def dataset_of(dataset: str, verb: str) -> tuple[Store, str]:
 @click.command()
 @click.argument("dataset")
 @click.option("--prune", is_flag=True, help="Also delete complete versions that no ref names and no lease holds.")
-@click.option("--keep-last", type=int, metavar="N", help="Keep the N newest versions; delete the others outside "
-              "--keep-within (never a tagged, latest or leased one).")
+@click.option(
+    "--keep-last",
+    type=int,
+    metavar="N",
+    help="Keep the N newest versions; delete the others outside --keep-within (never a tagged, latest or leased one).",
+)
 @click.option("--keep-within", metavar="DURATION", help="Keep versions created within DURATION (30d, 12h, 2w).")
 @click.option("--dry-run", is_flag=True, help="Print what would be deleted, with sizes; delete nothing.")
 def gc(dataset: str, prune: bool, keep_last: int | None, keep_within: str | None, dry_run: bool) -> None:
-    """Remove partial versions and temporary files of DATASET (STORE/NAME); with --prune, --keep-last or
-    --keep-within also the versions retention does not keep (their files that kept versions share stay)."""
+    """Remove partial versions and temporary files of DATASET (STORE/NAME); with --prune,
+    --keep-last or
+    --keep-within also the versions retention does not keep (their files that kept versions share
+    stay)."""
     if keep_last is not None and keep_last < 0:
         raise ConfigError(f"--keep-last {keep_last}: give 0 or more versions to keep")
     within = parse_duration(keep_within, "--keep-within") if keep_within is not None else None
@@ -221,10 +297,16 @@ def gc(dataset: str, prune: bool, keep_last: int | None, keep_within: str | None
                 click.echo(f"keep {d.version[:12]} (leased while gc ran)")
                 continue
             what = "pruned directory" if d.pruned_before else "version"
-            shared = f", keeping {len(d.kept)} files shared by kept versions ({format_size(sum(d.kept.values()))})" \
-                if d.kept else ""
-            click.echo(f"{'would delete' if dry_run else 'delete'} {what} {d.version[:12]}: {len(d.delete)} files, "
-                       f"{format_size(d.bytes)}{shared}")
+            shared = (
+                f", keeping {len(d.kept)} files shared by kept versions ({format_size(sum(d.kept.values()))})"
+                if d.kept
+                else ""
+            )
+            click.echo(
+                f"{'would delete' if dry_run else 'delete'} {what} {d.version[:12]}: "
+                f"{len(d.delete)} files, "
+                f"{format_size(d.bytes)}{shared}"
+            )
             if dry_run:
                 for filename, size in sorted(d.delete.items()):
                     click.echo(f"  {filename} {format_size(size)}")

@@ -27,10 +27,17 @@ class DatapipeGroup(click.Group):
 @click.group(cls=DatapipeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="datapipe")
 @click.option("-v", "--verbose", is_flag=True, help="Log progress and skipped members.")
-@click.option("-o", "--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
-              help="fsspec storage option for s3:// and other stores (repeatable; values are JSON when they parse, "
-                   "e.g. -o anon=true -o endpoint_url=http://127.0.0.1:9000). Credentials come from the "
-                   "usual environment; they are never printed or stored.")
+@click.option(
+    "-o",
+    "--storage-option",
+    "storage_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="fsspec storage option for s3:// and other stores (repeatable; values "
+    "are JSON when they parse, "
+    "e.g. -o anon=true -o endpoint_url=http://127.0.0.1:9000). Credentials come from the "
+    "usual environment; they are never printed or stored.",
+)
 @click.pass_context
 def cli(ctx: click.Context, verbose: bool, storage_options: tuple[str, ...]) -> None:
     """Build, version and stream sharded datasets for model training."""
@@ -41,9 +48,25 @@ def cli(ctx: click.Context, verbose: bool, storage_options: tuple[str, ...]) -> 
 def _register() -> None:
     from datapipe.cli import build, datasets, reproduce, serve, shards, training, versions
 
-    for command in (build.build, reproduce.dvc_stage, reproduce.check, shards.inspect, shards.index, datasets.ls,
-                    datasets.info, datasets.verify, datasets.tag, datasets.diff, datasets.gc, versions.lease,
-                    versions.du, versions.log_command, training.batches, training.audit_command, serve.serve):
+    for command in (
+        build.build,
+        reproduce.dvc_stage,
+        reproduce.check,
+        shards.inspect,
+        shards.index,
+        datasets.ls,
+        datasets.info,
+        datasets.verify,
+        datasets.tag,
+        datasets.diff,
+        datasets.gc,
+        versions.lease,
+        versions.du,
+        versions.log_command,
+        training.batches,
+        training.audit_command,
+        serve.serve,
+    ):
         cli.add_command(command)
 
 

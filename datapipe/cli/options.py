@@ -1,4 +1,5 @@
-"""Options shared by the commands: fsspec storage options (-o KEY=VALUE on the root command), --scheduler-timeout."""
+"""Options shared by the commands: fsspec storage options (-o KEY=VALUE on the root command),
+--scheduler-timeout."""
 
 from __future__ import annotations
 
@@ -31,5 +32,9 @@ def storage_options() -> dict[str, Any]:
 
 # shared by the commands that build (build, check): how long to keep trying to reach --scheduler
 scheduler_timeout_option = click.option(
-    "--scheduler-timeout", type=float, envvar="DATAPIPE_SCHEDULER_TIMEOUT", metavar="SECONDS",
-    help="How long to keep trying to reach --scheduler [default: 10; env DATAPIPE_SCHEDULER_TIMEOUT].")
+    "--scheduler-timeout",
+    type=float,
+    envvar="DATAPIPE_SCHEDULER_TIMEOUT",
+    metavar="SECONDS",
+    help="How long to keep trying to reach --scheduler [default: 10; env DATAPIPE_SCHEDULER_TIMEOUT].",
+)

@@ -1,4 +1,5 @@
-"""`datapipe dvc` and `datapipe check`: track a pipeline with DVC, and prove a version can be rebuilt."""
+"""`datapipe dvc` and `datapipe check`: track a pipeline with DVC, and prove a version can be
+rebuilt."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ _GLOB = re.compile(r"[*?\[]")
 
 
 def _source_dep(url: str) -> str:
-    """What DVC watches for a source: the file, or for a glob the directory above its first wildcard."""
+    """What DVC watches for a source: the file, or for a glob the directory above its first
+    wildcard."""
     if "://" in url or not _GLOB.search(url):
         return url
     head = url[: _GLOB.search(url).start()]
@@ -36,7 +38,8 @@ def _source_dep(url: str) -> str:
 @click.argument("pipeline", type=click.Path(dir_okay=False))
 @click.option("--out", "store_url", default="storage", show_default=True, help="Local store the stage builds into.")
 def dvc_stage(pipeline: str, store_url: str) -> None:
-    """Add or update the dvc.yaml stage that builds PIPELINE, so `dvc repro` rebuilds it when an input changes."""
+    """Add or update the dvc.yaml stage that builds PIPELINE, so `dvc repro` rebuilds it when an
+    input changes."""
     from datapipe.builder.config import load_pipeline
     from datapipe.builder.lineage import code_files
     from datapipe.builder.source.listing import source_url
@@ -48,8 +51,11 @@ def dvc_stage(pipeline: str, store_url: str) -> None:
     root = find_repo(os.getcwd())
     pipeline_rel = relative(loaded.path, root)
     store_rel = relative(store_url, root)
-    deps = [pipeline_rel, relative(_source_dep(source_url(p.source, loaded.base_dir)), root),
-            *(relative(f, root) for f in code_files(p, loaded.base_dir).values())]
+    deps = [
+        pipeline_rel,
+        relative(_source_dep(source_url(p.source, loaded.base_dir)), root),
+        *(relative(f, root) for f in code_files(p, loaded.base_dir).values()),
+    ]
     cmd = f"datapipe build {shlex.quote(pipeline_rel)} --out {shlex.quote(store_rel)}"
     stage = re.sub(r"[^A-Za-z0-9_-]", "_", p.name)
     path = update_dvc_yaml(root, stage, build_stage(cmd, deps, f"{store_rel}/{p.name}"))
@@ -65,18 +71,31 @@ def dvc_stage(pipeline: str, store_url: str) -> None:
 @click.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False))
 @click.argument("dataset", required=False)
-@click.option("--out", "store_url", default="storage", show_default=True,
-              help="Store of the recorded version, when DATASET is not given (then STORE/NAME@latest).")
+@click.option(
+    "--out",
+    "store_url",
+    default="storage",
+    show_default=True,
+    help="Store of the recorded version, when DATASET is not given (then STORE/NAME@latest).",
+)
 @click.option("--workers", type=int, envvar="DATAPIPE_WORKERS", help="Dask workers of the rebuild.")
 @click.option("--scheduler", help="Rebuild on an existing Dask cluster.")
 @scheduler_timeout_option
 @click.pass_context
-def check(ctx: click.Context, pipeline: str, dataset: str | None, store_url: str, workers: int | None,
-          scheduler: str | None, scheduler_timeout: float | None) -> None:
+def check(
+    ctx: click.Context,
+    pipeline: str,
+    dataset: str | None,
+    store_url: str,
+    workers: int | None,
+    scheduler: str | None,
+    scheduler_timeout: float | None,
+) -> None:
     """Rebuild PIPELINE into a temporary store and compare with DATASET; exit 1 naming what differs.
 
-    With --scheduler the rebuild goes to a scratch prefix of DATASET's own store (STORE/.check-ID, removed
-    after), which the cluster's workers can reach without a file system shared with this machine."""
+    With --scheduler the rebuild goes to a scratch prefix of DATASET's own store (STORE/.check-ID,
+    removed after), which the cluster's workers can reach without a file system shared with this
+    machine."""
     from datapipe.builder.config import load_pipeline
     from datapipe.builder.run import build
 
@@ -88,8 +107,9 @@ def check(ctx: click.Context, pipeline: str, dataset: str | None, store_url: str
     recorded = store.manifest(name, version)
     problems = [f"stored {p}" for p in verify_version(store, name, recorded, version)]
     with _scratch_store(store, scheduler is not None) as rebuilt_store:
-        rebuilt = build(loaded, rebuilt_store, workers=workers, scheduler=scheduler,
-                        scheduler_timeout=scheduler_timeout).manifest
+        rebuilt = build(
+            loaded, rebuilt_store, workers=workers, scheduler=scheduler, scheduler_timeout=scheduler_timeout
+        ).manifest
         differences = []
         if rebuilt.version != recorded.version:
             differences = manifest_differences(recorded, rebuilt)
@@ -107,12 +127,14 @@ def check(ctx: click.Context, pipeline: str, dataset: str | None, store_url: str
 
 @contextlib.contextmanager
 def _scratch_store(store: Store, in_store: bool) -> Iterator[Store]:
-    """An empty store for a rebuild: a local temporary directory, or (``in_store``) a hidden prefix of ``store``."""
+    """An empty store for a rebuild: a local temporary directory, or (``in_store``) a hidden prefix
+    of ``store``."""
     if not in_store:
         with tempfile.TemporaryDirectory(prefix="datapipe-check-") as tmp:
             yield Store(tmp)
         return
-    base = store.url if "://" in store.url else store.root  # absolute: the workers may run elsewhere
+    # absolute: the workers may run elsewhere
+    base = store.url if "://" in store.url else store.root
     scratch = Store(f"{base.rstrip('/')}/{SCRATCH_PREFIX}{uuid.uuid4().hex[:12]}", storage_options())
     click.echo(f"rebuilding into {scratch.url} (removed after)", err=True)
     try:

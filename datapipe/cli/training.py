@@ -1,4 +1,5 @@
-"""`datapipe batches|audit`: a training run's schedule, step by step or checked whole, without reading payloads."""
+"""`datapipe batches|audit`: a training run's schedule, step by step or checked whole, without
+reading payloads."""
 
 from __future__ import annotations
 
@@ -14,14 +15,21 @@ from datapipe.errors import ConfigError
 _RUN = [
     click.argument("data", metavar="DATASET|MIXFILE"),
     click.option("--batch-size", "-b", type=click.IntRange(min=1), required=True, help="Samples per rank and step."),
-    click.option("--world-size", "-w", type=click.IntRange(min=1), default=1, show_default=True,
-                 help="Ranks of the run."),
+    click.option(
+        "--world-size", "-w", type=click.IntRange(min=1), default=1, show_default=True, help="Ranks of the run."
+    ),
     click.option("--seed", type=int, default=0, show_default=True, help="The loader's seed."),
-    click.option("--drop-last", type=click.Choice(["drop", "pad"]), default="drop", show_default=True,
-                 help="drop: the last partial global batch of an epoch is dropped; pad: it is filled from the start."),
+    click.option(
+        "--drop-last",
+        type=click.Choice(["drop", "pad"]),
+        default="drop",
+        show_default=True,
+        help="drop: the last partial global batch of an epoch is dropped; pad: it is filled from the start.",
+    ),
     click.option("--no-shuffle", is_flag=True, help="The loader reads in storage order (shuffle=False)."),
-    click.option("--block-shards", type=click.IntRange(min=1), default=4, show_default=True,
-                 help="The loader's block_shards."),
+    click.option(
+        "--block-shards", type=click.IntRange(min=1), default=4, show_default=True, help="The loader's block_shards."
+    ),
     click.option("--json", "as_json", is_flag=True, help="Print JSON."),
 ]
 
@@ -57,11 +65,23 @@ def _steps(step: int | None, steps: str | None) -> range:
 @click.option("--step", type=click.IntRange(min=0), help="One global step.")
 @click.option("--steps", help="Global steps A:B (B excluded).")
 @click.option("--rank", type=click.IntRange(min=0), help="Only this rank's samples.")
-def batches(data: str, batch_size: int, world_size: int, seed: int, drop_last: str, no_shuffle: bool,
-            block_shards: int, as_json: bool, step: int | None, steps: str | None, rank: int | None) -> None:
+def batches(
+    data: str,
+    batch_size: int,
+    world_size: int,
+    seed: int,
+    drop_last: str,
+    no_shuffle: bool,
+    block_shards: int,
+    as_json: bool,
+    step: int | None,
+    steps: str | None,
+    rank: int | None,
+) -> None:
     """Print the samples global steps deliver, per step and rank: key, source, shard and offset.
 
-    The run is described by the options, as the Loader was given them; nothing but the shard indexes is read.
+    The run is described by the options, as the Loader was given them; nothing but the shard indexes
+    is read.
     """
     from datapipe.loader.ledger import entries
     from datapipe.loader.opening import open_data
@@ -88,22 +108,48 @@ def batches(data: str, batch_size: int, world_size: int, seed: int, drop_last: s
 @click.command(name="audit")
 @_run_options
 @click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True, help="Epochs to replay.")
-@click.option("--resume", "resumes", multiple=True, metavar="STEP:WORLD_SIZE[:BATCH_SIZE]",
-              help="Stop before STEP and continue from the state with that world size (repeatable).")
+@click.option(
+    "--resume",
+    "resumes",
+    multiple=True,
+    metavar="STEP:WORLD_SIZE[:BATCH_SIZE]",
+    help="Stop before STEP and continue from the state with that world size (repeatable).",
+)
 @click.pass_context
-def audit_command(ctx: click.Context, data: str, batch_size: int, world_size: int, seed: int, drop_last: str,
-                  no_shuffle: bool, block_shards: int, as_json: bool, epochs: int, resumes: tuple[str, ...]) -> None:
-    """Replay a run's schedule without reading payloads and check it; exit 1 naming the first violation.
+def audit_command(
+    ctx: click.Context,
+    data: str,
+    batch_size: int,
+    world_size: int,
+    seed: int,
+    drop_last: str,
+    no_shuffle: bool,
+    block_shards: int,
+    as_json: bool,
+    epochs: int,
+    resumes: tuple[str, ...],
+) -> None:
+    """Replay a run's schedule without reading payloads and check it; exit 1 naming the first
+    violation.
 
-    Per epoch: samples delivered, keys delivered more than once, keys never delivered (and why), batches per
-    rank and, for a mix, each source's share.
+    Per epoch: samples delivered, keys delivered more than once, keys never delivered (and why),
+    batches per rank and, for a mix, each source's share.
     """
     from datapipe.loader.audit import Resume, audit
     from datapipe.loader.opening import open_data
 
     settings = _settings(batch_size, seed, drop_last, no_shuffle, block_shards)
-    report = audit(open_data(data, storage_options()), batch_size, world_size, seed, epochs, settings.drop_last,
-                   [Resume.parse(r) for r in resumes], shuffle=settings.shuffle, block_shards=block_shards)
+    report = audit(
+        open_data(data, storage_options()),
+        batch_size,
+        world_size,
+        seed,
+        epochs,
+        settings.drop_last,
+        [Resume.parse(r) for r in resumes],
+        shuffle=settings.shuffle,
+        block_shards=block_shards,
+    )
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=1, ensure_ascii=False))
     else:
@@ -111,8 +157,9 @@ def audit_command(ctx: click.Context, data: str, batch_size: int, world_size: in
         for e in report.epochs:
             per_rank = ",".join(f"{n}@w{w}" for w, n in e.batches_per_rank)
             shares = " ".join(f"{k}={v:.4f}" for k, v in (e.shares or {}).items())
-            click.echo(f"{e.epoch:>5} {e.samples:>10} {e.repeated:>9} {e.padded:>7} {e.never:>7}  {per_rank:12}  "
-                       f"{shares}")
+            click.echo(
+                f"{e.epoch:>5} {e.samples:>10} {e.repeated:>9} {e.padded:>7} {e.never:>7}  {per_rank:12}  {shares}"
+            )
             if e.never_reason:
                 click.echo(f"      never delivered: {e.never_reason}")
         for v in report.violations:

@@ -1,4 +1,5 @@
-"""`datapipe lease|du|log`: hold a version, see what a store really stores, and a dataset's history."""
+"""`datapipe lease|du|log`: hold a version, see what a store really stores, and a dataset's
+history."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from datapipe.versioning.store import Store, parse_dataset_url
 @click.option("--release", metavar="ID", help="End lease ID (DATASET: its STORE/NAME, or the STORE to search).")
 @_JSON
 def lease(dataset: str | None, for_: str | None, note: str, release: str | None, as_json: bool) -> None:
-    """Hold DATASET (STORE/NAME[@REF]) against gc with --for, end a lease with --release ID, or list the
+    """Hold DATASET (STORE/NAME[@REF]) against gc with --for, end a lease with --release ID, or list
+    the
     leases of DATASET (STORE/NAME)."""
     if release is not None:
         if for_ is not None:
@@ -33,8 +35,10 @@ def lease(dataset: str | None, for_: str | None, note: str, release: str | None,
         _release(dataset or "storage", release)
         return
     if dataset is None:
-        raise ConfigError("give DATASET (STORE/NAME): `datapipe lease STORE/NAME --for 7d` takes a lease, "
-                          "`datapipe lease STORE/NAME` lists them")
+        raise ConfigError(
+            "give DATASET (STORE/NAME): `datapipe lease STORE/NAME --for 7d` takes a lease, "
+            "`datapipe lease STORE/NAME` lists them"
+        )
     if for_ is not None:
         seconds = duration(for_, "--for")
         store_url, name, ref = parse_dataset_url(dataset)
@@ -45,8 +49,11 @@ def lease(dataset: str | None, for_: str | None, note: str, release: str | None,
             _echo_json(vars(record))
             return
         click.echo(record.id)
-        click.echo(f"{name}@{version[:12]} leased until {record.expires}; end it with "
-                   f"`datapipe lease {store_url}/{name} --release {record.id}`", err=True)
+        click.echo(
+            f"{name}@{version[:12]} leased until {record.expires}; end it with "
+            f"`datapipe lease {store_url}/{name} --release {record.id}`",
+            err=True,
+        )
         return
     store, name = dataset_of(dataset, "lease lists the leases of")
     records, damaged = read_leases(store, name)
@@ -59,8 +66,9 @@ def lease(dataset: str | None, for_: str | None, note: str, release: str | None,
     click.echo(f"{'ID':16} {'VERSION':12} {'KIND':7} {'STATE':7} {'EXPIRES':25} {'HOLDER':24} NOTE")
     for r in records:
         holder = f"{r.host}:{r.pid}" if r.pid is not None else "(by hand)"
-        click.echo(f"{r.id:16} {r.version[:12]:12} {r.kind:7} {r.state(now):7} {r.expires:25} {holder[:24]:24} "
-                   f"{r.note}")
+        click.echo(
+            f"{r.id:16} {r.version[:12]:12} {r.kind:7} {r.state(now):7} {r.expires:25} {holder[:24]:24} {r.note}"
+        )
 
 
 def _release(where: str, lease_id: str) -> None:
@@ -77,15 +85,17 @@ def _release(where: str, lease_id: str) -> None:
             click.echo(f"released {lease_id} ({name}@{record.version[:12]})")
             return
     searched = ", ".join(f"{s.url}/{n}" for s, n in candidates) or f"{where} (no datasets)"
-    raise NotFoundError(f"--release {lease_id}: no such lease in {searched}; list them with "
-                        "`datapipe lease STORE/NAME`")
+    raise NotFoundError(
+        f"--release {lease_id}: no such lease in {searched}; list them with `datapipe lease STORE/NAME`"
+    )
 
 
 @click.command()
 @click.argument("target", metavar="STORE[/NAME]", default="storage")
 @_JSON
 def du(target: str, as_json: bool) -> None:
-    """Shard bytes per dataset of STORE (or of one dataset): own, shared (stored once, listed by several
+    """Shard bytes per dataset of STORE (or of one dataset): own, shared (stored once, listed by
+    several
     versions) and stored (each file once: the real size), and the total."""
     store_url, name, _ = parse_dataset_url(target)
     store = Store(store_url, storage_options())
@@ -96,24 +106,30 @@ def du(target: str, as_json: bool) -> None:
         rows = {n: usage(store, n) for n in store.datasets()}
         if not rows:
             raise NotFoundError(f"{target}: no datasets here; give STORE or STORE/NAME")
-    total = {k: sum(r[k] for r in rows.values()) for k in ("versions", "own_bytes", "shared_bytes", "stored_bytes",
-                                                            "listed_bytes")}
+    total = {
+        k: sum(r[k] for r in rows.values())
+        for k in ("versions", "own_bytes", "shared_bytes", "stored_bytes", "listed_bytes")
+    }
     if as_json:
         _echo_json({"datasets": rows, "total": total})
         return
     click.echo(f"{'DATASET':16} {'VERSIONS':>8} {'OWN':>9} {'SHARED':>9} {'STORED':>9}")
     for n, r in [*rows.items(), ("total", total)]:
-        click.echo(f"{n:16} {r['versions']:>8} {format_size(r['own_bytes']):>9} {format_size(r['shared_bytes']):>9} "
-                   f"{format_size(r['stored_bytes']):>9}")
+        click.echo(
+            f"{n:16} {r['versions']:>8} {format_size(r['own_bytes']):>9} "
+            f"{format_size(r['shared_bytes']):>9} "
+            f"{format_size(r['stored_bytes']):>9}"
+        )
 
 
 @click.command(name="log")
 @click.argument("dataset")
 @_JSON
 def log_command(dataset: str, as_json: bool) -> None:
-    """The versions of DATASET (STORE/NAME), newest first along the parent links from latest, then those not
-    on that chain: tags, leases, sizes, and against the parent the samples added, removed and changed (per
-    split too) and the lineage inputs that changed."""
+    """The versions of DATASET (STORE/NAME), newest first along the parent links from latest, then
+    those not
+    on that chain: tags, leases, sizes, and against the parent the samples added, removed and
+    changed (per split too) and the lineage inputs that changed."""
     store, name = dataset_of(dataset, "log shows")
     entries, problems = history(store, name)
     for problem in problems:
@@ -125,13 +141,17 @@ def log_command(dataset: str, as_json: bool) -> None:
         marks = ", ".join(e.tags + [f"leased {lid}" for lid in e.leases] + ([] if e.reachable else ["not on latest"]))
         click.echo(f"version {e.version[:12]}" + (f" ({marks})" if marks else ""))
         parent = "-" if e.parent is None else e.parent[:12] + (" (pruned)" if e.parent_state == "pruned" else "")
-        click.echo(f"  created {shown_time(e.created_at)}, {e.samples} samples, {format_size(e.bytes)} "
-                   f"({format_size(e.own_bytes)} own, "
-                   f"{format_size(e.shared_bytes)} shared), parent {parent}")
+        click.echo(
+            f"  created {shown_time(e.created_at)}, {e.samples} samples, {format_size(e.bytes)} "
+            f"({format_size(e.own_bytes)} own, "
+            f"{format_size(e.shared_bytes)} shared), parent {parent}"
+        )
         if e.changes is not None:
             c = e.changes
-            click.echo(f"  samples: {c['added']} added, {c['removed']} removed, {c['changed']} changed, "
-                       f"{c['unchanged']} unchanged")
+            click.echo(
+                f"  samples: {c['added']} added, {c['removed']} removed, {c['changed']} changed, "
+                f"{c['unchanged']} unchanged"
+            )
             for split, c in e.splits.items():
                 click.echo(f"  split {split}: {c['added']} added, {c['removed']} removed, {c['changed']} changed")
         for line in e.lineage:

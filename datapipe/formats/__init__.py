@@ -1,1 +1,2 @@
-"""Shard formats (WebDataset tar, TFRecord): writers, readers and their shared random-access index."""
+"""Shard formats (WebDataset tar, TFRecord): writers, readers and their shared random-access
+index."""

@@ -76,7 +76,8 @@ class ShardWriter(ABC):
         self._index.add(key, start, self._pos, sample_sha.digest(), members, fields)
 
     def write_many(self, samples: Iterable[Mapping[str, Any] | EncodedSamples], chunk: int = 4096) -> None:
-        """Append samples (and encoded blocks) in order: what ``write`` does to each, with the same checks,
+        """Append samples (and encoded blocks) in order: what ``write`` does to each, with the same
+        checks,
         but runs of samples with the same fields are encoded column-wise by ``encode_samples``."""
         if not self.encodes_columns:
             for sample in samples:
@@ -100,7 +101,8 @@ class ShardWriter(ABC):
         self._write_run(run, layout)
 
     def _write_run(self, run: list[Mapping[str, Any]], layout: tuple[str, ...]) -> None:
-        """Check a run of samples with the same field names as ``write`` would, but once per run where it can
+        """Check a run of samples with the same field names as ``write`` would, but once per run
+        where it can
         (a sample's own checks only to word an error), then encode it column-wise."""
         if not run:
             return
@@ -110,7 +112,8 @@ class ShardWriter(ABC):
                 check_key(sample.get(KEY), allow_dots=self.allow_dots_in_keys)
         names = sorted(check_field(k, str(keys[0])) for k in layout if k != KEY)
         fresh = set(keys)
-        if len(fresh) != len(keys) or not self._keys.isdisjoint(fresh):  # a key twice: name the first one
+        # a key twice: name the first one
+        if len(fresh) != len(keys) or not self._keys.isdisjoint(fresh):
             seen: set[str] = set()
             for key in keys:
                 if key in self._keys or key in seen:
@@ -133,7 +136,8 @@ class ShardWriter(ABC):
 
     @classmethod
     def encode_samples(cls, keys: Sequence[str], fields: Mapping[str, Sequence[Any]]) -> EncodedSamples:
-        """Samples given column-wise, encoded exactly as ``write`` would emit them, for ``write_encoded``.
+        """Samples given column-wise, encoded exactly as ``write`` would emit them, for
+        ``write_encoded``.
 
         This general version runs a writer into memory; a format that overrides it with faster code
         sets ``encodes_columns``.
@@ -166,9 +170,12 @@ class ShardWriter(ABC):
         names = sorted(fields)
         columns = [fields[n] for n in names]
         return np.fromiter(
-            (cls.sample_size(key, dict(zip(names, values, strict=True)))
-             for key, *values in zip(keys, *columns, strict=True)),
-            dtype=np.int64, count=len(keys),
+            (
+                cls.sample_size(key, dict(zip(names, values, strict=True)))
+                for key, *values in zip(keys, *columns, strict=True)
+            ),
+            dtype=np.int64,
+            count=len(keys),
         )
 
     end_size: ClassVar[int] = 0  # bytes ``finish`` appends after the last sample
@@ -227,7 +234,8 @@ class ShardReader(ABC):
             self._check_index(index)
 
     def _check_index(self, index: ShardIndex) -> None:
-        """Cheap proof that the index belongs to these bytes: size, and the first and last sample hashes."""
+        """Cheap proof that the index belongs to these bytes: size, and the first and last sample
+        hashes."""
         if index.format_code != self.format_code:
             raise ConfigError(f"{self.name}: the index was built for another shard format")
         index.check_shard_size(len(self._view), self.name)
@@ -236,8 +244,10 @@ class ShardReader(ABC):
             if hashlib.sha256(self._view[start:end]).digest() != index.sample_hash[i].tobytes():
                 raise ShardCorruptError(
                     self.name,
-                    f"sample {i} does not match the hash in its index; the index belongs to other bytes "
-                    "(rebuild it with `datapipe index`) or the shard is damaged (check it with `datapipe verify`)",
+                    f"sample {i} does not match the hash in its index; the index belongs to "
+                    "other bytes "
+                    "(rebuild it with `datapipe index`) or the shard is damaged (check it "
+                    "with `datapipe verify`)",
                     start,
                 )
 
@@ -267,7 +277,8 @@ class ShardReader(ABC):
                 yield entry.sample
 
     def gather(self, indices: Sequence[int], fields: Sequence[str]) -> tuple[list[str], dict[str, list[Any]]]:
-        """Keys and per-field payload lists of samples ``indices`` (index order), for batch collation.
+        """Keys and per-field payload lists of samples ``indices`` (index order), for batch
+        collation.
 
         SampleError names the first sample that lacks one of ``fields``. Formats whose index
         knows member spans override this with array lookups instead of a dict per sample.
@@ -284,7 +295,8 @@ class ShardReader(ABC):
         return keys, columns
 
     def key_array(self) -> np.ndarray:
-        """Every key of the shard, as ``ShardIndex.key_array`` gives them (built once per reader)."""
+        """Every key of the shard, as ``ShardIndex.key_array`` gives them (built once per
+        reader)."""
         if self._key_array is None:
             self._key_array = self._require_index().key_array()
         return self._key_array
@@ -312,7 +324,8 @@ class ShardReader(ABC):
 
     @abstractmethod
     def scan(self) -> Iterator[ScanEntry]:
-        """Walk the bytes from the start without an index, raising ShardCorruptError at bad bytes."""
+        """Walk the bytes from the start without an index, raising ShardCorruptError at bad
+        bytes."""
 
     @abstractmethod
     def _read(self, i: int) -> Sample:
@@ -323,7 +336,8 @@ class ShardReader(ABC):
         return bytes(view) if self.copy else view
 
     def drop_pages(self) -> None:
-        """Give back the resident pages of a mapped shard (reads map them again from the page cache)."""
+        """Give back the resident pages of a mapped shard (reads map them again from the page
+        cache)."""
         drop_pages(self._buffer)
 
     def close(self) -> None:
@@ -346,7 +360,8 @@ class SpanReader(ShardReader):
 
     @abstractmethod
     def spans(self, indices: Sequence[int], field: str) -> tuple[np.ndarray, np.ndarray]:
-        """Payload (offsets, sizes) int64 arrays of ``field`` within ``buffer`` for samples ``indices``;
+        """Payload (offsets, sizes) int64 arrays of ``field`` within ``buffer`` for samples
+        ``indices``;
         SampleError names the first sample that lacks the field."""
 
     @property

@@ -1,4 +1,5 @@
-"""Samples already encoded for one shard format: their bytes back to back, with the index rows that describe them.
+"""Samples already encoded for one shard format: their bytes back to back, with the index rows that
+describe them.
 
 A build encodes each partition's samples where the partition is (in parallel, column-wise where
 the format allows) and moves these blocks, not per-sample dicts, to the task that writes a shard;
@@ -19,9 +20,11 @@ from datapipe.formats.index import HASH_SIZE, IndexBuilder, ShardIndex
 
 @dataclass(frozen=True, eq=False)
 class EncodedSamples:
-    """``n`` encoded samples: sample i is ``data[bounds[i]:bounds[i + 1]]``; member offsets are relative to ``data``."""
+    """``n`` encoded samples: sample i is ``data[bounds[i]:bounds[i + 1]]``; member offsets are
+    relative to ``data``."""
 
-    data: bytes | bytearray | memoryview  # or any buffer (a PickleBuffer after a move between processes)
+    # or any buffer (a PickleBuffer after a move between processes)
+    data: bytes | bytearray | memoryview
     bounds: np.ndarray  # int64, n + 1
     hashes: np.ndarray  # uint8 (n, 32): sha256 of each sample's bytes
     member_counts: np.ndarray  # int64, n
@@ -40,25 +43,38 @@ class EncodedSamples:
         """The block of every sample of a shard held in ``data`` and described by ``index``."""
         starts = index.sample_start.astype(np.int64)
         return cls(
-            data=data, bounds=np.append(starts, len(data)), hashes=index.sample_hash,
+            data=data,
+            bounds=np.append(starts, len(data)),
+            hashes=index.sample_hash,
             member_counts=np.diff(index.sample_members.astype(np.int64)),
-            member_offset=index.member_offset.astype(np.int64), member_size=index.member_size.astype(np.int64),
-            member_field=index.member_field.astype(np.int64), fields=index.fields, key_blob=index.key_blob,
+            member_offset=index.member_offset.astype(np.int64),
+            member_size=index.member_size.astype(np.int64),
+            member_field=index.member_field.astype(np.int64),
+            fields=index.fields,
+            key_blob=index.key_blob,
             key_ends=index.key_ends.astype(np.int64),
         )
 
     def add_to_index(self, index: IndexBuilder, offset: int) -> None:
-        """Record these samples in ``index``, the block having been written at byte ``offset`` of the shard."""
+        """Record these samples in ``index``, the block having been written at byte ``offset`` of
+        the shard."""
         index.extend(
-            starts=self.bounds[:-1] + offset, ends=self.bounds[1:] + offset, hashes=self.hashes,
-            member_counts=self.member_counts, member_offsets=self.member_offset + offset,
-            member_sizes=self.member_size, member_fields=self.member_field, fields=self.fields,
-            key_blob=self.key_blob, key_ends=self.key_ends,
+            starts=self.bounds[:-1] + offset,
+            ends=self.bounds[1:] + offset,
+            hashes=self.hashes,
+            member_counts=self.member_counts,
+            member_offsets=self.member_offset + offset,
+            member_sizes=self.member_size,
+            member_fields=self.member_field,
+            fields=self.fields,
+            key_blob=self.key_blob,
+            key_ends=self.key_ends,
         )
 
     def __reduce__(self) -> tuple:
         # the bytes as an out-of-band buffer: Dask moves them between workers without a pickle copy,
-        # and a block that is a view of a bigger one (``take`` of a run) is copied only when it moves
+        # and a block that is a view of a bigger one (``take`` of a run) is copied only when it
+        # moves
         values = [getattr(self, f.name) for f in fields(self)]
         values[0] = pickle.PickleBuffer(self.data)
         return EncodedSamples, tuple(values)
@@ -69,11 +85,16 @@ class EncodedSamples:
         members = slice(first_member, first_member + int(self.member_counts[a:b].sum()))
         start, key_start = int(self.bounds[a]), int(self.key_ends[a - 1]) if a else 0
         return EncodedSamples(
-            data=memoryview(self.data)[start : int(self.bounds[b])], bounds=self.bounds[a : b + 1] - start,
-            hashes=self.hashes[a:b], member_counts=self.member_counts[a:b],
-            member_offset=self.member_offset[members] - start, member_size=self.member_size[members],
-            member_field=self.member_field[members], fields=self.fields,
-            key_blob=self.key_blob[key_start : int(self.key_ends[b - 1])], key_ends=self.key_ends[a:b] - key_start,
+            data=memoryview(self.data)[start : int(self.bounds[b])],
+            bounds=self.bounds[a : b + 1] - start,
+            hashes=self.hashes[a:b],
+            member_counts=self.member_counts[a:b],
+            member_offset=self.member_offset[members] - start,
+            member_size=self.member_size[members],
+            member_field=self.member_field[members],
+            fields=self.fields,
+            key_blob=self.key_blob[key_start : int(self.key_ends[b - 1])],
+            key_ends=self.key_ends[a:b] - key_start,
         )
 
     def take(self, order: np.ndarray) -> EncodedSamples:
@@ -92,12 +113,19 @@ class EncodedSamples:
         shift = np.repeat(bounds[:-1] - starts, counts)  # each payload moves with its sample
         key_starts = np.concatenate([[0], self.key_ends[:-1]])
         key_view = memoryview(self.key_blob)
-        keys = b"".join([key_view[a:b] for a, b in zip(key_starts[order].tolist(), self.key_ends[order].tolist(),
-                                                        strict=True)])
+        keys = b"".join(
+            [key_view[a:b] for a, b in zip(key_starts[order].tolist(), self.key_ends[order].tolist(), strict=True)]
+        )
         return EncodedSamples(
-            data=data, bounds=bounds, hashes=self.hashes[order], member_counts=counts,
-            member_offset=self.member_offset[members] + shift, member_size=self.member_size[members],
-            member_field=self.member_field[members], fields=self.fields, key_blob=keys,
+            data=data,
+            bounds=bounds,
+            hashes=self.hashes[order],
+            member_counts=counts,
+            member_offset=self.member_offset[members] + shift,
+            member_size=self.member_size[members],
+            member_field=self.member_field[members],
+            fields=self.fields,
+            key_blob=keys,
             key_ends=np.cumsum(self.key_ends[order] - key_starts[order]).astype(np.int64),
         )
 
@@ -112,7 +140,8 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def in_output_order(pieces: Sequence[tuple[np.ndarray, EncodedSamples]]) -> list[EncodedSamples]:
-    """Blocks whose samples, written in this order, follow the output positions given with each piece.
+    """Blocks whose samples, written in this order, follow the output positions given with each
+    piece.
 
     Unshuffled builds give runs of consecutive positions: the pieces are only sorted. A shuffled
     build interleaves its pieces' samples, which are gathered into one block in position order.
@@ -138,8 +167,10 @@ def _concat(blocks: Sequence[EncodedSamples]) -> EncodedSamples:
     key_starts = np.cumsum([0] + [len(b.key_blob) for b in blocks])[:-1]
     return EncodedSamples(
         data=b"".join(b.data for b in blocks),
-        bounds=np.concatenate([b.bounds[:-1] + s for b, s in zip(blocks, data_starts, strict=True)]
-                              + [[data_starts[-1] + memoryview(blocks[-1].data).nbytes]]).astype(np.int64),
+        bounds=np.concatenate(
+            [b.bounds[:-1] + s for b, s in zip(blocks, data_starts, strict=True)]
+            + [[data_starts[-1] + memoryview(blocks[-1].data).nbytes]]
+        ).astype(np.int64),
         hashes=np.concatenate([b.hashes for b in blocks]).reshape(-1, HASH_SIZE),
         member_counts=np.concatenate([b.member_counts for b in blocks]),
         member_offset=np.concatenate([b.member_offset + s for b, s in zip(blocks, data_starts, strict=True)]),

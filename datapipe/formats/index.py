@@ -65,9 +65,10 @@ class ShardIndex:
         return [blob[a:b].decode("utf-8", "surrogateescape") for a, b in zip(starts, ends, strict=True)]
 
     def key_array(self) -> np.ndarray:
-        """Every key as a numpy array, for gathers by batch: fixed-width bytes when the keys are ASCII of
-        one length (the usual zero-padded counters: a view of the index, no str object per key until one
-        is asked for, see ``ShardReader.gather_keys``), else an object array of str."""
+        """Every key as a numpy array, for gathers by batch: fixed-width bytes when the keys are
+        ASCII of
+        one length (the usual zero-padded counters: a view of the index, no str object per key until
+        one is asked for, see ``ShardReader.gather_keys``), else an object array of str."""
         n, blob = len(self.key_ends), self.key_blob
         width = len(blob) // n if n else 0
         if width and len(blob) == width * n and blob.isascii() and b"\0" not in blob:
@@ -80,14 +81,28 @@ class ShardIndex:
         field_blob = b"".join(f.encode() for f in self.fields)
         field_ends = np.cumsum([len(f.encode()) for f in self.fields], dtype="<u8")
         header = _HEADER.pack(
-            MAGIC, VERSION, self.format_code, self.shard_size, len(self),
-            len(self.member_offset), len(self.fields), 0, len(self.key_blob), len(field_blob),
+            MAGIC,
+            VERSION,
+            self.format_code,
+            self.shard_size,
+            len(self),
+            len(self.member_offset),
+            len(self.fields),
+            0,
+            len(self.key_blob),
+            len(field_blob),
         )
         parts = [header]
         for arr, dtype in (
-            (self.sample_start, "<u8"), (self.sample_end, "<u8"), (self.sample_hash, "u1"),
-            (self.sample_members, "<u8"), (self.member_offset, "<u8"), (self.member_size, "<u8"),
-            (self.member_field, "<u4"), (self.key_ends, "<u8"), (field_ends, "<u8"),
+            (self.sample_start, "<u8"),
+            (self.sample_end, "<u8"),
+            (self.sample_hash, "u1"),
+            (self.sample_members, "<u8"),
+            (self.member_offset, "<u8"),
+            (self.member_size, "<u8"),
+            (self.member_field, "<u4"),
+            (self.key_ends, "<u8"),
+            (field_ends, "<u8"),
         ):
             data = np.ascontiguousarray(arr, dtype=dtype).tobytes()
             parts += [data, bytes(_pad8(len(data)))]
@@ -130,24 +145,33 @@ class ShardIndex:
         except UnicodeDecodeError:
             raise ShardCorruptError(name, "field names in the index are not UTF-8") from None
         index = cls(
-            format_code=code, shard_size=shard_size,
-            sample_start=u8(sections[0]), sample_end=u8(sections[1]),
+            format_code=code,
+            shard_size=shard_size,
+            sample_start=u8(sections[0]),
+            sample_end=u8(sections[1]),
             sample_hash=np.frombuffer(sections[2], dtype="u1").reshape(n, HASH_SIZE),
-            sample_members=u8(sections[3]), member_offset=u8(sections[4]), member_size=u8(sections[5]),
-            member_field=np.frombuffer(sections[6], dtype="<u4"), key_ends=u8(sections[7]),
-            key_blob=bytes(sections[9]), fields=names,
+            sample_members=u8(sections[3]),
+            member_offset=u8(sections[4]),
+            member_size=u8(sections[5]),
+            member_field=np.frombuffer(sections[6], dtype="<u4"),
+            key_ends=u8(sections[7]),
+            key_blob=bytes(sections[9]),
+            fields=names,
         )
         index._check_consistent(name, field_ends, field_bytes)
         return index
 
     def _check_consistent(self, name: str, field_ends: list[int], field_bytes: int) -> None:
-        """Reject an index whose numbers cannot describe a real shard (crc-valid garbage included)."""
+        """Reject an index whose numbers cannot describe a real shard (crc-valid garbage
+        included)."""
+
         def bad(what: str) -> ShardCorruptError:
             return ShardCorruptError(name, f"inconsistent index: {what}; rebuild it with `datapipe index`")
 
         size = self.shard_size
         if len(self) and (
-            np.any(self.sample_start > self.sample_end) or np.any(self.sample_end > size)
+            np.any(self.sample_start > self.sample_end)
+            or np.any(self.sample_end > size)
             or np.any(self.sample_start[1:] < self.sample_end[:-1])
         ):
             raise bad("sample spans overlap or lie outside the shard")
@@ -155,7 +179,8 @@ class ShardIndex:
         if members[0] != 0 or members[-1] != len(self.member_offset) or np.any(np.diff(members.astype(np.int64)) < 0):
             raise bad("member ranges")
         if len(self.member_offset) and (
-            np.any(self.member_offset > size) or np.any(self.member_size > size - self.member_offset)
+            np.any(self.member_offset > size)
+            or np.any(self.member_size > size - self.member_offset)
             or np.any(self.member_field >= len(self.fields))
         ):
             raise bad("member payloads outside the shard or unknown field ids")
@@ -170,8 +195,10 @@ class ShardIndex:
         if shard_size != self.shard_size:
             raise ShardCorruptError(
                 name,
-                f"shard is {shard_size} bytes but its index describes {self.shard_size}; the shard was "
-                "truncated or replaced, or the index belongs to another file (rebuild it with `datapipe index`)",
+                f"shard is {shard_size} bytes but its index describes "
+                f"{self.shard_size}; the shard was "
+                "truncated or replaced, or the index belongs to another file (rebuild "
+                "it with `datapipe index`)",
             )
 
 
@@ -220,16 +247,25 @@ class IndexBuilder:
         self._key_ends.append(len(self._keys))
 
     def extend(
-        self, *, starts: np.ndarray, ends: np.ndarray, hashes: np.ndarray, member_counts: np.ndarray,
-        member_offsets: np.ndarray, member_sizes: np.ndarray, member_fields: np.ndarray, fields: Sequence[str],
-        key_blob: bytes, key_ends: np.ndarray,
+        self,
+        *,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        hashes: np.ndarray,
+        member_counts: np.ndarray,
+        member_offsets: np.ndarray,
+        member_sizes: np.ndarray,
+        member_fields: np.ndarray,
+        fields: Sequence[str],
+        key_blob: bytes,
+        key_ends: np.ndarray,
     ) -> None:
         """Record many samples given as arrays: what ``add`` records for each, with array appends.
 
-        Sample i spans ``starts[i]:ends[i]`` of the shard and has the sha256 ``hashes[i]`` (an n x 32
-        uint8 array); its key is the UTF-8 of ``key_blob`` up to ``key_ends[i]``. Its ``member_counts[i]``
-        members follow those of sample i - 1 in ``member_offsets``, ``member_sizes`` and ``member_fields``
-        (positions in ``fields``).
+        Sample i spans ``starts[i]:ends[i]`` of the shard and has the sha256 ``hashes[i]`` (an n x
+        32 uint8 array); its key is the UTF-8 of ``key_blob`` up to ``key_ends[i]``. Its
+        ``member_counts[i]`` members follow those of sample i - 1 in ``member_offsets``,
+        ``member_sizes`` and ``member_fields`` (positions in ``fields``).
         """
         ids = self._field_ids
         field_ids = np.array([ids.setdefault(f, len(ids)) for f in fields], dtype=np.uint32)
@@ -248,10 +284,16 @@ class IndexBuilder:
         """The finished index for a shard of ``shard_size`` bytes."""
         u8 = lambda a: np.frombuffer(a, dtype=np.uint64) if len(a) else np.zeros(0, np.uint64)  # noqa: E731
         return ShardIndex(
-            format_code=self.format_code, shard_size=shard_size,
-            sample_start=u8(self._start), sample_end=u8(self._end),
+            format_code=self.format_code,
+            shard_size=shard_size,
+            sample_start=u8(self._start),
+            sample_end=u8(self._end),
             sample_hash=np.frombuffer(bytes(self._hashes), dtype=np.uint8).reshape(-1, HASH_SIZE),
-            sample_members=u8(self._members), member_offset=u8(self._offset), member_size=u8(self._size),
+            sample_members=u8(self._members),
+            member_offset=u8(self._offset),
+            member_size=u8(self._size),
             member_field=np.frombuffer(self._field, dtype=np.uint32) if len(self._field) else np.zeros(0, np.uint32),
-            key_ends=u8(self._key_ends), key_blob=bytes(self._keys), fields=tuple(self._field_ids),
+            key_ends=u8(self._key_ends),
+            key_blob=bytes(self._keys),
+            fields=tuple(self._field_ids),
         )

@@ -8,19 +8,22 @@ from typing import Any
 
 from datapipe.errors import SampleError
 
-# Unicode categories Cc (controls, NUL included) and Cs (lone surrogates): the body of a character class.
+# Unicode categories Cc (controls, NUL included) and Cs (lone surrogates): the body of a character
+# class.
 _CONTROL = r"\x00-\x1f\x7f-\x9f\ud800-\udfff"
 _BAD_CHARS = re.compile(f"[{_CONTROL}]")
 
 
 def _bad_char(text: str) -> str | None:
-    """The first NUL, control or lone-surrogate character of ``text`` (these cannot travel in a name)."""
+    """The first NUL, control or lone-surrogate character of ``text`` (these cannot travel in a
+    name)."""
     match = _BAD_CHARS.search(text)
     return match.group() if match else None
 
 
 def refused_key_chars(*, allow_dots: bool) -> str:
-    """A regular expression matching any character that ``check_key`` refuses in a key (for vectorised checks)."""
+    """A regular expression matching any character that ``check_key`` refuses in a key (for
+    vectorised checks)."""
     return f"[/{_CONTROL}{'' if allow_dots else '.'}]"
 
 
@@ -39,7 +42,8 @@ def check_key(key: object, *, allow_dots: bool) -> str:
         raise SampleError(f"sample key {key!r} contains the control character {bad!r}")
     if not allow_dots and "." in key:
         raise SampleError(
-            f"sample key {key!r} contains '.', which WebDataset readers take as the start of the field "
+            f"sample key {key!r} contains '.', which WebDataset readers take as the "
+            "start of the field "
             "name; replace the dots (e.g. with '_') in a map stage, or use the tfrecord format"
         )
     return key

@@ -31,7 +31,11 @@ def _resolve(path: str | os.PathLike[str], fmt: str | ShardFormat | None) -> Sha
 
 
 def write_shard_to(
-    fs: Any, path: str, samples: Iterable[Mapping[str, Any]], fmt: str | ShardFormat | None = None, *,
+    fs: Any,
+    path: str,
+    samples: Iterable[Mapping[str, Any]],
+    fmt: str | ShardFormat | None = None,
+    *,
     index: bool = True,
 ) -> tuple[WrittenShard, bytes | None]:
     """Write a shard and its index (PATH.idx) through any fsspec filesystem, each file atomically.
@@ -67,7 +71,8 @@ def write_index(shard: str | os.PathLike[str], index: ShardIndex) -> Path:
 
 
 def read_index(shard: str | os.PathLike[str], index_file: str | os.PathLike[str] | None = None) -> ShardIndex | None:
-    """The index of ``shard`` (stored next to it, or at ``index_file``), or None when there is none."""
+    """The index of ``shard`` (stored next to it, or at ``index_file``), or None when there is
+    none."""
     target = index_path(shard) if index_file is None else index_file
     try:
         data = map_file(target)
@@ -115,7 +120,8 @@ def open_shard(
 
 
 def read_shard_from(fs: Any, path: str, index_file: str, fmt: str | ShardFormat | None = None) -> ShardReader:
-    """Read a whole shard and its index through any fsspec filesystem into memory (``open_shard`` maps local ones)."""
+    """Read a whole shard and its index through any fsspec filesystem into memory (``open_shard``
+    maps local ones)."""
     index = ShardIndex.from_bytes(read_bytes(fs, index_file), index_file)
     return _resolve(path, fmt).reader(read_bytes(fs, path), path, index, copy=True)
 

@@ -1,1 +1,2 @@
-"""Load: world, settings, schedules, dataset access, collation, prefetch; the torch adapter in torch/."""
+"""Load: world, settings, schedules, dataset access, collation, prefetch; the torch adapter in
+torch/."""

@@ -1,4 +1,5 @@
-"""The audit: replay a run's schedule, resumes included, without reading a payload, and check what it delivers.
+"""The audit: replay a run's schedule, resumes included, without reading a payload, and check what
+it delivers.
 
 The replay goes through the Loader's own state code (``RunState``: state_dict, then load_state_dict
 under the new world), and the positions and orders the Loader reads by, so a broken schedule shows
@@ -26,7 +27,8 @@ from datapipe.loader.world import World
 
 @dataclass(frozen=True)
 class Resume:
-    """The run stops before global step ``step`` and goes on with ``world_size`` ranks (and ``batch_size``)."""
+    """The run stops before global step ``step`` and goes on with ``world_size`` ranks (and
+    ``batch_size``)."""
 
     step: int
     world_size: int
@@ -66,10 +68,12 @@ class EpochAudit:
     epoch: int
     samples: int = 0
     repeated: int = 0  # keys delivered more than once (within a pass of their source)
-    padded: int = 0  # deliveries that repeat the epoch's start to fill the last global batch (drop_last='pad')
+    # deliveries that repeat the epoch's start to fill the last global batch (drop_last='pad')
+    padded: int = 0
     never: int = 0  # samples of the epoch never delivered
     never_reason: str = ""
-    batches_per_rank: list[tuple[int, int]] = field(default_factory=list)  # (world size, batches) per stretch
+    # (world size, batches) per stretch
+    batches_per_rank: list[tuple[int, int]] = field(default_factory=list)
     shares: dict[str, float] | None = None
 
 
@@ -87,22 +91,28 @@ class AuditReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able."""
-        return {"ok": self.ok, "epochs": [asdict(e) for e in self.epochs],
-                "violations": [{**asdict(v), "message": str(v)} for v in self.violations]}
+        return {
+            "ok": self.ok,
+            "epochs": [asdict(e) for e in self.epochs],
+            "violations": [{**asdict(v), "message": str(v)} for v in self.violations],
+        }
 
 
 @dataclass(frozen=True)
 class _Stretch:
-    """Steps of one epoch delivered under one world: ``plan``'s steps ``steps``, global step = first + step."""
+    """Steps of one epoch delivered under one world: ``plan``'s steps ``steps``, global step = first
+    + step."""
 
     plan: BatchPlan
     first: int
     steps: np.ndarray
 
 
-def replay(data: ShardSet, settings: LoaderSettings, world_size: int, epochs: int,
-           resumes: Sequence[Resume] = ()) -> list[list[_Stretch]]:
-    """Per epoch, the stretches a run delivers, stopping and resuming as ``resumes`` say (by their state dicts)."""
+def replay(
+    data: ShardSet, settings: LoaderSettings, world_size: int, epochs: int, resumes: Sequence[Resume] = ()
+) -> list[list[_Stretch]]:
+    """Per epoch, the stretches a run delivers, stopping and resuming as ``resumes`` say (by their
+    state dicts)."""
     run = RunState(data, settings, World(0, world_size))
     pending = sorted(resumes, key=lambda r: r.step)
     out: list[list[_Stretch]] = [[] for _ in range(epochs)]
@@ -111,8 +121,10 @@ def replay(data: ShardSet, settings: LoaderSettings, world_size: int, epochs: in
         kept = run.delivered()
         steps = np.arange(plan.num_batches()) if kept is None else kept
         if pending and pending[0].step < first:
-            raise ConfigError(f"--resume at step {pending[0].step}: the run is at step {first} by then; "
-                              "give resumes in increasing steps")
+            raise ConfigError(
+                f"--resume at step {pending[0].step}: the run is at step {first} by then; "
+                "give resumes in increasing steps"
+            )
         if pending and pending[0].step < first + plan.num_batches():
             resume = pending.pop(0)
             out[run.epoch].append(_Stretch(plan, first, steps[steps < resume.step - first]))
@@ -129,14 +141,16 @@ def replay(data: ShardSet, settings: LoaderSettings, world_size: int, epochs: in
 
 
 def _deliveries(data: ShardSet, order: Order, stretches: list[_Stretch]) -> dict[str, np.ndarray]:
-    """Every delivery of an epoch (of ``order``) in (step, rank, sample) order: global sample id, step, rank,
+    """Every delivery of an epoch (of ``order``) in (step, rank, sample) order: global sample id,
+    step, rank,
     position, pad."""
     starts = np.concatenate([[0], np.cumsum(data.shard_sizes)])
     names = ("sample", "step", "rank", "position", "pad", "shard", "local")
     parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
     for stretch in stretches:
         plan, steps = stretch.plan, stretch.steps
-        raw = np.stack([plan.raw_positions(r, steps) for r in range(plan.world_size)], axis=1)  # steps x ranks x B
+        # steps x ranks x B
+        raw = np.stack([plan.raw_positions(r, steps) for r in range(plan.world_size)], axis=1)
         pad = raw >= plan.total
         positions = raw % plan.total if plan.total else raw
         shard, local = order.locate(positions.ravel())
@@ -173,8 +187,9 @@ class _Auditor:
     def epoch(self, epoch: int, stretches: list[_Stretch]) -> tuple[EpochAudit, dict[str, np.ndarray]]:
         order = self.data.order(self.settings.seed, epoch, self.settings.shuffle, self.settings.block_shards)
         d = _deliveries(self.data, order, stretches)
-        report = EpochAudit(epoch, samples=len(d["sample"]),
-                            batches_per_rank=[(s.plan.world_size, len(s.steps)) for s in stretches])
+        report = EpochAudit(
+            epoch, samples=len(d["sample"]), batches_per_rank=[(s.plan.world_size, len(s.steps)) for s in stretches]
+        )
         real = ~d["pad"]
         report.padded = int(d["pad"].sum())
         mixed = isinstance(self.data, Mix)
@@ -183,8 +198,10 @@ class _Auditor:
             sizes = np.array([len(ds) for ds in self.data.datasets], dtype=np.int64)
             keys = (item // sizes[source]) * (int(self.data.shard_sizes.sum()) + 1) + d["sample"]
             counts = np.bincount(source[real], minlength=len(sizes))
-            report.shares = {n: round(float(c) / max(int(real.sum()), 1), 6)
-                             for n, c in zip(self.data.names, counts.tolist(), strict=True)}
+            report.shares = {
+                n: round(float(c) / max(int(real.sum()), 1), 6)
+                for n, c in zip(self.data.names, counts.tolist(), strict=True)
+            }
         else:
             keys = d["sample"]
         repeats = _repeats(np.where(real, keys, -1 - np.arange(len(keys))))
@@ -192,12 +209,14 @@ class _Auditor:
         if len(repeats):
             self.violation(epoch, d, int(repeats[0]), "is delivered a second time" + (" in one pass" if mixed else ""))
         last = stretches[-1].plan if stretches else BatchPlan(len(self.data), self.settings.batch_size)
-        # a mix's epoch is positions of a stream (its sources repeat across passes); one dataset's is its samples
+        # a mix's epoch is positions of a stream (its sources repeat across passes); one dataset's
+        # is its samples
         delivered = np.unique(d["position"][real] if mixed else d["sample"][real])
         report.never = len(self.data) - len(delivered)
         tail = max(last.total - last.start - last.num_batches() * last.global_batch, 0) if last.drop_last is True else 0
-        expected_pad = 0 if last.drop_last is True else max(last.num_batches() * last.global_batch
-                                                            - (last.total - last.start), 0)
+        expected_pad = (
+            0 if last.drop_last is True else max(last.num_batches() * last.global_batch - (last.total - last.start), 0)
+        )
         if report.never == tail and tail:
             report.never_reason = f"drop_last: the last {tail} of {last.total} positions fill no global batch"
         elif report.never != tail and not self.violations:
@@ -209,25 +228,46 @@ class _Auditor:
                 shard = np.searchsorted(starts, missing, side="right") - 1
                 local = missing - starts[shard]
             names = self.data.source_names(shard)
-            self.violations.append(Violation(epoch, -1, -1, names[0] if names else getattr(self.data, "name", ""),
-                                             self.data.keys_of(shard, local)[0],
-                                             f"is never delivered ({report.never} samples are not; the drop "
-                                             f"accounts for {tail})"))
+            self.violations.append(
+                Violation(
+                    epoch,
+                    -1,
+                    -1,
+                    names[0] if names else getattr(self.data, "name", ""),
+                    self.data.keys_of(shard, local)[0],
+                    f"is never delivered ({report.never} samples are not; the drop accounts for {tail})",
+                )
+            )
         if report.padded != expected_pad and not self.violations:
-            self.violation(epoch, d, int(np.flatnonzero(d["pad"])[0]) if report.padded else 0,
-                           f"starts {report.padded} padded deliveries, the plan pads {expected_pad}")
+            self.violation(
+                epoch,
+                d,
+                int(np.flatnonzero(d["pad"])[0]) if report.padded else 0,
+                f"starts {report.padded} padded deliveries, the plan pads {expected_pad}",
+            )
         return report, d
 
 
-def audit(data: ShardSet, batch_size: int, world_size: int, seed: int = 0, epochs: int = 1,
-          drop_last: DropLast = True, resumes: Iterable[Resume | str] = (), *, shuffle: bool = True,
-          block_shards: int = DEFAULT_BLOCK_SHARDS) -> AuditReport:
-    """Replay ``epochs`` epochs of a run over ``data`` (a Dataset or Mix, as a Loader reads it) and check them.
+def audit(
+    data: ShardSet,
+    batch_size: int,
+    world_size: int,
+    seed: int = 0,
+    epochs: int = 1,
+    drop_last: DropLast = True,
+    resumes: Iterable[Resume | str] = (),
+    *,
+    shuffle: bool = True,
+    block_shards: int = DEFAULT_BLOCK_SHARDS,
+) -> AuditReport:
+    """Replay ``epochs`` epochs of a run over ``data`` (a Dataset or Mix, as a Loader reads it) and
+    check them.
 
-    ``resumes``: ``Resume(step, world_size[, batch_size])`` or 'STEP:WORLD[:BATCH]': the run stops before
-    that step and goes on from its state. Where no resume changes the world or batch size, every batch
-    must equal the uninterrupted run's; else every epoch must deliver each sample once apart from the
-    documented drop. The report's ``violations`` name the first breach (epoch, step, rank, key).
+    ``resumes``: ``Resume(step, world_size[, batch_size])`` or 'STEP:WORLD[:BATCH]': the run stops
+    before that step and goes on from its state. Where no resume changes the world or batch size,
+    every batch must equal the uninterrupted run's; else every epoch must deliver each sample once
+    apart from the documented drop. The report's ``violations`` name the first breach (epoch, step,
+    rank, key).
     """
     if epochs < 1:
         raise ConfigError(f"epochs must be at least 1, got {epochs}")

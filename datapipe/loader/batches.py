@@ -1,4 +1,5 @@
-"""What produces a rank's batches: picklable, O(shards) in size, the same in every DataLoader worker."""
+"""What produces a rank's batches: picklable, O(shards) in size, the same in every DataLoader
+worker."""
 
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ CHUNK_BATCHES = 8  # ... but at most this many batches at once
 
 @dataclass(frozen=True)
 class BatchSource:
-    """Rank ``world.rank``'s batches of epoch ``epoch`` under ``settings``, read from ``dataset`` (a Dataset or
-    a Mix), starting at epoch position ``position`` (the samples all ranks consumed of the epoch so far).
+    """Rank ``world.rank``'s batches of epoch ``epoch`` under ``settings``, read from ``dataset`` (a
+    Dataset or
+    a Mix), starting at epoch position ``position`` (the samples all ranks consumed of the epoch so
+    far).
 
     ``steps``: the plan's batch steps to deliver, ascending (None: all; skipped steps are left out).
     """
@@ -40,22 +43,28 @@ class BatchSource:
     steps: np.ndarray | None = None
     decoders: dict[str, Decoder] = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:  # the fields and decoders asked for, checked against the dataset's now
+    # the fields and decoders asked for, checked against the dataset's now
+    def __post_init__(self) -> None:
         self.dataset.check_fields(self.settings.fields, self.settings.decode)
         decoders = decoders_for(self.dataset.fields, self.settings.fields, self.settings.decode)
-        decoders = {name: d.at(self.settings.seed, self.epoch) if isinstance(d, ImageSpec) else d  # augmentation
-                    for name, d in decoders.items()}
+        # augmentation
+        decoders = {
+            name: d.at(self.settings.seed, self.epoch) if isinstance(d, ImageSpec) else d
+            for name, d in decoders.items()
+        }
         object.__setattr__(self, "decoders", decoders)
 
     @cached_property
     def plan(self) -> BatchPlan:
         """Which epoch positions each of the world's batch steps holds, from ``position`` on."""
         settings = self.settings
-        return BatchPlan(len(self.dataset), settings.batch_size, self.world.world_size, settings.drop_last,
-                         self.position)
+        return BatchPlan(
+            len(self.dataset), settings.batch_size, self.world.world_size, settings.drop_last, self.position
+        )
 
     def delivered(self) -> range | np.ndarray:
-        """The plan's steps this source's consumers deliver, in order (a worker takes every n-th of them)."""
+        """The plan's steps this source's consumers deliver, in order (a worker takes every n-th of
+        them)."""
         return range(self.plan.num_batches()) if self.steps is None else self.steps
 
     def _shards(self, order: Order, steps: Iterable[int]) -> Iterator[list[int]]:
@@ -69,37 +78,43 @@ class BatchSource:
         return self.dataset.order(settings.seed, self.epoch, settings.shuffle, settings.block_shards)
 
     def chunk_batches(self, defer: Collection[str]) -> int:
-        """How many consecutive steps to read and collate as one: much of a small batch's cost is per batch,
+        """How many consecutive steps to read and collate as one: much of a small batch's cost is
+        per batch,
         not per sample (benchmarks/README.md, "Where the time goes"). Only where that changes
-        nothing a user sees: batches come out the same, no decoder of theirs runs ahead, and a remote
-        dataset's cache holds the shards of one batch in use, not of several."""
-        if defer or self.dataset.cache is not None \
-                or any(callable(d) or d == "image" or isinstance(d, ImageSpec) for d in self.decoders.values()):
+        nothing a user sees: batches come out the same, no decoder of theirs runs ahead, and a
+        remote dataset's cache holds the shards of one batch in use, not of several."""
+        if (
+            defer
+            or self.dataset.cache is not None
+            or any(callable(d) or d == "image" or isinstance(d, ImageSpec) for d in self.decoders.values())
+        ):
             return 1
         batch_bytes = self.dataset.sample_bytes * self.plan.batch_size
         return int(max(1, min(CHUNK_BATCHES, CHUNK_BYTES // max(batch_bytes, 1))))
 
-    def produce(self, steps: Iterable[int], finish: Callable[[dict[str, Any]], Any] | None = None,
-                defer: Collection[str] = ()) -> Iterator[Any]:
+    def produce(
+        self, steps: Iterable[int], finish: Callable[[dict[str, Any]], Any] | None = None, defer: Collection[str] = ()
+    ) -> Iterator[Any]:
         """The collated batches of ``steps`` (batch numbers after the plan's start), in order.
 
-        ``finish`` turns each batch into what is yielded (tensors, say), in this thread and while its
-        shards are still mapped; fields whose decoder is in ``defer`` ("ragged", "bytes", ...) stay
-        ``collate.Ragged`` for ``finish`` (``packing.pack``) to gather straight into its buffer. Small batches
-        are read and collated a few at a time (``chunk_batches``), then cut apart.
+        ``finish`` turns each batch into what is yielded (tensors, say), in this thread and while
+        its shards are still mapped; fields whose decoder is in ``defer`` ("ragged", "bytes", ...)
+        stay ``collate.Ragged`` for ``finish`` (``packing.pack``) to gather straight into its
+        buffer. Small batches are read and collated a few at a time (``chunk_batches``), then cut
+        apart.
 
-        The shards read are held by a ``ShardLease`` (loader/lease.py). A remote (cached) shard goes back
-        as soon as no later step of ``steps`` reads it (steps ascend, so positions do: a shard is done once
-        the next step starts past ``done_at``), which lets the cache evict it mid-epoch: the cache holds
-        the shards in use plus ``download_ahead``.
+        The shards read are held by a ``ShardLease`` (loader/lease.py). A remote (cached) shard goes
+        back as soon as no later step of ``steps`` reads it (steps ascend, so positions do: a shard
+        is done once the next step starts past ``done_at``), which lets the cache evict it
+        mid-epoch: the cache holds the shards in use plus ``download_ahead``.
         """
         order, plan, rank = self.order(), self.plan, self.world.rank
         if not isinstance(steps, range):
-            steps = list(steps)  # read twice (the downloader's order, then the batches); a range stays O(1)
+            # read twice (the downloader's order, then the batches); a range stays O(1)
+            steps = list(steps)
         cached = self.dataset.cache is not None
         upcoming = first_uses(self._shards(self.order(), steps)) if cached else None
-        lease = ShardLease(self.dataset, order.done_at() if cached else None, upcoming,
-                           self.settings.download_ahead)
+        lease = ShardLease(self.dataset, order.done_at() if cached else None, upcoming, self.settings.download_ahead)
         pool = BufferPool()
         chunk = self.chunk_batches(defer)
         try:
@@ -126,7 +141,8 @@ class BatchSource:
 
 
 def _chunks(steps: Iterable[int], size: int) -> Iterator[tuple[list[int], int | None]]:
-    """Consecutive runs of up to ``size`` steps, each with the step that follows it (None after the last)."""
+    """Consecutive runs of up to ``size`` steps, each with the step that follows it (None after the
+    last)."""
     upcoming = iter(steps)
     following = next(upcoming, None)
     while following is not None:
@@ -139,7 +155,8 @@ def _chunks(steps: Iterable[int], size: int) -> Iterator[tuple[list[int], int | 
 
 
 def cut(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]:
-    """A collated batch cut into consecutive batches of ``sizes``: views of its arrays, slices of its lists,
+    """A collated batch cut into consecutive batches of ``sizes``: views of its arrays, slices of
+    its lists,
     and for ragged fields a view of the data with offsets starting at 0."""
     bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
     out: list[dict[str, Any]] = [{} for _ in sizes]

@@ -1,12 +1,12 @@
 """Batch collation: samples -> one dict of columns, numeric fields as numpy arrays built per batch.
 
-How a field is decoded follows the kind the build recorded in the manifest (int, float, str,
-bytes, npy, json), unless ``decode`` names another decoder for it: "int", "float", "str",
-"bytes", "json", "npy", "image" (PNG/JPEG -> uint8 array, needs Pillow), "ragged" (all
-payloads of the batch in one uint8 array, with int64 offsets: payload i is
-data[offsets[i]:offsets[i+1]]; two tensors per batch instead of a bytes object per sample),
-or any callable taking the field's payload bytes, or ``datapipe.image(...)`` (loader/images/: each image
-decoded, cropped and resized straight into its slot of one batch array).
+How a field is decoded follows the kind the build recorded in the manifest (int, float, str, bytes,
+npy, json), unless ``decode`` names another decoder for it: "int", "float", "str", "bytes", "json",
+"npy", "image" (PNG/JPEG -> uint8 array, needs Pillow), "ragged" (all payloads of the batch in one
+uint8 array, with int64 offsets: payload i is data[offsets[i]:offsets[i+1]]; two tensors per batch
+instead of a bytes object per sample), or any callable taking the field's payload bytes, or
+``datapipe.image(...)`` (loader/images/: each image decoded, cropped and resized straight into its
+slot of one batch array).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def _stack(values: list[Any]) -> Any:
 
 
 def _numbers(column: Column, dtype: type, array_dtype: type) -> np.ndarray:
-    """ASCII numbers (tar) as ``dtype``, or one-element numeric lists (TFRecord) as ``array_dtype``: one array."""
+    """ASCII numbers (tar) as ``dtype``, or one-element numeric lists (TFRecord) as ``array_dtype``:
+    one array."""
     if np.dtype(dtype).kind == "f":
         values = column.decimals()  # vectorised and exact for plain decimals
         if values is not None:
@@ -65,12 +66,14 @@ def _numbers(column: Column, dtype: type, array_dtype: type) -> np.ndarray:
     try:  # one number per payload, or a clear error (never a batch of another length)
         return np.array([parse(bytes(p)) for p in payloads], dtype=dtype)
     except (ValueError, OverflowError) as e:
-        raise ConfigError(f"{e}: a payload is not one {np.dtype(dtype).name} number; decode the field with 'str' "
-                          "or 'bytes'") from None
+        raise ConfigError(
+            f"{e}: a payload is not one {np.dtype(dtype).name} number; decode the field with 'str' or 'bytes'"
+        ) from None
 
 
 def _npy_header(column: Column) -> tuple[int, np.dtype, tuple[int, ...]] | None:
-    """(header length, dtype, shape) when every payload is a .npy of one C-order array kind (same header bytes)."""
+    """(header length, dtype, shape) when every payload is a .npy of one C-order array kind (same
+    header bytes)."""
     size = column.uniform_size()
     if size is None or size < 12:
         return None
@@ -90,13 +93,15 @@ def _npy_header(column: Column) -> tuple[int, np.dtype, tuple[int, ...]] | None:
         return None
     if fortran_order or dtype.hasobject or size - length != dtype.itemsize * math.prod(shape):
         return None
-    if not column.all_start_with(header):  # the same dtype and shape in every sample: read once, compared per shard
+    # the same dtype and shape in every sample: read once, compared per shard
+    if not column.all_start_with(header):
         return None
     return length, dtype, shape
 
 
 def _npy(column: Column, allocate: Allocate | None) -> Any:
-    """Arrays of one dtype and shape: their data bytes gathered into one (n, *shape) array; else np.load each."""
+    """Arrays of one dtype and shape: their data bytes gathered into one (n, *shape) array; else
+    np.load each."""
     header = _npy_header(column)
     if header is not None:
         length, dtype, shape = header
@@ -106,16 +111,19 @@ def _npy(column: Column, allocate: Allocate | None) -> Any:
 
 
 class Ragged(NamedTuple):
-    """A field whose payloads are not copied yet: ``packing.pack`` gathers them into its buffer, as a "ragged"
-    field's data and offsets; for ``decoder`` "bytes", "str" or "json", ``decode_payloads`` makes the lists
-    of the decoder again from them where the batch is unpacked (in the training process)."""
+    """A field whose payloads are not copied yet: ``packing.pack`` gathers them into its buffer, as
+    a "ragged"
+    field's data and offsets; for ``decoder`` "bytes", "str" or "json", ``decode_payloads`` makes
+    the lists of the decoder again from them where the batch is unpacked (in the training
+    process)."""
 
     column: Column
     decoder: str = "ragged"
 
 
 class Images(NamedTuple):
-    """An image field not decoded yet: ``packing.pack`` decodes it straight into its buffer (``into``)."""
+    """An image field not decoded yet: ``packing.pack`` decodes it straight into its buffer
+    (``into``)."""
 
     column: Column
     keys: list[str]
@@ -135,10 +143,13 @@ class Images(NamedTuple):
         return decode_images(self.spec, self.keys, self.column.values(), out, self.name)
 
 
-def decode_images_field(column: Column, keys: list[str], spec: ImageSpec, name: str, defer: Collection[str],
-                        allocate: Allocate | None) -> Any:
-    """An image field: ``Images`` to pack where the batch is packed (``defer``), else decoded into ``allocate``'s
-    array now; with device="cuda", its payloads as bytes, decoded on the GPU in the training process."""
+def decode_images_field(
+    column: Column, keys: list[str], spec: ImageSpec, name: str, defer: Collection[str], allocate: Allocate | None
+) -> Any:
+    """An image field: ``Images`` to pack where the batch is packed (``defer``), else decoded into
+    ``allocate``'s
+    array now; with device="cuda", its payloads as bytes, decoded on the GPU in the training
+    process."""
     if spec.device == "cuda":
         return decode_column(column, "bytes", defer, allocate)
     images = Images(column, keys, spec, name)
@@ -147,13 +158,17 @@ def decode_images_field(column: Column, keys: list[str], spec: ImageSpec, name: 
     return images.into(allocate(images.nbytes) if allocate is not None else np.empty(images.nbytes, np.uint8))
 
 
-PAYLOAD_DECODERS = ("bytes", "str", "json")  # lists of one object per payload, which can travel as ragged bytes
+# lists of one object per payload, which can travel as ragged bytes
+PAYLOAD_DECODERS = ("bytes", "str", "json")
 
 
-def decode_column(column: Column, decoder: Decoder, defer: Collection[str] = (),
-                  allocate: Allocate | None = None) -> Any:
-    """Decode one field of a batch, into ``allocate``'s array where it makes one; a field whose decoder is in
-    ``defer`` ("ragged", or one of PAYLOAD_DECODERS over byte ranges) as ``Ragged``, to be packed."""
+def decode_column(
+    column: Column, decoder: Decoder, defer: Collection[str] = (), allocate: Allocate | None = None
+) -> Any:
+    """Decode one field of a batch, into ``allocate``'s array where it makes one; a field whose
+    decoder is in
+    ``defer`` ("ragged", or one of PAYLOAD_DECODERS over byte ranges) as ``Ragged``, to be
+    packed."""
     if isinstance(decoder, str) and decoder in defer and (decoder == "ragged" or column.spans_only()):
         return Ragged(column, decoder)
     if decoder == "ragged":
@@ -177,11 +192,13 @@ def decode_column(column: Column, decoder: Decoder, defer: Collection[str] = (),
         return [str(p, "utf-8", "surrogateescape") for p in payloads]
     if decoder == "json":
         return [json.loads(bytes(p)) for p in payloads]
-    return _stack([_decode_image(bytes(p)) for p in payloads])  # "image": decoders_for admits no other
+    # "image": decoders_for admits no other
+    return _stack([_decode_image(bytes(p)) for p in payloads])
 
 
 def decode_payloads(data: np.ndarray, offsets: np.ndarray, decoder: str) -> list[Any]:
-    """The list a PAYLOAD_DECODERS decoder gives, from the payloads as ragged data and offsets: what the
+    """The list a PAYLOAD_DECODERS decoder gives, from the payloads as ragged data and offsets: what
+    the
     training process makes of a deferred field, the same values and types as ``decode_column``'s."""
     if decoder == "str":
         view, bounds = memoryview(data), offsets.tolist()
@@ -190,8 +207,9 @@ def decode_payloads(data: np.ndarray, offsets: np.ndarray, decoder: str) -> list
     return [json.loads(p) for p in payloads] if decoder == "json" else payloads
 
 
-def decoders_for(kinds: Mapping[str, str], fields: Sequence[str] | None,
-                 decode: Mapping[str, Decoder] | None) -> dict[str, Decoder]:
+def decoders_for(
+    kinds: Mapping[str, str], fields: Sequence[str] | None, decode: Mapping[str, Decoder] | None
+) -> dict[str, Decoder]:
     """Field -> decoder for the selected fields: the manifest's kind, overridden by ``decode``."""
     names = list(kinds) if fields is None else list(fields)
     unknown = [f for f in [*names, *(decode or {})] if f not in kinds]
@@ -201,18 +219,25 @@ def decoders_for(kinds: Mapping[str, str], fields: Sequence[str] | None,
     for name in names:
         decoder = (decode or {}).get(name, kinds[name].split("|")[0])
         if not isinstance(decoder, ImageSpec) and not callable(decoder) and decoder not in DECODERS:
-            raise ConfigError(f"decode[{name!r}]: unknown decoder {decoder!r}; use one of {', '.join(DECODERS)}, "
-                              "datapipe.image(...) or a function of the payload bytes")
+            raise ConfigError(
+                f"decode[{name!r}]: unknown decoder {decoder!r}; use one of {', '.join(DECODERS)}, "
+                "datapipe.image(...) or a function of the payload bytes"
+            )
         out[name] = decoder
     return out
 
 
-def collate(keys: list[str], columns: Mapping[str, Column], decoders: Mapping[str, Decoder],
-            defer: Collection[str] = (), allocate: Allocate | None = None) -> dict[str, Any]:
+def collate(
+    keys: list[str],
+    columns: Mapping[str, Column],
+    decoders: Mapping[str, Decoder],
+    defer: Collection[str] = (),
+    allocate: Allocate | None = None,
+) -> dict[str, Any]:
     """{'__key__': [str], field: array or list} from a batch's keys and per-field payloads.
 
-    Fields whose decoder is in ``defer`` stay ``Ragged`` until packed (their bytes are copied once, into the
-    packed buffer; see ``decode_column``).
+    Fields whose decoder is in ``defer`` stay ``Ragged`` until packed (their bytes are copied once,
+    into the packed buffer; see ``decode_column``).
     """
     batch: dict[str, Any] = {KEY: keys}
     for name, decoder in decoders.items():

@@ -48,7 +48,8 @@ def threads() -> int:
 
 
 def _executor() -> ThreadPoolExecutor:
-    """This process's pool; a new one after a fork (the parent's threads do not exist in the child)."""
+    """This process's pool; a new one after a fork (the parent's threads do not exist in the
+    child)."""
     global _pool, _pool_pid
     with _lock:
         if _pool is None or _pool_pid != os.getpid():
@@ -72,7 +73,8 @@ def copy_payloads(out: np.ndarray, jobs: list[Copies]) -> None:
         _run(out, jobs)
         return
     shares: list[list[Copies]] = [[] for _ in range(n)]
-    for source, starts, offsets, sizes in jobs:  # each thread takes a slice of every part: big payloads are alike
+    # each thread takes a slice of every part: big payloads are alike
+    for source, starts, offsets, sizes in jobs:
         k = len(sizes)
         for t in range(n):
             lo, hi = k * t // n, k * (t + 1) // n

@@ -1,4 +1,5 @@
-"""Download ahead: fetch the next shards a consumer will read into the cache while it reads the current ones."""
+"""Download ahead: fetch the next shards a consumer will read into the cache while it reads the
+current ones."""
 
 from __future__ import annotations
 

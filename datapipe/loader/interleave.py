@@ -23,13 +23,15 @@ MAX_PERIOD = 1 << 16
 
 
 def quotas(weights: Sequence[float]) -> tuple[int, ...]:
-    """Integer shares of one period for ``weights`` (non-negative, not all zero), exact where they can be."""
+    """Integer shares of one period for ``weights`` (non-negative, not all zero), exact where they
+    can be."""
     total = sum(Fraction(w).limit_denominator(MAX_PERIOD) for w in weights)
     exact = [Fraction(w).limit_denominator(MAX_PERIOD) / total for w in weights]
     period = lcm(*(f.denominator for f in exact))
     if period <= MAX_PERIOD:
         return tuple(int(f * period) for f in exact)
-    ideal = [f * MAX_PERIOD for f in exact]  # largest remainder: floors, then the biggest remainders get one
+    # largest remainder: floors, then the biggest remainders get one
+    ideal = [f * MAX_PERIOD for f in exact]
     floors = [int(x) for x in ideal]
     for i in sorted(range(len(ideal)), key=lambda i: (floors[i] - ideal[i], i))[: MAX_PERIOD - sum(floors)]:
         floors[i] += 1
@@ -38,7 +40,8 @@ def quotas(weights: Sequence[float]) -> tuple[int, ...]:
 
 @lru_cache(maxsize=16)
 def _layout(quota: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(source of each position of one period, its rank among that source's positions in the period)."""
+    """(source of each position of one period, its rank among that source's positions in the
+    period)."""
     period = sum(quota)
     live = [s for s, q in enumerate(quota) if q]
     counts = [0] * len(quota)
@@ -66,7 +69,8 @@ class Interleave:
         self.owner, self.rank = _layout(tuple(self.quota.tolist()))
         prefix = np.zeros((self.period + 1, len(self.quota)), dtype=np.int64)
         prefix[np.arange(1, self.period + 1), self.owner] = 1
-        self._prefix = np.cumsum(prefix, axis=0)  # per source, its positions before each offset of the period
+        # per source, its positions before each offset of the period
+        self._prefix = np.cumsum(prefix, axis=0)
         self._occurrences = [np.flatnonzero(self.owner == s) for s in range(len(self.quota))]
 
     def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

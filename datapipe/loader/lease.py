@@ -1,4 +1,5 @@
-"""A consumer's hold on the shards it reads: downloads ahead, read pages unmapped, cached shards given back."""
+"""A consumer's hold on the shards it reads: downloads ahead, read pages unmapped, cached shards
+given back."""
 
 from __future__ import annotations
 
@@ -15,15 +16,17 @@ DROP_BYTES = 8 << 20  # a consumer unmaps the shard pages it has read once they 
 class ShardLease:
     """The shards one consumer holds, from first read to release, while it makes batches of them.
 
-    The consumer calls ``opened`` after each read and ``read`` once the batch is made, then ``close``.
+    The consumer calls ``opened`` after each read and ``read`` once the batch is made, then
+    ``close``.
     Resident memory stays at the pages of the last DROP_BYTES read, not of every shard read so far.
     With ``done_at`` (per shard, the epoch position from which the consumer reads it no more; for a
     cached dataset), a shard goes back to the cache as soon as the consumer's next read starts at or
     past it, so the cache holds the shards in use plus those ``upcoming`` ones downloaded ``ahead``.
     """
 
-    def __init__(self, dataset: Dataset, done_at: np.ndarray | None = None, upcoming: Iterable[int] | None = None,
-                 ahead: int = 0) -> None:
+    def __init__(
+        self, dataset: Dataset, done_at: np.ndarray | None = None, upcoming: Iterable[int] | None = None, ahead: int = 0
+    ) -> None:
         self.dataset = dataset
         self.done_at = done_at
         self.downloader = Downloader(dataset, upcoming, ahead) if upcoming is not None and ahead else None
@@ -35,11 +38,13 @@ class ShardLease:
 
     @property
     def releases(self) -> bool:
-        """Whether shards are given back as the consumer passes them (``read`` needs its next position)."""
+        """Whether shards are given back as the consumer passes them (``read`` needs its next
+        position)."""
         return self.done_at is not None
 
     def opened(self, shard_ids: np.ndarray) -> None:
-        """The consumer has read from ``shard_ids`` and holds them now: the downloader's own hold on them goes."""
+        """The consumer has read from ``shard_ids`` and holds them now: the downloader's own hold on
+        them goes."""
         if self.downloader is None:
             return
         for shard in dict.fromkeys(shard_ids.tolist()):
@@ -48,7 +53,8 @@ class ShardLease:
                 self.downloader.consumed(shard)
 
     def read(self, shard_ids: np.ndarray, until: int | None) -> None:
-        """A batch of ``shard_ids`` is made: unmap read pages past DROP_BYTES, and give back the shards done
+        """A batch of ``shard_ids`` is made: unmap read pages past DROP_BYTES, and give back the
+        shards done
         before epoch position ``until``, the consumer's next read (None: it reads no more)."""
         shards = shard_ids.tolist()
         self._mapped.update(shards)

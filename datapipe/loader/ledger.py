@@ -1,4 +1,5 @@
-"""The step ledger: which samples a global step delivers, to which rank, found without reading a payload."""
+"""The step ledger: which samples a global step delivers, to which rank, found without reading a
+payload."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ class Entry:
     offset: int  # the byte offset of the sample's first member in the shard
 
 
-def step_samples(data: ShardSet, settings: LoaderSettings, timeline: Timeline, step: int,
-                 rank: int) -> tuple[np.ndarray, np.ndarray]:
+def step_samples(
+    data: ShardSet, settings: LoaderSettings, timeline: Timeline, step: int, rank: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(shard ids, samples in shard) of rank ``rank``'s batch at global step ``step``."""
     epoch, index = timeline.locate(step)
     positions = timeline.plan(epoch).positions(rank, index)
@@ -35,17 +37,20 @@ def step_samples(data: ShardSet, settings: LoaderSettings, timeline: Timeline, s
 
 def member(data: ShardSet, shard: int) -> tuple[Dataset, int]:
     """The dataset that holds ``shard`` and the shard's number in it."""
-    return data.member(shard) if isinstance(data, Mix) else (data, shard)  # type: ignore[return-value]
+    # ignore[return-value]
+    return data.member(shard) if isinstance(data, Mix) else (data, shard)  # type:
 
 
 def sources_of(data: ShardSet, shard_ids: np.ndarray) -> list[str]:
     """Each sample's source: the mix source's name, or the dataset's name."""
     names = data.source_names(shard_ids)
-    return names if names is not None else [data.name] * len(shard_ids)  # type: ignore[attr-defined]
+    # ignore[attr-defined]
+    return names if names is not None else [data.name] * len(shard_ids)  # type:
 
 
-def batch_keys(data: ShardSet, settings: LoaderSettings, timeline: Timeline, step: int,
-               ranks: range) -> list[tuple[str, str]]:
+def batch_keys(
+    data: ShardSet, settings: LoaderSettings, timeline: Timeline, step: int, ranks: range
+) -> list[tuple[str, str]]:
     """The (source, key) pairs of ``step`` for ``ranks``, rank after rank."""
     pairs: list[tuple[str, str]] = []
     for rank in ranks:
@@ -54,16 +59,17 @@ def batch_keys(data: ShardSet, settings: LoaderSettings, timeline: Timeline, ste
     return pairs
 
 
-def entries(data: ShardSet, settings: LoaderSettings, timeline: Timeline, steps: range,
-            ranks: range) -> list[Entry]:
-    """Every sample of ``steps`` for ``ranks``, step by step and rank by rank, with shard and offset."""
+def entries(data: ShardSet, settings: LoaderSettings, timeline: Timeline, steps: range, ranks: range) -> list[Entry]:
+    """Every sample of ``steps`` for ``ranks``, step by step and rank by rank, with shard and
+    offset."""
     out: list[Entry] = []
     for step in steps:
         for rank in ranks:
             shard_ids, local = step_samples(data, settings, timeline, step, rank)
             keys = data.keys_of(shard_ids, local)
-            for shard, row, source, key in zip(shard_ids.tolist(), local.tolist(), sources_of(data, shard_ids),
-                                               keys, strict=True):
+            for shard, row, source, key in zip(
+                shard_ids.tolist(), local.tolist(), sources_of(data, shard_ids), keys, strict=True
+            ):
                 ds, number = member(data, shard)
                 offset = int(ds.index(number).sample_start[row])
                 out.append(Entry(step, rank, source, key, ds.shards[number].path, offset))

@@ -1,4 +1,5 @@
-"""`datapipe.Loader`: batches of a dataset version for one rank, with epochs, a small state and exact resumption."""
+"""`datapipe.Loader`: batches of a dataset version for one rank, with epochs, a small state and
+exact resumption."""
 
 from __future__ import annotations
 
@@ -34,12 +35,12 @@ def _torch_available() -> bool:
 
 
 def gpu_images(source: BatchSource) -> dict[str, ImageSpec]:
-    """The image fields of ``source`` decoded on the GPU (datapipe.image(device="cuda")), checked for a device."""
+    """The image fields of ``source`` decoded on the GPU (datapipe.image(device="cuda")), checked
+    for a device."""
     gpu = {name: d for name, d in source.decoders.items() if isinstance(d, ImageSpec) and d.device == "cuda"}
     if gpu:
         if not _torch_available():
-            raise ConfigError("datapipe.image(device='cuda') needs torch with CUDA; install torch, or use "
-                              "device='cpu'")
+            raise ConfigError("datapipe.image(device='cuda') needs torch with CUDA; install torch, or use device='cpu'")
         from datapipe.loader.torch.images import check_devices
 
         check_devices(gpu)
@@ -47,7 +48,8 @@ def gpu_images(source: BatchSource) -> dict[str, ImageSpec]:
 
 
 def _distributed() -> Detect | None:
-    """The world detector of torch.distributed, where the program has imported it (else there is no group)."""
+    """The world detector of torch.distributed, where the program has imported it (else there is no
+    group)."""
     if "torch.distributed" not in sys.modules:
         return None
     from datapipe.loader.torch import distributed_world
@@ -56,7 +58,8 @@ def _distributed() -> Detect | None:
 
 
 class Loader:
-    """Iterate batches of a dataset version (or a mix) for this rank; docs/guide/loading.md has the order and
+    """Iterate batches of a dataset version (or a mix) for this rank; docs/guide/loading.md has the
+    order and
     guarantees, docs/guide/training-runs.md the mix, the step ledger and skips."""
 
     def __init__(
@@ -85,15 +88,34 @@ class Loader:
         split: str | None = None,
         lease_ttl: float | None = DEFAULT_TTL,
     ) -> None:
-        settings = LoaderSettings(batch_size, shuffle, seed, drop_last, block_shards, fields, decode, num_workers,
-                                  prefetch, pin_memory, download_ahead)
+        settings = LoaderSettings(
+            batch_size,
+            shuffle,
+            seed,
+            drop_last,
+            block_shards,
+            fields,
+            decode,
+            num_workers,
+            prefetch,
+            pin_memory,
+            download_ahead,
+        )
         if num_workers and not _torch_available():
             raise ConfigError("num_workers > 0 needs torch (pip install 'datapipe[torch]'), or use num_workers=0")
         self.settings = settings
-        data = open_data(dataset, storage_options, split, verify=verify, cache_dir=cache_dir,
-                         cache_limit=cache_limit, retries=retries, lease_ttl=lease_ttl)
-        # what it opened from a URL or a mix file it closes (and so releases their leases); a Dataset or Mix
-        # given is the caller's
+        data = open_data(
+            dataset,
+            storage_options,
+            split,
+            verify=verify,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            retries=retries,
+            lease_ttl=lease_ttl,
+        )
+        # what it opened from a URL or a mix file it closes (and so releases their leases); a
+        # Dataset or Mix given is the caller's
         self._owns_data = data is not dataset
         try:
             data.check_shards()
@@ -103,7 +125,8 @@ class Loader:
             raise
         world = resolve_world(rank, world_size, os.environ, _distributed())
         self.run = RunState(data, settings, world, Skips.of(skip_steps))
-        gpu_images(self.batch_source())  # an unknown field or decoder, or no device, fails here, not at the first batch
+        # an unknown field or decoder, or no device, fails here, not at the first batch
+        gpu_images(self.batch_source())
 
     def __getattr__(self, name: str) -> Any:
         """The settings read as attributes (``loader.batch_size``, ``loader.prefetch``)."""
@@ -138,16 +161,20 @@ class Loader:
         return self.run.step
 
     def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch``; the same epoch as the current one keeps its position (a resumed epoch)."""
+        """Start epoch ``epoch``; the same epoch as the current one keeps its position (a resumed
+        epoch)."""
         self.run.set_epoch(epoch)
 
     def skip_steps(self, start: int, end: int) -> None:
-        """No rank delivers global steps [start, end) (end excluded), nor reads their payloads; every other step
-        delivers the batch it would have. Call it on every rank (the skips travel in ``state_dict``)."""
+        """No rank delivers global steps [start, end) (end excluded), nor reads their payloads;
+        every other step
+        delivers the batch it would have. Call it on every rank (the skips travel in
+        ``state_dict``)."""
         self.run.skip(start, end)
 
     def batch_keys(self, step: int, rank: int | None = None) -> list[tuple[str, str]]:
-        """The (source, key) pairs global step ``step`` delivers: to ``rank``, or to every rank in rank order.
+        """The (source, key) pairs global step ``step`` delivers: to ``rank``, or to every rank in
+        rank order.
 
         No payload is read (keys come from the shard indexes). A skipped step delivers none: [].
         """
@@ -160,7 +187,8 @@ class Loader:
         return batch_keys(self.run.data, self.settings, self.run.timeline, step, ranks)
 
     def batch_source(self) -> BatchSource:
-        """What makes this rank's batches of the current epoch from the current position (picklable)."""
+        """What makes this rank's batches of the current epoch from the current position
+        (picklable)."""
         return self.run.batch_source()
 
     def plan(self) -> BatchPlan:
@@ -168,13 +196,16 @@ class Loader:
         return self.run.plan()
 
     def __len__(self) -> int:
-        """Batches this rank still yields in the current epoch (the same on every rank; skips left out)."""
+        """Batches this rank still yields in the current epoch (the same on every rank; skips left
+        out)."""
         return len(self.batch_source().delivered())
 
     def prefetch_depth(self) -> int:
-        """Batches prepared ahead per process: ``prefetch``, fewer when they would pass PREFETCH_BYTES.
+        """Batches prepared ahead per process: ``prefetch``, fewer when they would pass
+        PREFETCH_BYTES.
 
-        Every batch in flight holds its own buffer; a new one costs page faults, a reused one does not.
+        Every batch in flight holds its own buffer; a new one costs page faults, a reused one does
+        not.
         """
         settings = self.settings
         if not settings.prefetch:
@@ -212,7 +243,8 @@ class Loader:
             self.run.next_epoch()
 
     def close(self) -> None:
-        """Release the shards this loader opened and the lease on their versions (gc may then delete them)."""
+        """Release the shards this loader opened and the lease on their versions (gc may then delete
+        them)."""
         if self.__dict__.get("_owns_data"):
             self.run.data.close()
 
@@ -223,11 +255,13 @@ class Loader:
         self.close()
 
     def state_dict(self) -> dict[str, Any]:
-        """A small state (no sample lists): enough for a new process to continue with exactly the next batch."""
+        """A small state (no sample lists): enough for a new process to continue with exactly the
+        next batch."""
         return self.run.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``; another world size, worker count or batch size finishes the epoch exactly
+        """Continue from ``state``; another world size, worker count or batch size finishes the
+        epoch exactly
         once, and a mix with other weights continues each source from its cursor."""
         self.run.load_state_dict(state)
         self.batch_source()

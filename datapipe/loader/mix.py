@@ -22,18 +22,25 @@ from datapipe.loader.mix_order import MixOrder, Segment
 from datapipe.loader.schedule import groups
 from datapipe.storage.cache import CachedFile, ShardCache
 
-SourceSpec = str | os.PathLike[str] | Dataset | Mapping[str, Any]  # a URL, a Dataset, or {dataset: URL, split: NAME}
+# a URL, a Dataset, or {dataset: URL, split: NAME}
+SourceSpec = str | os.PathLike[str] | Dataset | Mapping[str, Any]
 
 
 class Mix:
     """Datasets read together: ``len(mix)`` samples an epoch, each source's share set by its weight.
 
-    A Loader reads a Mix as it reads one dataset (docs/guide/training-runs.md for the order); the batches
-    carry ``__source__``, the source name of each sample. Shards are numbered source after source.
+    A Loader reads a Mix as it reads one dataset (docs/guide/training-runs.md for the order); the
+    batches carry ``__source__``, the source name of each sample. Shards are numbered source after
+    source.
     """
 
-    def __init__(self, sources: Mapping[str, Dataset], weights: Mapping[str, float],
-                 epoch_samples: int | None = None, segment: Segment | None = None) -> None:
+    def __init__(
+        self,
+        sources: Mapping[str, Dataset],
+        weights: Mapping[str, float],
+        epoch_samples: int | None = None,
+        segment: Segment | None = None,
+    ) -> None:
         if not sources:
             raise ConfigError("a mix needs at least one source")
         self.names = tuple(sources)
@@ -67,7 +74,8 @@ class Mix:
 
     @property
     def version(self) -> str:
-        """An id of the sources and their versions (not of the weights, which may change on resume)."""
+        """An id of the sources and their versions (not of the weights, which may change on
+        resume)."""
         return "mix-" + hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode()).hexdigest()
 
     @property
@@ -82,22 +90,38 @@ class Mix:
 
     def order(self, seed: int, epoch: int, shuffle: bool, block_shards: int) -> MixOrder:
         """The global order of epoch ``epoch`` (loader/mix_order.py)."""
-        return MixOrder(self.names, tuple(d.shard_sizes for d in self.datasets), self.interleave, self.segment,
-                        self.epoch_samples, seed, epoch, shuffle, block_shards)
+        return MixOrder(
+            self.names,
+            tuple(d.shard_sizes for d in self.datasets),
+            self.interleave,
+            self.segment,
+            self.epoch_samples,
+            seed,
+            epoch,
+            shuffle,
+            block_shards,
+        )
 
     def cursors(self, stream_position: int) -> tuple[int, ...]:
-        """Items each source has delivered once the stream reaches ``stream_position`` (from the segment on)."""
+        """Items each source has delivered once the stream reaches ``stream_position`` (from the
+        segment on)."""
         done = self.interleave.counts(stream_position - self.segment.start)
         return tuple(int(c) for c in np.asarray(self.segment.cursors) + done)
 
     def reweighted(self, weights: Mapping[str, float], stream_position: int) -> Mix:
-        """This mix continued under ``weights`` from ``stream_position``: every source from its cursor."""
-        return Mix(dict(zip(self.names, self.datasets, strict=True)), weights, self.epoch_samples,
-                   Segment(stream_position, self.cursors(stream_position)))
+        """This mix continued under ``weights`` from ``stream_position``: every source from its
+        cursor."""
+        return Mix(
+            dict(zip(self.names, self.datasets, strict=True)),
+            weights,
+            self.epoch_samples,
+            Segment(stream_position, self.cursors(stream_position)),
+        )
 
     def with_segment(self, segment: Segment) -> Mix:
         """This mix with the interleave restarted where ``segment`` says (a state's)."""
-        resumed = copy.copy(self)  # the sources, interleave and fields are the same; only the segment differs
+        # the sources, interleave and fields are the same; only the segment differs
+        resumed = copy.copy(self)
         resumed.segment = replace(segment, cursors=tuple(segment.cursors))
         return resumed
 
@@ -115,9 +139,11 @@ class Mix:
             if not lacking:  # in every source, with different kinds: _common_fields said so already
                 continue
             ds = self.datasets[self.names.index(lacking[0])]
-            raise ConfigError(f"field {name!r} is not in mix source {lacking[0]!r} ({ds!r}, fields: "
-                              f"{', '.join(sorted(ds.fields)) or 'none'}); ask only for fields every source has: "
-                              f"{', '.join(sorted(self._fields)) or 'none'}")
+            raise ConfigError(
+                f"field {name!r} is not in mix source {lacking[0]!r} ({ds!r}, fields: "
+                f"{', '.join(sorted(ds.fields)) or 'none'}); ask only for fields every source has: "
+                f"{', '.join(sorted(self._fields)) or 'none'}"
+            )
 
     def _split(self, shard_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """(source, batch positions) of the samples of each source among ``shard_ids``."""
@@ -129,8 +155,9 @@ class Mix:
         source = int(np.searchsorted(self.shard_offsets, shard, side="right") - 1)
         return self.datasets[source], shard - int(self.shard_offsets[source])
 
-    def read_columns(self, shard_ids: np.ndarray, local: np.ndarray,
-                     fields: Sequence[str]) -> tuple[list[str], dict[str, Column]]:
+    def read_columns(
+        self, shard_ids: np.ndarray, local: np.ndarray, fields: Sequence[str]
+    ) -> tuple[list[str], dict[str, Column]]:
         """Keys and per-field columns of a batch, in batch order, gathered source by source."""
         n = len(shard_ids)
         columns = {name: Column(n) for name in fields}
@@ -138,7 +165,8 @@ class Mix:
         groups: list[np.ndarray] = []
         for source, slots in self._split(shard_ids):
             part_keys, part_groups = self.datasets[source].gather(
-                shard_ids[slots] - self.shard_offsets[source], local[slots], slots, columns)
+                shard_ids[slots] - self.shard_offsets[source], local[slots], slots, columns
+            )
             keys.extend(part_keys)
             groups.extend(part_groups)
         if len(groups) > 1:
@@ -188,8 +216,10 @@ def _checked_weights(names: tuple[str, ...], weights: Mapping[str, float]) -> tu
     """The weights in source order, normalized; a ConfigError naming the source for a bad one."""
     unknown = sorted(set(weights) - set(names))
     if unknown:
-        raise ConfigError(f"weights name {', '.join(map(repr, unknown))}, which is not a source of the mix "
-                          f"(sources: {', '.join(names)})")
+        raise ConfigError(
+            f"weights name {', '.join(map(repr, unknown))}, which is not a source of the mix "
+            f"(sources: {', '.join(names)})"
+        )
     missing = [n for n in names if n not in weights]
     if missing:
         raise ConfigError(f"mix source {missing[0]!r} has no weight; give every source one (0 leaves it out)")
@@ -216,8 +246,12 @@ def _common_fields(names: tuple[str, ...], datasets: tuple[Dataset, ...]) -> dic
         for field_name, kind in ds.fields.items():
             if field_name in common and common[field_name] != kind:
                 first = next(n for n, d in zip(names, datasets, strict=True) if field_name in d.fields)
-                raise ConfigError(f"field {field_name!r} is {common[field_name]} in mix source {first!r} but {kind} "
-                                  f"in {name!r}; rebuild one of them so that the kinds agree, or mix other sources")
+                raise ConfigError(
+                    f"field {field_name!r} is {common[field_name]} in mix source {first!r} "
+                    f"but {kind} "
+                    f"in {name!r}; rebuild one of them so that the kinds agree, or mix "
+                    "other sources"
+                )
         common = {f: k for f, k in common.items() if f in ds.fields}
     return common
 
@@ -229,8 +263,10 @@ def _open(spec: SourceSpec, name: str, storage_options: Mapping[str, Any] | None
     if isinstance(spec, Mapping):
         unknown = sorted(set(spec) - {"dataset", "split"})
         if unknown or "dataset" not in spec:
-            raise ConfigError(f"mix source {name!r}: give a dataset URL, or {{dataset: URL, split: NAME}} "
-                              f"(got keys {', '.join(map(str, spec)) or 'none'})")
+            raise ConfigError(
+                f"mix source {name!r}: give a dataset URL, or {{dataset: URL, split: NAME}} "
+                f"(got keys {', '.join(map(str, spec)) or 'none'})"
+            )
         split = spec.get("split")
         if split is not None:
             options["split"] = split
@@ -240,14 +276,21 @@ def _open(spec: SourceSpec, name: str, storage_options: Mapping[str, Any] | None
     raise ConfigError(f"mix source {name!r}: {spec!r} is not a dataset URL or a Dataset")
 
 
-def mix(sources: Mapping[str, SourceSpec] | str | os.PathLike[str], weights: Mapping[str, float] | None = None,
-        epoch_samples: int | None = None, *, storage_options: Mapping[str, Any] | None = None,
-        **open_options: Any) -> Mix:
-    """Mix datasets by weight: ``mix({"web": "store/web@v3", "code": ds}, weights={"web": 0.7, "code": 0.3})``.
+def mix(
+    sources: Mapping[str, SourceSpec] | str | os.PathLike[str],
+    weights: Mapping[str, float] | None = None,
+    epoch_samples: int | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    **open_options: Any,
+) -> Mix:
+    """Mix datasets by weight: ``mix({"web": "store/web@v3", "code": ds}, weights={"web": 0.7,
+    "code": 0.3})``.
 
-    ``sources``: name -> dataset URL, Dataset or {dataset: URL, split: NAME}; or the path of a mix file
-    (YAML with ``sources``, ``weights`` and optional ``epoch_samples``, docs/guide/training-runs.md); the
-    ``weights`` and ``epoch_samples`` given here override the file's.
+    ``sources``: name -> dataset URL, Dataset or {dataset: URL, split: NAME}; or the path of a mix
+    file (YAML with ``sources``, ``weights`` and optional ``epoch_samples``,
+    docs/guide/training-runs.md); the ``weights`` and ``epoch_samples`` given here override the
+    file's.
     ``weights`` default to the sources' sizes; ``epoch_samples`` (samples per epoch) to their sum.
     ``open_options`` (verify, cache_dir, cache_limit, retries) go to ``open_dataset`` for each URL.
     """
@@ -255,7 +298,8 @@ def mix(sources: Mapping[str, SourceSpec] | str | os.PathLike[str], weights: Map
         from datapipe.loader.mix_file import read_mix_file
 
         spec = read_mix_file(sources)
-        sources, weights = spec.sources, weights if weights is not None else spec.weights  # given: they win
+        # given: they win
+        sources, weights = spec.sources, weights if weights is not None else spec.weights
         epoch_samples = spec.epoch_samples if epoch_samples is None else epoch_samples
     if not isinstance(sources, Mapping):
         raise ConfigError("mix sources must be a mapping of name -> dataset URL or Dataset, or a mix file path")

@@ -1,4 +1,5 @@
-"""The mix file: a YAML of sources, weights and epoch_samples, read with errors that name the file and key.
+"""The mix file: a YAML of sources, weights and epoch_samples, read with errors that name the file
+and key.
 
 Local dataset URLs in it are relative to the file's folder, as a pipeline file's source paths are.
 """

@@ -1,4 +1,5 @@
-"""What a Loader, the ledger and the audit read, opened from a URL, a mix file, a Dataset or a Mix."""
+"""What a Loader, the ledger and the audit read, opened from a URL, a mix file, a Dataset or a
+Mix."""
 
 from __future__ import annotations
 
@@ -12,14 +13,22 @@ from datapipe.loader.mix import Mix, mix
 from datapipe.loader.shard_set import ShardSet
 
 
-def open_data(data: str | os.PathLike[str] | Dataset | Mix, storage_options: Mapping[str, Any] | None = None,
-              split: str | None = None, **options: Any) -> ShardSet:
-    """What a Loader reads: a Dataset or Mix as given, a mix file (.yaml/.yml), or a dataset URL (its ``split``)."""
+def open_data(
+    data: str | os.PathLike[str] | Dataset | Mix,
+    storage_options: Mapping[str, Any] | None = None,
+    split: str | None = None,
+    **options: Any,
+) -> ShardSet:
+    """What a Loader reads: a Dataset or Mix as given, a mix file (.yaml/.yml), or a dataset URL
+    (its ``split``)."""
     text = None if isinstance(data, Dataset | Mix) else os.fspath(data)
     is_mix = isinstance(data, Mix) or (text is not None and text.endswith((".yaml", ".yml")) and os.path.isfile(text))
     if split is not None and (is_mix or isinstance(data, Dataset)):
-        raise ConfigError(f"split={split!r} applies to a dataset URL; for a mix, name the split of each source "
-                          "({dataset: URL, split: NAME}); for a Dataset, open it with open_dataset(url, split=...)")
+        raise ConfigError(
+            f"split={split!r} applies to a dataset URL; for a mix, name the split of each source "
+            "({dataset: URL, split: NAME}); for a Dataset, open it with "
+            "open_dataset(url, split=...)"
+        )
     if isinstance(data, Dataset | Mix):
         return data
     if is_mix:

@@ -1,4 +1,5 @@
-"""One buffer per batch: every numeric array of a batch, and its payload lists, packed into a single uint8 array.
+"""One buffer per batch: every numeric array of a batch, and its payload lists, packed into a single
+uint8 array.
 
 A DataLoader worker hands each tensor to the training process through its own shared-memory
 segment, and that costs more per tensor than the copy; packing makes it one segment per
@@ -18,8 +19,10 @@ import numpy as np
 from datapipe.loader.collate import Images, Ragged, decode_payloads
 
 ALIGN = 64
-Layout = list[tuple[str, str, Any]]  # (name, "array" | "tuple" | "payloads" | "object", spec or value)
-Allocate = Callable[[int], tuple[Any, np.ndarray]]  # nbytes -> (the buffer to hand on, a uint8 numpy view of it)
+# (name, "array" | "tuple" | "payloads" | "object", spec or value)
+Layout = list[tuple[str, str, Any]]
+# nbytes -> (the buffer to hand on, a uint8 numpy view of it)
+Allocate = Callable[[int], tuple[Any, np.ndarray]]
 
 
 def _align(n: int) -> int:
@@ -36,7 +39,8 @@ def _heap(nbytes: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout]:
-    """(buffer, layout): numeric arrays (and tuples of them) copied into one buffer, other values in ``layout``.
+    """(buffer, layout): numeric arrays (and tuples of them) copied into one buffer, other values in
+    ``layout``.
 
     ``allocate(nbytes)`` gives (what to return as the buffer, a uint8 numpy view to fill): shared
     memory, say. ``Ragged`` fields are gathered straight into it, so their payloads are copied once;
@@ -72,8 +76,9 @@ def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout
             n, size = value.column.n, int(value.column.sizes().sum())
             specs = [place(size, "|u1", (size,)), place(8 * (n + 1), np.dtype(np.int64).str, (n + 1,))]
             ragged.append((specs[0][0], specs[1][0], value))
-            layout.append((name, "tuple", specs) if value.decoder == "ragged" else
-                          (name, "payloads", (value.decoder, specs)))
+            layout.append(
+                (name, "tuple", specs) if value.decoder == "ragged" else (name, "payloads", (value.decoder, specs))
+            )
         else:
             layout.append((name, "object", value))
     handle, buffer = allocate(total)
@@ -88,7 +93,8 @@ def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout
 
 
 def unpack(buffer: Any, layout: Layout, view: Callable[[Any, int, str, tuple[int, ...]], Any]) -> dict[str, Any]:
-    """The batch again; ``view(buffer, start, dtype, shape)`` makes an array (or tensor) view of the buffer.
+    """The batch again; ``view(buffer, start, dtype, shape)`` makes an array (or tensor) view of the
+    buffer.
 
     ``buffer`` is a uint8 numpy array or anything with ``.numpy()`` giving one (a CPU tensor)."""
     batch: dict[str, Any] = {}

@@ -1,4 +1,5 @@
-"""Run an iterator ahead in a background thread, through a bounded queue (memory: ``depth`` items)."""
+"""Run an iterator ahead in a background thread, through a bounded queue (memory: ``depth``
+items)."""
 
 from __future__ import annotations
 

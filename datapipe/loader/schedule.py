@@ -38,7 +38,8 @@ def _rng(*words: int) -> np.random.Generator:
 
 
 def groups(keys: np.ndarray) -> list[tuple[int, np.ndarray | slice]]:
-    """(key, where it is in ``keys``) of each distinct key: one sort, not a mask per key (an epoch has
+    """(key, where it is in ``keys``) of each distinct key: one sort, not a mask per key (an epoch
+    has
     thousands of blocks); a slice when ``keys`` is one run, as a batch's often is."""
     if len(keys) == 0:
         return []
@@ -51,7 +52,8 @@ def groups(keys: np.ndarray) -> list[tuple[int, np.ndarray | slice]]:
 
 
 def block_permutation(seed: int, epoch: int, block: int, n: int) -> np.ndarray:
-    """The order in which block ``block``'s ``n`` samples (its shards' samples, concatenated) are read."""
+    """The order in which block ``block``'s ``n`` samples (its shards' samples, concatenated) are
+    read."""
     return _rng(seed, epoch, block + 1).permutation(n)
 
 
@@ -118,9 +120,9 @@ class EpochOrder:
             shard_ids[where], local[where] = shards[i], offsets[i]
         return shard_ids, local
 
-
     def spans(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per shard, the epoch positions [start, end) within which this order reads it: its block's when
+        """Per shard, the epoch positions [start, end) within which this order reads it: its block's
+        when
         shuffled (a block's shards are read together), else the shard's own."""
         if not self.shuffle:
             return self.shard_starts[:-1], self.shard_starts[1:]
@@ -157,13 +159,15 @@ class BatchPlan:
         return remaining // self.global_batch
 
     def positions(self, rank: int, step: int) -> np.ndarray:
-        """Epoch positions of rank ``rank``'s batch ``step`` (0 = the first batch after ``start``)."""
+        """Epoch positions of rank ``rank``'s batch ``step`` (0 = the first batch after
+        ``start``)."""
         base = self.start + step * self.global_batch + rank * self.batch_size
         pos = np.arange(base, base + self.batch_size, dtype=np.int64)
         return pos % self.total if self.drop_last == "pad" else pos
 
     def raw_positions(self, rank: int, steps: np.ndarray) -> np.ndarray:
-        """(steps x batch_size) positions of rank ``rank``'s ``steps`` before the pad's wrap (>= total: padding)."""
+        """(steps x batch_size) positions of rank ``rank``'s ``steps`` before the pad's wrap (>=
+        total: padding)."""
         base = self.start + np.asarray(steps, dtype=np.int64) * self.global_batch + rank * self.batch_size
         return base[:, None] + np.arange(self.batch_size, dtype=np.int64)
 
@@ -173,7 +177,8 @@ class BatchPlan:
 
 
 def worker_steps(steps: int | Sequence[int], worker: int, num_workers: int) -> Sequence[int]:
-    """The batch steps a DataLoader worker produces: every num_workers-th of ``steps`` (a count: range(steps)),
+    """The batch steps a DataLoader worker produces: every num_workers-th of ``steps`` (a count:
+    range(steps)),
     starting at its id; the order a DataLoader yields them in is then the order of ``steps``."""
     if isinstance(steps, int):
         steps = range(steps)

@@ -1,4 +1,5 @@
-"""The loader's settings: one frozen value, validated once, shared by the Loader and ShardDataset."""
+"""The loader's settings: one frozen value, validated once, shared by the Loader and
+ShardDataset."""
 
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ WORKER_PREFETCH = 4  # the default batches a DataLoader worker prepares ahead
 
 @dataclass(frozen=True)
 class LoaderSettings:
-    """How a rank's batches are made and delivered: the ``datapipe.Loader`` keywords that are not about
+    """How a rank's batches are made and delivered: the ``datapipe.Loader`` keywords that are not
+    about
     opening the dataset or the world.
 
     ``fields`` and ``decode`` are checked against a dataset's fields where a BatchSource is made.
-    ``prefetch=None`` becomes the default: ``WORKER_PREFETCH`` per DataLoader worker, none in process
-    (there a batch is made when asked, as with torch's DataLoader(num_workers=0); a thread ahead shares
-    the GIL with the training loop and holds the memory of its batches: benchmarks/README.md).
+    ``prefetch=None`` becomes the default: ``WORKER_PREFETCH`` per DataLoader worker, none in
+    process (there a batch is made when asked, as with torch's DataLoader(num_workers=0); a thread
+    ahead shares the GIL with the training loop and holds the memory of its batches:
+    benchmarks/README.md).
     """
 
     batch_size: int = 256
@@ -39,8 +42,10 @@ class LoaderSettings:
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.drop_last not in (True, "pad"):
-            raise ConfigError(f"drop_last={self.drop_last!r}: use True (drop the last partial global batch) or "
-                              "'pad' (repeat samples to fill it); ranks must get equal batches, so no short batch")
+            raise ConfigError(
+                f"drop_last={self.drop_last!r}: use True (drop the last partial global batch) or "
+                "'pad' (repeat samples to fill it); ranks must get equal batches, so no short batch"
+            )
         if self.num_workers < 0 or (self.prefetch is not None and self.prefetch < 0) or self.block_shards < 1:
             raise ConfigError("num_workers and prefetch must be >= 0, block_shards >= 1")
         if self.prefetch is None:  # a frozen value: its default is settled here, once

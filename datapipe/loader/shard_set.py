@@ -56,8 +56,9 @@ class ShardSet(Protocol):
     def check_fields(self, fields: Sequence[str] | None, decode: Mapping[str, Any] | None) -> None:
         """Fail now, naming the source, when a field asked for is not in every sample."""
 
-    def read_columns(self, shard_ids: np.ndarray, local: np.ndarray,
-                     fields: Sequence[str]) -> tuple[list[str], dict[str, Column]]:
+    def read_columns(
+        self, shard_ids: np.ndarray, local: np.ndarray, fields: Sequence[str]
+    ) -> tuple[list[str], dict[str, Column]]:
         """Keys and per-field columns of a batch, in batch order."""
 
     def source_names(self, shard_ids: np.ndarray) -> list[str] | None:

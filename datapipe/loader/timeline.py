@@ -1,4 +1,5 @@
-"""Global steps: the index of a global batch counted from step 0 of epoch 0, across epochs; and skips of them.
+"""Global steps: the index of a global batch counted from step 0 of epoch 0, across epochs; and
+skips of them.
 
 Every epoch has the same number of steps (ranks are equal), so a step is an (epoch, batch of that
 epoch) by arithmetic. A resume with another world size or batch size starts a new stretch of the
@@ -18,7 +19,8 @@ from datapipe.loader.schedule import BatchPlan, DropLast
 
 @dataclass(frozen=True)
 class Timeline:
-    """Steps from the anchor (``step``, ``epoch``, ``position``) on, for ``total`` samples an epoch."""
+    """Steps from the anchor (``step``, ``epoch``, ``position``) on, for ``total`` samples an
+    epoch."""
 
     total: int
     batch_size: int
@@ -49,15 +51,19 @@ class Timeline:
     def locate(self, step: int) -> tuple[int, int]:
         """(epoch, batch of that epoch's plan) of global step ``step``."""
         if step < self.step:
-            raise ConfigError(f"step {step} ran before the resume at step {self.step} with another world size "
-                              f"or batch size; ask it of a loader with that run's settings")
+            raise ConfigError(
+                f"step {step} ran before the resume at step {self.step} with another world size "
+                f"or batch size; ask it of a loader with that run's settings"
+            )
         first = self.plan(self.epoch).num_batches()
         if step < self.step + first:
             return self.epoch, step - self.step
         per_epoch = self.steps_per_epoch
         if per_epoch == 0:
-            raise ConfigError(f"an epoch of {self.total} samples has no global batch of "
-                              f"{self.batch_size * self.world_size}; there is no step {step}")
+            raise ConfigError(
+                f"an epoch of {self.total} samples has no global batch of "
+                f"{self.batch_size * self.world_size}; there is no step {step}"
+            )
         later, index = divmod(step - self.step - first, per_epoch)
         return self.epoch + 1 + later, index
 
@@ -96,7 +102,8 @@ class Skips:
         return any(a <= step < b for a, b in self.ranges)
 
     def kept(self, first: int, n: int) -> np.ndarray | None:
-        """Of the plan steps 0..n-1 (global steps first..first+n-1), those not skipped; None when none is."""
+        """Of the plan steps 0..n-1 (global steps first..first+n-1), those not skipped; None when
+        none is."""
         steps = np.arange(n, dtype=np.int64)
         keep = np.ones(n, dtype=bool)
         for a, b in self.ranges:

@@ -1,4 +1,5 @@
-"""Who is reading: a rank of a world of ranks. A value, built at the edge from arguments or what is detected."""
+"""Who is reading: a rank of a world of ranks. A value, built at the edge from arguments or what is
+detected."""
 
 from __future__ import annotations
 
@@ -36,9 +37,11 @@ def world_from_env(env: Mapping[str, str]) -> tuple[int, int] | None:
     return None
 
 
-def resolve_world(rank: int | None, world_size: int | None, env: Mapping[str, str],
-                  detect: Detect | None = None) -> World:
-    """The world: ``rank`` and ``world_size`` as given, else what ``detect`` finds (torch.distributed's
+def resolve_world(
+    rank: int | None, world_size: int | None, env: Mapping[str, str], detect: Detect | None = None
+) -> World:
+    """The world: ``rank`` and ``world_size`` as given, else what ``detect`` finds
+    (torch.distributed's
     default process group, say), else RANK/WORLD_SIZE in ``env``, else rank 0 of 1."""
     if rank is not None and world_size is not None:
         return World(rank, world_size)

@@ -1,4 +1,5 @@
-"""The Starlette app: routes, the headers every answer carries, and DatapipeErrors as error pages."""
+"""The Starlette app: routes, the headers every answer carries, and DatapipeErrors as error
+pages."""
 
 from __future__ import annotations
 
@@ -25,10 +26,15 @@ from datapipe.versioning.store import Store
 log = logging.getLogger(__name__)
 
 # no script at all, and nothing from elsewhere: data rendered into a page can never run
-CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; "
-       "frame-ancestors 'none'")
-HEADERS = [(b"x-content-type-options", b"nosniff"), (b"content-security-policy", CSP.encode()),
-           (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"content-security-policy", CSP.encode()),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+]
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -41,6 +47,7 @@ class SecurityHeaders:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on; add the headers at the response's start."""
+
         async def send_with(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", []), *HEADERS]
@@ -50,7 +57,9 @@ class SecurityHeaders:
 
 
 def _guarded(env: Environment, handler: Handler) -> Handler:
-    """``handler`` with DatapipeErrors (and any bug) as an error page: 404 for what is not there, else 500."""
+    """``handler`` with DatapipeErrors (and any bug) as an error page: 404 for what is not there,
+    else 500."""
+
     async def guarded(request: Request) -> Response:
         try:
             return await handler(request)
@@ -76,21 +85,25 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
-def create_app(store: Store | str, storage_options: dict[str, Any] | None = None,
-               allowed_hosts: list[str] | None = None) -> Starlette:
-    """The browser of ``store`` (a Store or its URL) as an ASGI app; read-only, every page server-rendered.
+def create_app(
+    store: Store | str, storage_options: dict[str, Any] | None = None, allowed_hosts: list[str] | None = None
+) -> Starlette:
+    """The browser of ``store`` (a Store or its URL) as an ASGI app; read-only, every page
+    server-rendered.
 
-    ``allowed_hosts``: the Host header values answered (others get 400), so that a web page whose name
-    resolves to 127.0.0.1 (DNS rebinding) cannot read the data through the visitor's browser; None answers
-    any (`datapipe serve` passes LOOPBACK_NAMES when it listens on loopback).
+    ``allowed_hosts``: the Host header values answered (others get 400), so that a web page whose
+    name resolves to 127.0.0.1 (DNS rebinding) cannot read the data through the visitor's browser;
+    None answers any (`datapipe serve` passes LOOPBACK_NAMES when it listens on loopback).
     """
     if isinstance(store, str):
         store = Store(store, storage_options)
     env = Environment(loader=PackageLoader("datapipe.serve"), autoescape=True)
     env.filters["size"] = format_size
     static = resources.files("datapipe.serve").joinpath("static")
-    files = {"style.css": (static.joinpath("style.css").read_bytes(), "text/css"),
-             "icon.svg": (static.joinpath("icon.svg").read_bytes(), "image/svg+xml")}
+    files = {
+        "style.css": (static.joinpath("style.css").read_bytes(), "text/css"),
+        "icon.svg": (static.joinpath("icon.svg").read_bytes(), "image/svg+xml"),
+    }
     context = pages.Context(env, Versions(store), Thumbnails())
 
     def static_file(name: str) -> Handler:
@@ -98,6 +111,7 @@ def create_app(store: Store | str, storage_options: dict[str, Any] | None = None
 
         async def serve_file(request: Request) -> Response:
             return Response(data, media_type=media_type, headers={"cache-control": "max-age=3600"})
+
         return serve_file
 
     # the two files by name, never a path from the URL
@@ -109,5 +123,6 @@ def create_app(store: Store | str, storage_options: dict[str, Any] | None = None
     app.state.env = env
     if allowed_hosts is not None:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
-    app.add_middleware(SecurityHeaders)  # added last: outermost, so the 400 of a wrong host carries them too
+    # added last: outermost, so the 400 of a wrong host carries them too
+    app.add_middleware(SecurityHeaders)
     return app

@@ -1,4 +1,5 @@
-"""The quarantine page (a version's rejected rows) and the diff page (added, removed, changed samples)."""
+"""The quarantine page (a version's rejected rows) and the diff page (added, removed, changed
+samples)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from datapipe.serve.samples import PREVIEW, Field, describe, read_sample
 from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
 from datapipe.versioning.store import VERSIONS, Store
 
-FAILED_QUARANTINE = "rejected"  # builder/accounting.py's: STORE/NAME/rejected/TIME-ID.parquet (a test keeps them equal)
+# builder/accounting.py's: STORE/NAME/rejected/TIME-ID.parquet (a test keeps them equal)
+FAILED_QUARANTINE = "rejected"
 
 REJECTS = 100  # quarantined rows a page
 CHANGED = 20  # changed samples a page of the diff (each shown from both sides)
@@ -35,9 +37,12 @@ def read_quarantine(ds: Dataset) -> list[dict[str, Any]]:
     m = ds.manifest
     if m.rejected is None:
         return []
-    if "/" in m.rejected or m.rejected.startswith("."):  # a name beside the manifest, never a path elsewhere
-        raise IntegrityError(f"{ds.name}@{m.version[:12]}: the manifest's rejected is {m.rejected!r}, not a "
-                             "file name in the version's directory")
+    # a name beside the manifest, never a path elsewhere
+    if "/" in m.rejected or m.rejected.startswith("."):
+        raise IntegrityError(
+            f"{ds.name}@{m.version[:12]}: the manifest's rejected is {m.rejected!r}, not a "
+            "file name in the version's directory"
+        )
     return _parquet_rows(ds.store, ds.store.path(ds.name, VERSIONS, m.version, m.rejected))
 
 
@@ -54,21 +59,24 @@ def _parquet_rows(store: Store, path: str) -> list[dict[str, Any]]:
 
 
 def failed_builds(store: Store, name: str) -> list[str]:
-    """The quarantine files that failed builds of ``name`` left (STORE/NAME/rejected/TIME-ID.parquet), newest
+    """The quarantine files that failed builds of ``name`` left
+    (STORE/NAME/rejected/TIME-ID.parquet), newest
     first."""
     names = store.entry_names(store.path(name, FAILED_QUARANTINE))
     return sorted((n for n in names if n.endswith(".parquet") and not n.startswith(".")), reverse=True)
 
 
 def quarantine_page(c: Any, name: str, ref: str, request: Request) -> HTMLResponse:
-    """The rejected rows of a version, filtered by stage and by a word of the reason, REJECTS a page."""
+    """The rejected rows of a version, filtered by stage and by a word of the reason, REJECTS a
+    page."""
     ds = c.versions.dataset(name, ref)
     here = f"/d/{name}/v/{ds.version}/quarantine"
     return _rejects(c, request, read_quarantine(ds), name=name, m=ds.manifest, here=here, failed=None)
 
 
 def failed_page(c: Any, name: str, file: str, request: Request) -> HTMLResponse:
-    """The rejected rows a failed build of ``name`` left in ``file`` (a name from the store's listing)."""
+    """The rejected rows a failed build of ``name`` left in ``file`` (a name from the store's
+    listing)."""
     name = c.versions.dataset_name(name)
     if file not in failed_builds(c.versions.store, name):
         raise NotFoundError(f"{name}: no failed build's quarantine {file!r}")
@@ -83,14 +91,27 @@ def _rejects(c: Any, request: Request, rows: list[dict[str, Any]], **where: Any)
         raise NotFoundError(f"{where['here']}: no rejected rows of stage {stage!r}")
     chosen = [r for r in rows if (not stage or r.get("stage") == stage) and reason in str(r.get("reason", ""))]
     page = _number(request, "page")
-    shown = [{**r, "data": str(r.get("data", ""))[:DATA], "cut": len(str(r.get("data", ""))) > DATA}
-             for r in chosen[page * REJECTS : (page + 1) * REJECTS]]
-    return c.render("quarantine.html", rows=shown, total=len(rows), matched=len(chosen), stages=stages, stage=stage,
-                    reason=reason, page=page, more=len(chosen) > (page + 1) * REJECTS, **where)
+    shown = [
+        {**r, "data": str(r.get("data", ""))[:DATA], "cut": len(str(r.get("data", ""))) > DATA}
+        for r in chosen[page * REJECTS : (page + 1) * REJECTS]
+    ]
+    return c.render(
+        "quarantine.html",
+        rows=shown,
+        total=len(rows),
+        matched=len(chosen),
+        stages=stages,
+        stage=stage,
+        reason=reason,
+        page=page,
+        more=len(chosen) > (page + 1) * REJECTS,
+        **where,
+    )
 
 
 class Diffs:
-    """Sample diffs of version pairs, the last few kept (each costs reading the indexes of the shards the two
+    """Sample diffs of version pairs, the last few kept (each costs reading the indexes of the
+    shards the two
     versions do not share)."""
 
     def __init__(self, size: int = 8) -> None:
@@ -107,8 +128,10 @@ class Diffs:
                 return self._made[key]
         # from the shards the two do not share: a few, after an incremental build
         pair = VersionPair(*(Side(ds.store, ds.name, ds.manifest) for ds in (a, b)))
-        sides = [{k: (number[path], row) for k, (path, row, _) in side.items()}
-                 for side, number in zip(pair.locations(), (_numbers(a), _numbers(b)), strict=True)]
+        sides = [
+            {k: (number[path], row) for k, (path, row, _) in side.items()}
+            for side, number in zip(pair.locations(), (_numbers(a), _numbers(b)), strict=True)
+        ]
         made = (pair.diff(), *sides)
         with self._lock:
             self._made[key] = made
@@ -129,7 +152,8 @@ def _fields(ds: Dataset, shard: int, row: int) -> list[Field]:
 
 
 def diff_page(c: Any, name: str, request: Request) -> HTMLResponse:
-    """Two versions (?a=REF&b=REF; b defaults to latest, a to b's parent): the keys added and removed, and the
+    """Two versions (?a=REF&b=REF; b defaults to latest, a to b's parent): the keys added and
+    removed, and the
     changed samples, CHANGED a page, each with both sides next to each other."""
     name = c.versions.dataset_name(name)
     b = c.versions.dataset(name, request.query_params.get("b") or "latest")
@@ -139,10 +163,32 @@ def diff_page(c: Any, name: str, request: Request) -> HTMLResponse:
     a = c.versions.dataset(name, a_ref)
     diff, where_a, where_b = c.diffs.get(a, b)
     page = _number(request, "page")
-    changed = [{"key": k, "a": where_a[k], "b": where_b[k], "a_fields": _fields(a, *where_a[k]),
-                "b_fields": _fields(b, *where_b[k])} for k in diff.changed[page * CHANGED : (page + 1) * CHANGED]]
-    versions = sorted(c.versions.store.versions(name),
-                      key=lambda v: c.versions.store.manifest(name, v).created_at, reverse=True)
-    return c.render("diff.html", name=name, a=a.manifest, b=b.manifest, diff=diff, changed=changed, page=page,
-                    more=len(diff.changed) > (page + 1) * CHANGED, added=diff.added[:KEYS], removed=diff.removed[:KEYS],
-                    where_b=where_b, where_a=where_a, keys=KEYS, versions=versions)
+    changed = [
+        {
+            "key": k,
+            "a": where_a[k],
+            "b": where_b[k],
+            "a_fields": _fields(a, *where_a[k]),
+            "b_fields": _fields(b, *where_b[k]),
+        }
+        for k in diff.changed[page * CHANGED : (page + 1) * CHANGED]
+    ]
+    versions = sorted(
+        c.versions.store.versions(name), key=lambda v: c.versions.store.manifest(name, v).created_at, reverse=True
+    )
+    return c.render(
+        "diff.html",
+        name=name,
+        a=a.manifest,
+        b=b.manifest,
+        diff=diff,
+        changed=changed,
+        page=page,
+        more=len(diff.changed) > (page + 1) * CHANGED,
+        added=diff.added[:KEYS],
+        removed=diff.removed[:KEYS],
+        where_b=where_b,
+        where_a=where_a,
+        keys=KEYS,
+        versions=versions,
+    )

@@ -1,4 +1,5 @@
-"""Charts as plain numbers for inline SVG: the stage accounting, the shard-size histogram, the parent graph."""
+"""Charts as plain numbers for inline SVG: the stage accounting, the shard-size histogram, the
+parent graph."""
 
 from __future__ import annotations
 
@@ -26,12 +27,15 @@ def bars(values: Sequence[tuple[str, int]], width: int = WIDTH, height: int = HE
         return []
     top = max(v for _, v in values) or 1
     step = width / len(values)
-    return [Bar(i * step + 1, height - height * v / top, max(step - 2, 1), height * v / top, label, v)
-            for i, (label, v) in enumerate(values)]
+    return [
+        Bar(i * step + 1, height - height * v / top, max(step - 2, 1), height * v / top, label, v)
+        for i, (label, v) in enumerate(values)
+    ]
 
 
 def histogram(sizes: Sequence[int], bins: int = 20) -> list[Bar]:
-    """Shard sizes in ``bins`` equal ranges (fewer when the sizes are few), as bars labelled by their range."""
+    """Shard sizes in ``bins`` equal ranges (fewer when the sizes are few), as bars labelled by
+    their range."""
     if not sizes:
         return []
     low, high = min(sizes), max(sizes)
@@ -60,7 +64,8 @@ Graph = tuple[list[Node], list[tuple[Node, Node]]]
 
 
 def parent_graph(versions: Sequence[tuple[str, str | None, Sequence[str]]]) -> Graph:
-    """Nodes and (child, parent) edges of (version, parent, tags) rows in the order given (newest first), each
+    """Nodes and (child, parent) edges of (version, parent, tags) rows in the order given (newest
+    first), each
     version in a lane as `git log --graph` draws them: a parent continues its first child's lane."""
     waiting: list[str | None] = []  # per lane, the version it leads to
     known = {v for v, _, _ in versions}

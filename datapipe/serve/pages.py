@@ -55,9 +55,18 @@ def store_page(c: Context) -> HTMLResponse:
             refs = store.refs(name)
             version = c.versions.version(name, "latest")
             m = store.manifest(name, version)
-            rows.append({"name": name, "version": version, "tags": sorted(r for r, v in refs.items() if v == version),
-                         "samples": m.samples, "bytes": m.bytes, "created": shown_time(m.created_at),
-                         "versions": len(store.versions(name)), "error": None})
+            rows.append(
+                {
+                    "name": name,
+                    "version": version,
+                    "tags": sorted(r for r, v in refs.items() if v == version),
+                    "samples": m.samples,
+                    "bytes": m.bytes,
+                    "created": shown_time(m.created_at),
+                    "versions": len(store.versions(name)),
+                    "error": None,
+                }
+            )
         except DatapipeError as e:  # one broken dataset must not hide the others
             rows.append({"name": name, "error": str(e)})
     return c.render("store.html", datasets=rows)
@@ -68,26 +77,47 @@ def dataset_page(c: Context, name: str) -> HTMLResponse:
     name = c.versions.dataset_name(name)
     entries, problems = history(c.versions.store, name, c.versions.changes)
     nodes, edges = charts.parent_graph([(e.version, e.parent, e.tags) for e in entries])
-    return c.render("dataset.html", name=name, entries=entries, problems=problems, nodes=nodes, edges=edges,
-                    lanes=max((n.lane for n in nodes), default=0) + 1, row=charts.ROW, lane=charts.LANE,
-                    failed=failed_builds(c.versions.store, name))
+    return c.render(
+        "dataset.html",
+        name=name,
+        entries=entries,
+        problems=problems,
+        nodes=nodes,
+        edges=edges,
+        lanes=max((n.lane for n in nodes), default=0) + 1,
+        row=charts.ROW,
+        lane=charts.LANE,
+        failed=failed_builds(c.versions.store, name),
+    )
 
 
 def version_page(c: Context, name: str, ref: str) -> HTMLResponse:
-    """Fields, splits, classes, stage accounting, shard sizes and lineage of a version, and how to load it."""
+    """Fields, splits, classes, stage accounting, shard sizes and lineage of a version, and how to
+    load it."""
     ds = c.versions.dataset(name, ref)
     m = ds.manifest
-    stages = [(f"{s.stage} {what}", getattr(s, attr)) for s in m.stages
-              for what, attr in (("in", "rows_in"), ("out", "rows_out"), ("dropped", "dropped"),
-                                 ("rejected", "rejected"))]
+    stages = [
+        (f"{s.stage} {what}", getattr(s, attr))
+        for s in m.stages
+        for what, attr in (("in", "rows_in"), ("out", "rows_out"), ("dropped", "dropped"), ("rejected", "rejected"))
+    ]
     url = f"{c.versions.store.url}/{name}@{m.version[:12]}"
-    return c.render("version.html", name=name, m=m, ds=ds, stage_bars=charts.bars(stages),
-                    shard_bars=charts.histogram([s.bytes for s in m.shards]), width=charts.WIDTH,
-                    height=charts.HEIGHT, loader=f"datapipe.Loader({url!r})")
+    return c.render(
+        "version.html",
+        name=name,
+        m=m,
+        ds=ds,
+        stage_bars=charts.bars(stages),
+        shard_bars=charts.histogram([s.bytes for s in m.shards]),
+        width=charts.WIDTH,
+        height=charts.HEIGHT,
+        loader=f"datapipe.Loader({url!r})",
+    )
 
 
 def _positions(ds: Dataset, split: str | None, prefix: str) -> Iterator[tuple[int, int, str]]:
-    """(shard, row, key) of the samples in storage order, of one split and with keys starting with ``prefix``."""
+    """(shard, row, key) of the samples in storage order, of one split and with keys starting with
+    ``prefix``."""
     for shard, entry in enumerate(ds.shards):
         if split is not None and entry.split != split:
             continue
@@ -114,12 +144,22 @@ def samples_page(c: Context, name: str, ref: str, request: Request) -> HTMLRespo
     cells = []
     for shard, row, _ in shown:
         sample = read_sample(ds, shard, row)
-        fields = [describe(k, v, ds.manifest.fields.get(k), PREVIEW) for k, v in sorted(sample.items())
-                  if k != "__key__"]
+        fields = [
+            describe(k, v, ds.manifest.fields.get(k), PREVIEW) for k, v in sorted(sample.items()) if k != "__key__"
+        ]
         fields.sort(key=lambda f: f.kind != "image")  # the pictures at the top of each cell
         cells.append({"shard": shard, "row": row, "key": sample["__key__"], "fields": fields})
-    return c.render("samples.html", name=name, m=ds.manifest, cells=cells, page=page, split=split or "", q=prefix,
-                    more=len(found) > (page + 1) * PAGE, splits=ds.manifest.splits.names if ds.manifest.splits else [])
+    return c.render(
+        "samples.html",
+        name=name,
+        m=ds.manifest,
+        cells=cells,
+        page=page,
+        split=split or "",
+        q=prefix,
+        more=len(found) > (page + 1) * PAGE,
+        splits=ds.manifest.splits.names if ds.manifest.splits else [],
+    )
 
 
 def _limited(items: Iterator[Any], n: int) -> Iterator[Any]:
@@ -130,18 +170,29 @@ def _limited(items: Iterator[Any], n: int) -> Iterator[Any]:
 
 
 def sample_page(c: Context, name: str, ref: str, shard: int, row: int) -> HTMLResponse:
-    """One sample, every field in full (large ones cut, with their size), its shard and byte offset."""
+    """One sample, every field in full (large ones cut, with their size), its shard and byte
+    offset."""
     ds = c.versions.dataset(name, ref)
     shard = c.versions.shard(ds, shard)
     sample = read_sample(ds, shard, row)
     start = int(ds.index(shard).sample_start[row])
     fields = [describe(k, v, ds.manifest.fields.get(k)) for k, v in sorted(sample.items()) if k != "__key__"]
-    return c.render("sample.html", name=name, m=ds.manifest, key=sample["__key__"], fields=fields, shard=shard,
-                    row=row, offset=start, shard_path=ds.shards[shard].path)
+    return c.render(
+        "sample.html",
+        name=name,
+        m=ds.manifest,
+        key=sample["__key__"],
+        fields=fields,
+        shard=shard,
+        row=row,
+        offset=start,
+        shard_path=ds.shards[shard].path,
+    )
 
 
 def thumbnail(c: Context, name: str, ref: str, shard: int, row: int, field: str) -> Response:
-    """A PNG thumbnail of an image field, made from that sample's bytes alone; 404 when it is not an image."""
+    """A PNG thumbnail of an image field, made from that sample's bytes alone; 404 when it is not an
+    image."""
     ds = c.versions.dataset(name, ref)
     shard = c.versions.shard(ds, shard)
     thumb = c.thumbnails.get(ds, shard, row, field)
@@ -154,9 +205,10 @@ Page = Callable[[Request], Awaitable[Response]]
 
 
 def routes(c: Context) -> list[tuple[str, Page]]:
-    """(path, handler) of every page; handlers run the store reads in threads, not on the event loop, side by
-    side: what they share (opened versions, thumbnails, diffs) guards itself, and a Dataset's index cache
-    is only read and refilled, never closed, here."""
+    """(path, handler) of every page; handlers run the store reads in threads, not on the event
+    loop, side by
+    side: what they share (opened versions, thumbnails, diffs) guards itself, and a Dataset's index
+    cache is only read and refilled, never closed, here."""
 
     def page(fn: Callable[..., Response], with_request: bool = False) -> Page:
         async def handle(request: Request) -> Response:
@@ -164,6 +216,7 @@ def routes(c: Context) -> list[tuple[str, Page]]:
             if with_request:
                 args["request"] = request
             return await run_in_threadpool(fn, c, **args)
+
         return handle
 
     version = "/d/{name}/v/{ref}"

@@ -1,4 +1,5 @@
-"""Path parameters checked against the store: names from its listing, versions through its refs, shard numbers
+"""Path parameters checked against the store: names from its listing, versions through its refs,
+shard numbers
 from the manifest; nothing from a URL ever becomes a file path."""
 
 from __future__ import annotations
@@ -12,22 +13,26 @@ from datapipe.versioning.store import Store
 
 
 class Versions:
-    """The store a server browses, and the versions it has opened (one Dataset per version, no lease: read-only)."""
+    """The store a server browses, and the versions it has opened (one Dataset per version, no
+    lease: read-only)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._open: dict[tuple[str, str], Dataset] = {}
         self._lock = threading.Lock()  # pages run on several threads
-        self.changes: dict[tuple[str, str], Any] = {}  # (parent, version) -> what changed: versions are immutable
+        # (parent, version) -> what changed: versions are immutable
+        self.changes: dict[tuple[str, str], Any] = {}
 
     def dataset_name(self, name: str) -> str:
-        """``name`` when the store lists it, else NotFoundError (so '..', '/x', NUL bytes never reach a path)."""
+        """``name`` when the store lists it, else NotFoundError (so '..', '/x', NUL bytes never
+        reach a path)."""
         if name not in self.store.datasets():
             raise NotFoundError(f"no dataset {name!r} in {self.store.url}")
         return name
 
     def version(self, name: str, ref: str) -> str:
-        """The version id a tag, 'latest' or a unique hex prefix names, checked against the store's listing."""
+        """The version id a tag, 'latest' or a unique hex prefix names, checked against the store's
+        listing."""
         name = self.dataset_name(name)
         version = self.store.resolve(name, ref)
         if version not in self.store.versions(name):
@@ -42,7 +47,8 @@ class Versions:
             opened = self._open.get(key)
         if opened is None:
             opened = Dataset(self.store, name, self.store.manifest(name, version))
-            with self._lock:  # two pages that opened it at once keep the first; the other was never read
+            # two pages that opened it at once keep the first; the other was never read
+            with self._lock:
                 opened = self._open.setdefault(key, opened)
         return opened
 

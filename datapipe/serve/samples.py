@@ -1,5 +1,7 @@
-"""One sample read by its byte range through the shard's index (never the whole shard), and its fields made
-into what a page shows: text, pretty JSON, numbers, npy shape and dtype, images (only what Pillow identifies)."""
+"""One sample read by its byte range through the shard's index (never the whole shard), and its
+fields made
+into what a page shows: text, pretty JSON, numbers, npy shape and dtype, images (only what Pillow
+identifies)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ IMAGE_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg"}
 
 @dataclass(frozen=True)
 class Field:
-    """A field as a page shows it: ``kind`` text, json, number, npy, image or binary; ``text`` what to print
+    """A field as a page shows it: ``kind`` text, json, number, npy, image or binary; ``text`` what
+    to print
     (cut to the limit asked, ``cut`` then True), ``size`` its stored bytes."""
 
     name: str
@@ -36,7 +39,8 @@ class Field:
 
 
 def locate(ds: Dataset, shard: int, row: int) -> tuple[int, int]:
-    """Start and end byte of sample ``row`` of ``shard``, from its index; NotFoundError for a row it lacks."""
+    """Start and end byte of sample ``row`` of ``shard``, from its index; NotFoundError for a row it
+    lacks."""
     index = ds.index(shard)
     if not 0 <= row < len(index):
         raise NotFoundError(f"shard {shard} of {ds.name}@{ds.version[:12]} has no sample {row} ({len(index)})")
@@ -52,8 +56,12 @@ def read_sample(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
     except FileNotFoundError:
         raise NotFoundError(f"{path}: shard {shard} of {ds.name}@{ds.version[:12]} is missing") from None
     if hashlib.sha256(data).digest() != ds.index(shard).sample_hash[row].tobytes():
-        raise ShardCorruptError(path, f"sample {row} does not match the hash in its index; check the store with "
-                                f"`datapipe verify {ds.store.url}/{ds.name}`", start)
+        raise ShardCorruptError(
+            path,
+            f"sample {row} does not match the hash in its index; check the store with "
+            f"`datapipe verify {ds.store.url}/{ds.name}`",
+            start,
+        )
     if ds.format.name == "webdataset":
         data += TAR_END
     for entry in ds.format.reader(data, path).scan():
@@ -62,7 +70,8 @@ def read_sample(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
 
 
 def image_type(data: bytes) -> str | None:
-    """The media type of a PNG or JPEG that Pillow identifies, else None (then it is shown as binary)."""
+    """The media type of a PNG or JPEG that Pillow identifies, else None (then it is shown as
+    binary)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -77,7 +86,8 @@ def _cut(text: str, limit: int) -> tuple[str, bool]:
 
 
 def describe(name: str, value: Any, kind: str | None, limit: int = SHOWN) -> Field:
-    """How field ``name`` of kind ``kind`` (the manifest's, None when unknown) is shown, cut to ``limit``."""
+    """How field ``name`` of kind ``kind`` (the manifest's, None when unknown) is shown, cut to
+    ``limit``."""
     if not isinstance(value, bytes):
         return _text(name, "number" if isinstance(value, int | float) else "text", str(value), len(str(value)), limit)
     size = len(value)
@@ -109,15 +119,18 @@ def _text(name: str, kind: str, text: str, size: int, limit: int) -> Field:
 
 
 class Thumbnails:
-    """Thumbnails made on demand (PNG, at most THUMB pixels a side), the last ``size`` kept in memory."""
+    """Thumbnails made on demand (PNG, at most THUMB pixels a side), the last ``size`` kept in
+    memory."""
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
         self._made: OrderedDict[tuple[str, str, int, int, str], bytes | None] = OrderedDict()
-        self._lock = threading.Lock()  # pages run on several threads; the thumbnail is made outside it
+        # pages run on several threads; the thumbnail is made outside it
+        self._lock = threading.Lock()
 
     def get(self, ds: Dataset, shard: int, row: int, field: str) -> bytes | None:
-        """The thumbnail of ``field`` of a sample, or None when the field is not an image Pillow identifies."""
+        """The thumbnail of ``field`` of a sample, or None when the field is not an image Pillow
+        identifies."""
         key = (ds.name, ds.version, shard, row, field)
         with self._lock:
             if key in self._made:

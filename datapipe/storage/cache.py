@@ -35,7 +35,8 @@ from datapipe.storage.retry import RetryPolicy, bucket_and_key, remote_call
 log = logging.getLogger(__name__)
 CHUNK = 8 << 20
 LEDGER = ".cache.lock"  # the cache-wide lock file (see ShardCache._ledger)
-# <24 hex>-<name>.tmp-<host>-<pid>-<8 hex>: what _download names its temporary files, and nothing else
+# <24 hex>-<name>.tmp-<host>-<pid>-<8 hex>: what _download names its temporary files, and nothing
+# else
 _TEMP = re.compile(r"^(?P<entry>[0-9a-f]{24}-[A-Za-z0-9._-]+)\.tmp-[^/]+-[0-9]+-[0-9a-f]{8}$")
 
 
@@ -70,10 +71,15 @@ class CachedFile:
 
 
 class ShardCache:
-    """Downloads remote files once per machine, verified, and keeps the cache under ``limit`` bytes."""
+    """Downloads remote files once per machine, verified, and keeps the cache under ``limit``
+    bytes."""
 
-    def __init__(self, directory: str | os.PathLike[str] | None = None, limit: int | None = None,
-                 retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        limit: int | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         self.directory = Path(directory) if directory is not None else default_cache_dir()
         self.limit = limit
         self.retry = retry or RetryPolicy.from_env()
@@ -85,11 +91,13 @@ class ShardCache:
 
     def _entry(self, path: str, sha256: str) -> str:
         name = re.sub(r"[^A-Za-z0-9._-]", "_", path.rsplit("/", 1)[-1])[-80:]
-        return f"{sha256[:24]}-{name}"  # content-addressed: versions that share a shard share its copy
+        # content-addressed: versions that share a shard share its copy
+        return f"{sha256[:24]}-{name}"
 
     @contextlib.contextmanager
     def _locked(self, entry: str, mode: int) -> Iterator[Any]:
-        handle = open(self.directory / f"{entry}.lock", "a+b")  # noqa: SIM115 - held beyond this block on success
+        # - held beyond this block on success
+        handle = open(self.directory / f"{entry}.lock", "a+b")  # noqa: SIM115
         try:
             fcntl.flock(handle, mode)
             yield handle
@@ -98,7 +106,8 @@ class ShardCache:
             raise
 
     def open(self, fs: Any, path: str, sha256: str, size: int) -> CachedFile:
-        """The local copy of ``path`` (downloading it if needed), locked against eviction until closed."""
+        """The local copy of ``path`` (downloading it if needed), locked against eviction until
+        closed."""
         entry = self._entry(path, sha256)
         final = self.directory / entry
 
@@ -109,9 +118,13 @@ class ShardCache:
 
         with self._locked(entry, fcntl.LOCK_SH) as handle:
             if not complete():
-                self._download_once(handle, lambda: remote_call(
-                    lambda: self._download(fs, path, sha256, size, final), url_of(fs, path), path, self.retry),
-                    complete)
+                self._download_once(
+                    handle,
+                    lambda: remote_call(
+                        lambda: self._download(fs, path, sha256, size, final), url_of(fs, path), path, self.retry
+                    ),
+                    complete,
+                )
             now = time.time_ns()  # file times tick in jiffies: two opens within ~4 ms would tie
             os.utime(meta, ns=(now, now))  # most recently used
             cached = CachedFile(final, handle)
@@ -120,7 +133,8 @@ class ShardCache:
 
     @staticmethod
     def _download_once(handle: Any, download: Any, complete: Any) -> None:
-        """Download under the exclusive lock unless another process finishes first; leave ``handle`` shared.
+        """Download under the exclusive lock unless another process finishes first; leave ``handle``
+        shared.
 
         The exclusive lock is only tried, never waited for: readers hold the shared lock for as
         long as a shard is open, so waiting for exclusive could wait for them forever.
@@ -148,35 +162,42 @@ class ShardCache:
         temp = final.with_name(f"{final.name}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         digest = hashlib.sha256()
         try:
-            # get_file, not open: an open s3fs file asks for the object's details (a HEAD) before its first GET;
-            # get_file is one GET (parts in parallel for a large object)
+            # get_file, not open: an open s3fs file asks for the object's details (a HEAD) before
+            # its first GET; get_file is one GET (parts in parallel for a large object)
             fs.get_file(path, str(temp))
             with open(temp, "rb") as copy:
                 while chunk := copy.read(CHUNK):
                     digest.update(chunk)
             if temp.stat().st_size != size or digest.hexdigest() != sha256:
-                raise ShardCorruptError(where, f"downloaded {temp.stat().st_size} bytes whose sha256 does not match "
-                                        f"the manifest ({size} bytes); the object was changed or damaged")
+                raise ShardCorruptError(
+                    where,
+                    f"downloaded {temp.stat().st_size} bytes whose sha256 does not match "
+                    f"the manifest ({size} bytes); the object was changed or damaged",
+                )
             meta = {"url": where, "sha256": sha256, "size": size, "downloaded": time.time()}
             with self._ledger(fcntl.LOCK_EX):
                 if self.limit is not None:
-                    self._evict(incoming=size)  # room first, so the cache never holds more than its limit
-                (self.directory / f"{final.name}.meta").write_text(json.dumps(meta))  # without data: skipped
+                    # room first, so the cache never holds more than its limit
+                    self._evict(incoming=size)
+                # without data: skipped
+                (self.directory / f"{final.name}.meta").write_text(json.dumps(meta))
                 os.replace(temp, final)
         except FileNotFoundError:
             raise NotFoundError(f"{where}: no such object ({bucket_and_key(path)})") from None
         except PermissionError as e:
-            raise ConfigError(f"{where}: access denied ({bucket_and_key(path)}): {e}; check the credentials "
-                              "and the storage_options") from None
+            raise ConfigError(
+                f"{where}: access denied ({bucket_and_key(path)}): {e}; check the credentials and the storage_options"
+            ) from None
         finally:
             with contextlib.suppress(FileNotFoundError):
                 temp.unlink()
 
     @contextlib.contextmanager
     def _ledger(self, mode: int) -> Iterator[None]:
-        """The cache-wide lock: evicting and landing a download hold it exclusively (briefly, never while
-        waiting on an entry), listing shared, so a listing never shows an entry that was evicted together
-        with the one that replaced it."""
+        """The cache-wide lock: evicting and landing a download hold it exclusively (briefly, never
+        while
+        waiting on an entry), listing shared, so a listing never shows an entry that was evicted
+        together with the one that replaced it."""
         with open(self.directory / LEDGER, "a+b") as handle:
             fcntl.flock(handle, mode)
             yield
@@ -192,7 +213,8 @@ class ShardCache:
         return sorted(out)
 
     def entries(self) -> list[tuple[int, int, str]]:
-        """(last use in ns, bytes, entry) of every complete entry this cache downloaded, least recent first."""
+        """(last use in ns, bytes, entry) of every complete entry this cache downloaded, least
+        recent first."""
         with self._ledger(fcntl.LOCK_SH):
             return self._entries()
 
@@ -201,7 +223,8 @@ class ShardCache:
         return sum(size for _, size, _ in self.entries())
 
     def evict(self, incoming: int = 0) -> None:
-        """Delete least recently used entries that no process has open until under the limit (with room
+        """Delete least recently used entries that no process has open until under the limit (with
+        room
         for ``incoming`` bytes about to be added)."""
         if self.limit is None:
             return
@@ -224,8 +247,7 @@ class ShardCache:
                 (self.directory / entry).unlink(missing_ok=True)
                 total -= size
         if total > self.limit:
-            log.info("cache %s: %d bytes, over its limit of %d: the rest is in use", self.directory, total,
-                     self.limit)
+            log.info("cache %s: %d bytes, over its limit of %d: the rest is in use", self.directory, total, self.limit)
 
     def cleanup(self) -> None:
         """Remove temporary files of downloads whose process died (nobody holds their entry's lock).

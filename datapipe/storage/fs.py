@@ -1,4 +1,5 @@
-"""fsspec access: a URL becomes (filesystem, path); writes that appear whole or not at all; hashing."""
+"""fsspec access: a URL becomes (filesystem, path); writes that appear whole or not at all;
+hashing."""
 
 from __future__ import annotations
 
@@ -28,9 +29,13 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
         fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     except (ValueError, ImportError, TypeError) as e:
         protocol = url.split("://", 1)[0] if "://" in url else "file"
-        raise ConfigError(f"{url}: cannot open this store ({e}); check the URL (a local path, s3://bucket/prefix, "
-                          f"or another fsspec protocol; {protocol!r} needs its fsspec package) and the -o storage "
-                          "options") from None
+        raise ConfigError(
+            f"{url}: cannot open this store ({e}); check the URL (a local path, "
+            "s3://bucket/prefix, "
+            f"or another fsspec protocol; {protocol!r} needs its fsspec package) "
+            "and the -o storage "
+            "options"
+        ) from None
     return fs, path
 
 
@@ -41,9 +46,10 @@ def url_of(fs: fsspec.AbstractFileSystem, path: str) -> str:
 
 
 def remote(fs: fsspec.AbstractFileSystem, path: str, call: Callable[[], T], policy: RetryPolicy | None = None) -> T:
-    """``call()`` on ``path``: as is on the local disk; on object stores with retries (``policy``, default
-    from $DATAPIPE_RETRIES), and any failure but a missing object turned into a DatapipeError naming the
-    bucket, key and cause."""
+    """``call()`` on ``path``: as is on the local disk; on object stores with retries (``policy``,
+    default
+    from $DATAPIPE_RETRIES), and any failure but a missing object turned into a DatapipeError naming
+    the bucket, key and cause."""
     if is_local(fs):
         return call()
     return remote_call(call, url_of(fs, path), path, policy)
@@ -96,6 +102,7 @@ def read_bytes(fs: fsspec.AbstractFileSystem, path: str, policy: RetryPolicy | N
 
 def sha256_of(fs: fsspec.AbstractFileSystem, path: str) -> str:
     """sha256 of a file, streamed in chunks."""
+
     def digest() -> str:
         hashed = hashlib.sha256()
         with fs.open(path, "rb") as f:

@@ -12,7 +12,8 @@ from typing import BinaryIO
 
 from datapipe.errors import NotFoundError
 
-# Buffers handed to readers: an mmap for real files, bytes for empty files (mmap cannot map 0 bytes).
+# Buffers handed to readers: an mmap for real files, bytes for empty files (mmap cannot map 0
+# bytes).
 Buffer = mmap.mmap | bytes
 
 

@@ -1,4 +1,5 @@
-"""Retries for object-store calls: transient failures back off and try again, permanent ones fail at once.
+"""Retries for object-store calls: transient failures back off and try again, permanent ones fail at
+once.
 
 Transient: connection resets, timeouts, HTTP 5xx, throttling (429, SlowDown). Permanent: a
 missing object, access denied, a wrong region or bucket, which the caller reports naming the
@@ -23,13 +24,25 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _TRANSIENT_ERRNOS = {errno.ECONNRESET, errno.ETIMEDOUT, errno.EPIPE, errno.ECONNABORTED, errno.EAGAIN, errno.EBUSY}
-_TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
-                    "InternalError", "ServiceUnavailable", "503", "500", "502", "504"}
+_TRANSIENT_CODES = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "InternalError",
+    "ServiceUnavailable",
+    "503",
+    "500",
+    "502",
+    "504",
+}
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Up to ``attempts`` tries, sleeping base * 2**n (at most ``max_delay``) with full jitter between them."""
+    """Up to ``attempts`` tries, sleeping base * 2**n (at most ``max_delay``) with full jitter
+    between them."""
 
     attempts: int = 6
     base_delay: float = 0.2
@@ -43,8 +56,9 @@ class RetryPolicy:
             try:
                 attempts = int(env["DATAPIPE_RETRIES"])
             except ValueError:
-                raise ConfigError(f"DATAPIPE_RETRIES={env['DATAPIPE_RETRIES']!r}: expected a whole number of "
-                                  "tries (1 = no retry)") from None
+                raise ConfigError(
+                    f"DATAPIPE_RETRIES={env['DATAPIPE_RETRIES']!r}: expected a whole number of tries (1 = no retry)"
+                ) from None
         if attempts is None:
             return cls()
         if attempts < 1:
@@ -69,7 +83,8 @@ def _status(error: BaseException) -> tuple[int | None, str | None]:
 
 
 def _unreachable(error: BaseException) -> bool:
-    """A refused connection or an unknown host: the client already tried it again; more tries only delay the error."""
+    """A refused connection or an unknown host: the client already tried it again; more tries only
+    delay the error."""
     seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, ConnectionRefusedError) or type(seen).__name__ == "EndpointConnectionError":
@@ -92,13 +107,30 @@ def is_transient(error: BaseException) -> bool:
     if isinstance(error, OSError) and error.errno in _TRANSIENT_ERRNOS:
         return True
     text = f"{type(error).__name__} {error}".lower()
-    return any(word in text for word in ("timeout", "timed out", "connection", "reset by peer", "throttl",
-                                         "slow down", "service unavailable", "internal error"))
+    return any(
+        word in text
+        for word in (
+            "timeout",
+            "timed out",
+            "connection",
+            "reset by peer",
+            "throttl",
+            "slow down",
+            "service unavailable",
+            "internal error",
+        )
+    )
 
 
-def with_retries(call: Callable[[], T], what: str, policy: RetryPolicy | None = None,
-                 sleep: Callable[[float], Any] = time.sleep, rng: random.Random | None = None) -> T:
-    """``call()``, tried again after transient errors; the last error (or a permanent one) is raised."""
+def with_retries(
+    call: Callable[[], T],
+    what: str,
+    policy: RetryPolicy | None = None,
+    sleep: Callable[[float], Any] = time.sleep,
+    rng: random.Random | None = None,
+) -> T:
+    """``call()``, tried again after transient errors; the last error (or a permanent one) is
+    raised."""
     policy = policy or RetryPolicy.from_env()
     rng = rng or random.Random()
     for attempt in range(policy.attempts):
@@ -114,7 +146,7 @@ def with_retries(call: Callable[[], T], what: str, policy: RetryPolicy | None = 
 
 
 def bucket_and_key(path: str) -> str:
-    """"bucket 'b', key 'k'" of an object-store path 'b/k'."""
+    """ "bucket 'b', key 'k'" of an object-store path 'b/k'."""
     bucket, _, key = path.lstrip("/").partition("/")
     return f"bucket {bucket!r}, key {key!r}"
 
@@ -129,31 +161,38 @@ def _cause(error: BaseException) -> str:
 
 
 def remote_error(error: BaseException, where: str, path: str, attempts: int = 1) -> DatapipeError:
-    """A DatapipeError for a failed object-store call on ``path`` (shown as ``where``), naming bucket, key, cause."""
+    """A DatapipeError for a failed object-store call on ``path`` (shown as ``where``), naming
+    bucket, key, cause."""
     if isinstance(error, DatapipeError):
         return error
     status, code = _status(error)
     names = bucket_and_key(path)
     if isinstance(error, PermissionError) or status == 403 or code in ("AccessDenied", "AllAccessDisabled"):
-        return ConfigError(f"{where}: access denied ({names}): {_cause(error)}; check the credentials and the "
-                           "storage options")
+        return ConfigError(
+            f"{where}: access denied ({names}): {_cause(error)}; check the credentials and the storage options"
+        )
     if code == "NoSuchBucket" or "NoSuchBucket" in str(error):
         bucket = path.lstrip("/").partition("/")[0]
         return NotFoundError(f"{where}: no bucket {bucket!r} ({_cause(error)}); check the URL and the endpoint")
     if isinstance(error, FileNotFoundError):
         return NotFoundError(f"{where}: no such object ({names})")
     if _unreachable(error):
-        return ConfigError(f"{where}: cannot reach the object store ({_cause(error)}); check endpoint_url "
-                           "(-o endpoint_url=...) and the network")
+        return ConfigError(
+            f"{where}: cannot reach the object store ({_cause(error)}); check endpoint_url "
+            "(-o endpoint_url=...) and the network"
+        )
     if status == 301 or code in ("PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraint"):
-        return ConfigError(f"{where}: wrong region ({names}): {_cause(error)}; set the bucket's region "
-                           "(-o client_kwargs='{\"region_name\": \"...\"}' or AWS_DEFAULT_REGION)")
+        return ConfigError(
+            f"{where}: wrong region ({names}): {_cause(error)}; set the bucket's region "
+            '(-o client_kwargs=\'{"region_name": "..."}\' or AWS_DEFAULT_REGION)'
+        )
     tries = f" after {attempts} tries" if is_transient(error) and attempts > 1 else ""
     return DatapipeError(f"{where}: failed{tries} ({names}): {_cause(error)}")
 
 
 def remote_call(call: Callable[[], T], where: str, path: str, policy: RetryPolicy | None = None) -> T:
-    """``call()`` with retries; a missing object stays FileNotFoundError (callers word it), any other failure
+    """``call()`` with retries; a missing object stays FileNotFoundError (callers word it), any
+    other failure
     becomes a DatapipeError naming bucket, key and cause (the CLI prints it without a traceback)."""
     policy = policy or RetryPolicy.from_env()
     try:

@@ -1,4 +1,5 @@
-"""DVC glue: the dvc.yaml stage that rebuilds a dataset when, and only when, one of its inputs changes."""
+"""DVC glue: the dvc.yaml stage that rebuilds a dataset when, and only when, one of its inputs
+changes."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from datapipe.errors import ConfigError, NotFoundError
 
 DVC_FILE = "dvc.yaml"
 DVC_IGNORE = ".dvcignore"
-# what a store holds that is not the dataset: readers' leases, a build's partial directory, and the build state
-# an incremental build reads (a cache of the last build, rewritten by a rebuild of the same version)
+# what a store holds that is not the dataset: readers' leases, a build's partial directory, and the
+# build state an incremental build reads (a cache of the last build, rewritten by a rebuild of the
+# same version)
 TRANSIENT = ("{out}/leases/", "{out}/versions/.partial-*/", "{out}/versions/*/build-state.npz")
 
 
@@ -44,7 +46,8 @@ def build_stage(cmd: str, deps: Sequence[str], out: str) -> dict[str, Any]:
 
 
 def update_dvcignore(root: Path, out: str) -> list[str]:
-    """Add to ROOT/.dvcignore the transient parts of the dataset folder ``out`` (relative to ROOT): a lease that a
+    """Add to ROOT/.dvcignore the transient parts of the dataset folder ``out`` (relative to ROOT):
+    a lease that a
     running Loader holds must not make DVC see a changed output. The patterns it added."""
     path = root / DVC_IGNORE
     lines = path.read_text().splitlines() if path.exists() else []

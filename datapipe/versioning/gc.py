@@ -1,4 +1,5 @@
-"""Garbage collection: partial versions and temporary files always; versions outside retention on request."""
+"""Garbage collection: partial versions and temporary files always; versions outside retention on
+request."""
 
 from __future__ import annotations
 
@@ -50,29 +51,40 @@ def _writer_alive(store: Store, partial: str, now: float) -> bool:
 
 
 def _committing(store: Store, partial: str) -> str | None:
-    """The version a live writer is committing (its owner file names it while its shards move), if any."""
+    """The version a live writer is committing (its owner file names it while its shards move), if
+    any."""
     try:
         return json.loads(read_bytes(store.fs, f"{partial}/{OWNER_NAME}")).get("committing")
     except (NotFoundError, ValueError, AttributeError):
         return None
 
 
-def collect(store: Store, name: str, prune: bool = False, *, keep_last: int | None = None,
-            keep_within: float | None = None, dry_run: bool = False) -> GcReport:
+def collect(
+    store: Store,
+    name: str,
+    prune: bool = False,
+    *,
+    keep_last: int | None = None,
+    keep_within: float | None = None,
+    dry_run: bool = False,
+) -> GcReport:
     """Remove abandoned partial versions, incomplete version directories and temporary files.
 
-    With ``prune``, ``keep_last`` or ``keep_within``, also the complete versions retention does not keep
-    (versioning/retention.py): never one a ref names or a lease holds, never a file a kept version lists.
-    Never removes what a live writer on this host is still writing. ``dry_run``: change nothing; the report
-    says what would go (``plan``).
+    With ``prune``, ``keep_last`` or ``keep_within``, also the complete versions retention does not
+    keep (versioning/retention.py): never one a ref names or a lease holds, never a file a kept
+    version lists.
+    Never removes what a live writer on this host is still writing. ``dry_run``: change nothing; the
+    report says what would go (``plan``).
     """
     fs, report, now = store.fs, GcReport(), time.time()
     versions_dir = store.path(name, VERSIONS)
     entries = store.entry_names(versions_dir)
     live = [e for e in entries if e.startswith(PARTIAL_PREFIX) and _writer_alive(store, f"{versions_dir}/{e}", now)]
-    committing = {_committing(store, f"{versions_dir}/{e}") for e in live}  # their shards move in right now
+    # their shards move in right now
+    committing = {_committing(store, f"{versions_dir}/{e}") for e in live}
 
-    def remove(path: str, *, recursive: bool = False) -> None:  # retried on object stores, like every store call
+    # retried on object stores, like every store call
+    def remove(path: str, *, recursive: bool = False) -> None:
         if not dry_run:
             store.remote(path, lambda: fs.rm(path, recursive=True) if recursive else fs.rm_file(path))
         report.removed.append(path)
@@ -101,12 +113,12 @@ def collect(store: Store, name: str, prune: bool = False, *, keep_last: int | No
         if ref.startswith("."):
             remove(store.path(name, REFS, ref))
     if prune or keep_last is not None or keep_within is not None:
-        report.plan = plan_retention(store, name, prune=prune, keep_last=keep_last, keep_within=keep_within,
-                                     now=now)
+        report.plan = plan_retention(store, name, prune=prune, keep_last=keep_last, keep_within=keep_within, now=now)
         if not dry_run:
             report.removed += apply_retention(store, name, report.plan)
         for version in report.plan.kept:
-            marker = store.path(name, VERSIONS, version, PRUNED_NAME)  # a gc that died before the manifest went
+            # a gc that died before the manifest went
+            marker = store.path(name, VERSIONS, version, PRUNED_NAME)
             if not dry_run and store.remote(marker, lambda m=marker: fs.exists(m)):
                 remove(marker)
     return report

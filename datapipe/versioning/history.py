@@ -1,4 +1,5 @@
-"""A dataset's history (`datapipe log`): versions newest first, what each changed against its parent, and sizes."""
+"""A dataset's history (`datapipe log`): versions newest first, what each changed against its
+parent, and sizes."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from datapipe.versioning.store import LATEST, VERSIONS, Store
 
 @dataclass
 class Entry:
-    """One version in the history; ``parent_state``: 'present', 'pruned' (gc deleted it) or None (no parent)."""
+    """One version in the history; ``parent_state``: 'present', 'pruned' (gc deleted it) or None (no
+    parent)."""
 
     version: str
     created_at: str
@@ -34,7 +36,8 @@ class Entry:
     leases: list[str] = field(default_factory=list)
     changes: dict[str, Any] | None = None  # against the parent: added, removed, changed, unchanged
     splits: dict[str, dict[str, Any]] = field(default_factory=dict)
-    lineage: list[str] = field(default_factory=list)  # lineage inputs that changed against the parent
+    # lineage inputs that changed against the parent
+    lineage: list[str] = field(default_factory=list)
 
 
 def _counts(d: Any) -> dict[str, int]:
@@ -42,31 +45,40 @@ def _counts(d: Any) -> dict[str, int]:
 
 
 def pruned_summary(store: Store, name: str, version: str) -> dict[str, Any] | None:
-    """What pruned.json records of a pruned version that still holds shared files; None when there is none."""
+    """What pruned.json records of a pruned version that still holds shared files; None when there
+    is none."""
     try:
         return json.loads(read_bytes(store.fs, store.path(name, VERSIONS, version, PRUNED_NAME), store.retry))
     except (NotFoundError, ValueError):
         return None
 
 
-Changes = tuple[dict[str, int], dict[str, dict[str, int]]]  # against the parent: counts, and per split
+# against the parent: counts, and per split
+Changes = tuple[dict[str, int], dict[str, dict[str, int]]]
 
 
-def history(store: Store, name: str, changes: dict[tuple[str, str], Changes] | None = None
-            ) -> tuple[list[Entry], list[str]]:
-    """The versions of ``name``, newest first along the parent chain from ``latest``, then the versions not
-    on it (newest first); and the problems found (a ref naming a missing version, a damaged lease file).
+def history(
+    store: Store, name: str, changes: dict[tuple[str, str], Changes] | None = None
+) -> tuple[list[Entry], list[str]]:
+    """The versions of ``name``, newest first along the parent chain from ``latest``, then the
+    versions not
+    on it (newest first); and the problems found (a ref naming a missing version, a damaged lease
+    file).
 
-    ``changes``: a cache of what each (parent, version) pair changed, kept by a caller that asks again (the
-    browser): versions are immutable, so a pair's counts never go stale; tags and leases are read each time."""
+    ``changes``: a cache of what each (parent, version) pair changed, kept by a caller that asks
+    again (the browser): versions are immutable, so a pair's counts never go stale; tags and leases
+    are read each time."""
     changes = {} if changes is None else changes
     manifests = {v: store.manifest(name, v) for v in store.versions(name)}
     problems = []
     tags: dict[str, list[str]] = {}
     for ref, version in sorted(store.refs(name).items()):
         if version not in manifests:
-            problems.append(f"ref {ref} names version {version}, which is missing (deleted, or never committed); "
-                            f"point it elsewhere with `datapipe tag {store.url}/{name}@VERSION {ref}`")
+            problems.append(
+                f"ref {ref} names version {version}, which is missing (deleted, or "
+                "never committed); "
+                f"point it elsewhere with `datapipe tag {store.url}/{name}@VERSION {ref}`"
+            )
         else:
             tags.setdefault(version, []).append(ref)
     held, damaged = held_versions(store, name)
@@ -79,9 +91,19 @@ def history(store: Store, name: str, changes: dict[tuple[str, str], Changes] | N
     entries = []
     for version in chain + rest:
         m = manifests[version]
-        entry = Entry(version, m.created_at, m.samples, m.bytes, m.own_bytes, m.shared_bytes, m.parent,
-                      None if m.parent is None else "present" if m.parent in manifests else "pruned",
-                      version in chain, tags.get(version, []), [lease.id for lease in held.get(version, [])])
+        entry = Entry(
+            version,
+            m.created_at,
+            m.samples,
+            m.bytes,
+            m.own_bytes,
+            m.shared_bytes,
+            m.parent,
+            None if m.parent is None else "present" if m.parent in manifests else "pruned",
+            version in chain,
+            tags.get(version, []),
+            [lease.id for lease in held.get(version, [])],
+        )
         if entry.parent_state == "present":
             pair = (m.parent, version)
             if pair not in changes:
@@ -103,9 +125,10 @@ def as_json(entry: Entry) -> dict[str, Any]:
 
 
 def usage(store: Store, name: str) -> dict[str, int]:
-    """A dataset's shard bytes: ``own`` (in each version's own directory), ``shared`` (listed through
-    ``stored_in``: what sharing saves), ``stored`` (each file once: the real size, pruned versions' kept
-    files included) and ``listed`` (as if every version held a copy)."""
+    """A dataset's shard bytes: ``own`` (in each version's own directory), ``shared`` (listed
+    through
+    ``stored_in``: what sharing saves), ``stored`` (each file once: the real size, pruned versions'
+    kept files included) and ``listed`` (as if every version held a copy)."""
     files: dict[tuple[Any, ...], int] = {}
     own = shared = 0
     versions = store.versions(name)
@@ -115,10 +138,16 @@ def usage(store: Store, name: str) -> dict[str, int]:
         own, shared = own + m.own_bytes, shared + m.shared_bytes
         for s in m.shards:
             where = (s.stored_in or version, s.stored_names()[0])
-            if local:  # an incremental build's hard links: one file under several names, counted once
+            # an incremental build's hard links: one file under several names, counted once
+            if local:
                 with contextlib.suppress(OSError):
                     info = os.stat(store.shard_file(name, version, s))
                     where = (info.st_dev, info.st_ino)
             files[where] = s.bytes
-    return {"versions": len(versions), "own_bytes": own, "shared_bytes": shared,
-            "stored_bytes": sum(files.values()), "listed_bytes": own + shared}
+    return {
+        "versions": len(versions),
+        "own_bytes": own,
+        "shared_bytes": shared,
+        "stored_bytes": sum(files.values()),
+        "listed_bytes": own + shared,
+    }

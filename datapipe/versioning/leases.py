@@ -1,10 +1,13 @@
-"""Leases: a reader's (or a person's) hold on a version, a small JSON record that retention never deletes under.
+"""Leases: a reader's (or a person's) hold on a version, a small JSON record that retention never
+deletes under.
 
-Layout: STORE/NAME/leases/ID.json, one file per lease, written atomically (one PUT on object stores):
-``{"id", "version", "host", "pid", "started", "expires", "note", "kind"}``. A lease holds while it has not
-expired and, when it names a pid on this host, that process lives; a lease taken by hand has no pid and
-holds until it expires. A reader's lease is renewed by a daemon thread every ttl/3 (one small write, never
-per batch) and released on close, when its owner is garbage collected, and at interpreter exit.
+Layout: STORE/NAME/leases/ID.json, one file per lease, written atomically (one PUT on object
+stores):
+``{"id", "version", "host", "pid", "started", "expires", "note", "kind"}``. A lease holds while it
+has not expired and, when it names a pid on this host, that process lives; a lease taken by hand has
+no pid and holds until it expires. A reader's lease is renewed by a daemon thread every ttl/3 (one
+small write, never per batch) and released on close, when its owner is garbage collected, and at
+interpreter exit.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ T = TypeVar("T")
 
 
 class LeaseStore(Protocol):
-    """What leases need of a store (versioning/store.py's Store): leases sit below it, and its writer takes them."""
+    """What leases need of a store (versioning/store.py's Store): leases sit below it, and its
+    writer takes them."""
 
     url: str
     fs: Any
@@ -49,6 +53,7 @@ class LeaseStore(Protocol):
     def is_complete(self, name: str, version: str) -> bool:
         """Whether version ``version`` of ``name`` is committed."""
 
+
 log = logging.getLogger(__name__)
 LEASES = "leases"
 DEFAULT_TTL = 600.0  # seconds a reader's lease lasts without renewal; renewed every third of it
@@ -58,11 +63,15 @@ _LEASE_ID = re.compile(r"^[0-9a-f]{16}$")
 
 
 def parse_duration(text: str, option: str = "--for") -> float:
-    """'90s', '30m', '12h', '7d', '2w' -> seconds; a ConfigError naming ``option`` for anything else."""
+    """'90s', '30m', '12h', '7d', '2w' -> seconds; a ConfigError naming ``option`` for anything
+    else."""
     match = _DURATION.match(text)
     if not match or float(match[1]) <= 0:
-        raise ConfigError(f"{option} {text!r}: not a duration; give a positive number and a unit: s, m, h, d or w "
-                          "(e.g. 90s, 30m, 12h, 7d, 2w)")
+        raise ConfigError(
+            f"{option} {text!r}: not a duration; give a positive number and a unit: "
+            "s, m, h, d or w "
+            "(e.g. 90s, 30m, 12h, 7d, 2w)"
+        )
     return float(match[1]) * _UNITS[match[2]]
 
 
@@ -82,7 +91,8 @@ def _pid_alive(pid: int) -> bool:
 
 @dataclass(frozen=True)
 class LeaseRecord:
-    """One lease file: which version it holds, who holds it and until when (``expires``, ISO 8601 UTC)."""
+    """One lease file: which version it holds, who holds it and until when (``expires``, ISO 8601
+    UTC)."""
 
     id: str
     version: str
@@ -91,7 +101,8 @@ class LeaseRecord:
     started: str
     expires: str
     note: str = ""
-    kind: str = "reader"  # reader (a Loader or open_dataset), manual (`datapipe lease`), build (a writer)
+    # reader (a Loader or open_dataset), manual (`datapipe lease`), build (a writer)
+    kind: str = "reader"
 
     def state(self, now: float | None = None) -> str:
         """'holds', 'expired', or 'dead' (its process on this host has ended)."""
@@ -157,8 +168,9 @@ def read_leases(store: LeaseStore, name: str) -> tuple[list[LeaseRecord], list[D
     return records, damaged
 
 
-def held_versions(store: LeaseStore, name: str, now: float | None = None) -> tuple[dict[str, list[LeaseRecord]],
-                                                                              list[Damaged]]:
+def held_versions(
+    store: LeaseStore, name: str, now: float | None = None
+) -> tuple[dict[str, list[LeaseRecord]], list[Damaged]]:
     """version -> the leases that hold it now; and the damaged lease files (holding nothing)."""
     records, damaged = read_leases(store, name)
     held: dict[str, list[LeaseRecord]] = {}
@@ -168,13 +180,31 @@ def held_versions(store: LeaseStore, name: str, now: float | None = None) -> tup
     return held, damaged
 
 
-def take_lease(store: LeaseStore, name: str, version: str, duration: float, note: str = "", *, pid: int | None = None,
-               kind: str = "manual") -> LeaseRecord:
-    """Write a new lease on ``version`` for ``duration`` seconds; a NotFoundError when the version is not (or
-    no more) complete: the check comes after the write, so a gc that pruned it meanwhile sees the lease."""
+def take_lease(
+    store: LeaseStore,
+    name: str,
+    version: str,
+    duration: float,
+    note: str = "",
+    *,
+    pid: int | None = None,
+    kind: str = "manual",
+) -> LeaseRecord:
+    """Write a new lease on ``version`` for ``duration`` seconds; a NotFoundError when the version
+    is not (or
+    no more) complete: the check comes after the write, so a gc that pruned it meanwhile sees the
+    lease."""
     now = time.time()
-    record = LeaseRecord(id=uuid.uuid4().hex[:16], version=version, host=socket.gethostname(), pid=pid,
-                         started=_iso(now), expires=_iso(now + duration), note=note, kind=kind)
+    record = LeaseRecord(
+        id=uuid.uuid4().hex[:16],
+        version=version,
+        host=socket.gethostname(),
+        pid=pid,
+        started=_iso(now),
+        expires=_iso(now + duration),
+        note=note,
+        kind=kind,
+    )
     path = lease_path(store, name, record.id)
     store.remote(path, lambda: put_atomic(store.fs, path, record.to_json()))
     if not store.is_complete(name, version):
@@ -186,7 +216,8 @@ def take_lease(store: LeaseStore, name: str, version: str, duration: float, note
 def _remove(store: LeaseStore, path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         store.remote(path, lambda: store.fs.rm_file(path))
-    if is_local(store.fs):  # the last lease gone: no empty folder left in the dataset (object stores have none)
+    # the last lease gone: no empty folder left in the dataset (object stores have none)
+    if is_local(store.fs):
         with contextlib.suppress(OSError):
             os.rmdir(path.rsplit("/", 1)[0])
 
@@ -208,10 +239,12 @@ def release_lease(store: LeaseStore, name: str, lease_id: str) -> LeaseRecord | 
 
 
 class Lease:
-    """A reader's lease, renewed in the background until ``release`` (which only its own process does)."""
+    """A reader's lease, renewed in the background until ``release`` (which only its own process
+    does)."""
 
-    def __init__(self, store: LeaseStore, name: str, version: str, ttl: float = DEFAULT_TTL, note: str = "",
-                 kind: str = "reader") -> None:
+    def __init__(
+        self, store: LeaseStore, name: str, version: str, ttl: float = DEFAULT_TTL, note: str = "", kind: str = "reader"
+    ) -> None:
         self.store, self.name, self.ttl = store, name, ttl
         self.record = take_lease(store, name, version, ttl, note, pid=os.getpid(), kind=kind)
         self.path = lease_path(store, name, self.record.id)
@@ -230,11 +263,13 @@ class Lease:
             record = self.record = LeaseRecord(**{**asdict(self.record), "expires": _iso(time.time() + self.ttl)})
             try:
                 self.store.remote(self.path, lambda r=record: put_atomic(self.store.fs, self.path, r.to_json()))
-            except (DatapipeError, OSError) as e:  # the next renewal tries again; the lease lasts ttl meanwhile
+            # the next renewal tries again; the lease lasts ttl meanwhile
+            except (DatapipeError, OSError) as e:
                 log.warning("%s: could not renew the lease: %s", self.path, e)
 
     def release(self) -> None:
-        """Stop renewing and delete the lease file (a no-op in a forked child, and the second time)."""
+        """Stop renewing and delete the lease file (a no-op in a forked child, and the second
+        time)."""
         if self._pid != os.getpid() or self._stop.is_set():
             return
         self._stop.set()
@@ -245,8 +280,10 @@ class Lease:
 
 
 def try_lease(store: LeaseStore, name: str, version: str, ttl: float | None) -> Lease | None:
-    """A reader's lease, or None when ``ttl`` is None or the store refuses writes (a read-only bucket):
-    reading must not fail because a lease cannot be written. A version gone meanwhile is still an error."""
+    """A reader's lease, or None when ``ttl`` is None or the store refuses writes (a read-only
+    bucket):
+    reading must not fail because a lease cannot be written. A version gone meanwhile is still an
+    error."""
     if not ttl:
         return None
     try:
@@ -254,6 +291,11 @@ def try_lease(store: LeaseStore, name: str, version: str, ttl: float | None) -> 
     except NotFoundError:
         raise
     except (DatapipeError, OSError) as e:
-        log.warning("%s/%s@%s: reading without a lease (%s); gc --keep-last may delete it meanwhile",
-                    store.url, name, version[:12], e)
+        log.warning(
+            "%s/%s@%s: reading without a lease (%s); gc --keep-last may delete it meanwhile",
+            store.url,
+            name,
+            version[:12],
+            e,
+        )
         return None

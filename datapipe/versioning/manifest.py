@@ -36,12 +36,14 @@ class ShardEntry:
     index_path: str
     index_bytes: int
     index_sha256: str
-    split: str | None = None  # the split its samples belong to, in a version with splits (left out of JSON when None)
-    # the version whose directory holds the file and its index (None: this version's own); where the bytes
-    # are, not what they are: left out of JSON when None and never part of the version id
+    # the split its samples belong to, in a version with splits (left out of JSON when None)
+    split: str | None = None
+    # the version whose directory holds the file and its index (None: this version's own); where the
+    # bytes are, not what they are: left out of JSON when None and never part of the version id
     stored_in: str | None = None
-    # the names of the file and its index in that directory, where they differ from ``path``/``index_path`` (a
-    # reused shard renumbered by an incremental build); likewise out of JSON when None and out of the id
+    # the names of the file and its index in that directory, where they differ from
+    # ``path``/``index_path`` (a reused shard renumbered by an incremental build); likewise out of
+    # JSON when None and out of the id
     stored_as: tuple[str, str] | None = None
 
     def stored_names(self) -> tuple[str, str]:
@@ -85,13 +87,16 @@ class Lineage:
     sources: tuple[SourceFile, ...] = ()
     code: tuple[CodeRef, ...] = ()
     seed: int | None = None
-    environment: dict[str, str] = field(default_factory=dict)  # datapipe, dask, pyarrow, python versions
+    # datapipe, dask, pyarrow, python versions
+    environment: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Splits:
-    """How a version's samples were split: the pipeline's fractions, ``by`` column and seed, and per split its
-    samples. Each split has its own shards (``ShardEntry.split``); splits take their intervals in name order."""
+    """How a version's samples were split: the pipeline's fractions, ``by`` column and seed, and per
+    split its
+    samples. Each split has its own shards (``ShardEntry.split``); splits take their intervals in
+    name order."""
 
     fractions: dict[str, float]
     samples: dict[str, int]
@@ -122,7 +127,8 @@ class Manifest:
     version: str = ""
     format_version: int = FORMAT_VERSION
     splits: Splits | None = None  # left out of JSON (and so of the id) when None
-    classes: tuple[str, ...] | None = None  # a class_folders source's class names, label order; left out when None
+    # a class_folders source's class names, label order; left out when None
+    classes: tuple[str, ...] | None = None
 
     @property
     def samples(self) -> int:
@@ -141,14 +147,16 @@ class Manifest:
 
     @property
     def shared_bytes(self) -> int:
-        """Bytes of the shards this version shares with another version's directory (``stored_in``)."""
+        """Bytes of the shards this version shares with another version's directory
+        (``stored_in``)."""
         return self.bytes - self.own_bytes
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict, with totals included for readers that do not sum."""
         data = asdict(self)
         data["samples"], data["bytes"] = self.samples, self.bytes
-        if self.splits is None:  # a version without splits has the manifest (and id) it had before splits
+        # a version without splits has the manifest (and id) it had before splits
+        if self.splits is None:
             del data["splits"]
         if self.classes is None:  # likewise for every source but class_folders
             del data["classes"]
@@ -168,7 +176,8 @@ class Manifest:
         for key in _NOT_IN_ID:
             data.pop(key)
         data["lineage"].pop("environment")
-        for shard in data["shards"]:  # a shard reused from another version's directory is the same content
+        # a shard reused from another version's directory is the same content
+        for shard in data["shards"]:
             shard.pop("stored_in", None)
             shard.pop("stored_as", None)
         return hashlib.sha256(canonical_json(data)).hexdigest()
@@ -193,7 +202,8 @@ class Manifest:
         version = raw.get("format_version")
         if version not in READABLE_FORMATS:
             raise FormatVersionError(
-                f"{where}: manifest format version {version!r} is not supported (this datapipe reads "
+                f"{where}: manifest format version {version!r} is not supported (this "
+                "datapipe reads "
                 f"versions {', '.join(map(str, READABLE_FORMATS))}); upgrade datapipe"
             )
         return _manifest_from_dict(raw, where)
@@ -209,32 +219,71 @@ class _Malformed(Exception):
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _FILE_NAME = re.compile(r"^[^/\\]+$")
 
-# name -> (type, required) per record; "sha256" and "file" are strings with a pattern, "count" a non-negative int
+# name -> (type, required) per record; "sha256" and "file" are strings with a pattern, "count" a
+# non-negative int
 _SPEC: dict[str, dict[str, tuple[str, bool]]] = {
     "manifest": {
-        "format_version": ("int", True), "name": ("str", True), "version": ("sha256", True),
-        "parent": ("sha256?", False), "shard_format": ("str", True), "fields": ("dict[str]", True),
-        "shards": ("list[shard]", True), "stages": ("list[stage]", False), "lineage": ("lineage", False),
-        "rejected": ("file?", False), "rejected_rows": ("count", False), "created_at": ("str", False),
-        "host": ("str", False), "samples": ("count", False), "bytes": ("count", False),
-        "splits": ("splits", False), "classes": ("list[str]", False),
+        "format_version": ("int", True),
+        "name": ("str", True),
+        "version": ("sha256", True),
+        "parent": ("sha256?", False),
+        "shard_format": ("str", True),
+        "fields": ("dict[str]", True),
+        "shards": ("list[shard]", True),
+        "stages": ("list[stage]", False),
+        "lineage": ("lineage", False),
+        "rejected": ("file?", False),
+        "rejected_rows": ("count", False),
+        "created_at": ("str", False),
+        "host": ("str", False),
+        "samples": ("count", False),
+        "bytes": ("count", False),
+        "splits": ("splits", False),
+        "classes": ("list[str]", False),
     },
-    "splits": {"fractions": ("dict[number]", True), "samples": ("dict[count]", True), "by": ("str?", False),
-               "seed": ("int", False)},
+    "splits": {
+        "fractions": ("dict[number]", True),
+        "samples": ("dict[count]", True),
+        "by": ("str?", False),
+        "seed": ("int", False),
+    },
     "shard": {
-        "path": ("file", True), "samples": ("count", True), "bytes": ("count", True), "sha256": ("sha256", True),
-        "index_path": ("file", True), "index_bytes": ("count", True), "index_sha256": ("sha256", True),
-        "split": ("str", False), "stored_in": ("sha256", False), "stored_as": ("list[file]?", False),
+        "path": ("file", True),
+        "samples": ("count", True),
+        "bytes": ("count", True),
+        "sha256": ("sha256", True),
+        "index_path": ("file", True),
+        "index_bytes": ("count", True),
+        "index_sha256": ("sha256", True),
+        "split": ("str", False),
+        "stored_in": ("sha256", False),
+        "stored_as": ("list[file]?", False),
     },
-    "stage": {"stage": ("str", True), "rows_in": ("count", True), "rows_out": ("count", True),
-              "dropped": ("count", False), "rejected": ("count", False)},
-    "lineage": {"pipeline": ("dict", False), "sources": ("list[source]", False), "code": ("list[code]", False),
-                "seed": ("int?", False), "environment": ("dict[str]", False)},
+    "stage": {
+        "stage": ("str", True),
+        "rows_in": ("count", True),
+        "rows_out": ("count", True),
+        "dropped": ("count", False),
+        "rejected": ("count", False),
+    },
+    "lineage": {
+        "pipeline": ("dict", False),
+        "sources": ("list[source]", False),
+        "code": ("list[code]", False),
+        "seed": ("int?", False),
+        "environment": ("dict[str]", False),
+    },
     "source": {"path": ("str", True), "size": ("count", True), "hash": ("str", True)},
     "code": {"module": ("str", True), "sha256": ("sha256", True)},
 }
-_KINDS = {"splits": Splits, "shard": ShardEntry, "stage": StageCounts, "lineage": Lineage, "source": SourceFile,
-          "code": CodeRef}
+_KINDS = {
+    "splits": Splits,
+    "shard": ShardEntry,
+    "stage": StageCounts,
+    "lineage": Lineage,
+    "source": SourceFile,
+    "code": CodeRef,
+}
 
 
 def _describe(value: Any) -> str:
@@ -243,13 +292,15 @@ def _describe(value: Any) -> str:
 
 
 def _convert(kind: str, value: Any, where: str) -> Any:
-    """``value`` checked against ``kind`` and turned into the model's type; _Malformed naming ``where``."""
+    """``value`` checked against ``kind`` and turned into the model's type; _Malformed naming
+    ``where``."""
     if kind.endswith("?"):
         return None if value is None else _convert(kind[:-1], value, where)
     if kind in ("int", "count"):
         if not isinstance(value, int) or isinstance(value, bool) or (kind == "count" and value < 0):
-            raise _Malformed(where, f"expected {'a non-negative ' if kind == 'count' else 'an '}integer, "
-                                    f"got {_describe(value)}")
+            raise _Malformed(
+                where, f"expected {'a non-negative ' if kind == 'count' else 'an '}integer, got {_describe(value)}"
+            )
         return value
     if kind == "number":
         if not isinstance(value, int | float) or isinstance(value, bool):
@@ -298,22 +349,29 @@ def _record(kind: str, raw: Any, where: str) -> Any:
 
 
 def _manifest_from_dict(raw: dict[str, Any], where: str = "manifest") -> Manifest:
-    """A manifest from parsed JSON; every wrong or missing field is an IntegrityError naming ``where`` and it."""
+    """A manifest from parsed JSON; every wrong or missing field is an IntegrityError naming
+    ``where`` and it."""
     try:
         manifest = _record("manifest", raw, "")
     except _Malformed as e:
-        raise IntegrityError(f"{where}: malformed manifest: {e}; the file was edited or damaged "
-                             "(restore it from a copy, or delete its version directory and build again)") from None
+        raise IntegrityError(
+            f"{where}: malformed manifest: {e}; the file was edited or damaged "
+            "(restore it from a copy, or delete its version directory and build again)"
+        ) from None
     problem = _split_problem(manifest)
     if problem:
         raise IntegrityError(f"{where}: malformed manifest: {problem}; the file was edited or damaged")
     for total in ("samples", "bytes"):
         if total in raw and raw[total] != getattr(manifest, total):
-            raise IntegrityError(f"{where}: malformed manifest: field {total!r} is {raw[total]} but the shards "
-                                 f"add up to {getattr(manifest, total)}; the file was edited or damaged")
+            raise IntegrityError(
+                f"{where}: malformed manifest: field {total!r} is {raw[total]} but the shards "
+                f"add up to {getattr(manifest, total)}; the file was edited or damaged"
+            )
     if (manifest.rejected is None) != (manifest.rejected_rows == 0):
-        raise IntegrityError(f"{where}: malformed manifest: field 'rejected' is {manifest.rejected!r} but "
-                             f"'rejected_rows' is {manifest.rejected_rows}; the file was edited or damaged")
+        raise IntegrityError(
+            f"{where}: malformed manifest: field 'rejected' is {manifest.rejected!r} but "
+            f"'rejected_rows' is {manifest.rejected_rows}; the file was edited or damaged"
+        )
     return manifest
 
 
@@ -341,12 +399,22 @@ def canonical_json(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def assemble_manifest(name: str, shard_format: str, shards: Iterable[ShardEntry], stages: Iterable[StageCounts],
-                      field_kinds: Iterable[Mapping[str, Iterable[str]]], lineage: Lineage,
-                      splits: Splits | None = None, classes: Iterable[str] | None = None) -> Manifest:
-    """The manifest of a new version from a build's pieces: its shards in order, the per-stage counts, the
-    kinds of value each field held (one mapping per partition, merged into ``fields``) and its lineage.
-    The quarantine file is named when a stage rejected rows; ``splits``: the splits section, with splits;
+def assemble_manifest(
+    name: str,
+    shard_format: str,
+    shards: Iterable[ShardEntry],
+    stages: Iterable[StageCounts],
+    field_kinds: Iterable[Mapping[str, Iterable[str]]],
+    lineage: Lineage,
+    splits: Splits | None = None,
+    classes: Iterable[str] | None = None,
+) -> Manifest:
+    """The manifest of a new version from a build's pieces: its shards in order, the per-stage
+    counts, the
+    kinds of value each field held (one mapping per partition, merged into ``fields``) and its
+    lineage.
+    The quarantine file is named when a stage rejected rows; ``splits``: the splits section, with
+    splits;
     ``classes``: the class names in label order, for a class_folders source."""
     kinds: dict[str, set[str]] = {}
     for partition in field_kinds:
@@ -355,15 +423,21 @@ def assemble_manifest(name: str, shard_format: str, shards: Iterable[ShardEntry]
     stages = tuple(stages)
     rejected = sum(s.rejected for s in stages)
     return Manifest(
-        name=name, shard_format=shard_format,
+        name=name,
+        shard_format=shard_format,
         fields={field_name: "|".join(sorted(kinds[field_name])) for field_name in sorted(kinds)},
-        shards=tuple(shards), stages=stages, lineage=lineage,
-        rejected=REJECTED_NAME if rejected else None, rejected_rows=rejected, splits=splits,
+        shards=tuple(shards),
+        stages=stages,
+        lineage=lineage,
+        rejected=REJECTED_NAME if rejected else None,
+        rejected_rows=rejected,
+        splits=splits,
         classes=None if classes is None else tuple(classes),
     )
 
 
 def shown_time(created_at: str) -> str:
-    """``created_at`` to the second, as listings show it (manifests record microseconds: versions committed
+    """``created_at`` to the second, as listings show it (manifests record microseconds: versions
+    committed
     within one second still sort by when they were made)."""
     return re.sub(r"\.\d+", "", created_at)  # an ISO 8601 time has no other dot

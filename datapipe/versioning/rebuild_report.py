@@ -39,24 +39,31 @@ def lineage_changes(recorded: Manifest, rebuilt: Manifest) -> list[str]:
     new = {s.path: s for s in b.sources}
     changes += [f"source removed: {p}" for p in sorted(set(old) - set(new))]
     changes += [f"source added: {p}" for p in sorted(set(new) - set(old))]
-    changes += [f"source changed: {p} ({old[p].hash} -> {new[p].hash})"
-                for p in sorted(set(old) & set(new)) if old[p] != new[p]]
+    changes += [
+        f"source changed: {p} ({old[p].hash} -> {new[p].hash})" for p in sorted(set(old) & set(new)) if old[p] != new[p]
+    ]
     old_code = {c.module: c.sha256 for c in a.code}
     new_code = {c.module: c.sha256 for c in b.code}
-    changes += [f"code changed: {m}" for m in sorted(set(old_code) | set(new_code))
-                if old_code.get(m) != new_code.get(m)]
+    changes += [
+        f"code changed: {m}" for m in sorted(set(old_code) | set(new_code)) if old_code.get(m) != new_code.get(m)
+    ]
     if a.seed != b.seed:
         changes.append(f"seed: {a.seed} -> {b.seed}")
     return changes
 
 
 def manifest_differences(recorded: Manifest, rebuilt: Manifest) -> list[str]:
-    """Human lines naming every shard, field, count and lineage input that differs (empty: same content)."""
+    """Human lines naming every shard, field, count and lineage input that differs (empty: same
+    content)."""
     lines = []
     if recorded.format_version != rebuilt.format_version:
-        lines.append(f"manifest format {recorded.format_version} -> {rebuilt.format_version}: this datapipe cuts "
-                     "shards by content (format 2), the recorded version was cut by size; rebuild with the datapipe "
-                     "that built it to check it byte for byte")
+        lines.append(
+            f"manifest format {recorded.format_version} -> "
+            f"{rebuilt.format_version}: this datapipe cuts "
+            "shards by content (format 2), the recorded version was cut by size; "
+            "rebuild with the datapipe "
+            "that built it to check it byte for byte"
+        )
     if recorded.shard_format != rebuilt.shard_format:
         lines.append(f"shard format: {recorded.shard_format} -> {rebuilt.shard_format}")
     for name in sorted(set(recorded.fields) | set(rebuilt.fields)):
@@ -70,11 +77,16 @@ def manifest_differences(recorded: Manifest, rebuilt: Manifest) -> list[str]:
         elif path not in old:
             lines.append(f"shard {path}: only in the rebuild")
         elif old[path].sha256 != new[path].sha256:
-            lines.append(f"shard {path}: content differs ({old[path].samples} -> {new[path].samples} samples, "
-                         f"sha256 {old[path].sha256[:12]} -> {new[path].sha256[:12]})")
+            lines.append(
+                f"shard {path}: content differs ({old[path].samples} -> "
+                f"{new[path].samples} samples, "
+                f"sha256 {old[path].sha256[:12]} -> {new[path].sha256[:12]})"
+            )
     if recorded.stages != rebuilt.stages:
-        lines.append("stage counts differ: " + ", ".join(
-            f"{s.stage} out {s.rows_out}" for s in rebuilt.stages if s not in recorded.stages))
+        lines.append(
+            "stage counts differ: "
+            + ", ".join(f"{s.stage} out {s.rows_out}" for s in rebuilt.stages if s not in recorded.stages)
+        )
     lines += [f"lineage: {c}" for c in lineage_changes(recorded, rebuilt)]
     return lines
 
@@ -124,8 +136,12 @@ class _Samples:
         if self._open is None or self._open[0] != shard:
             self.close()
             entry, version = self.shards[shard], self.manifest.version
-            reader = read_shard_from(self.store.fs, self.store.shard_file(self.name, version, entry),
-                                     self.store.shard_file(self.name, version, entry, index=True), self.fmt)
+            reader = read_shard_from(
+                self.store.fs,
+                self.store.shard_file(self.name, version, entry),
+                self.store.shard_file(self.name, version, entry, index=True),
+                self.fmt,
+            )
             self._open = (shard, reader)
         return dict(self._open[1][i])
 
@@ -135,8 +151,9 @@ class _Samples:
             self._open = None
 
 
-def sample_differences(recorded: tuple[Store, str, Manifest], rebuilt: tuple[Store, str, Manifest],
-                       shown: int = SAMPLES_SHOWN) -> list[str]:
+def sample_differences(
+    recorded: tuple[Store, str, Manifest], rebuilt: tuple[Store, str, Manifest], shown: int = SAMPLES_SHOWN
+) -> list[str]:
     """Lines naming the sample keys that differ between two versions and, for the first ``shown``
     changed ones, which fields changed and how (values read back from both versions' shards)."""
     old, new = sample_locations(*recorded), sample_locations(*rebuilt)
@@ -145,8 +162,10 @@ def sample_differences(recorded: tuple[Store, str, Manifest], rebuilt: tuple[Sto
     changed = sorted(k for k in old.keys() & new.keys() if old[k][2] != new[k][2])
     if not (removed or added or changed):
         return []
-    lines = [f"samples: {len(changed)} changed, {len(removed)} only in the recorded version, "
-             f"{len(added)} only in the rebuild"]
+    lines = [
+        f"samples: {len(changed)} changed, {len(removed)} only in the recorded version, "
+        f"{len(added)} only in the rebuild"
+    ]
     a, b = _Samples(*recorded), _Samples(*rebuilt)
     try:
         # by shard, so that each shard is read once

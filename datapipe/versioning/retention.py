@@ -1,16 +1,18 @@
-"""Retention: which complete versions `gc` deletes (--prune, --keep-last, --keep-within) and how, keeping shared files.
+"""Retention: which complete versions `gc` deletes (--prune, --keep-last, --keep-within) and how,
+keeping shared files.
 
 A version is kept when a ref names it (``latest``, a tag), a lease holds it, or it is among the
-``keep_last`` newest or created within ``keep_within``; with ``prune`` alone only the first two keep one.
-A deleted version's files that a kept version lists (``stored_in``) stay: its directory keeps them and a
-``pruned.json`` marker (the version's summary), and the manifest goes. Such a directory goes at a later
-gc, once no kept version lists its files.
+``keep_last`` newest or created within ``keep_within``; with ``prune`` alone only the first two keep
+one.
+A deleted version's files that a kept version lists (``stored_in``) stay: its directory keeps them
+and a ``pruned.json`` marker (the version's summary), and the manifest goes. Such a directory goes
+at a later gc, once no kept version lists its files.
 
-Crash and race safety, in this order: the marker is written, then the manifest deleted (the version is
-no more complete: a new lease on it fails), then leases and complete versions are read again; a version
-leased meanwhile gets its manifest back, and files a version committed meanwhile lists are kept. Only
-then are files deleted. A crash leaves either a complete version with a stale marker (removed by the
-next gc that keeps it) or a pruned directory that the next gc finishes.
+Crash and race safety, in this order: the marker is written, then the manifest deleted (the version
+is no more complete: a new lease on it fails), then leases and complete versions are read again; a
+version leased meanwhile gets its manifest back, and files a version committed meanwhile lists are
+kept. Only then are files deleted. A crash leaves either a complete version with a stale marker
+(removed by the next gc that keeps it) or a pruned directory that the next gc finishes.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ PRUNED_NAME = "pruned.json"
 
 @dataclass
 class Doomed:
-    """A version (or a pruned directory) to delete: the files that go, and those kept because kept versions
+    """A version (or a pruned directory) to delete: the files that go, and those kept because kept
+    versions
     share them."""
 
     version: str
@@ -82,7 +85,8 @@ def newest_first(manifests: dict[str, Manifest]) -> list[str]:
 
 
 def listed_files(store: Store, name: str, manifests: dict[str, Manifest]) -> set[tuple[str, str]]:
-    """(directory's version, file name) of every shard, index and quarantine file the manifests list."""
+    """(directory's version, file name) of every shard, index and quarantine file the manifests
+    list."""
     out = set()
     for version, m in manifests.items():
         for s in m.shards:
@@ -110,8 +114,15 @@ def _files(store: Store, name: str, version: str) -> dict[str, int]:
     return {p.rsplit("/", 1)[-1]: int(info["size"]) for p, info in found.items()}
 
 
-def plan_retention(store: Store, name: str, *, prune: bool = False, keep_last: int | None = None,
-                   keep_within: float | None = None, now: float | None = None) -> RetentionPlan:
+def plan_retention(
+    store: Store,
+    name: str,
+    *,
+    prune: bool = False,
+    keep_last: int | None = None,
+    keep_within: float | None = None,
+    now: float | None = None,
+) -> RetentionPlan:
     """What gc would delete; nothing is changed."""
     now = time.time() if now is None else now
     manifests = {v: store.manifest(name, v) for v in store.versions(name)}
@@ -140,9 +151,14 @@ def plan_retention(store: Store, name: str, *, prune: bool = False, keep_last: i
         if version in plan.kept:
             continue
         m = manifests[version]
-        summary = {"version": version, "parent": m.parent, "created_at": m.created_at, "samples": m.samples,
-                   "bytes": m.bytes, "pruned_at": datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
-                   .isoformat(timespec="seconds")}
+        summary = {
+            "version": version,
+            "parent": m.parent,
+            "created_at": m.created_at,
+            "samples": m.samples,
+            "bytes": m.bytes,
+            "pruned_at": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
         plan.doomed.append(_split(Doomed(version, False, summary=summary), _files(store, name, version), referenced))
     for version in pruned_directories(store, name, set(manifests)):
         plan.doomed.append(_split(Doomed(version, True), _files(store, name, version), referenced))
@@ -159,7 +175,8 @@ def _split(doomed: Doomed, files: dict[str, int], referenced: set[tuple[str, str
 
 
 def apply_retention(store: Store, name: str, plan: RetentionPlan) -> list[str]:
-    """Delete what ``plan`` dooms, safely against readers and builds running meanwhile; the paths removed."""
+    """Delete what ``plan`` dooms, safely against readers and builds running meanwhile; the paths
+    removed."""
     fs, removed = store.fs, []
     originals: dict[str, bytes] = {}
     for d in plan.doomed:

@@ -1,8 +1,10 @@
-"""The sample diff of two versions (`datapipe diff`): keys added, removed and changed, by the hashes in the indexes.
+"""The sample diff of two versions (`datapipe diff`): keys added, removed and changed, by the hashes
+in the indexes.
 
-Two versions often share most shards (an incremental build reuses its parent's). A shard with the same sha256
-and split in both holds the same samples in both, and a key is in one shard of a version, so the keys of the
-shards only one side has are the only ones that can differ: ``VersionPair`` reads those shards' indexes only.
+Two versions often share most shards (an incremental build reuses its parent's). A shard with the
+same sha256 and split in both holds the same samples in both, and a key is in one shard of a
+version, so the keys of the shards only one side has are the only ones that can differ:
+``VersionPair`` reads those shards' indexes only.
 """
 
 from __future__ import annotations
@@ -27,16 +29,20 @@ class VersionDiff:
     unchanged: int = 0
 
 
-def sample_hashes(store: Store, name: str, manifest: Manifest, split: str | None = None,
-                  shards: Sequence[ShardEntry] | None = None) -> dict[str, bytes]:
-    """key -> sha256 of the sample's bytes, over every shard of a version (of ``split`` only, when given; of
+def sample_hashes(
+    store: Store, name: str, manifest: Manifest, split: str | None = None, shards: Sequence[ShardEntry] | None = None
+) -> dict[str, bytes]:
+    """key -> sha256 of the sample's bytes, over every shard of a version (of ``split`` only, when
+    given; of
     ``shards`` only, when given)."""
     return {key: digest for key, (_, _, digest) in sample_locations(store, name, manifest, split, shards).items()}
 
 
-def sample_locations(store: Store, name: str, manifest: Manifest, split: str | None = None,
-                     shards: Sequence[ShardEntry] | None = None) -> dict[str, tuple[str, int, bytes]]:
-    """key -> (shard path in the version, position in that shard, sha256 of the sample's bytes), over the
+def sample_locations(
+    store: Store, name: str, manifest: Manifest, split: str | None = None, shards: Sequence[ShardEntry] | None = None
+) -> dict[str, tuple[str, int, bytes]]:
+    """key -> (shard path in the version, position in that shard, sha256 of the sample's bytes),
+    over the
     version's shards (of ``split``, of ``shards``, when given)."""
     out: dict[str, tuple[str, int, bytes]] = {}
     for shard in manifest.shards if shards is None else shards:
@@ -50,7 +56,8 @@ def sample_locations(store: Store, name: str, manifest: Manifest, split: str | N
 
 
 def _unshared(a: Manifest, b: Manifest) -> tuple[list[ShardEntry], list[ShardEntry], Counter[str | None]]:
-    """The shards of ``a`` and of ``b`` that the other lacks (by sha256 and split), and the samples of the shared
+    """The shards of ``a`` and of ``b`` that the other lacks (by sha256 and split), and the samples
+    of the shared
     ones per split."""
     left = Counter((e.sha256, e.split) for e in b.shards)
     only_a, shared = [], Counter()
@@ -80,7 +87,8 @@ class Side:
 
 
 class VersionPair:
-    """The sample diff of version ``a`` to ``b``, from the indexes of the shards they do not share (read once)."""
+    """The sample diff of version ``a`` to ``b``, from the indexes of the shards they do not share
+    (read once)."""
 
     def __init__(self, a: Side, b: Side) -> None:
         self.a, self.b = a, b
@@ -90,8 +98,10 @@ class VersionPair:
     def locations(self) -> tuple[dict[str, tuple[str, int, bytes]], ...]:
         """Each side's ``sample_locations`` over its unshared shards."""
         if self._locations is None:
-            self._locations = tuple(sample_locations(s.store, s.name, s.manifest, shards=only)
-                                    for s, only in ((self.a, self.only_a), (self.b, self.only_b)))
+            self._locations = tuple(
+                sample_locations(s.store, s.name, s.manifest, shards=only)
+                for s, only in ((self.a, self.only_a), (self.b, self.only_b))
+            )
         return self._locations
 
     def diff(self) -> VersionDiff:
@@ -100,7 +110,8 @@ class VersionPair:
         return _with_shared(diff_versions(a, b), sum(self.shared.values()))
 
     def splits(self) -> dict[str, VersionDiff]:
-        """Per split either version has, its diff (a split one version lacks is empty there); {} when neither
+        """Per split either version has, its diff (a split one version lacks is empty there); {}
+        when neither
         has splits."""
         names = _split_names(self.a.manifest) | _split_names(self.b.manifest)
         by_split: list[dict[str | None, dict[str, bytes]]] = []
@@ -110,8 +121,12 @@ class VersionPair:
             for key, (path, _, digest) in side.items():
                 grouped.setdefault(split_of[path], {})[key] = digest
             by_split.append(grouped)
-        return {split: _with_shared(diff_versions(by_split[0].get(split, {}), by_split[1].get(split, {})),
-                                    self.shared[split]) for split in sorted(names)}
+        return {
+            split: _with_shared(
+                diff_versions(by_split[0].get(split, {}), by_split[1].get(split, {})), self.shared[split]
+            )
+            for split in sorted(names)
+        }
 
 
 def _with_shared(d: VersionDiff, shared: int) -> VersionDiff:
@@ -127,6 +142,8 @@ def diff_versions(a: dict[str, bytes], b: dict[str, bytes]) -> VersionDiff:
     common = a.keys() & b.keys()
     changed = sorted(k for k in common if a[k] != b[k])
     return VersionDiff(
-        added=sorted(b.keys() - a.keys()), removed=sorted(a.keys() - b.keys()),
-        changed=changed, unchanged=len(common) - len(changed),
+        added=sorted(b.keys() - a.keys()),
+        removed=sorted(a.keys() - b.keys()),
+        changed=changed,
+        unchanged=len(common) - len(changed),
     )

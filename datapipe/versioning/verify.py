@@ -25,21 +25,28 @@ def verify_version(store: Store, name: str, manifest: Manifest, version: str | N
     """Every problem with the files of ``manifest``'s version; empty when all match.
 
     ``version`` is the directory the manifest was read from (default: the id it names). The manifest
-    itself must hash to that id, so an edited manifest is a problem too, as is a missing quarantine file.
+    itself must hash to that id, so an edited manifest is a problem too, as is a missing quarantine
+    file.
     """
     fs = store.fs
     version = version or manifest.version
     root = store.path(name, VERSIONS, version)
     problems = []
     if manifest.version != version:
-        problems.append(Problem("mismatch", f"{root}/{MANIFEST_NAME}",
-                                f"names version {manifest.version}, but lies in {version}"))
+        problems.append(
+            Problem("mismatch", f"{root}/{MANIFEST_NAME}", f"names version {manifest.version}, but lies in {version}")
+        )
     content_id = manifest.content_id()
     if content_id != version:
-        problems.append(Problem("mismatch", f"{root}/{MANIFEST_NAME}",
-                                f"its content hashes to {content_id}, not to the version id {version}; "
-                                "the manifest was edited"))
-    expected: dict[str, dict[str, tuple[int, str] | None]] = {root: {}}  # directory -> file -> (bytes, sha256)
+        problems.append(
+            Problem(
+                "mismatch",
+                f"{root}/{MANIFEST_NAME}",
+                f"its content hashes to {content_id}, not to the version id {version}; the manifest was edited",
+            )
+        )
+    # directory -> file -> (bytes, sha256)
+    expected: dict[str, dict[str, tuple[int, str] | None]] = {root: {}}
     for shard in manifest.shards:
         files = expected.setdefault(store.shard_dir(name, version, shard), {})
         stored, index = shard.stored_names()
@@ -57,8 +64,9 @@ def verify_version(store: Store, name: str, manifest: Manifest, version: str | N
             where = f"{directory}/{filename}"
             shared = "" if directory == root else "shared from another version's directory"
             if filename not in present:
-                detail = (f"the manifest records {manifest.rejected_rows} rejected rows in it" if recorded is None
-                          else shared)
+                detail = (
+                    f"the manifest records {manifest.rejected_rows} rejected rows in it" if recorded is None else shared
+                )
                 problems.append(Problem("missing", where, detail))
             elif recorded is None:
                 continue

@@ -1,8 +1,11 @@
-"""MkDocs hook: fill the `<!-- generated: NAME -->` markers of a page from the repository's own sources.
+"""MkDocs hook: fill the `<!-- generated: NAME -->` markers of a page from the repository's own
+sources.
 
-Each reference that could drift from the code is made at build time from the file the code is checked against:
-the pipeline file's and the manifest's JSON Schemas (schemas/, kept in sync with the models by tests), the
-import-linter contracts (pyproject.toml) and the exception tree's exit codes (datapipe.errors).
+Each reference that could drift from the code is made at build time from the file the code is
+checked against:
+the pipeline file's and the manifest's JSON Schemas (schemas/, kept in sync with the models by
+tests), the import-linter contracts (pyproject.toml) and the exception tree's exit codes
+(datapipe.errors).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ def _code(value: Any) -> str:
 
 
 def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    """A node's $ref target: (definition name, definition), or (None, node) when it is not a reference."""
+    """A node's $ref target: (definition name, definition), or (None, node) when it is not a
+    reference."""
     ref = node.get("$ref")
     if ref is None:
         return None, node
@@ -46,7 +50,8 @@ def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> tuple[str | None, 
 
 
 def _is_section(definition: dict[str, Any]) -> bool:
-    """Whether a definition gets a section of its own (an object with named keys) or is shown inline."""
+    """Whether a definition gets a section of its own (an object with named keys) or is shown
+    inline."""
     return definition.get("type") == "object" and "properties" in definition
 
 
@@ -79,15 +84,22 @@ def _constraints(node: dict[str, Any]) -> list[str]:
     """The constraints of a node and of the options it allows, as short phrases."""
     found = []
     for option in (node, *node.get("anyOf", ()), *node.get("oneOf", ())):
-        for key, phrase in (("pattern", "matches"), ("minimum", ">="), ("maximum", "<="), ("minLength", "length >="),
-                            ("minProperties", "keys >="), ("maxProperties", "keys <=")):
+        for key, phrase in (
+            ("pattern", "matches"),
+            ("minimum", ">="),
+            ("maximum", "<="),
+            ("minLength", "length >="),
+            ("minProperties", "keys >="),
+            ("maxProperties", "keys <="),
+        ):
             if key in option:
                 found.append(f"{phrase} `{option[key]}`")
     return found
 
 
 def _rows(schema: dict[str, Any], node: dict[str, Any], prefix: str, link: Callable[[str], str]) -> Iterator[str]:
-    """Table rows for the keys of an object node; inline objects (not sections) are flattened as KEY.SUBKEY."""
+    """Table rows for the keys of an object node; inline objects (not sections) are flattened as
+    KEY.SUBKEY."""
     required = set(node.get("required", ()))
     for key, child in sorted(node.get("properties", {}).items()):
         path = f"{prefix}{key}"
@@ -103,21 +115,22 @@ def _rows(schema: dict[str, Any], node: dict[str, Any], prefix: str, link: Calla
             yield from _rows(schema, target, f"{path}.", link)
 
 
-def _row(schema: dict[str, Any], path: str, node: dict[str, Any], required: bool,
-         link: Callable[[str], str]) -> str:
+def _row(schema: dict[str, Any], path: str, node: dict[str, Any], required: bool, link: Callable[[str], str]) -> str:
     """One table row: key, type, required or default, constraints and description."""
     _, target = _resolve(schema, node)
     default = "required" if required else (_code(node["default"]) if "default" in node else "optional")
     notes = _constraints(target if target is not node else node)
-    description = node.get("description") or (target.get("description") if target is not node and
-                                              not _is_section(target) else None)
+    description = node.get("description") or (
+        target.get("description") if target is not node and not _is_section(target) else None
+    )
     if description:
         notes.append(description)
     return f"| `{path}` | {_cell(_type(schema, node, link))} | {_cell(default)} | {_cell('; '.join(notes))} |"
 
 
 def _sections(schema: dict[str, Any]) -> list[tuple[str, str]]:
-    """(definition name, YAML path where it is used) for every section, in the order a reader meets them."""
+    """(definition name, YAML path where it is used) for every section, in the order a reader meets
+    them."""
     order: list[tuple[str, str]] = []
     seen: set[str] = set()
 
@@ -181,8 +194,12 @@ def import_contracts() -> str:
     if tomllib is None:
         return "(the import contracts are listed when the docs are built with Python 3.11 or later)"
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    out = ["Generated from `pyproject.toml` (`[tool.importlinter]`) when the site is built; CI checks them with "
-           "`lint-imports`.", ""]
+    out = [
+        "Generated from `pyproject.toml` (`[tool.importlinter]`) when the site "
+        "is built; CI checks them with "
+        "`lint-imports`.",
+        "",
+    ]
     for contract in config["contracts"]:
         out.append(f"- **{contract['name']}** ({contract['type']})")
         if contract["type"] == "layers":
@@ -201,8 +218,11 @@ def exit_codes() -> str:
     """A table of the exception tree's classes and their exit codes, from datapipe.errors."""
     errors = importlib.import_module("datapipe.errors")
     base = errors.DatapipeError
-    classes = [c for _, c in inspect.getmembers(errors, inspect.isclass)
-               if issubclass(c, base) and c.__module__ == errors.__name__]
+    classes = [
+        c
+        for _, c in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(c, base) and c.__module__ == errors.__name__
+    ]
     classes.sort(key=lambda c: (c.exit_code, c is not base, c.__name__))
     out = ["| exit | error | raised for |", "|---|---|---|"]
     for c in classes:
@@ -223,11 +243,14 @@ GENERATORS: dict[str, Callable[[], str]] = {
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Replace each marker with what its generator makes; an unknown marker fails the build."""
+
     def replace(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in GENERATORS:
-            raise ValueError(f"{page.file.src_path}: unknown marker <!-- generated: {name} -->; "
-                             f"known: {', '.join(sorted(GENERATORS))}")
+            raise ValueError(
+                f"{page.file.src_path}: unknown marker <!-- generated: {name} -->; "
+                f"known: {', '.join(sorted(GENERATORS))}"
+            )
         return GENERATORS[name]()
 
     return MARKER.sub(replace, markdown)

@@ -41,7 +41,8 @@ class Project:
         return result
 
     def samples(self, result: BuildResult | Manifest, store: Store | None = None) -> list[dict]:
-        """The samples of a build (or of a version's manifest in ``store``, default this project's)."""
+        """The samples of a build (or of a version's manifest in ``store``, default this
+        project's)."""
         from datapipe.formats.shards import open_shard
 
         manifest = result.manifest if isinstance(result, BuildResult) else result

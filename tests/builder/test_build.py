@@ -1,8 +1,8 @@
 """`datapipe build` end to end: every stage, every source format, accounting, quarantine.
 
-What a build makes is tested on threads in this process (the `in_process` client a small build gets); what
-depends on worker processes (the same bytes whatever the workers, errors raised on a worker, the digits example)
-on a real LocalCluster."""
+What a build makes is tested on threads in this process (the `in_process` client a small build
+gets); what depends on worker processes (the same bytes whatever the workers, errors raised on a
+worker, the digits example) on a real LocalCluster."""
 
 import contextlib
 import os
@@ -27,14 +27,16 @@ def accounting_holds(manifest) -> None:
 
 
 def test_digits_example_through_the_cli(digits_built):
-    """The session's digits build: `datapipe build digits.yaml --json` (in process, on the session's cluster)."""
+    """The session's digits build: `datapipe build digits.yaml --json` (in process, on the session's
+    cluster)."""
     from helpers.cli import datapipe_in_process
 
     summary = digits_built.summary
     assert summary["samples"] == 1773 and summary["rejected"] == 7 and summary["shards"] > 1
     seconds = summary["seconds"]  # where the wall time went: start-up, each pass, the whole build
     assert {"start", "write shards", "total"} <= set(seconds) and seconds["total"] >= sum(
-        v for k, v in seconds.items() if k != "total") > 0
+        v for k, v in seconds.items() if k != "total"
+    ) > 0
     by_stage = {s["stage"]: s for s in summary["stages"]}
     assert by_stage["source"]["rejected"] == 1  # the malformed line
     assert by_stage["stages[0].dropna"]["dropped"] == 12  # missing labels
@@ -47,8 +49,7 @@ def test_digits_example_through_the_cli(digits_built):
     quarantine = pd.read_parquet(store.path("digits", "versions", summary["version"], REJECTED_NAME))
     assert len(quarantine) == 7
     malformed = quarantine[quarantine.stage == "source"].iloc[0]
-    assert (malformed.source, malformed.row, malformed.reason) == ("raw/digits-0.csv", 41,
-                                                                    "expected 4 fields, saw 5")
+    assert (malformed.source, malformed.row, malformed.reason) == ("raw/digits-0.csv", 41, "expected 4 fields, saw 5")
     assert set(quarantine[quarantine.stage != "source"].reason) == {"label: 12 is above max 9"}
     assert summary["url"] == f"store/digits@{summary['version']}"  # the store as given to --out
     verify = datapipe_in_process("verify", summary["url"], cwd=digits_built.project)
@@ -97,22 +98,26 @@ PEOPLE = """\
 
 
 def people(blocksize: str, fmt: str, seed: str) -> str:
-    """The people pipeline; shards small enough that each format writes several, and every partition feeds
-    several: ~57 tar shards (512-byte headers make a sample ~3 KB), ~7 TFRecord ones (a sample ~100 bytes)."""
+    """The people pipeline; shards small enough that each format writes several, and every partition
+    feeds
+    several: ~57 tar shards (512-byte headers make a sample ~3 KB), ~7 TFRecord ones (a sample ~100
+    bytes)."""
     return PEOPLE.format(blocksize=blocksize, fmt=fmt, seed=seed, max_bytes="64KB" if fmt == "webdataset" else "20KB")
 
 
 @pytest.fixture(scope="module")
 def clients_of():
-    """Clients of two LocalClusters, of 1 and of 3 worker processes, shared by the tests below (a LocalCluster
+    """Clients of two LocalClusters, of 1 and of 3 worker processes, shared by the tests below (a
+    LocalCluster
     takes seconds to start)."""
     from distributed import Client, LocalCluster
 
     with contextlib.ExitStack() as stack:
         clients = {}
         for workers in (1, 3):
-            cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                                       dashboard_address=None))
+            cluster = stack.enter_context(
+                LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            )
             clients[workers] = stack.enter_context(Client(cluster))
         yield clients
 
@@ -129,7 +134,8 @@ def test_same_version_and_bytes_whatever_the_workers_and_blocksize(project, clie
         directory = project.store.path("people", "versions", result.manifest.version)
         shard_bytes.add(tuple(open(os.path.join(directory, e.path), "rb").read() for e in result.manifest.shards))
     assert len(ids) == 1 and len(shard_bytes) == 1
-    assert len(result.manifest.shards) >= 5  # shard boundaries to place, wherever the partitions end
+    # shard boundaries to place, wherever the partitions end
+    assert len(result.manifest.shards) >= 5
     from datapipe.builder.config import load_pipeline
     from datapipe.builder.source.opening import partitioned_source
 
@@ -164,8 +170,9 @@ def test_rebuild_makes_the_same_version_and_only_moves_refs(project, in_process)
 
 
 def test_parquet_jsonl_and_files_sources(project, in_process):
-    frame = pd.DataFrame({"id": [f"r{i}" for i in range(300)], "x": range(300), "blob": [bytes([i % 256]) * 3
-                                                                                         for i in range(300)]})
+    frame = pd.DataFrame(
+        {"id": [f"r{i}" for i in range(300)], "x": range(300), "blob": [bytes([i % 256]) * 3 for i in range(300)]}
+    )
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -179,8 +186,10 @@ def test_parquet_jsonl_and_files_sources(project, in_process):
     samples = project.samples(result)
     assert len(samples) == 300 and samples[5] == {"__key__": "r5", "cls": b"5", "bin": b"\x05" * 3}
 
-    project.write("raw/a.jsonl", '{"id": "j1", "v": [1, 2]}\n{"id": "j2", "v": {"k": 3}}\nnot json\n[1]\n'
-                                 '{"id": "j3", "v": null}\n')
+    project.write(
+        "raw/a.jsonl",
+        '{"id": "j1", "v": [1, 2]}\n{"id": "j2", "v": {"k": 3}}\nnot json\n[1]\n{"id": "j3", "v": null}\n',
+    )
     project.pipeline("""\
         name: js
         source: {path: raw/*.jsonl, format: jsonl}
@@ -204,9 +213,12 @@ def test_parquet_jsonl_and_files_sources(project, in_process):
           - map: petcode:add_key
         sample: {key: key, fields: {jpg: bytes, cls: parent}}
         """)
-    project.write("petcode.py", "def add_key(df):\n    df = df.copy()\n"
-                                "    df['key'] = df['parent'] + '_' + df['name'].str.replace('.jpg', '')\n"
-                                "    return df\n")
+    project.write(
+        "petcode.py",
+        "def add_key(df):\n    df = df.copy()\n"
+        "    df['key'] = df['parent'] + '_' + df['name'].str.replace('.jpg', '')\n"
+        "    return df\n",
+    )
     result = project.build(client=in_process)
     samples = project.samples(result)
     assert [s["__key__"] for s in samples] == ["cat_0", "cat_1", "cat_2", "dog_0", "dog_1", "dog_2"]
@@ -395,7 +407,8 @@ def test_files_source_split_by_bytes_gives_the_same_version(project, in_process)
         project.write(f"img/{'ab'[i % 2]}/f{i:02d}.bin", bytes([i]) * (500 + 300 * i))
     project.write("keys.py", "def add(df):\n    df = df.copy()\n    df['key'] = df['name'].str[:-4]\n    return df\n")
     versions = set()
-    for options in ("{blocksize: 2KB}", "{files_per_partition: 3}", "{}"):  # 2KB: at most two files a partition
+    # 2KB: at most two files a partition
+    for options in ("{blocksize: 2KB}", "{files_per_partition: 3}", "{}"):
         project.pipeline(f"""\
             name: blobs
             source: {{path: "img/*/*.bin", format: files, options: {options}}}
@@ -410,5 +423,6 @@ def test_files_source_split_by_bytes_gives_the_same_version(project, in_process)
     assert len(versions) == 1
     samples = project.samples(result)
     assert [s["__key__"] for s in samples] == [f"f{i:02d}" for i in range(0, 12, 2)] + [
-        f"f{i:02d}" for i in range(1, 12, 2)]
+        f"f{i:02d}" for i in range(1, 12, 2)
+    ]
     assert samples[1]["bin"] == bytes([2]) * 1100 and samples[1]["cls"] == b"a"

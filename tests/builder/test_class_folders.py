@@ -1,4 +1,5 @@
-"""class_folders sources: DIR/[group/]<class>/<image> in, labelled samples and the manifest's classes out."""
+"""class_folders sources: DIR/[group/]<class>/<image> in, labelled samples and the manifest's
+classes out."""
 
 import io
 import json
@@ -29,8 +30,11 @@ def jpeg(color=(200, 30, 30), size=(12, 8)) -> bytes:
 
 def pipeline(project, classes: str | None = None, extra: str = "", path: str = "data") -> None:
     line = f"  classes: {classes}\n" if classes is not None else ""
-    project.write("pipeline.yaml", f"name: pets\nsource:\n  path: {path}\n  format: class_folders\n{line}"
-                                   f"sample: {{key: key, fields: {FIELDS}}}\nmax_rejected: 1\n{extra}")
+    project.write(
+        "pipeline.yaml",
+        f"name: pets\nsource:\n  path: {path}\n  format: class_folders\n{line}"
+        f"sample: {{key: key, fields: {FIELDS}}}\nmax_rejected: 1\n{extra}",
+    )
 
 
 def labels(project, result) -> dict[str, tuple[int, str]]:
@@ -43,9 +47,13 @@ def quarantine(project, result) -> pd.DataFrame:
 
 
 def test_nested_split_folders_give_path_class_label_and_group(project):
-    images = {"data/train/dog/a.jpg": jpeg(), "data/train/cat/b.JPEG": jpeg((0, 90, 0)),
-              "data/val/cat/c.png": b"not checked here", "data/cat/d.jpg": jpeg((9, 9, 9)),
-              "data/test/extra/dog/e.v2.jpg": jpeg()}
+    images = {
+        "data/train/dog/a.jpg": jpeg(),
+        "data/train/cat/b.JPEG": jpeg((0, 90, 0)),
+        "data/val/cat/c.png": b"not checked here",
+        "data/cat/d.jpg": jpeg((9, 9, 9)),
+        "data/test/extra/dog/e.v2.jpg": jpeg(),
+    }
     for name, data in images.items():
         project.write(name, data)
     project.write("data/README.txt", "not an image: not listed")
@@ -55,14 +63,25 @@ def test_nested_split_folders_give_path_class_label_and_group(project):
     result = project.build()
     assert result.manifest.classes == ("cat", "dog")  # sorted folder names
     samples = {s["__key__"]: s for s in project.samples(result)}
-    assert set(samples) == {"train_dog_a_jpg", "train_cat_b_JPEG", "val_cat_c_png", "cat_d_jpg",
-                            "test_extra_dog_e_v2_jpg"}
+    assert set(samples) == {
+        "train_dog_a_jpg",
+        "train_cat_b_JPEG",
+        "val_cat_c_png",
+        "cat_d_jpg",
+        "test_extra_dog_e_v2_jpg",
+    }
     cat = samples["train_cat_b_JPEG"]
     assert (cat["rel"], cat["nm"], cat["klass"], cat["cls"], cat["grp"]) == (
-        b"train/cat/b.JPEG", b"b.JPEG", b"cat", b"0", b"train")
+        b"train/cat/b.JPEG",
+        b"b.JPEG",
+        b"cat",
+        b"0",
+        b"train",
+    )
     assert cat["jpg"] == images["data/train/cat/b.JPEG"]  # the bytes unchanged
     assert samples["cat_d_jpg"]["grp"] == b"" and samples["test_extra_dog_e_v2_jpg"]["grp"] == b"test/extra"
-    assert samples["val_cat_c_png"]["jpg"] == b"not checked here"  # checking images is the image stage's job
+    # checking images is the image stage's job
+    assert samples["val_cat_c_png"]["jpg"] == b"not checked here"
     assert [s.path for s in result.manifest.lineage.sources] == sorted(f"{n}" for n in (*images, "data/loose.jpg"))
     rejected = quarantine(project, result)
     assert list(rejected.source) == ["data/loose.jpg"] and "not in a class folder" in rejected.reason[0]
@@ -76,12 +95,14 @@ def test_unpinned_labels_follow_the_sorted_folders_pinned_ones_stay(project):
     first = project.build()
     assert labels(project, first) == {"cat_1_jpg": (0, "cat"), "dog_1_jpg": (1, "dog")}
 
-    project.write("data/ant/1.jpg", jpeg())  # a new class, sorted first: unpinned, every label moves
+    # a new class, sorted first: unpinned, every label moves
+    project.write("data/ant/1.jpg", jpeg())
     moved = project.build()
     assert moved.manifest.classes == ("ant", "cat", "dog")
     assert labels(project, moved) == {"ant_1_jpg": (0, "ant"), "cat_1_jpg": (1, "cat"), "dog_1_jpg": (2, "dog")}
 
-    pipeline(project, "[cat, dog]")  # pinned as in the first version: the new class is quarantined, not labelled
+    # pinned as in the first version: the new class is quarantined, not labelled
+    pipeline(project, "[cat, dog]")
     pinned = project.build()
     assert pinned.manifest.classes == ("cat", "dog")
     assert labels(project, pinned) == labels(project, first)
@@ -94,7 +115,8 @@ def test_unpinned_labels_follow_the_sorted_folders_pinned_ones_stay(project):
     assert labels(project, added) == {"cat_1_jpg": (0, "cat"), "dog_1_jpg": (1, "dog"), "ant_1_jpg": (2, "ant")}
     assert added.manifest.classes == ("cat", "dog", "ant") and added.manifest.rejected_rows == 0
 
-    shutil.move(project.root / "data/dog", project.root / "data/hound")  # renamed on disk, pin still says dog
+    # renamed on disk, pin still says dog
+    shutil.move(project.root / "data/dog", project.root / "data/hound")
     renamed = project.build()
     assert labels(project, renamed) == {"cat_1_jpg": (0, "cat"), "ant_1_jpg": (2, "ant")}
     assert "class 'hound' is not in source.classes" in quarantine(project, renamed).reason[0]
@@ -112,7 +134,8 @@ def test_classes_from_a_file_in_its_order(project):
     assert labels(project, result) == {"dog_1_jpg": (0, "dog"), "emu_1_jpg": (1, "emu"), "cat_1_jpg": (2, "cat")}
     assert result.manifest.lineage.pipeline["source"]["classes"] == {"from": "classes.txt"}
 
-    project.write("classes.txt", "dog\nemu\ncat\nyak\n")  # the file changes, the pipeline does not: a new id
+    # the file changes, the pipeline does not: a new id
+    project.write("classes.txt", "dog\nemu\ncat\nyak\n")
     assert project.build().manifest.version != result.manifest.version
 
 
@@ -140,17 +163,22 @@ def test_other_sources_have_no_classes_in_config_or_manifest(project):
     assert "classes" not in json.loads(open(raw).read())
 
 
-@pytest.mark.parametrize(("source", "expected"), [
-    ("{path: d, format: csv, classes: [a]}", "source.classes: only a class_folders source takes classes"),
-    ("{path: d, format: class_folders, classes: [a, a]}", "source.classes: class 'a' is listed twice"),
-    ("{path: d, format: class_folders, classes: []}", "source.classes: the class list is empty"),
-    ("{path: d, format: class_folders, classes: [a/b]}", "'a/b' is not a folder name"),
-    ("{path: d, format: class_folders, classes: {file: x}}", "source.classes: expected {from: FILE}"),
-    ("{path: d, format: class_folders, classes: 3}", "source.classes: expected a list of class names"),
-    ("{path: d, format: class_folders, classes: [1, b]}", "source.classes: class names are strings; quote 1"),
-    ("{path: d, format: class_folders, options: {sep: ','}}", "source.options.sep: the class_folders reader does "
-                                                              "not take this option"),
-])
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("{path: d, format: csv, classes: [a]}", "source.classes: only a class_folders source takes classes"),
+        ("{path: d, format: class_folders, classes: [a, a]}", "source.classes: class 'a' is listed twice"),
+        ("{path: d, format: class_folders, classes: []}", "source.classes: the class list is empty"),
+        ("{path: d, format: class_folders, classes: [a/b]}", "'a/b' is not a folder name"),
+        ("{path: d, format: class_folders, classes: {file: x}}", "source.classes: expected {from: FILE}"),
+        ("{path: d, format: class_folders, classes: 3}", "source.classes: expected a list of class names"),
+        ("{path: d, format: class_folders, classes: [1, b]}", "source.classes: class names are strings; quote 1"),
+        (
+            "{path: d, format: class_folders, options: {sep: ','}}",
+            "source.options.sep: the class_folders reader does not take this option",
+        ),
+    ],
+)
 def test_bad_source_sections_name_the_field(source, expected):
     with pytest.raises(ConfigError) as info:
         parse_pipeline(f"name: t\nsource: {source}\nsample: {{key: key, fields: {{jpg: bytes}}}}\n", "p.yaml")
@@ -177,8 +205,11 @@ def test_a_missing_classes_file_or_a_file_path_is_a_config_error(project):
 
 def test_the_images_example_builds_with_its_broken_images_quarantined(project):
     pipelines = Path(__file__).parents[2] / "pipelines"
-    subprocess.run([sys.executable, str(pipelines / "prepare_images.py"), "--out", str(project.root / "raw/images")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(pipelines / "prepare_images.py"), "--out", str(project.root / "raw/images")],
+        check=True,
+        capture_output=True,
+    )
     shutil.copy(pipelines / "images.yaml", project.root / "images.yaml")
     result = project.build("images.yaml")
     assert result.manifest.classes == ("circle", "square", "stripes")

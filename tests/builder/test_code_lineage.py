@@ -1,4 +1,5 @@
-"""The code a pipeline's map stages call is found in the pipeline's own directory, as the workers import it."""
+"""The code a pipeline's map stages call is found in the pipeline's own directory, as the workers
+import it."""
 
 import hashlib
 import importlib
@@ -37,7 +38,8 @@ def test_a_same_named_module_already_imported_from_another_project_is_not_the_on
         second, second_sha = project(tmp_path, "two", module, "def fix(df):\n    return df.copy()\n")
         try:
             sys.path.insert(0, first.base_dir)
-            importlib.import_module(module)  # a long-lived process (a notebook, a test run) imported project one's
+            # a long-lived process (a notebook, a test run) imported project one's
+            importlib.import_module(module)
             sys.path.remove(first.base_dir)
             assert [r.sha256 for r in code_refs(first.pipeline, first.base_dir)] == [first_sha]
             assert [r.sha256 for r in code_refs(second.pipeline, second.base_dir)] == [second_sha]
@@ -50,7 +52,8 @@ def test_a_same_named_module_already_imported_from_another_project_is_not_the_on
 
 
 def test_a_worker_loads_the_pipelines_own_file_of_a_module_it_imported_from_a_directory_now_gone(tmp_path):
-    """A long-lived worker (the --scheduler cluster's) ran a build whose project directory was then removed; the same
+    """A long-lived worker (the --scheduler cluster's) ran a build whose project directory was then
+    removed; the same
     module, byte for byte, in another project is imported from there."""
     import shutil
 

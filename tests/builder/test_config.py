@@ -1,4 +1,5 @@
-"""Pipeline file models: parsing, canonical form, JSON schema, and errors that name file, line and key."""
+"""Pipeline file models: parsing, canonical form, JSON schema, and errors that name file, line and
+key."""
 
 import json
 from pathlib import Path
@@ -58,7 +59,7 @@ max_rejected: 0.01
 def edited(line: int, text: str | None) -> str:
     """The example with 1-based ``line`` replaced by ``text`` (None: deleted)."""
     lines = EXAMPLE.splitlines()
-    lines[line - 1:line] = [] if text is None else [text]
+    lines[line - 1 : line] = [] if text is None else [text]
     return "\n".join(lines) + "\n"
 
 
@@ -68,13 +69,14 @@ def config_error(text: str) -> str:
     return str(info.value)
 
 
-# --- the schema file -------------------------------------------------------------------------------------------
+# --- the schema file ------------------------------------------------------------------------------
 
 
 def test_schema_file_matches_models():
     expected = json.dumps(pipeline_json_schema(), indent=2, sort_keys=True) + "\n"
     assert SCHEMA_FILE.read_text() == expected, (
-        "schemas/pipeline.schema.json is out of date with datapipe/builder/config.py; regenerate it with "
+        "schemas/pipeline.schema.json is out of date with "
+        "datapipe/builder/config.py; regenerate it with "
         "`python -m datapipe.builder.config > schemas/pipeline.schema.json`"
     )
 
@@ -85,18 +87,22 @@ def test_schema_is_valid_and_accepts_the_example():
     assert schema["$schema"].startswith("https://json-schema.org/")
     assert schema["title"]
     jsonschema.validate(yaml.safe_load(EXAMPLE), schema)
-    assert {"type": "string"} in [{"type": s["type"]} for s in
-                                  schema["$defs"]["ShardConfig"]["properties"]["max_bytes"]["anyOf"]]
+    assert {"type": "string"} in [
+        {"type": s["type"]} for s in schema["$defs"]["ShardConfig"]["properties"]["max_bytes"]["anyOf"]
+    ]
 
 
-@pytest.mark.parametrize("line, text", [
-    (25, "colour: red"),
-    (21, "  max_bytes: lots"),
-    (10, "  - dedup: {columns: [id]}"),
-    (9, '  - {filter: "label >= 0", dedupe: {}}'),
-    (1, "name: 'digits v2'"),
-    (18, "  fields: {}"),
-])
+@pytest.mark.parametrize(
+    "line, text",
+    [
+        (25, "colour: red"),
+        (21, "  max_bytes: lots"),
+        (10, "  - dedup: {columns: [id]}"),
+        (9, '  - {filter: "label >= 0", dedupe: {}}'),
+        (1, "name: 'digits v2'"),
+        (18, "  fields: {}"),
+    ],
+)
 def test_schema_rejects_what_the_models_reject(line, text):
     schema = json.loads(SCHEMA_FILE.read_text())
     with pytest.raises(jsonschema.ValidationError):
@@ -104,7 +110,7 @@ def test_schema_rejects_what_the_models_reject(line, text):
     config_error(edited(line, text))
 
 
-# --- a valid pipeline ------------------------------------------------------------------------------------------
+# --- a valid pipeline -----------------------------------------------------------------------------
 
 
 def test_example_parses_with_every_stage_kind():
@@ -112,7 +118,8 @@ def test_example_parses_with_every_stage_kind():
     assert pipeline.name == "digits"
     assert pipeline.source.path == "raw/digits-*.csv" and pipeline.source.format == "csv"
     assert pipeline.source.options == {"blocksize": "1MB"}
-    # the image stage parses in tests/builder/test_image_stage.py: its line here would move every line below
+    # the image stage parses in tests/builder/test_image_stage.py: its line here would move every
+    # line below
     assert [s.kind for s in pipeline.stages] == [k for k in STAGE_KINDS if k != "image"]
     dropna, fillna, filter_, dedupe, cast, map_, validate = (s.args for s in pipeline.stages)
     assert dropna == DropnaArgs(columns=["label"])
@@ -121,8 +128,10 @@ def test_example_parses_with_every_stage_kind():
     assert dedupe == DedupeArgs(columns=["id"])
     assert cast == {"label": "int64"}
     assert map_ == "mypkg.clean:fix_rows"
-    assert validate == {"id": ColumnRule(type="string", nullable=False),
-                        "label": ColumnRule(type="int64", min=0, max=9)}
+    assert validate == {
+        "id": ColumnRule(type="string", nullable=False),
+        "label": ColumnRule(type="int64", min=0, max=9),
+    }
     assert pipeline.sample.key == "id"
     assert pipeline.sample.fields == {"png": "image", "cls": "label", "json": ["a", "b"]}
     assert pipeline.shards == ShardConfig(format="webdataset", max_bytes=64_000_000)
@@ -131,8 +140,9 @@ def test_example_parses_with_every_stage_kind():
 
 
 def test_defaults():
-    pipeline = parse_pipeline("name: d\nsource: {path: in.jsonl, format: jsonl}\nsample: {key: k, fields: {txt: t}}\n",
-                              "x.yaml")
+    pipeline = parse_pipeline(
+        "name: d\nsource: {path: in.jsonl, format: jsonl}\nsample: {key: k, fields: {txt: t}}\n", "x.yaml"
+    )
     assert pipeline.stages == [] and pipeline.source.options == {}
     assert pipeline.shards == ShardConfig()
     assert (pipeline.shards.format, pipeline.shards.max_bytes) == ("webdataset", 64_000_000)
@@ -142,8 +152,9 @@ def test_defaults():
 
 def test_canonical_is_deterministic_and_excludes_execution_options():
     canonical = parse_pipeline(EXAMPLE, "x.yaml").canonical()
-    assert json.dumps(canonical, sort_keys=True) == json.dumps(parse_pipeline(EXAMPLE, "y.yaml").canonical(),
-                                                               sort_keys=True)
+    assert json.dumps(canonical, sort_keys=True) == json.dumps(
+        parse_pipeline(EXAMPLE, "y.yaml").canonical(), sort_keys=True
+    )
     assert canonical["source"] == {"path": "raw/digits-*.csv", "format": "csv", "options": {}}
     assert canonical["stages"] == [
         {"dropna": {"columns": ["label"]}},
@@ -154,8 +165,12 @@ def test_canonical_is_deterministic_and_excludes_execution_options():
         {"map": "mypkg.clean:fix_rows"},
         {"validate": {"id": {"type": "string", "nullable": False}, "label": {"type": "int64", "min": 0, "max": 9}}},
     ]
-    assert canonical["shards"] == {"format": "webdataset", "max_bytes": 64_000_000, "max_samples": None,
-                                   "shuffle_seed": None}
+    assert canonical["shards"] == {
+        "format": "webdataset",
+        "max_bytes": 64_000_000,
+        "max_samples": None,
+        "shuffle_seed": None,
+    }
     assert canonical["name"] == "digits" and canonical["max_rejected"] == 0.01
     json.dumps(canonical)  # plain JSON types only
 
@@ -191,8 +206,21 @@ def test_same_meaning_same_canonical():
 
 
 def test_type_names():
-    assert TYPE_NAMES == ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32",
-                          "float64", "string", "bool", "bytes")
+    assert TYPE_NAMES == (
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float32",
+        "float64",
+        "string",
+        "bool",
+        "bytes",
+    )
 
 
 def test_load_pipeline_resolves_paths(tmp_path):
@@ -218,21 +246,38 @@ def test_load_pipeline_errors_name_the_file(tmp_path):
     assert str(info.value).startswith(f"{path}:22: shards.max_samples: ")
 
 
-# --- sizes -----------------------------------------------------------------------------------------------------
+# --- sizes ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, size", [
-    (1, 1), (4096, 4096), ("1", 1), ("123B", 123), ("64MB", 64_000_000), ("100 MB", 100_000_000),
-    ("512KiB", 512 * 1024), ("1.5GB", 1_500_000_000), ("2GiB", 2 * 1024**3), ("1TB", 10**12), ("1TiB", 2**40),
-    ("10KB", 10_000), ("3MiB", 3 * 2**20), ("64mb", 64_000_000), (" 7 kb ", 7000), ("0.5KiB", 512),
-])
+@pytest.mark.parametrize(
+    "value, size",
+    [
+        (1, 1),
+        (4096, 4096),
+        ("1", 1),
+        ("123B", 123),
+        ("64MB", 64_000_000),
+        ("100 MB", 100_000_000),
+        ("512KiB", 512 * 1024),
+        ("1.5GB", 1_500_000_000),
+        ("2GiB", 2 * 1024**3),
+        ("1TB", 10**12),
+        ("1TiB", 2**40),
+        ("10KB", 10_000),
+        ("3MiB", 3 * 2**20),
+        ("64mb", 64_000_000),
+        (" 7 kb ", 7000),
+        ("0.5KiB", 512),
+    ],
+)
 def test_sizes(value, size):
     assert parse_size(value) == size
     assert ShardConfig(max_bytes=value).max_bytes == size
 
 
-@pytest.mark.parametrize("value", ["", "MB", "64 MBs", "64M", "-1MB", "1e6", "1.5B", "0", 0, -5, True, "sixty", None,
-                                   "1,000"])
+@pytest.mark.parametrize(
+    "value", ["", "MB", "64 MBs", "64M", "-1MB", "1e6", "1.5B", "0", 0, -5, True, "sixty", None, "1,000"]
+)
 def test_bad_sizes(value):
     with pytest.raises(ValueError):
         parse_size(value)
@@ -240,55 +285,137 @@ def test_bad_sizes(value):
         ShardConfig(max_bytes=value)
 
 
-# --- mistakes: each names file, line and key path -------------------------------------------------------------
+# --- mistakes: each names file, line and key path -------------------------------------------------
 
 
-@pytest.mark.parametrize("line, text, expected, why", [
-    (25, "colour: red", "pipelines/x.yaml:25: colour: unknown key 'colour'; use one of: name, source", "top-level key"),
-    (3, "  paht: raw/*.csv", "pipelines/x.yaml:3: source.paht: unknown key 'paht'", "unknown nested key"),
-    (14, "      id: {type: string, nulable: false}", "pipelines/x.yaml:14: stages[6].validate.id.nulable: unknown key",
-     "unknown key in a column rule"),
-    (10, "  - dedup: {columns: [id]}",
-     "pipelines/x.yaml:10: stages[3].dedup: unknown stage 'dedup'; use one of: dropna, fillna, filter, dedupe, cast, "
-     "map, validate", "unknown stage"),
-    (9, '  - {filter: "label >= 0", dedupe: {}}', "pipelines/x.yaml:9: stages[2]: a stage is a mapping with exactly "
-     "one key, got keys filter, dedupe", "two keys in one stage"),
-    (9, "  - dedupe", "pipelines/x.yaml:9: stages[2]: a stage is a mapping with exactly one key", "bare stage name"),
-    (22, '  max_samples: "ten"', "pipelines/x.yaml:22: shards.max_samples: Input should be a valid integer", "type"),
-    (22, "  max_samples: 0", "pipelines/x.yaml:22: shards.max_samples: Input should be greater than or equal to 1",
-     "range"),
-    (24, "max_rejected: 2", "pipelines/x.yaml:24: max_rejected: Input should be less than or equal to 1", "range"),
-    (7, "  - dropna: {columns: label}", "pipelines/x.yaml:7: stages[0].dropna.columns: Input should be a valid list",
-     "type inside a stage"),
-    (9, '  - filter: "label >="', "pipelines/x.yaml:9: stages[2].filter: not a valid expression", "bad filter"),
-    (9, "  - filter:", "pipelines/x.yaml:9: stages[2].filter: 'filter' needs a value", "empty filter"),
-    (8, "  - fillna: {}", "pipelines/x.yaml:8: stages[1].fillna.values: required key is missing", "fillna values"),
-    (12, "  - map: mypkg.clean.fix_rows",
-     "pipelines/x.yaml:12: stages[5].map: expected 'module.path:function', e.g. 'mypkg.clean:fix_rows'", "map spec"),
-    (11, "  - cast: {label: int65}", "pipelines/x.yaml:11: stages[4].cast.label: Input should be 'int8'", "cast type"),
-    (21, "  max_bytes: 64 MBs", "pipelines/x.yaml:21: shards.max_bytes: not a size: use an integer number of bytes "
-     "or a string like '64MB'", "bad size"),
-    (21, "  max_bytes: 0", "pipelines/x.yaml:21: shards.max_bytes: must be at least 1 byte", "zero size"),
-    (14, '      id: {type: string, pattern: "[a-"}',
-     "pipelines/x.yaml:14: stages[6].validate.id.pattern: not a valid regular expression", "bad regex"),
-    (15, "      label: {type: int64, min: 9, max: 0}", "pipelines/x.yaml:15: stages[6].validate.label: min is greater "
-     "than max", "min > max"),
-    (1, "name: 'digits v2'", "pipelines/x.yaml:1: name: a name is 1-128 letters, digits", "bad name"),
-    (1, "name: -digits", "pipelines/x.yaml:1: name: a name is", "name starting with '-'"),
-    (4, "  format: xlsx",
-     "pipelines/x.yaml:4: source.format: Input should be 'csv', 'parquet', 'jsonl', 'files' or 'class_folders'",
-     "source format"),
-    (18, "  fields: {}", "pipelines/x.yaml:18: sample.fields: needs at least one field", "empty fields"),
-    (18, "  fields: {png/x: image}", "pipelines/x.yaml:18: sample.fields: bad field name 'png/x'", "field with /"),
-    (18, "  fields: {__key__: id}", "pipelines/x.yaml:18: sample.fields: bad field name '__key__'", "field __"),
-    (18, "  fields: {png: 3}", "pipelines/x.yaml:18: sample.fields.png: Input should be a valid string", "field type"),
-    (20, "  format: zip", "pipelines/x.yaml:20: shards.format: Input should be 'webdataset' or 'tfrecord'", "shards"),
-    (17, None, "pipelines/x.yaml:16: sample.key: required key is missing; add it", "missing key"),
-    (20, "  format: webdataset: x", "pipelines/x.yaml:20: invalid YAML: mapping values are not allowed here",
-     "YAML syntax"),
-    (5, "  options: {blocksize: 1MB", "pipelines/x.yaml:6: invalid YAML:", "unclosed flow mapping"),
-    (23, "  max_samples: 5", "pipelines/x.yaml:23: shards.max_samples: duplicate key (first on line 22)", "duplicate"),
-])
+@pytest.mark.parametrize(
+    "line, text, expected, why",
+    [
+        (
+            25,
+            "colour: red",
+            "pipelines/x.yaml:25: colour: unknown key 'colour'; use one of: name, source",
+            "top-level key",
+        ),
+        (3, "  paht: raw/*.csv", "pipelines/x.yaml:3: source.paht: unknown key 'paht'", "unknown nested key"),
+        (
+            14,
+            "      id: {type: string, nulable: false}",
+            "pipelines/x.yaml:14: stages[6].validate.id.nulable: unknown key",
+            "unknown key in a column rule",
+        ),
+        (
+            10,
+            "  - dedup: {columns: [id]}",
+            "pipelines/x.yaml:10: stages[3].dedup: unknown stage 'dedup'; use one "
+            "of: dropna, fillna, filter, dedupe, cast, "
+            "map, validate",
+            "unknown stage",
+        ),
+        (
+            9,
+            '  - {filter: "label >= 0", dedupe: {}}',
+            "pipelines/x.yaml:9: stages[2]: a stage is a mapping with exactly one key, got keys filter, dedupe",
+            "two keys in one stage",
+        ),
+        (
+            9,
+            "  - dedupe",
+            "pipelines/x.yaml:9: stages[2]: a stage is a mapping with exactly one key",
+            "bare stage name",
+        ),
+        (
+            22,
+            '  max_samples: "ten"',
+            "pipelines/x.yaml:22: shards.max_samples: Input should be a valid integer",
+            "type",
+        ),
+        (
+            22,
+            "  max_samples: 0",
+            "pipelines/x.yaml:22: shards.max_samples: Input should be greater than or equal to 1",
+            "range",
+        ),
+        (24, "max_rejected: 2", "pipelines/x.yaml:24: max_rejected: Input should be less than or equal to 1", "range"),
+        (
+            7,
+            "  - dropna: {columns: label}",
+            "pipelines/x.yaml:7: stages[0].dropna.columns: Input should be a valid list",
+            "type inside a stage",
+        ),
+        (9, '  - filter: "label >="', "pipelines/x.yaml:9: stages[2].filter: not a valid expression", "bad filter"),
+        (9, "  - filter:", "pipelines/x.yaml:9: stages[2].filter: 'filter' needs a value", "empty filter"),
+        (8, "  - fillna: {}", "pipelines/x.yaml:8: stages[1].fillna.values: required key is missing", "fillna values"),
+        (
+            12,
+            "  - map: mypkg.clean.fix_rows",
+            "pipelines/x.yaml:12: stages[5].map: expected 'module.path:function', e.g. 'mypkg.clean:fix_rows'",
+            "map spec",
+        ),
+        (
+            11,
+            "  - cast: {label: int65}",
+            "pipelines/x.yaml:11: stages[4].cast.label: Input should be 'int8'",
+            "cast type",
+        ),
+        (
+            21,
+            "  max_bytes: 64 MBs",
+            "pipelines/x.yaml:21: shards.max_bytes: not a size: use an integer number of bytes or a string like '64MB'",
+            "bad size",
+        ),
+        (21, "  max_bytes: 0", "pipelines/x.yaml:21: shards.max_bytes: must be at least 1 byte", "zero size"),
+        (
+            14,
+            '      id: {type: string, pattern: "[a-"}',
+            "pipelines/x.yaml:14: stages[6].validate.id.pattern: not a valid regular expression",
+            "bad regex",
+        ),
+        (
+            15,
+            "      label: {type: int64, min: 9, max: 0}",
+            "pipelines/x.yaml:15: stages[6].validate.label: min is greater than max",
+            "min > max",
+        ),
+        (1, "name: 'digits v2'", "pipelines/x.yaml:1: name: a name is 1-128 letters, digits", "bad name"),
+        (1, "name: -digits", "pipelines/x.yaml:1: name: a name is", "name starting with '-'"),
+        (
+            4,
+            "  format: xlsx",
+            "pipelines/x.yaml:4: source.format: Input should be 'csv', 'parquet', 'jsonl', 'files' or 'class_folders'",
+            "source format",
+        ),
+        (18, "  fields: {}", "pipelines/x.yaml:18: sample.fields: needs at least one field", "empty fields"),
+        (18, "  fields: {png/x: image}", "pipelines/x.yaml:18: sample.fields: bad field name 'png/x'", "field with /"),
+        (18, "  fields: {__key__: id}", "pipelines/x.yaml:18: sample.fields: bad field name '__key__'", "field __"),
+        (
+            18,
+            "  fields: {png: 3}",
+            "pipelines/x.yaml:18: sample.fields.png: Input should be a valid string",
+            "field type",
+        ),
+        (
+            20,
+            "  format: zip",
+            "pipelines/x.yaml:20: shards.format: Input should be 'webdataset' or 'tfrecord'",
+            "shards",
+        ),
+        (17, None, "pipelines/x.yaml:16: sample.key: required key is missing; add it", "missing key"),
+        (
+            20,
+            "  format: webdataset: x",
+            "pipelines/x.yaml:20: invalid YAML: mapping values are not allowed here",
+            "YAML syntax",
+        ),
+        (5, "  options: {blocksize: 1MB", "pipelines/x.yaml:6: invalid YAML:", "unclosed flow mapping"),
+        (
+            23,
+            "  max_samples: 5",
+            "pipelines/x.yaml:23: shards.max_samples: duplicate key (first on line 22)",
+            "duplicate",
+        ),
+    ],
+)
 def test_mistakes_name_line_and_key(line, text, expected, why):
     message = config_error(edited(line, text))
     assert expected in message, f"{why}: {message}"
@@ -312,12 +439,15 @@ def test_missing_top_level_sections():
     assert "pipelines/x.yaml:1: sample: required key is missing; add it" in message
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("", "pipelines/x.yaml: the file is empty"),
-    ("# only a comment\n", "pipelines/x.yaml: the file is empty"),
-    ("- name: digits\n", "pipelines/x.yaml:1: the top level must be a mapping"),
-    ("just a string\n", "pipelines/x.yaml:1: the top level must be a mapping"),
-    ("name: !!python/object/apply:os.system [echo hi]\n", "pipelines/x.yaml:1: invalid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", "pipelines/x.yaml: the file is empty"),
+        ("# only a comment\n", "pipelines/x.yaml: the file is empty"),
+        ("- name: digits\n", "pipelines/x.yaml:1: the top level must be a mapping"),
+        ("just a string\n", "pipelines/x.yaml:1: the top level must be a mapping"),
+        ("name: !!python/object/apply:os.system [echo hi]\n", "pipelines/x.yaml:1: invalid YAML"),
+    ],
+)
 def test_not_a_pipeline(text, expected):
     assert config_error(text).startswith(expected)

@@ -1,4 +1,5 @@
-"""The image stage: broken images quarantined with their reason and path, the rest kept or re-encoded smaller."""
+"""The image stage: broken images quarantined with their reason and path, the rest kept or
+re-encoded smaller."""
 
 import io
 import struct
@@ -32,8 +33,10 @@ def halves(size=(80, 40)) -> Image.Image:
 
 def png_claiming(width: int, height: int) -> bytes:
     """A PNG whose header claims ``width`` x ``height`` grey pixels and whose data holds none."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
 
@@ -53,7 +56,8 @@ def palette_png() -> bytes:
 
 
 GOOD_JPEG = encoded(halves(), "JPEG", quality=90)
-GRADIENT_JPEG = encoded(Image.linear_gradient("L").convert("RGB"), "JPEG", quality=95)  # cut in half: in its pixels
+# cut in half: in its pixels
+GRADIENT_JPEG = encoded(Image.linear_gradient("L").convert("RGB"), "JPEG", quality=95)
 GOOD = {
     "good.jpg": GOOD_JPEG,
     "good.png": encoded(halves((30, 30)), "PNG"),
@@ -88,8 +92,12 @@ def write_images(project, images, folder="data/img"):
 
 
 def pipeline(project, stage: str, name="pipeline.yaml", dataset="imgs") -> None:
-    project.write(name, f"name: {dataset}\nsource: {{path: data, format: class_folders}}\nstages:\n  - image: {stage}\n"
-                        "sample: {key: key, fields: {img: bytes, rel: path}}\nmax_rejected: 1\n")
+    project.write(
+        name,
+        f"name: {dataset}\nsource: "
+        f"{{path: data, format: class_folders}}\nstages:\n  - image: {stage}\n"
+        "sample: {key: key, fields: {img: bytes, rel: path}}\nmax_rejected: 1\n",
+    )
 
 
 def kept(project, result) -> dict[str, bytes]:
@@ -97,8 +105,9 @@ def kept(project, result) -> dict[str, bytes]:
 
 
 def reasons(project, result) -> dict[str, str]:
-    frame = pd.read_parquet(project.store.path(result.manifest.name, "versions", result.manifest.version,
-                                               REJECTED_NAME))
+    frame = pd.read_parquet(
+        project.store.path(result.manifest.name, "versions", result.manifest.version, REJECTED_NAME)
+    )
     assert set(frame.stage) == {"stages[0].image"}
     return {src.rsplit("/", 1)[1]: reason for src, reason in zip(frame.source, frame.reason, strict=True)}
 
@@ -118,11 +127,19 @@ def test_broken_images_are_quarantined_with_reason_and_path_the_rest_kept_as_the
 
 def test_header_verification_is_cheaper_and_lets_a_truncated_jpeg_through(project):
     truncated_png = GOOD["good.png"][:-30]
-    write_images(project, {"good.jpg": GOOD_JPEG, "truncated.jpg": BAD["truncated.jpg"], "cut.png": truncated_png,
-                           "bomb.png": BAD["bomb.png"]})
+    write_images(
+        project,
+        {
+            "good.jpg": GOOD_JPEG,
+            "truncated.jpg": BAD["truncated.jpg"],
+            "cut.png": truncated_png,
+            "bomb.png": BAD["bomb.png"],
+        },
+    )
     pipeline(project, "{verify: header}")
     result = project.build()
-    assert set(kept(project, result)) == {"good.jpg", "truncated.jpg"}  # JPEG data is not decoded by verify
+    # JPEG data is not decoded by verify
+    assert set(kept(project, result)) == {"good.jpg", "truncated.jpg"}
     got = reasons(project, result)
     assert set(got) == {"cut.png", "bomb.png"} and "corrupt or truncated PNG" in got["cut.png"]
 
@@ -139,19 +156,28 @@ def test_resize_re_encodes_large_and_rotated_images_upright_in_rgb_or_grey(proje
     write_images(project, GOOD)
     pipeline(project, "{resize: {max_side: 32, quality: 90}}")
     out = {name: Image.open(io.BytesIO(data)) for name, data in kept(project, project.build()).items()}
-    assert kept(project, project.build())["good.png"] == GOOD["good.png"]  # 30x30: within max_side, kept as is
+    # 30x30: within max_side, kept as is
+    assert kept(project, project.build())["good.png"] == GOOD["good.png"]
     sizes = {name: im.size for name, im in out.items()}
-    assert sizes == {"good.jpg": (32, 16), "good.png": (30, 30), "cmyk.jpg": (32, 21), "palette.png": (32, 32),
-                     "grey16.png": (32, 16), "rotated.jpg": (16, 32)}
+    assert sizes == {
+        "good.jpg": (32, 16),
+        "good.png": (30, 30),
+        "cmyk.jpg": (32, 21),
+        "palette.png": (32, 32),
+        "grey16.png": (32, 16),
+        "rotated.jpg": (16, 32),
+    }
     for name, im in out.items():
         if name != "good.png":
             assert im.format == "JPEG" and im.mode in ("RGB", "L") and not im.getexif(), name
             assert "icc_profile" not in im.info and "exif" not in im.info
-    assert out["grey16.png"].mode == "L" and abs(out["grey16.png"].getpixel((5, 5)) - 128) <= 2  # scaled, not clipped
+    # scaled, not clipped
+    assert out["grey16.png"].mode == "L" and abs(out["grey16.png"].getpixel((5, 5)) - 128) <= 2
     red = out["cmyk.jpg"].convert("RGB").getpixel((16, 10))
     assert red[0] > 200 and red[1] < 60 and red[2] < 60
     palette = out["palette.png"].convert("RGB")
-    assert min(palette.getpixel((3, 16))) > 240 and palette.getpixel((28, 16))[1] > 150  # transparent -> white
+    # transparent -> white
+    assert min(palette.getpixel((3, 16))) > 240 and palette.getpixel((28, 16))[1] > 150
     rotated = out["rotated.jpg"].convert("RGB")  # turned clockwise: the red left half is now on top
     assert rotated.getpixel((8, 4))[0] > 200 and rotated.getpixel((8, 28))[2] > 200
 
@@ -172,16 +198,28 @@ def test_resized_bytes_are_the_same_in_two_builds(project, tmp_path):
     assert second.manifest.version == first.manifest.version  # the id covers every shard's sha256
     images = kept(project, first)
     assert images == {s["rel"].decode().rsplit("/", 1)[1]: s["img"] for s in project.samples(second.manifest, other)}
-    assert all(data != GOOD.get(name, GOOD_JPEG) for name, data in images.items())  # all three were re-encoded
+    # all three were re-encoded
+    assert all(data != GOOD.get(name, GOOD_JPEG) for name, data in images.items())
 
 
 def test_jpeg_ready_handles_the_modes_jpeg_cannot_hold():
-    modes = {"LA": Image.new("LA", (4, 4), (0, 0)), "RGBA": Image.new("RGBA", (4, 4), (0, 0, 0, 255)),
-             "1": Image.new("1", (4, 4), 1), "I;16": Image.new("I;16", (4, 4), 65535), "HSV": Image.new("HSV", (4, 4))}
+    modes = {
+        "LA": Image.new("LA", (4, 4), (0, 0)),
+        "RGBA": Image.new("RGBA", (4, 4), (0, 0, 0, 255)),
+        "1": Image.new("1", (4, 4), 1),
+        "I;16": Image.new("I;16", (4, 4), 65535),
+        "HSV": Image.new("HSV", (4, 4)),
+    }
     out = {mode: jpeg_ready(im) for mode, im in modes.items()}
-    assert {mode: im.mode for mode, im in out.items()} == {"LA": "L", "RGBA": "RGB", "1": "L", "I;16": "L",
-                                                           "HSV": "RGB"}
-    assert out["LA"].getpixel((0, 0)) == 255 and out["RGBA"].getpixel((0, 0)) == (0, 0, 0)  # alpha 0: white
+    assert {mode: im.mode for mode, im in out.items()} == {
+        "LA": "L",
+        "RGBA": "RGB",
+        "1": "L",
+        "I;16": "L",
+        "HSV": "RGB",
+    }
+    # alpha 0: white
+    assert out["LA"].getpixel((0, 0)) == 255 and out["RGBA"].getpixel((0, 0)) == (0, 0, 0)
     assert out["I;16"].getpixel((0, 0)) == 255
 
 
@@ -189,13 +227,16 @@ HEAD = "name: t\nsource: {path: d, format: class_folders}\nstages:\n"
 TAIL = "sample: {key: key, fields: {jpg: bytes}}\n"
 
 
-@pytest.mark.parametrize(("stage", "expected"), [
-    ("{colum: bytes}", "stages[0].image.colum: unknown key 'colum'"),
-    ("{verify: fast}", "stages[0].image.verify: Input should be 'full' or 'header'"),
-    ("{min_side: 0}", "stages[0].image.min_side: Input should be greater than or equal to 1"),
-    ("{resize: {max_side: 64, quality: 0}}", "stages[0].image.resize.quality: Input should be greater than"),
-    ("{resize: {quality: 90}}", "stages[0].image.resize.max_side: required key is missing"),
-])
+@pytest.mark.parametrize(
+    ("stage", "expected"),
+    [
+        ("{colum: bytes}", "stages[0].image.colum: unknown key 'colum'"),
+        ("{verify: fast}", "stages[0].image.verify: Input should be 'full' or 'header'"),
+        ("{min_side: 0}", "stages[0].image.min_side: Input should be greater than or equal to 1"),
+        ("{resize: {max_side: 64, quality: 0}}", "stages[0].image.resize.quality: Input should be greater than"),
+        ("{resize: {quality: 90}}", "stages[0].image.resize.max_side: required key is missing"),
+    ],
+)
 def test_bad_image_stages_name_the_field(stage, expected):
     text = f"{HEAD}  - image: {stage}\n{TAIL}"
     with pytest.raises(ConfigError) as info:
@@ -218,6 +259,7 @@ def test_a_missing_column_at_build_time_names_the_field(project):
 
 
 def test_without_pillow_the_image_stage_says_how_to_install_it(monkeypatch):
-    monkeypatch.setitem(sys.modules, "PIL", None)  # what an environment without Pillow gives `import PIL`
+    # what an environment without Pillow gives `import PIL`
+    monkeypatch.setitem(sys.modules, "PIL", None)
     with pytest.raises(ConfigError, match=r"p.yaml:4: stages\[0\].image: the image stage needs Pillow.*\[images\]"):
         parse_pipeline(f"{HEAD}  - image: {{}}\n{TAIL}", "p.yaml")

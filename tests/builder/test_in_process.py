@@ -29,29 +29,37 @@ def test_workers_force_a_cluster_and_give_the_same_version(digits_built, tmp_pat
     assert "(in-process)" in text and "peak worker memory" in text
 
 
-@pytest.mark.parametrize(("size", "workers", "scheduler", "expected"), [
-    (SMALL_BUILD_BYTES - 1, None, None, True),
-    (SMALL_BUILD_BYTES, None, None, False),
-    (1, 1, None, False),
-    (1, None, "tcp://127.0.0.1:8786", False),
-])
+@pytest.mark.parametrize(
+    ("size", "workers", "scheduler", "expected"),
+    [
+        (SMALL_BUILD_BYTES - 1, None, None, True),
+        (SMALL_BUILD_BYTES, None, None, False),
+        (1, 1, None, False),
+        (1, None, "tcp://127.0.0.1:8786", False),
+    ],
+)
 def test_only_a_small_source_without_a_cluster_asked_for_builds_in_process(size, workers, scheduler, expected):
     assert small(size, workers, scheduler) is expected
 
 
-@pytest.mark.parametrize(("unread", "workers", "scheduler", "memory_limit", "expected"), [
-    (SMALL_BUILD_BYTES - 1, 2, None, None, True),  # a rebuild with little to read: --workers sizes nothing
-    (SMALL_BUILD_BYTES, 2, None, None, False),
-    (0, None, "tcp://127.0.0.1:8786", None, False),  # a scheduler is always used
-    (0, 2, None, 10**9, False),  # and so are workers of a given memory limit
-    (None, 2, None, None, False),  # no parent state to rebuild from
-])
+@pytest.mark.parametrize(
+    ("unread", "workers", "scheduler", "memory_limit", "expected"),
+    [
+        # a rebuild with little to read: --workers sizes nothing
+        (SMALL_BUILD_BYTES - 1, 2, None, None, True),
+        (SMALL_BUILD_BYTES, 2, None, None, False),
+        (0, None, "tcp://127.0.0.1:8786", None, False),  # a scheduler is always used
+        (0, 2, None, 10**9, False),  # and so are workers of a given memory limit
+        (None, 2, None, None, False),  # no parent state to rebuild from
+    ],
+)
 def test_a_rebuild_with_little_to_read_runs_in_process(unread, workers, scheduler, memory_limit, expected):
     assert small(10 * SMALL_BUILD_BYTES, workers, scheduler, memory_limit, unread) is expected
 
 
 def test_a_failed_task_is_raised_once_the_tasks_still_running_are_done():
-    """A pass that fails must not leave a thread writing into the partial version the build then removes."""
+    """A pass that fails must not leave a thread writing into the partial version the build then
+    removes."""
     import time
 
     from dask import delayed
@@ -68,6 +76,5 @@ def test_a_failed_task_is_raised_once_the_tasks_still_running_are_done():
         raise ValueError("boom")
 
     with pytest.raises(ValueError, match="boom"):
-        InProcessClient(threads=2).run_each([delayed(slow, pure=False)(), delayed(failing, pure=False)()],
-                                            lambda: None)
+        InProcessClient(threads=2).run_each([delayed(slow, pure=False)(), delayed(failing, pure=False)()], lambda: None)
     assert finished == ["slow"]

@@ -1,4 +1,5 @@
-"""Incremental builds: a changed source re-measures only its changed partitions and reuses the parent's shards
+"""Incremental builds: a changed source re-measures only its changed partitions and reuses the
+parent's shards
 whose samples did not change; the version is exactly the one a build from scratch gives."""
 
 import os
@@ -17,8 +18,9 @@ PIPELINE = """\
 
 
 def write_file(project, n: int, rows: int = 120, salt: str = "") -> None:
-    lines = ["id,label,text"] + [f"f{n:03d}r{i:04d},{i % 10},{salt}{'x' * (40 + (n * 7 + i) % 90)}"
-                                 for i in range(rows)]
+    lines = ["id,label,text"] + [
+        f"f{n:03d}r{i:04d},{i % 10},{salt}{'x' * (40 + (n * 7 + i) % 90)}" for i in range(rows)
+    ]
     project.write(f"raw/f{n:03d}.csv", "\n".join(lines) + "\n")
 
 
@@ -50,13 +52,15 @@ def test_a_rebuild_reuses_what_did_not_change_and_gives_the_fresh_version(projec
     inc = again.incremental
     assert inc["parent"] == first.manifest.version and inc["full_because"] is None
     assert inc["partitions"]["measured"] == (0 if change == "removed" else 1)
-    # written: the changed file's samples (2 tar members of at most 1 KiB each) and the shards on either side
+    # written: the changed file's samples (2 tar members of at most 1 KiB each) and the shards on
+    # either side
     changed_bytes = 0 if change == "removed" else 120 * 2048
     assert inc["shards"]["bytes_written"] <= changed_bytes + 4 * 20_000
     assert inc["shards"]["reused"] + inc["shards"]["written"] == len(again.manifest.shards)
     assert inc["shards"]["reused"] > 0.8 * len(again.manifest.shards)
     directory = project.store.path("rows", "versions", again.manifest.version)
-    assert os.stat(f"{directory}/{again.manifest.shards[0].path}").st_nlink == 2  # the parent's file, linked
+    # the parent's file, linked
+    assert os.stat(f"{directory}/{again.manifest.shards[0].path}").st_nlink == 2
     from datapipe.versioning.verify import verify_version
 
     assert not verify_version(project.store, "rows", again.manifest, again.manifest.version)
@@ -165,13 +169,23 @@ def test_a_shards_digest_follows_its_samples_not_the_partition_numbers():
     digests = shard_digests(ids, keep, pos, dest, 3)
     assert len(set(digests)) == 3
     # the same samples, with a new partition in front: the shards keep their digests
-    moved = shard_digests(["dd" * 16, *ids], [np.ones(1, bool), *keep], [np.arange(1), *(p + 1 for p in pos)],
-                          [np.array([0]), *(d + 1 for d in dest)], 4)
+    moved = shard_digests(
+        ["dd" * 16, *ids],
+        [np.ones(1, bool), *keep],
+        [np.arange(1), *(p + 1 for p in pos)],
+        [np.array([0]), *(d + 1 for d in dest)],
+        4,
+    )
     assert moved[1:] == digests
     # a dropped row, or the same rows in another order, is another digest for that shard only
     keep2 = [np.array([True, False, True, True]), keep[1], keep[2]]
-    dropped = shard_digests(ids, keep2, [np.arange(3), np.arange(3, 6), np.arange(6, 8)],
-                            [np.array([0, 0, 1]), np.array([1, 1, 1]), np.array([2, 2])], 3)
+    dropped = shard_digests(
+        ids,
+        keep2,
+        [np.arange(3), np.arange(3, 6), np.arange(6, 8)],
+        [np.array([0, 0, 1]), np.array([1, 1, 1]), np.array([2, 2])],
+        3,
+    )
     assert dropped[0] != digests[0] and dropped[2] == digests[2]
     swapped = shard_digests(ids, keep, [pos[0], np.array([5, 4, 6]), pos[2]], dest, 3)
     assert swapped[1] != digests[1] and swapped[0] == digests[0] and swapped[2] == digests[2]
@@ -235,12 +249,13 @@ def test_a_dedupe_pipeline_rebuilds_incrementally_and_exactly(project, tmp_path,
     project.pipeline(DEDUPED)
     for n in range(0, 16, 2):
         write_texts(project, n, [f"t{n}-{i}-{'y' * (30 + i % 50)}" for i in range(100)])
-    write_texts(project, 14, [f"t12-{i}-{'y' * (30 + i % 50)}" for i in range(50)]  # repeats rows of f012
-                + [f"t14-{i}" for i in range(50)])
+    # repeats rows of f012
+    write_texts(project, 14, [f"t12-{i}-{'y' * (30 + i % 50)}" for i in range(50)] + [f"t14-{i}" for i in range(50)])
     first = project.build()
     if change == "added":
         write_texts(project, 7, [f"t7-{i}" for i in range(100)])
-    elif change == "duplicating":  # new rows that repeat those of a later file: that file's rows drop now
+    # new rows that repeat those of a later file: that file's rows drop now
+    elif change == "duplicating":
         write_texts(project, 9, [f"t10-{i}-{'y' * (30 + i % 50)}" for i in range(40)])
     else:  # the file whose rows f014 repeated: f014's rows are first occurrences now
         os.remove(project.root / "raw/f012.csv")
@@ -250,7 +265,8 @@ def test_a_dedupe_pipeline_rebuilds_incrementally_and_exactly(project, tmp_path,
     assert [s.dropped for s in again.manifest.stages] == [s.dropped for s in scratch.manifest.stages]
     inc = again.incremental
     assert inc["parent"] == first.manifest.version and inc["full_because"] is None
-    remeasured = {"added": 1, "duplicating": 2, "removed": 1}[change]  # the new file, and one whose mask changed
+    # the new file, and one whose mask changed
+    remeasured = {"added": 1, "duplicating": 2, "removed": 1}[change]
     assert inc["partitions"]["measured"] == remeasured
     assert inc["shards"]["reused"] > 0.6 * len(again.manifest.shards)
 
@@ -265,8 +281,9 @@ def test_a_missing_latest_version_means_a_full_build_that_says_so(project, tmp_p
     shutil.rmtree(project.store.path("rows", "versions", first.manifest.version))
     write_file(project, 5)
     again = project.build()
-    assert again.incremental["full_because"] == (f"the latest version, {first.manifest.version[:12]}, is missing "
-                                                 "from the store (deleted or pruned)")
+    assert again.incremental["full_because"] == (
+        f"the latest version, {first.manifest.version[:12]}, is missing from the store (deleted or pruned)"
+    )
     assert again.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
 
 
@@ -278,7 +295,8 @@ def test_a_rebuild_partitions_at_the_blocksize_the_pipeline_asks_for(project, tm
     first = project.build()
     assert sum(first.incremental["partitions"].values()) == 4  # a file each
     project.pipeline(sized % ("4KB", ""))
-    again = project.build()  # the parent's 1 MB partitions must not stand in for the 4 KB ones asked for
+    # the parent's 1 MB partitions must not stand in for the 4 KB ones asked for
+    again = project.build()
     parts = again.incremental["partitions"]
     assert parts == {"measured": parts["measured"], "reused": 0} and parts["measured"] > 8
     assert again.manifest.version == first.manifest.version
@@ -291,8 +309,10 @@ def test_a_rebuild_partitions_at_the_blocksize_the_pipeline_asks_for(project, tm
 def test_a_diff_per_split_from_the_unshared_shards_is_the_whole_diff(project):
     from datapipe.versioning.sample_diff import Side, VersionPair, diff_versions, sample_hashes
 
-    split = PIPELINE.replace("shards: {max_bytes: 20KB%s}", "shards: {max_bytes: 20KB}\n    splits: {fractions: "
-                             "{train: 0.7, val: 0.3}, by: id}")
+    split = PIPELINE.replace(
+        "shards: {max_bytes: 20KB%s}",
+        "shards: {max_bytes: 20KB}\n    splits: {fractions: {train: 0.7, val: 0.3}, by: id}",
+    )
     project.pipeline(split)
     for n in range(0, 12, 2):
         write_file(project, n)
@@ -305,8 +325,12 @@ def test_a_diff_per_split_from_the_unshared_shards_is_the_whole_diff(project):
     pair = VersionPair(a, b)
     for name, d in pair.splits().items():
         whole = diff_versions(*(sample_hashes(s.store, s.name, s.manifest, name) for s in (a, b)))
-        assert (d.added, d.removed, d.changed, d.unchanged) == \
-            (whole.added, whole.removed, whole.changed, whole.unchanged), name
+        assert (d.added, d.removed, d.changed, d.unchanged) == (
+            whole.added,
+            whole.removed,
+            whole.changed,
+            whole.unchanged,
+        ), name
     assert sorted(pair.splits()) == ["train", "val"] and pair.splits()["train"].added
 
 
@@ -339,5 +363,8 @@ def test_the_text_summary_says_what_came_from_the_parent(project):
     write_file(project, 3)
     again = datapipe_in_process("build", "pipeline.yaml", "--out", "store", cwd=project.root)
     line = next(x for x in again.stdout.splitlines() if x.startswith("incremental from "))
-    assert re.search(r"partitions 1 measured, 4 reused; shards \d+ written \(.+\), \d+ reused; source files \d+ "
-                     r"hashed, \d+ unchanged$", line), line
+    assert re.search(
+        r"partitions 1 measured, 4 reused; shards \d+ written \(.+\), \d+ reused; source files \d+ "
+        r"hashed, \d+ unchanged$",
+        line,
+    ), line

@@ -1,4 +1,5 @@
-"""A source file's hash is taken from the parent's records only while its stamp vouches for the bytes."""
+"""A source file's hash is taken from the parent's records only while its stamp vouches for the
+bytes."""
 
 import os
 

@@ -21,8 +21,13 @@ def _hashes(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2**63, size=n, dtype=np.int64).astype(np.uint64) * np.uint64(2)
 
 
-@given(sizes_st, st.integers(1, 20000), st.one_of(st.none(), st.integers(1, 50)), st.sampled_from([0, 1024]),
-       st.integers(0, 1000))
+@given(
+    sizes_st,
+    st.integers(1, 20000),
+    st.one_of(st.none(), st.integers(1, 50)),
+    st.sampled_from([0, 1024]),
+    st.integers(0, 1000),
+)
 def test_boundaries_cover_every_sample_once_within_limits(sizes, max_bytes, max_samples, end, seed):
     hashes = _hashes(len(sizes), seed)
     bounds = shard_boundaries(np.array(sizes, dtype=np.int64), hashes, max_bytes, max_samples, end)
@@ -30,7 +35,8 @@ def test_boundaries_cover_every_sample_once_within_limits(sizes, max_bytes, max_
     for a, b in zip(bounds[:-1], bounds[1:], strict=False):
         if max_samples is not None:
             assert b - a <= max_samples
-        if b - a > 1:  # a shard of several samples fits; a single sample may be larger than the limit
+        # a shard of several samples fits; a single sample may be larger than the limit
+        if b - a > 1:
             assert sum(sizes[a:b]) + end <= max_bytes
         if b == len(sizes):
             continue
@@ -52,8 +58,10 @@ def test_a_sample_added_or_removed_moves_only_the_cuts_near_it():
         removed = shard_boundaries(np.delete(sizes, at), np.delete(hashes, at), 20_000, None)
         for after, shift in ((added, 1), (removed, -1)):
             old = {(int(a), int(b)) for a, b in zip(before[:-1], before[1:], strict=True)}
-            new = {(int(a) - shift * (a > at), int(b) - shift * (b > at)) for a, b in zip(after[:-1], after[1:],
-                                                                                      strict=True)}
+            new = {
+                (int(a) - shift * (a > at), int(b) - shift * (b > at))
+                for a, b in zip(after[:-1], after[1:], strict=True)
+            }
             changed.append(len(new - old))
     assert len(before) > 50  # ~75 shards: the change touches a couple of them
     assert np.mean(changed) <= 2.5 and max(changed) <= 8

@@ -1,4 +1,5 @@
-"""Planning and reading the source: CSV blocks cut only between records, so rows never depend on the blocksize."""
+"""Planning and reading the source: CSV blocks cut only between records, so rows never depend on the
+blocksize."""
 
 import os
 import typing
@@ -27,9 +28,11 @@ def quoted_newlines(rows: int = 300) -> bytes:
 
 
 def read_all(root, name: str, blocksize: int, **options) -> tuple[list[tuple], list[tuple], int, int]:
-    """(rows, (row in file, reason) of rejects, rows read, partitions) of the whole source at ``blocksize``."""
-    plan = partitioned_source(SourceConfig(path=name, format="csv", options={"blocksize": blocksize, **options}),
-                              str(root))
+    """(rows, (row in file, reason) of rejects, rows read, partitions) of the whole source at
+    ``blocksize``."""
+    plan = partitioned_source(
+        SourceConfig(path=name, format="csv", options={"blocksize": blocksize, **options}), str(root)
+    )
     rows, rejects, offset = [], [], 0
     for part in plan.parts:
         raw = read_part(plan, part)
@@ -53,19 +56,23 @@ def test_quoted_newlines_never_split_a_row(tmp_path):
         assert result[:3] == results[1 << 20][:3], bs
 
 
-@pytest.mark.parametrize("text", [
-    # a stray quote inside an unquoted field, then a quoted field with a newline: pandas and quote parity
-    # disagree on where records end; every blocksize must still give the same rows and rejects
-    b'a,b,c\n1,b"c,"x\ny"\n2,3,4\n5,6,7\n8,"9\n9",10\n' * 20,
-    # a quote that is never closed, after good rows
-    b"a,b,c\n" + b"1,2,3\n" * 50 + b'4,"5,6\n7,8,9\n' + b"1,2,3\n" * 20,
-    # CRLF line ends, blank lines and quoted CRLFs
-    b'a,b,c\r\n1,"x\r\ny",3\r\n\r\n4,5,6\r\n' * 40,
-    # malformed rows (wrong field counts) between quoted newlines
-    b'a,b,c\n1,"x\ny",3\n1,2\n4,5,6,7\n' * 40,
-    # text after a closing quote (pandas reads "x"y as xy) next to short rows
-    b'a,b,c\n' + (b'1,"x"y,3\n' + b"6,7,8\n" * 12 + b'4,5\n9,"p""q",0\n' + b"6,7,8\n" * 12) * 10,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a stray quote inside an unquoted field, then a quoted field with a newline: pandas and
+        # quote parity disagree on where records end; every blocksize must still give the same rows
+        # and rejects
+        b'a,b,c\n1,b"c,"x\ny"\n2,3,4\n5,6,7\n8,"9\n9",10\n' * 20,
+        # a quote that is never closed, after good rows
+        b"a,b,c\n" + b"1,2,3\n" * 50 + b'4,"5,6\n7,8,9\n' + b"1,2,3\n" * 20,
+        # CRLF line ends, blank lines and quoted CRLFs
+        b'a,b,c\r\n1,"x\r\ny",3\r\n\r\n4,5,6\r\n' * 40,
+        # malformed rows (wrong field counts) between quoted newlines
+        b'a,b,c\n1,"x\ny",3\n1,2\n4,5,6,7\n' * 40,
+        # text after a closing quote (pandas reads "x"y as xy) next to short rows
+        b"a,b,c\n" + (b'1,"x"y,3\n' + b"6,7,8\n" * 12 + b'4,5\n9,"p""q",0\n' + b"6,7,8\n" * 12) * 10,
+    ],
+)
 def test_rows_and_rejects_do_not_depend_on_the_blocksize(tmp_path, text):
     (tmp_path / "d.csv").write_bytes(text)
     results = {bs: read_all(tmp_path, "d.csv", bs) for bs in BLOCKSIZES}
@@ -81,7 +88,8 @@ def test_no_header_reads_every_row_once(tmp_path):
         rows, rejects, read, _ = read_all(tmp_path, "n.csv", bs, header=None)
         assert (len(rows), rejects, read) == (300, [], 300), bs
         assert rows[0] == ("r0000", "v0", 0) and rows[-1] == ("r0299", "v299", 9)
-    rows, *_ = read_all(tmp_path, "n.csv", 64, names=["id", "v", "label"])  # names given: no header row either
+    # names given: no header row either
+    rows, *_ = read_all(tmp_path, "n.csv", 64, names=["id", "v", "label"])
     assert len(rows) == 300 and rows[0] == ("r0000", "v0", 0)
 
 
@@ -89,36 +97,47 @@ def test_no_header_with_malformed_rows_keeps_row_numbers(tmp_path):
     (tmp_path / "n.csv").write_text("a,1\nb,2,3\nc,3\n" * 30)
     for bs in (32, 1 << 20):
         rows, rejects, read, _ = read_all(tmp_path, "n.csv", bs, header=None)
-        assert read == 90 and len(rows) == 60 and rejects[:2] == [(1, "expected 2 fields, saw 3"),
-                                                                   (4, "expected 2 fields, saw 3")], bs
+        assert (
+            read == 90
+            and len(rows) == 60
+            and rejects[:2] == [(1, "expected 2 fields, saw 3"), (4, "expected 2 fields, saw 3")]
+        ), bs
         assert rows[:2] == [("a", 1), ("c", 3)]
 
 
-@pytest.mark.parametrize("options", [{"skiprows": 2}, {"header": 1}, {"comment": "#"}, {"nrows": 5},
-                                     {"encoding": "utf-16"}, {"escapechar": "\\"}])
+@pytest.mark.parametrize(
+    "options",
+    [{"skiprows": 2}, {"header": 1}, {"comment": "#"}, {"nrows": 5}, {"encoding": "utf-16"}, {"escapechar": "\\"}],
+)
 def test_options_that_count_lines_from_the_top_read_whole_files(tmp_path, options):
     (tmp_path / "a.csv").write_text("x,y\n" * 200, encoding=options.get("encoding", "utf-8"))
-    plan = partitioned_source(SourceConfig(path="a.csv", format="csv", options={"blocksize": 64, **options}),
-                              str(tmp_path))
+    plan = partitioned_source(
+        SourceConfig(path="a.csv", format="csv", options={"blocksize": 64, **options}), str(tmp_path)
+    )
     assert len(plan.parts) == 1 and plan.parts[0].length is None
     assert csv_layout(options)[0]
 
 
 def test_quoting_off_needs_no_scan(tmp_path):
     (tmp_path / "a.csv").write_text('x,y\n"1,2\n' * 100)
-    plan = partitioned_source(SourceConfig(path="a.csv", format="csv", options={"blocksize": 64, "quoting": 3}),
-                              str(tmp_path))
+    plan = partitioned_source(
+        SourceConfig(path="a.csv", format="csv", options={"blocksize": 64, "quoting": 3}), str(tmp_path)
+    )
     assert plan.quote is None and len(plan.parts) > 1 and not any(p.exact for p in plan.parts)
 
 
-@pytest.mark.parametrize(("key", "value", "expected"), [
-    ("blocksize", "lots", r"source.options.blocksize: not a size"),
-    ("blocksize", 0, r"source.options.blocksize: must be at least 1 byte"),
-    ("files_per_partition", "many", r"source.options.files_per_partition: must be a whole number"),
-    ("files_per_partition", 0, r"source.options.files_per_partition: must be a whole number"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("blocksize", "lots", r"source.options.blocksize: not a size"),
+        ("blocksize", 0, r"source.options.blocksize: must be at least 1 byte"),
+        ("files_per_partition", "many", r"source.options.files_per_partition: must be a whole number"),
+        ("files_per_partition", 0, r"source.options.files_per_partition: must be a whole number"),
+    ],
+)
 def test_bad_partitioning_options_name_the_key(tmp_path, key, value, expected):
-    """In the pipeline file they are caught with their line (test_cli); given to partitioned_source directly, too."""
+    """In the pipeline file they are caught with their line (test_cli); given to partitioned_source
+    directly, too."""
     (tmp_path / "a.csv").write_text("x,y\n1,2\n")
     fmt = "files" if key == "files_per_partition" else "csv"
     with pytest.raises(ConfigError, match=expected):
@@ -141,20 +160,27 @@ def test_parquet_reads_only_the_given_columns(tmp_path):
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"id": ["a", "b"], "x": [1, 2], "big": [b"x" * 10, b"y" * 10]}), tmp_path / "t.parquet")
-    plan = partitioned_source(SourceConfig(path="t.parquet", format="parquet", options={"columns": ["id", "x"]}),
-                       str(tmp_path))
+    plan = partitioned_source(
+        SourceConfig(path="t.parquet", format="parquet", options={"columns": ["id", "x"]}), str(tmp_path)
+    )
     assert list(read_part(plan, plan.parts[0]).frame.columns) == ["id", "x"]
 
 
-@pytest.mark.parametrize(("fmt", "options", "expected"), [
-    ("jsonl", {"sep": ";"}, "options.sep: the jsonl reader does not take this option; it takes blocksize, dtype, "
-                            "encoding"),
-    ("jsonl", {"encoding": "utf-16"}, "options.encoding: JSON lines are read line by line"),
-    ("jsonl", {"encoding": "klingon"}, "options.encoding: unknown encoding"),
-    ("files", {"encoding": "utf-8"}, "options.encoding: the files reader does not take this option"),
-    ("parquet", {"dtype": {"a": "int64"}}, "options.dtype: the parquet reader does not take this option"),
-    ("csv", {"chunksize": 5}, "options.chunksize: the csv reader does not take this option"),
-])
+@pytest.mark.parametrize(
+    ("fmt", "options", "expected"),
+    [
+        (
+            "jsonl",
+            {"sep": ";"},
+            "options.sep: the jsonl reader does not take this option; it takes blocksize, dtype, encoding",
+        ),
+        ("jsonl", {"encoding": "utf-16"}, "options.encoding: JSON lines are read line by line"),
+        ("jsonl", {"encoding": "klingon"}, "options.encoding: unknown encoding"),
+        ("files", {"encoding": "utf-8"}, "options.encoding: the files reader does not take this option"),
+        ("parquet", {"dtype": {"a": "int64"}}, "options.dtype: the parquet reader does not take this option"),
+        ("csv", {"chunksize": 5}, "options.chunksize: the csv reader does not take this option"),
+    ],
+)
 def test_options_a_reader_does_not_take_are_errors(fmt, options, expected):
     with pytest.raises(pydantic.ValidationError) as e:
         SourceConfig(path="x", format=fmt, options=options)
@@ -166,15 +192,18 @@ def test_files_partitions_are_bounded_in_bytes_as_well_as_in_count(tmp_path):
     for i, size in enumerate(sizes):
         (tmp_path / "img").mkdir(exist_ok=True)
         (tmp_path / "img" / f"f{i:02d}.bin").write_bytes(bytes([i]) * size)
-    plan = partitioned_source(SourceConfig(path="img/*.bin", format="files", options={"blocksize": 2500}),
-                              str(tmp_path))
+    plan = partitioned_source(
+        SourceConfig(path="img/*.bin", format="files", options={"blocksize": 2500}), str(tmp_path)
+    )
     groups = [[int(plan.files[m].label[-6:-4]) for m in p.members] for p in plan.parts]
     assert groups == [[0, 1], [2, 3], [4, 5], [6], [7, 8, 9, 10, 11]]  # the 5000-byte file alone
     for part in plan.parts:
         assert sum(plan.files[m].size for m in part.members) <= 2500 or len(part.members) == 1
-    plan = partitioned_source(SourceConfig(path="img/*.bin", format="files", options={"files_per_partition": 2}),
-                       str(tmp_path))
-    assert [len(p.members) for p in plan.parts] == [2, 2, 2, 2, 2, 2]  # the default 64 MiB does not bind here
+    plan = partitioned_source(
+        SourceConfig(path="img/*.bin", format="files", options={"files_per_partition": 2}), str(tmp_path)
+    )
+    # the default 64 MiB does not bind here
+    assert [len(p.members) for p in plan.parts] == [2, 2, 2, 2, 2, 2]
     raw = read_part(plan, plan.parts[3])
     assert list(raw.frame["name"]) == ["f06.bin", "f07.bin"] and raw.frame["bytes"][0] == b"\x06" * 5000
     assert list(raw.frame["parent"]) == ["img", "img"]
@@ -196,7 +225,8 @@ def test_a_file_larger_than_a_worker_can_hold_fails_before_the_passes(tmp_path):
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.text(alphabet='ab,"\n \r\t', max_size=160), header=st.booleans())
 def test_any_csv_reads_the_same_at_every_blocksize(tmp_path_factory, body, header):
-    """Quotes, stray quotes, CRs, blank lines and ragged rows: the rows, the rejects and their row numbers
+    """Quotes, stray quotes, CRs, blank lines and ragged rows: the rows, the rejects and their row
+    numbers
     are the same whether the file is one block or cut into many."""
     root = tmp_path_factory.mktemp("csv")
     (root / "f.csv").write_bytes((("h1,h2\n" if header else "") + body).encode())
@@ -219,7 +249,8 @@ def test_every_source_format_has_a_reader():
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "files"])
 def test_a_source_opened_once_partitions_at_any_blocksize_without_reading_it(tmp_path, fmt):
-    """The files are listed and sampled once (open_source); partition_source is pure: the same parts as a
+    """The files are listed and sampled once (open_source); partition_source is pure: the same parts
+    as a
     source planned afresh at that blocksize, with the files gone."""
     line = {"csv": 'r{i},"two\nlines {i}",{i}\n', "jsonl": '{{"id": "r{i}", "n": {i}}}\n', "files": "x{i}\n"}[fmt]
     path = "d/*" if fmt == "files" else f"a.{fmt}"
@@ -231,8 +262,10 @@ def test_a_source_opened_once_partitions_at_any_blocksize_without_reading_it(tmp
     else:
         (tmp_path / f"a.{fmt}").write_text(("id,text,n\n" if fmt == "csv" else "") + body)
     config = SourceConfig(path=path, format=fmt)
-    fresh = {bs: partitioned_source(config, str(tmp_path), execution={"blocksize": bs}, align=False)
-             for bs in (100, 700, 64 << 20)}
+    fresh = {
+        bs: partitioned_source(config, str(tmp_path), execution={"blocksize": bs}, align=False)
+        for bs in (100, 700, 64 << 20)
+    }
     opened = open_source(config, str(tmp_path))
     assert opened.parts == () and opened.schema == fresh[100].schema
     for f in opened.files:
@@ -240,13 +273,18 @@ def test_a_source_opened_once_partitions_at_any_blocksize_without_reading_it(tmp
     for bs, source in fresh.items():
         cut = partition_source(opened, bs)
         assert (cut.parts, cut.unaligned) == (source.parts, source.unaligned) and len(cut.parts) >= 1
-    assert partition_source(opened).parts == fresh[64 << 20].parts  # the configured (default) blocksize
+    # the configured (default) blocksize
+    assert partition_source(opened).parts == fresh[64 << 20].parts
     assert len(fresh[100].parts) >= len(fresh[700].parts) > len(fresh[64 << 20].parts)
 
 
 @settings(max_examples=200, deadline=None)
-@given(sizes=st.lists(st.integers(0, 5000), max_size=12), blocksize=st.integers(1, 3000),
-       per=st.integers(1, 5), gz=st.booleans())
+@given(
+    sizes=st.lists(st.integers(0, 5000), max_size=12),
+    blocksize=st.integers(1, 3000),
+    per=st.integers(1, 5),
+    gz=st.booleans(),
+)
 def test_partitions_cover_every_byte_and_file_once_in_order(sizes, blocksize, per, gz):
     files = [InputFile(f"f{i}.csv" + (".gz" if gz and i % 2 else ""), f"f{i}", size) for i, size in enumerate(sizes)]
     blocks = byte_blocks(files, blocksize)
@@ -265,7 +303,8 @@ def test_partitions_cover_every_byte_and_file_once_in_order(sizes, blocksize, pe
 
 
 def fields_per_record(data: bytes, sep: int, quote: int) -> list[int]:
-    """record_fields' model, byte by byte: records end at newlines outside quotes, fields at separators outside
+    """record_fields' model, byte by byte: records end at newlines outside quotes, fields at
+    separators outside
     quotes; records of blank bytes only are left out."""
     counts, fields, quoted, blank = [], 1, False, True
     for i, byte in enumerate(data):
@@ -305,7 +344,8 @@ def test_the_quote_scan_of_a_block_finds_what_a_byte_by_byte_count_does(tmp_path
     body = b"".join(pieces)
     start = data.draw(st.integers(0, len(body)))
     length = data.draw(st.integers(0, len(body) - start))
-    monkeypatch.setattr(align, "SCAN_CHUNK", data.draw(st.sampled_from([1, 4, 9, 1 << 20])))  # chunks of every kind
+    # chunks of every kind
+    monkeypatch.setattr(align, "SCAN_CHUNK", data.draw(st.sampled_from([1, 4, 9, 1 << 20])))
     path = tmp_path / "quoted.csv"
     path.write_bytes(body)
     parity, first = 0, [-1, -1]

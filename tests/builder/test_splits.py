@@ -1,4 +1,5 @@
-"""Splits: the split function swept by hypothesis (stable under other rows' insertions, deletions and edits; the
+"""Splits: the split function swept by hypothesis (stable under other rows' insertions, deletions
+and edits; the
 fractions within sampling error), the splits section's errors, and real builds with splits."""
 
 import math
@@ -14,9 +15,10 @@ from datapipe.builder.splits import assign_splits, split_names
 from datapipe.errors import ConfigError
 
 FRACTIONS = {"train": 0.9, "val": 0.05, "test": 0.05}
-values = st.one_of(st.text(max_size=20), st.integers(-10**12, 10**12), st.none())
+values = st.one_of(st.text(max_size=20), st.integers(-(10**12), 10**12), st.none())
 fractions = st.lists(st.floats(0.01, 1), min_size=1, max_size=6).map(
-    lambda ws: {f"s{i}": w / math.fsum(ws) for i, w in enumerate(ws)})
+    lambda ws: {f"s{i}": w / math.fsum(ws) for i, w in enumerate(ws)}
+)
 
 
 @given(st.lists(values, max_size=60), st.lists(values, max_size=30), st.data(), fractions, st.integers(0, 2**63 - 1))
@@ -51,7 +53,8 @@ def test_equal_values_share_a_split_whatever_their_type_and_nulls_go_together():
     keys = [f"k{i}" for i in range(500)]
     assert (assign_splits(keys, {"val": 0.2, "train": 0.8}) == assign_splits(keys, {"train": 0.8, "val": 0.2})).all()
     assert split_names({"val": 0.2, "train": 0.8}) == ["train", "val"]
-    assert (assign_splits(keys, FRACTIONS, 0) != assign_splits(keys, FRACTIONS, 1)).any()  # the seed salts
+    # the seed salts
+    assert (assign_splits(keys, FRACTIONS, 0) != assign_splits(keys, FRACTIONS, 1)).any()
 
 
 BASE = """\
@@ -61,17 +64,20 @@ sample: {key: id, fields: {cls: label}}
 """
 
 
-@pytest.mark.parametrize(("splits", "message"), [
-    ("{fractions: {train: 0.9, val: 0.2}}", "splits.fractions: the fractions sum to 1.1, not 1"),
-    ("{fractions: {train: 1.0, val: 0}}", "splits.fractions: val: a fraction must be a number above 0, got 0"),
-    ("{fractions: {train: 1.5, val: -0.5}}", "a fraction must be a number above 0, got -0.5"),
-    ("{fractions: {}}", "splits.fractions: no splits"),
-    ("{fractions: {a/b: 1}}", "bad split name 'a/b'"),
-    ("{fractions: {train: 1}, by: ''}", "splits.by:"),
-    ("{fractions: {train: 1}, seed: -1}", "splits.seed:"),
-    ("{fractions: {train: 1}, colour: red}", "unknown key 'colour'; use one of: fractions, by, seed"),
-    ("{by: id}", "splits.fractions: required key is missing"),
-])
+@pytest.mark.parametrize(
+    ("splits", "message"),
+    [
+        ("{fractions: {train: 0.9, val: 0.2}}", "splits.fractions: the fractions sum to 1.1, not 1"),
+        ("{fractions: {train: 1.0, val: 0}}", "splits.fractions: val: a fraction must be a number above 0, got 0"),
+        ("{fractions: {train: 1.5, val: -0.5}}", "a fraction must be a number above 0, got -0.5"),
+        ("{fractions: {}}", "splits.fractions: no splits"),
+        ("{fractions: {a/b: 1}}", "bad split name 'a/b'"),
+        ("{fractions: {train: 1}, by: ''}", "splits.by:"),
+        ("{fractions: {train: 1}, seed: -1}", "splits.seed:"),
+        ("{fractions: {train: 1}, colour: red}", "unknown key 'colour'; use one of: fractions, by, seed"),
+        ("{by: id}", "splits.fractions: required key is missing"),
+    ],
+)
 def test_a_bad_splits_section_is_a_config_error_naming_the_field(splits, message):
     with pytest.raises(ConfigError, match="^p.yaml:4: ") as e:
         parse_pipeline(BASE + f"splits: {splits}\n", "p.yaml")
@@ -81,8 +87,15 @@ def test_a_bad_splits_section_is_a_config_error_naming_the_field(splits, message
 def test_fractions_that_sum_to_one_in_decimal_pass():
     cfg = parse_pipeline(BASE + "splits: {fractions: {train: 0.7, val: 0.2, test: 0.1}}\n", "p.yaml").splits
     assert cfg.by is None and cfg.seed == 0 and cfg.fractions == {"train": 0.7, "val": 0.2, "test": 0.1}
-    assert parse_pipeline(BASE, "p.yaml").canonical().keys() == {"name", "source", "stages", "sample", "shards",
-                                                                  "max_rejected"}  # no splits key: same ids
+    assert parse_pipeline(BASE, "p.yaml").canonical().keys() == {
+        "name",
+        "source",
+        "stages",
+        "sample",
+        "shards",
+        # no splits key: same ids
+        "max_rejected",
+    }
 
 
 def write_rows(project, ids, name="raw/rows.csv"):
@@ -125,7 +138,8 @@ def test_a_build_with_splits_writes_each_split_its_own_shards(project, in_proces
         assert len(keys) == m.splits.samples[split] == sum(s.samples for s in m.shards if s.split == split)
         assert all(s.path.startswith(f"{split}-") for s in m.shards if s.split == split)
         names = split_names(m.splits.fractions)
-        assert {names[i] for i in assign_splits(keys, m.splits.fractions)} == {split}  # the split function's
+        # the split function's
+        assert {names[i] for i in assign_splits(keys, m.splits.fractions)} == {split}
     assert [s.path for s in m.shards if s.split == "val"][0] == "val-000000.tar"
     # a loader of one split sees exactly its samples
     from datapipe.loader.dataset import open_dataset
@@ -144,16 +158,19 @@ def test_the_same_rows_give_the_same_version_whatever_the_partitions(project, in
         versions.add(project.build(client=in_process).manifest.version)
     assert len(versions) == 1
     project.pipeline(split_pipeline(seed=7, by="seed: 1"))
-    assert project.build(client=in_process).manifest.version not in versions  # the assignment is in the id
+    # the assignment is in the id
+    assert project.build(client=in_process).manifest.version not in versions
 
 
 def test_a_rebuild_with_added_and_removed_rows_keeps_every_sample_in_its_split(project, in_process):
     write_rows(project, range(400))
     project.pipeline(split_pipeline(by="by: group"))
     before = keys_by_split(project, project.build(client=in_process))
-    write_rows(project, [i for i in range(700) if i % 7])  # 300 rows added, 57 of the old ones removed
-    after = {key: split for split, keys in keys_by_split(project, project.build(client=in_process)).items()
-             for key in keys}
+    # 300 rows added, 57 of the old ones removed
+    write_rows(project, [i for i in range(700) if i % 7])
+    after = {
+        key: split for split, keys in keys_by_split(project, project.build(client=in_process)).items() for key in keys
+    }
     moved = [(key, split) for split, keys in before.items() for key in keys if after.get(key, split) != split]
     assert not moved and len(after) == 600
     groups = {}  # by: group: every row of a group is in one split
@@ -165,13 +182,17 @@ def test_a_rebuild_with_added_and_removed_rows_keeps_every_sample_in_its_split(p
 def test_a_by_column_missing_after_the_stages_names_it_and_the_file(project, in_process):
     write_rows(project, range(50))
     project.pipeline(split_pipeline(by="by: user"))
-    with pytest.raises(ConfigError, match=r"pipeline.yaml:\d+: splits.by: no column 'user' after the stages "
-                                          r"\(columns: id, group, label\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"pipeline.yaml:\d+: splits.by: no column 'user' after the stages "
+        r"\(columns: id, group, label\)",
+    ):
         project.build(client=in_process)
 
 
 def test_a_pipeline_without_splits_keeps_a_pinned_version_id(project, in_process):
-    """The id of this pipeline since manifest format 2 (shards cut by content); splits did not change it. A change
+    """The id of this pipeline since manifest format 2 (shards cut by content); splits did not
+    change it. A change
     of bytes or id shows here first, and needs a format version of its own."""
     write_rows(project, range(300))
     project.pipeline("""\

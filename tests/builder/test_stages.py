@@ -1,4 +1,5 @@
-"""Each cleaning stage on one partition: rows kept, dropped (counted) or rejected (with a reason)."""
+"""Each cleaning stage on one partition: rows kept, dropped (counted) or rejected (with a
+reason)."""
 
 import numpy as np
 import pandas as pd
@@ -14,11 +15,13 @@ def stage(**kw) -> StageConfig:
 
 
 def frame() -> pd.DataFrame:
-    return pd.DataFrame({
-        "id": ["a", "b", "c", "d", "e"],
-        "label": pd.array([1, None, 3, 12, -1], dtype="Int64"),
-        "note": ["x", None, "z", None, "w"],
-    })
+    return pd.DataFrame(
+        {
+            "id": ["a", "b", "c", "d", "e"],
+            "label": pd.array([1, None, 3, 12, -1], dtype="Int64"),
+            "note": ["x", None, "z", None, "w"],
+        }
+    )
 
 
 def test_dropna_counts_what_it_drops():
@@ -51,10 +54,14 @@ def test_cast_rejects_what_does_not_fit_with_the_reason():
 
 
 def test_validate_rules_each_give_their_reason():
-    df = pd.DataFrame({"id": ["d0001", "bad", None, "d0004", "d0005"], "label": [1, 2, 3, 10, 4],
-                       "tag": ["a", "b", "a", "a", "zz"]})
-    rules = {"id": {"type": "string", "nullable": False, "pattern": "d[0-9]{4}"},
-             "label": {"type": "int64", "min": 0, "max": 9}, "tag": {"values": ["a", "b"], "max_length": 1}}
+    df = pd.DataFrame(
+        {"id": ["d0001", "bad", None, "d0004", "d0005"], "label": [1, 2, 3, 10, 4], "tag": ["a", "b", "a", "a", "zz"]}
+    )
+    rules = {
+        "id": {"type": "string", "nullable": False, "pattern": "d[0-9]{4}"},
+        "label": {"type": "int64", "min": 0, "max": 9},
+        "tag": {"values": ["a", "b"], "max_length": 1},
+    }
     out = run_stage(stage(validate=rules), "v", df, ".")
     assert list(out.frame["id"]) == ["d0001"]
     reasons = {r.row: r.reason for r in out.rejected}

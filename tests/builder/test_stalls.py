@@ -1,4 +1,5 @@
-"""A pass that cannot progress (no worker left, every worker paused at its memory limit) fails instead of waiting;
+"""A pass that cannot progress (no worker left, every worker paused at its memory limit) fails
+instead of waiting;
 a pass that does progress reports each of its tasks once."""
 
 import logging
@@ -22,8 +23,12 @@ def test_a_pass_without_workers_is_an_error_not_a_wait(monkeypatch):
 
     monkeypatch.setattr(runner, "STALL_CHECK_SECONDS", 0.5)
     monkeypatch.setattr(runner, "STALL_CHECKS", 2)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None,
-                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, silence_logs=logging.CRITICAL
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         run = runner.PassRunner(client, BuildProgress())
         assert run("warm", [delayed(_sleep)(0)]) == [0]  # a healthy pass finishes
         cluster.scale(0)
@@ -59,10 +64,14 @@ def test_a_pass_reports_every_task_once_and_returns_the_results_in_order(dask_cl
     assert progress.totals == progress.done == {"write shards": 300, "measure": 1}
 
 
-@pytest.mark.parametrize(("limits", "expected"), [
-    ([0, 400_000_000], None),  # a worker without a limit: nothing to fit
-    ([400_000_000, 12_000_000_000], (0.6 * 400_000_000 - (160 << 20)) // 20),  # the smallest worker decides
-    ([200_000_000], 1 << 20),  # below the baseline: the smallest blocks
-])
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ([0, 400_000_000], None),  # a worker without a limit: nothing to fit
+        # the smallest worker decides
+        ([400_000_000, 12_000_000_000], (0.6 * 400_000_000 - (160 << 20)) // 20),
+        ([200_000_000], 1 << 20),  # below the baseline: the smallest blocks
+    ],
+)
 def test_blocks_fit_the_smallest_worker(limits, expected):
     assert sizing.fitting_blocksize(limits) == expected

@@ -1,5 +1,7 @@
-"""`datapipe info|verify|gc|diff` on damaged and edited stores: one line, no traceback. In process (the command's
-code, exit codes and output); the installed command runs the malformed-manifest case and test_installed_command.py."""
+"""`datapipe info|verify|gc|diff` on damaged and edited stores: one line, no traceback. In process
+(the command's
+code, exit codes and output); the installed command runs the malformed-manifest case and
+test_installed_command.py."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from datapipe.cli.main import cli
 from datapipe.versioning.store import Store
 
 SCHEMA = jsonschema.Draft202012Validator(
-    json.loads((Path(__file__).parents[2] / "schemas" / "manifest.schema.json").read_text()))
+    json.loads((Path(__file__).parents[2] / "schemas" / "manifest.schema.json").read_text())
+)
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -43,6 +46,7 @@ def _set(*keys_and_value):
         for key in keys[:-1]:
             raw = raw[key]
         raw[keys[-1]] = value
+
     return change
 
 
@@ -51,28 +55,32 @@ def _drop(*keys):
         for key in keys[:-1]:
             raw = raw[key]
         del raw[keys[-1]]
+
     return change
 
 
 @pytest.mark.broken_manifests
-@pytest.mark.parametrize(("change", "message"), [
-    (_set("shards", "abc"), "field 'shards': expected a list, got str \"abc\""),
-    (_drop("fields"), "field 'fields': missing"),
-    (_set("fields", ["bin"]), "field 'fields': expected an object"),
-    (_set("shards", 0, "samples", "7"), "field 'shards[0].samples': expected a non-negative integer, got str"),
-    (_drop("shards", 1, "sha256"), "field 'shards[1].sha256': missing"),
-    (_set("shards", 0, "sha256", "abc"), "field 'shards[0].sha256': expected 64 lowercase hex digits"),
-    (_set("shards", 0, "path", "../../../etc/passwd"), "field 'shards[0].path': expected a file name"),
-    (_set("shards", 2, None), "field 'shards[2]': expected an object, got NoneType null"),
-    (_set("stages", [{"stage": "read", "rows_in": -1, "rows_out": 0}]), "field 'stages[0].rows_in'"),
-    (_set("lineage", "none"), "field 'lineage': expected an object"),
-    (_set("lineage", "code", [{"module": "m"}]), "field 'lineage.code[0].sha256': missing"),
-    (_set("lineage", "seed", "42"), "field 'lineage.seed': expected an integer"),
-    (_set("parent", 5), "field 'parent': expected a string"),
-    (_set("colour", "blue"), "field 'colour': not a manifest field"),
-    (_set("samples", 3), "field 'samples' is 3 but the shards add up to 81"),
-    (_set("rejected_rows", 4), "field 'rejected' is None but 'rejected_rows' is 4"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_set("shards", "abc"), "field 'shards': expected a list, got str \"abc\""),
+        (_drop("fields"), "field 'fields': missing"),
+        (_set("fields", ["bin"]), "field 'fields': expected an object"),
+        (_set("shards", 0, "samples", "7"), "field 'shards[0].samples': expected a non-negative integer, got str"),
+        (_drop("shards", 1, "sha256"), "field 'shards[1].sha256': missing"),
+        (_set("shards", 0, "sha256", "abc"), "field 'shards[0].sha256': expected 64 lowercase hex digits"),
+        (_set("shards", 0, "path", "../../../etc/passwd"), "field 'shards[0].path': expected a file name"),
+        (_set("shards", 2, None), "field 'shards[2]': expected an object, got NoneType null"),
+        (_set("stages", [{"stage": "read", "rows_in": -1, "rows_out": 0}]), "field 'stages[0].rows_in'"),
+        (_set("lineage", "none"), "field 'lineage': expected an object"),
+        (_set("lineage", "code", [{"module": "m"}]), "field 'lineage.code[0].sha256': missing"),
+        (_set("lineage", "seed", "42"), "field 'lineage.seed': expected an integer"),
+        (_set("parent", 5), "field 'parent': expected a string"),
+        (_set("colour", "blue"), "field 'colour': not a manifest field"),
+        (_set("samples", 3), "field 'samples' is 3 but the shards add up to 81"),
+        (_set("rejected_rows", 4), "field 'rejected' is None but 'rejected_rows' is 4"),
+    ],
+)
 def test_a_malformed_manifest_is_one_error_naming_the_file_and_field(tmp_path, change, message):
     url = make_dataset(tmp_path / "store")
     path = manifest_path(url)
@@ -81,7 +89,8 @@ def test_a_malformed_manifest_is_one_error_naming_the_file_and_field(tmp_path, c
     schema_errors = list(SCHEMA.iter_errors(json.loads(path.read_text())))
     assert bool(schema_errors) != ("add up to" in message or "'rejected_rows' is" in message), schema_errors
     for command in ("info", "verify", "ls"):
-        # in process (the command as `datapipe` runs it, without starting 48 interpreters); one case runs for real
+        # in process (the command as `datapipe` runs it, without starting 48 interpreters); one case
+        # runs for real
         out = CliRunner().invoke(cli, [command, url if command != "ls" else str(tmp_path / "store")])
         assert out.exception is None or isinstance(out.exception, SystemExit), repr(out.exception)
         assert out.exit_code == 6, (command, out.exit_code, out.stderr)
@@ -98,9 +107,11 @@ def test_a_malformed_manifest_through_the_installed_command(tmp_path):
     for command in ("info", "verify"):
         out = datapipe_installed(command, url)
         assert out.returncode == 6 and "Traceback" not in out.stderr, out.stderr
-        assert out.stderr == (f"error: {path}: malformed manifest: field 'shards': expected a list, got str \"abc\"; "
-                              "the file was edited or damaged (restore it from a copy, or delete its version "
-                              "directory and build again)\n")
+        assert out.stderr == (
+            f"error: {path}: malformed manifest: field 'shards': expected a list, got str \"abc\"; "
+            "the file was edited or damaged (restore it from a copy, or delete its version "
+            "directory and build again)\n"
+        )
 
 
 @pytest.mark.broken_manifests
@@ -148,9 +159,17 @@ def test_verify_reports_a_missing_rejected_file(tmp_path):
     writer = store.begin("toy")
     shard = writer.write_shard(0, [{"__key__": "a", "cls": b"1"}], get_format("webdataset"))
     writer.store.fs.pipe_file(f"{writer.partial}/rejected.parquet", b"PAR1 rows PAR1")
-    m = writer.commit(Manifest(name="toy", shard_format="webdataset", fields={"cls": "bytes"}, shards=(shard,),
-                               stages=(StageCounts("validate", 3, 1, 0, 2),), rejected="rejected.parquet",
-                               rejected_rows=2))
+    m = writer.commit(
+        Manifest(
+            name="toy",
+            shard_format="webdataset",
+            fields={"cls": "bytes"},
+            shards=(shard,),
+            stages=(StageCounts("validate", 3, 1, 0, 2),),
+            rejected="rejected.parquet",
+            rejected_rows=2,
+        )
+    )
     version_dir = tmp_path / "store/toy/versions" / m.version
     out = run("verify", str(tmp_path / "store/toy"))
     assert out.returncode == 0 and "rejected.parquet present" in out.stdout, out.stdout + out.stderr
@@ -165,8 +184,10 @@ def test_gc_without_a_dataset_or_with_a_misspelled_one_lists_the_datasets(tmp_pa
     make_dataset(tmp_path / "storage", name="digits")
     out = run("gc", "storage", cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
-    assert out.stderr == ("error: storage is a store, not a dataset: gc cleans one dataset at a time; name one of "
-                          "storage/digits, storage/toy\n")
+    assert out.stderr == (
+        "error: storage is a store, not a dataset: gc cleans one dataset at a time; name one of "
+        "storage/digits, storage/toy\n"
+    )
     out = run("gc", "storage/toys", "--prune", cwd=tmp_path)
     assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr == "error: storage: no dataset 'toys' (datasets here: digits, toy); give STORE/NAME\n"
@@ -208,10 +229,14 @@ def commit_samples(root: Path, samples: list[dict], tag: str | None = None) -> s
 
     store = Store(str(root))
     writer = store.begin("toy")
-    shards = (writer.write_shard(0, samples[:3], get_format("webdataset")),
-              writer.write_shard(1, samples[3:], get_format("webdataset")))
-    m = writer.commit(Manifest(name="toy", shard_format="webdataset", fields={"cls": "bytes"}, shards=shards),
-                      ("latest", tag) if tag else ("latest",))
+    shards = (
+        writer.write_shard(0, samples[:3], get_format("webdataset")),
+        writer.write_shard(1, samples[3:], get_format("webdataset")),
+    )
+    m = writer.commit(
+        Manifest(name="toy", shard_format="webdataset", fields={"cls": "bytes"}, shards=shards),
+        ("latest", tag) if tag else ("latest",),
+    )
     return m.version
 
 

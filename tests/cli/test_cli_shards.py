@@ -1,4 +1,5 @@
-"""`datapipe inspect` and `index`, in process (test_installed_command.py runs them, and --version, installed)."""
+"""`datapipe inspect` and `index`, in process (test_installed_command.py runs them, and --version,
+installed)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`datapipe lease|du|log|ls|gc --keep-last` on versions that share shards, in process; bad input is one line."""
+"""`datapipe lease|du|log|ls|gc --keep-last` on versions that share shards, in process; bad input is
+one line."""
 
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ def test_lease_takes_lists_and_releases_and_gc_keeps_the_leased_version(tmp_path
     dry = run("gc", "storage/toy", "--keep-last", "1", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert f"keep {v[0].version[:12]} (leased {lease_id})" in dry.stdout.splitlines()
-    assert f"would delete version {v[1].version[:12]}: 0 files, 0 B, keeping 2 files shared by kept versions" \
-        in dry.stdout  # v2 shares v1's shard 0
+    assert (
+        f"would delete version {v[1].version[:12]}: 0 files, 0 B, keeping 2 files shared by kept versions" in dry.stdout
+    )  # v2 shares v1's shard 0
     assert dry.stdout.endswith("(dry run: nothing deleted)\n") and len(store.versions("toy")) == 3
     released = run("lease", "--release", lease_id, cwd=tmp_path).stdout
     assert released == f"released {lease_id} (toy@{v[0].version[:12]})\n"
@@ -51,7 +53,8 @@ def test_bad_lease_and_gc_input_is_one_line_naming_the_argument(tmp_path):
     ]:
         out = run(*args, cwd=tmp_path)
         assert out.returncode == code and out.stderr.startswith(message), (args, out.stderr)
-    (tmp_path / "storage/toy/leases").mkdir(exist_ok=True)  # (the last lease released took the folder)
+    # (the last lease released took the folder)
+    (tmp_path / "storage/toy/leases").mkdir(exist_ok=True)
     (tmp_path / "storage/toy/leases/bad.json").write_text("{not json")
     out = run("lease", "storage/toy", cwd=tmp_path)
     assert out.returncode == 0 and "storage/toy/leases/bad.json: damaged lease file" in out.stderr
@@ -61,11 +64,21 @@ def test_du_ls_and_log_show_own_and_shared_bytes(tmp_path):
     store, v = three(tmp_path)
     du = json.loads(run("du", "storage", "--json", cwd=tmp_path).stdout)
     own = sum(m.own_bytes for m in v)
-    assert du["datasets"]["toy"] == {"versions": 3, "own_bytes": own, "shared_bytes": sum(m.shared_bytes for m in v),
-                                     "stored_bytes": own, "listed_bytes": sum(m.bytes for m in v)}
+    assert du["datasets"]["toy"] == {
+        "versions": 3,
+        "own_bytes": own,
+        "shared_bytes": sum(m.shared_bytes for m in v),
+        "stored_bytes": own,
+        "listed_bytes": sum(m.bytes for m in v),
+    }
     assert du["total"]["stored_bytes"] == own
     assert run("du", "storage/toy", cwd=tmp_path).stdout.splitlines()[0].split() == [
-        "DATASET", "VERSIONS", "OWN", "SHARED", "STORED"]
+        "DATASET",
+        "VERSIONS",
+        "OWN",
+        "SHARED",
+        "STORED",
+    ]
     rows = {r["version"]: r for r in json.loads(run("ls", "storage", "--json", cwd=tmp_path).stdout)}
     assert rows[v[2].version]["shared_bytes"] == v[2].shared_bytes and rows[v[0].version]["shared_bytes"] == 0
     log = run("log", "storage/toy", cwd=tmp_path)

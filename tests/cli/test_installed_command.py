@@ -1,7 +1,9 @@
-"""One smoke test per command through the installed `datapipe` script, as a user runs it: the console script,
-its imports and its exit codes in a process of their own. The behaviour of each command is tested in process
-elsewhere; `build` runs installed in tests/builder/test_cli.py (on a terminal) and in tests/reliability (killed,
-raced), `check` in tests/versioning/test_lineage.py, `dvc` in tests/versioning/test_dvc.py."""
+"""One smoke test per command through the installed `datapipe` script, as a user runs it: the
+console script,
+its imports and its exit codes in a process of their own. The behaviour of each command is tested in
+process elsewhere; `build` runs installed in tests/builder/test_cli.py (on a terminal) and in
+tests/reliability (killed, raced), `check` in tests/versioning/test_lineage.py, `dvc` in
+tests/versioning/test_dvc.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The storage backends every conformance test runs against: local disk, fsspec's memory:// and S3 (moto)."""
+"""The storage backends every conformance test runs against: local disk, fsspec's memory:// and S3
+(moto)."""
 
 from __future__ import annotations
 
@@ -43,5 +44,3 @@ def backend(request, tmp_path) -> Backend:
     # the instance cache off: every test sees the bucket as it is, not an earlier test's listing
     options = {**storage_options(server), "skip_instance_cache": True, "use_listings_cache": False}
     return Backend("s3", f"s3://{request.getfixturevalue('s3_bucket')}/{root}", options)
-
-

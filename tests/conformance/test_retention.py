@@ -1,4 +1,5 @@
-"""Leases, retention and history on every backend: what gc keeps, what it deletes, and what `log` says."""
+"""Leases, retention and history on every backend: what gc keeps, what it deletes, and what `log`
+says."""
 
 from __future__ import annotations
 
@@ -68,10 +69,17 @@ class TestRetention:
         store = Store(backend.url, backend.options)
         v = chain(store, 2)
         store.set_ref("toy", "latest", v[1].version)
-        dead = LeaseRecord("0" * 16, v[0].version, os.uname().nodename, _dead_pid(), "2020-01-01T00:00:00+00:00",
-                           "2999-01-01T00:00:00+00:00")
-        expired = LeaseRecord("1" * 16, v[0].version, "elsewhere", None, "2020-01-01T00:00:00+00:00",
-                              "2020-01-02T00:00:00+00:00")
+        dead = LeaseRecord(
+            "0" * 16,
+            v[0].version,
+            os.uname().nodename,
+            _dead_pid(),
+            "2020-01-01T00:00:00+00:00",
+            "2999-01-01T00:00:00+00:00",
+        )
+        expired = LeaseRecord(
+            "1" * 16, v[0].version, "elsewhere", None, "2020-01-01T00:00:00+00:00", "2020-01-02T00:00:00+00:00"
+        )
         for record in (dead, expired):
             put_atomic(store.fs, lease_path(store, "toy", record.id), record.to_json())
         put_atomic(store.fs, lease_path(store, "toy", "2" * 16), b'{"id": "cut sh')
@@ -85,18 +93,26 @@ class TestRetention:
         store = Store(backend.url, backend.options)
         v = chain(store, 2)
         marker = store.path("toy", "versions", v[0].version, PRUNED_NAME)
-        put_atomic(store.fs, marker, json.dumps({"version": v[0].version}).encode())  # died right here
+        # died right here
+        put_atomic(store.fs, marker, json.dumps({"version": v[0].version}).encode())
         store.set_ref("toy", "keep", v[0].version)
         collect(store, "toy", prune=True)  # kept now: the stale marker goes
         assert not store.fs.exists(marker) and verify_version(store, "toy", v[0]) == []
         store.fs.rm_file(store.path("toy", "refs", "keep"))
         put_atomic(store.fs, marker, b"{}")
-        store.fs.rm_file(store.path("toy", "versions", v[0].version, "manifest.json"))  # died after the manifest
+        # died after the manifest
+        store.fs.rm_file(store.path("toy", "versions", v[0].version, "manifest.json"))
         collect(store, "toy")  # a plain gc leaves a pruned directory alone
         assert PRUNED_NAME in files(store, v[0].version)
         collect(store, "toy", prune=True)
-        assert files(store, v[0].version) == [PRUNED_NAME, "shard-000001.tar", "shard-000001.tar.idx",
-                                              "shard-000002.tar", "shard-000002.tar.idx"]  # v1 shares them
+        assert files(store, v[0].version) == [
+            PRUNED_NAME,
+            "shard-000001.tar",
+            "shard-000001.tar.idx",
+            # v1 shares them
+            "shard-000002.tar",
+            "shard-000002.tar.idx",
+        ]
 
 
 class TestHistory:

@@ -62,7 +62,8 @@ def check_round_trip(tmp_path: Path, fmt: ShardFormat, samples: list[dict]) -> N
             reader[len(samples)]
         # the index a scan builds is the one the writer built, byte for byte
         assert reader.build_index().to_bytes() == written.index.to_bytes()
-        if isinstance(reader, SpanReader) and samples:  # payloads are byte ranges of the shard: spans find them
+        # payloads are byte ranges of the shard: spans find them
+        if isinstance(reader, SpanReader) and samples:
             rows = list(range(len(samples)))[::-1]
             for name in sorted(set.intersection(*(set(s) - {KEY} for s in samples))):
                 offsets, sizes = reader.spans(rows, name)
@@ -104,16 +105,18 @@ class TestDeterminism:
         a = write_shard(shard_path(tmp_path, fmt, "a"), samples)
         b = write_shard(shard_path(tmp_path, fmt, "b"), samples)
         assert a.sha256 == b.sha256
-        assert index_path(shard_path(tmp_path, fmt, "a")).read_bytes() == index_path(
-            shard_path(tmp_path, fmt, "b")
-        ).read_bytes()
+        assert (
+            index_path(shard_path(tmp_path, fmt, "a")).read_bytes()
+            == index_path(shard_path(tmp_path, fmt, "b")).read_bytes()
+        )
 
     def test_field_order_does_not_matter(self, tmp_path, fmt):
         forward = [{KEY: "k", "a": b"1", "b": b"2", "c": b"3"}]
         backward = [{KEY: "k", "c": b"3", "b": b"2", "a": b"1"}]
-        assert write_shard(shard_path(tmp_path, fmt, "f"), forward).sha256 == write_shard(
-            shard_path(tmp_path, fmt, "b"), backward
-        ).sha256
+        assert (
+            write_shard(shard_path(tmp_path, fmt, "f"), forward).sha256
+            == write_shard(shard_path(tmp_path, fmt, "b"), backward).sha256
+        )
 
 
 class TestKeysAndFields:
@@ -192,7 +195,8 @@ class TestCorruption:
         if error is None:
             # TFRecord has no end marker: only a cut exactly between records can go unnoticed
             # nothing lost (the cut only took end-of-archive padding), or a TFRecord cut exactly
-            # between records, which no reader can notice without the index (TFRecord has no end marker)
+            # between records, which no reader can notice without the index (TFRecord has no end
+            # marker)
             assert got == expected or (fmt.name == "tfrecord" and at in sample_ends)
         else:
             assert str(path) in str(error) and error.offset is not None

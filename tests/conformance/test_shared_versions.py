@@ -1,4 +1,5 @@
-"""Versions that share shards (``stored_in``), on every backend: read back whole, verified, cached once."""
+"""Versions that share shards (``stored_in``), on every backend: read back whole, verified, cached
+once."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ def expected(seeds: list[int]) -> dict[str, bytes]:
 
 
 def read_all(url: str, options: dict, tmp_path) -> dict[str, bytes]:
-    with Loader(url, batch_size=10, shuffle=False, num_workers=0, storage_options=options,
-                cache_dir=tmp_path / "cache") as loader:
+    with Loader(
+        url, batch_size=10, shuffle=False, num_workers=0, storage_options=options, cache_dir=tmp_path / "cache"
+    ) as loader:
         return {k: bytes(b) for batch in loader for k, b in zip(batch["__key__"], batch["bin"], strict=True)}
 
 
@@ -33,8 +35,13 @@ class TestSharedShards:
         assert [s.stored_in for s in second.shards] == [first.version, None, first.version, None]
         assert second.parent == first.version and second.shared_bytes == first.shards[0].bytes * 2
         own = sorted(p.rsplit("/", 1)[-1] for p in store.fs.find(store.path("toy", "versions", second.version)))
-        assert own == ["manifest.json", "shard-000001.tar", "shard-000001.tar.idx", "shard-000003.tar",
-                       "shard-000003.tar.idx"]  # the shared ones are not copied
+        assert own == [
+            "manifest.json",
+            "shard-000001.tar",
+            "shard-000001.tar.idx",
+            "shard-000003.tar",
+            "shard-000003.tar.idx",
+        ]  # the shared ones are not copied
         assert read_all(f"{backend.url}/toy", backend.options, tmp_path) == expected([0, 7, 0, 0])
         assert read_all(f"{backend.url}/toy@{first.version[:12]}", backend.options, tmp_path) == expected([0, 0, 0])
         assert verify_version(store, "toy", second) == []
@@ -56,11 +63,12 @@ class TestSharedShards:
         second = commit_sharing(store, first, rewrite={0: 5})
         store.fs.rm_file(store.shard_file("toy", first.version, first.shards[2]))
         problems = [str(p) for p in verify_version(store, "toy", second)]
-        assert problems == [f"missing: {store.path('toy', 'versions', first.version, 'shard-000002.tar')} "
-                            "(shared from another version's directory)"]
+        assert problems == [
+            f"missing: {store.path('toy', 'versions', first.version, 'shard-000002.tar')} "
+            "(shared from another version's directory)"
+        ]
         with pytest.raises(NotFoundError, match=rf"{first.version}/shard-000002.tar: missing"):
-            Loader(f"{backend.url}/toy", num_workers=0, storage_options=backend.options,
-                   cache_dir=tmp_path / "cache")
+            Loader(f"{backend.url}/toy", num_workers=0, storage_options=backend.options, cache_dir=tmp_path / "cache")
 
     def test_a_shared_shard_is_cached_once(self, backend, tmp_path):
         if backend.name == "local":
@@ -70,14 +78,19 @@ class TestSharedShards:
         commit_sharing(store, first, rewrite={1: 7})
         for ref in (first.version[:12], "latest"):
             read_all(f"{backend.url}/toy@{ref}", backend.options, tmp_path)
-        assert len(ShardCache(tmp_path / "cache").entries()) == 2 * 4  # 3 + 1 rewritten shards, with indexes
+        # 3 + 1 rewritten shards, with indexes
+        assert len(ShardCache(tmp_path / "cache").entries()) == 2 * 4
 
 
 def test_stored_in_is_not_part_of_the_version_id_and_absent_from_json_when_none():
     entry = commit_entry()
     plain = Manifest(name="toy", shard_format="webdataset", fields=FIELDS, shards=(entry,))
-    shared = Manifest(name="toy", shard_format="webdataset", fields=FIELDS,
-                      shards=(entry.__class__(**{**vars(entry), "stored_in": "a" * 64}),))
+    shared = Manifest(
+        name="toy",
+        shard_format="webdataset",
+        fields=FIELDS,
+        shards=(entry.__class__(**{**vars(entry), "stored_in": "a" * 64}),),
+    )
     assert plain.content_id() == shared.content_id()
     assert b"stored_in" not in plain.to_json() and b'"stored_in": "' + b"a" * 64 in shared.to_json()
     assert Manifest.from_json(shared.with_id().to_json(), "m").shards[0].stored_in == "a" * 64
@@ -86,5 +99,12 @@ def test_stored_in_is_not_part_of_the_version_id_and_absent_from_json_when_none(
 def commit_entry():
     from datapipe.versioning.manifest import ShardEntry
 
-    return ShardEntry(path="shard-000000.tar", samples=1, bytes=10, sha256="b" * 64, index_path="shard-000000.tar.idx",
-                      index_bytes=5, index_sha256="c" * 64)
+    return ShardEntry(
+        path="shard-000000.tar",
+        samples=1,
+        bytes=10,
+        sha256="b" * 64,
+        index_path="shard-000000.tar.idx",
+        index_bytes=5,
+        index_sha256="c" * 64,
+    )

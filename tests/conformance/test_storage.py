@@ -1,5 +1,7 @@
-"""One suite, every storage backend: the same tests of datapipe.storage and of the store's commit protocol against
-local disk, fsspec's memory:// and S3 (moto's server on 127.0.0.1), as fsspec's own tests/abstract/ do."""
+"""One suite, every storage backend: the same tests of datapipe.storage and of the store's commit
+protocol against
+local disk, fsspec's memory:// and S3 (moto's server on 127.0.0.1), as fsspec's own tests/abstract/
+do."""
 
 from __future__ import annotations
 
@@ -21,13 +23,17 @@ from datapipe.versioning.verify import verify_version
 
 
 def commit_toy(store: Store, shards: int = 3) -> Manifest:
-    """A webdataset version of ``shards`` shards of 10 samples each, committed with the refs latest and v1."""
+    """A webdataset version of ``shards`` shards of 10 samples each, committed with the refs latest
+    and v1."""
     writer = store.begin("toy")
     samples = simple_samples(10 * shards, size=300)
-    entries = tuple(writer.write_shard(i, samples[10 * i:10 * (i + 1)], get_format("webdataset"))
-                    for i in range(shards))
-    return writer.commit(Manifest(name="toy", shard_format="webdataset", fields={"bin": "bytes", "cls": "bytes"},
-                                  shards=entries), ("latest", "v1"))
+    entries = tuple(
+        writer.write_shard(i, samples[10 * i : 10 * (i + 1)], get_format("webdataset")) for i in range(shards)
+    )
+    return writer.commit(
+        Manifest(name="toy", shard_format="webdataset", fields={"bin": "bytes", "cls": "bytes"}, shards=entries),
+        ("latest", "v1"),
+    )
 
 
 class TestStorage:
@@ -45,7 +51,8 @@ class TestStorage:
         assert read_bytes(fs, f"{root}/deep/er/file.bin") == b"first"
         put_atomic(fs, f"{root}/deep/er/file.bin", b"second")  # replaced whole
         assert read_bytes(fs, f"{root}/deep/er/file.bin") == b"second"
-        assert [p.rsplit("/", 1)[-1] for p in fs.find(root)] == ["file.bin"]  # no temporary left beside it
+        # no temporary left beside it
+        assert [p.rsplit("/", 1)[-1] for p in fs.find(root)] == ["file.bin"]
 
     def test_a_write_that_fails_leaves_nothing(self, backend):
         fs, root = backend.fs()
@@ -85,7 +92,8 @@ class TestStorage:
     def test_a_commit_publishes_a_version_that_verifies_and_has_the_same_id_everywhere(self, backend, tmp_path):
         store = Store(backend.url, backend.options)
         manifest = commit_toy(store)
-        reference = commit_toy(Store(str(tmp_path / "reference")))  # the version id is the content's
+        # the version id is the content's
+        reference = commit_toy(Store(str(tmp_path / "reference")))
         assert manifest.version == reference.version
         assert store.datasets() == ["toy"] and store.versions("toy") == [manifest.version]
         assert store.refs("toy") == {"latest": manifest.version, "v1": manifest.version}
@@ -99,7 +107,8 @@ class TestStorage:
         manifest = commit_toy(store, shards=1)
         abandoned = store.begin("toy")
         abandoned.write_shard(0, simple_samples(3), get_format("webdataset"))
-        store.fs.rm_file(f"{abandoned.partial}/.owner.json")  # its writer died before it said who it was
+        # its writer died before it said who it was
+        store.fs.rm_file(f"{abandoned.partial}/.owner.json")
         assert collect(store, "toy").removed == [abandoned.partial]
         assert not store.fs.exists(abandoned.partial)
         assert store.versions("toy") == [manifest.version] and verify_version(store, "toy", manifest) == []

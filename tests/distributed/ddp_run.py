@@ -1,4 +1,5 @@
-"""One rank of a DDP job for tests/distributed/test_ddp.py: read an epoch, or save the loader state and die.
+"""One rank of a DDP job for tests/distributed/test_ddp.py: read an epoch, or save the loader state
+and die.
 
 Run under torchrun (gloo, CPU). Rank 0 writes the keys every rank saw, per batch, to --out.
 """
@@ -35,9 +36,10 @@ def main() -> None:
         batches.append(batch["__key__"])
         dist.barrier()  # ranks in lock step, as gradient all-reduce keeps them
         if args.kill_after is not None and len(batches) == args.kill_after:
-            # what a checkpoint holds, then the job dies as a preempted node does: no cleanup, no exit code 0,
-            # the rank and its DataLoader workers at once where torchrun made the rank a process group's leader
-            # (torch >= 2.2). Killing the rank alone leaves its workers orphaned until they notice, seconds later.
+            # what a checkpoint holds, then the job dies as a preempted node does: no cleanup, no
+            # exit code 0, the rank and its DataLoader workers at once where torchrun made the rank
+            # a process group's leader (torch >= 2.2). Killing the rank alone leaves its workers
+            # orphaned until they notice, seconds later.
             with open(f"{args.out}.rank{dist.get_rank()}", "w") as f:
                 json.dump({"batches": batches, "state": loader.state_dict()}, f)
             if os.getpgrp() == os.getpid():
@@ -48,14 +50,15 @@ def main() -> None:
         loader.set_epoch(loader.epoch)  # the state names the next epoch once one is complete
         later.append([batch["__key__"] for batch in loader])
     everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, {"rank": dist.get_rank(), "batches": batches, "later": later,
-                                      "state": loader.state_dict()})
+    dist.all_gather_object(
+        everyone, {"rank": dist.get_rank(), "batches": batches, "later": later, "state": loader.state_dict()}
+    )
     if dist.get_rank() == 0:
         with open(args.out, "w") as f:
             json.dump(everyone, f)
     dist.destroy_process_group()
-    # the interpreter's last garbage collection at exit walks every object torch made, ~1 s per rank; all that
-    # matters is written, so leave those objects out of it
+    # the interpreter's last garbage collection at exit walks every object torch made, ~1 s per
+    # rank; all that matters is written, so leave those objects out of it
     gc.freeze()
 
 

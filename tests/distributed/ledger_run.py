@@ -1,4 +1,5 @@
-"""One rank of a DDP job for tests/distributed/test_ledger_ddp.py: read with skips across a resume, and the ledger.
+"""One rank of a DDP job for tests/distributed/test_ledger_ddp.py: read with skips across a resume,
+and the ledger.
 
 Run under torchrun (gloo, CPU, 2 DataLoader workers). Reads a mix file with skip_steps, stops after
 --stop-after batches, resumes a new Loader from the state, adds a skip, and reads on to the end of
@@ -43,8 +44,16 @@ def main() -> None:
         read(resumed, batches)
     ledger = {step: resumed.batch_keys(step, dist.get_rank()) for step in range(state["step"], resumed.step)}
     everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, {"rank": dist.get_rank(), "batches": batches, "ledger": ledger,
-                                      "end": resumed.step, "state": resumed.state_dict()})
+    dist.all_gather_object(
+        everyone,
+        {
+            "rank": dist.get_rank(),
+            "batches": batches,
+            "ledger": ledger,
+            "end": resumed.step,
+            "state": resumed.state_dict(),
+        },
+    )
     if dist.get_rank() == 0:
         with open(args.out, "w") as f:
             json.dump(everyone, f)

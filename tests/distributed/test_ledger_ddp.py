@@ -1,4 +1,5 @@
-"""Real DDP, 3 gloo ranks x 2 DataLoader workers over a mix: every batch is what the step ledger says, across a
+"""Real DDP, 3 gloo ranks x 2 DataLoader workers over a mix: every batch is what the step ledger
+says, across a
 resume and with skips; skipped steps are delivered by no rank."""
 
 import json
@@ -22,8 +23,12 @@ def test_every_batch_of_every_rank_is_the_ledgers_across_a_resume_and_skips(tmp_
     mix_file = tmp_path / "mix.yaml"
     mix_file.write_text("sources: {web: store/web, code: store/code}\nweights: {web: 2, code: 1}\n")
     out = tmp_path / "out.json"
-    proc = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node", "3", str(SCRIPT), str(mix_file),
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(TORCHRUN), "--standalone", "--nproc_per_node", "3", str(SCRIPT), str(mix_file), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = json.loads(out.read_text())
     assert [r["rank"] for r in ranks] == [0, 1, 2]
@@ -34,11 +39,14 @@ def test_every_batch_of_every_rank_is_the_ledgers_across_a_resume_and_skips(tmp_
     skipped = {1, 2, 8, 9}
     for r in ranks:
         steps = [b["step"] for b in r["batches"]]
-        assert steps == [s for s in range(end) if s not in skipped]  # every rank the same steps, none skipped
+        # every rank the same steps, none skipped
+        assert steps == [s for s in range(end) if s not in skipped]
         for batch in r["batches"]:
-            if str(batch["step"]) in r["ledger"]:  # steps after the resume: the resumed loader's ledger
+            # steps after the resume: the resumed loader's ledger
+            if str(batch["step"]) in r["ledger"]:
                 assert [tuple(p) for p in r["ledger"][str(batch["step"])]] == [tuple(k) for k in batch["keys"]]
-    # and every step is the batch a run without skips delivers, by the ledger of a loader in this process
+    # and every step is the batch a run without skips delivers, by the ledger of a loader in this
+    # process
     plain = datapipe.Loader(str(mix_file), batch_size=2, num_workers=0, seed=5, rank=0, world_size=3)
     for r in ranks:
         for batch in r["batches"]:

@@ -1,6 +1,7 @@
-"""examples/train_ddp.py for real: 2 DDP ranks on CPU, trained on the train split of the digits, reach 90% on its val
-split, and a job stopped mid-epoch and restarted from its last checkpoint ends with exactly the weights of the
-uninterrupted job."""
+"""examples/train_ddp.py for real: 2 DDP ranks on CPU, trained on the train split of the digits,
+reach 90% on its val
+split, and a job stopped mid-epoch and restarted from its last checkpoint ends with exactly the
+weights of the uninterrupted job."""
 
 import json
 import subprocess
@@ -17,14 +18,32 @@ BIN = Path(sys.executable).parent
 @pytest.mark.distributed
 def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoint(tmp_path, digits_built):
     # what `datapipe build digits.yaml` makes: the session's digits build (training only reads it)
-    steps_per_epoch = digits_built.summary["splits"]["train"] // (2 * 32)  # train samples // (ranks x batch size)
+    # train samples // (ranks x batch size)
+    steps_per_epoch = digits_built.summary["splits"]["train"] // (2 * 32)
     assert 17 < steps_per_epoch < 30  # (22) step 30 and step 35 fall in epoch 1
 
     def train(checkpoint: str, epochs: int, *more: str) -> list[dict]:
-        out = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2",
-                              str(REPO / "examples" / "train_ddp.py"), digits_built.url, "--epochs", str(epochs),
-                              "--checkpoint", checkpoint, "--checkpoint-every", "10", *more],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        out = subprocess.run(
+            [
+                str(BIN / "torchrun"),
+                "--standalone",
+                "--nproc_per_node",
+                "2",
+                str(REPO / "examples" / "train_ddp.py"),
+                digits_built.url,
+                "--epochs",
+                str(epochs),
+                "--checkpoint",
+                checkpoint,
+                "--checkpoint-every",
+                "10",
+                *more,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
@@ -42,7 +61,8 @@ def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoi
     assert resumed == uninterrupted[1:]  # same loss and accuracy at the end of epochs 1 to 3
     full, cut = checkpoint("full.pt"), checkpoint("cut.pt")
     assert full["loader"] == cut["loader"] and full["loader"]["epoch"] == 4 and full["loader"]["position"] == 0
-    for name, weights in full["model"].items():  # no batch trained twice or skipped: the very same weights
+    # no batch trained twice or skipped: the very same weights
+    for name, weights in full["model"].items():
         assert torch.equal(weights, cut["model"][name]), name
 
     # and it learns the digits: past 0.9 on the val split after four epochs (about 0.95 after five)

@@ -71,26 +71,31 @@ def test_damaged_index_file_named_when_opening_shard(tmp_path):
 def test_extend_records_what_add_records_sample_by_sample():
     rows = [("a", 0, 10, [("x", 1, 4), ("y", 6, 3)]), ("bé", 10, 30, []), ("c", 30, 31, [("y", 30, 1)])]
     one_by_one, at_once = IndexBuilder(1), IndexBuilder(1)
-    one_by_one.add("z", 0, 0, bytes(32), [("w", 0, 0)])  # rows already there: extend appends after them
+    # rows already there: extend appends after them
+    one_by_one.add("z", 0, 0, bytes(32), [("w", 0, 0)])
     at_once.add("z", 0, 0, bytes(32), [("w", 0, 0)])
     hashes = [bytes([i]) * 32 for i in range(len(rows))]
     for (key, start, end, members), digest in zip(rows, hashes, strict=True):
         one_by_one.add(key, start, end, digest, members, ["x", "y"])
     keys = [key.encode() for key, *_ in rows]
     at_once.extend(
-        starts=np.array([r[1] for r in rows]), ends=np.array([r[2] for r in rows]),
+        starts=np.array([r[1] for r in rows]),
+        ends=np.array([r[2] for r in rows]),
         hashes=np.frombuffer(b"".join(hashes), dtype=np.uint8).reshape(-1, 32),
         member_counts=np.array([len(r[3]) for r in rows]),
         member_offsets=np.array([m[1] for r in rows for m in r[3]]),
         member_sizes=np.array([m[2] for r in rows for m in r[3]]),
-        member_fields=np.array([("x", "y").index(m[0]) for r in rows for m in r[3]]), fields=("x", "y"),
-        key_blob=b"".join(keys), key_ends=np.cumsum([len(k) for k in keys]),
+        member_fields=np.array([("x", "y").index(m[0]) for r in rows for m in r[3]]),
+        fields=("x", "y"),
+        key_blob=b"".join(keys),
+        key_ends=np.cumsum([len(k) for k in keys]),
     )
     assert at_once.build(31).to_bytes() == one_by_one.build(31).to_bytes()
 
 
 def test_open_shard_checks_what_a_manifest_records(tmp_path):
-    """The loader opens its shards with open_shard: index stored elsewhere, size and sha256 from the manifest."""
+    """The loader opens its shards with open_shard: index stored elsewhere, size and sha256 from the
+    manifest."""
     import hashlib
 
     from datapipe.errors import NotFoundError

@@ -1,4 +1,5 @@
-"""The digits example built once per session: where its project and store are, and its build summary."""
+"""The digits example built once per session: where its project and store are, and its build
+summary."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class DigitsBuild:
-    """The digits project (pipelines/digits*.yaml, digits_code.py, raw/), its store and `build --json`'s summary."""
+    """The digits project (pipelines/digits*.yaml, digits_code.py, raw/), its store and `build
+    --json`'s summary."""
 
     project: Path
     store: Path

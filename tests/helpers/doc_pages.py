@@ -1,10 +1,12 @@
-"""Run a docs page as docs/contributing.md describes: its blocks in page order, `sh` lines one by one.
+"""Run a docs page as docs/contributing.md describes: its blocks in page order, `sh` lines one by
+one.
 
-`datapipe ...` runs in process through click's CliRunner, builds and checks on the session's Dask cluster
-instead of a cluster of their own; any other command runs in bash with the venv first on PATH (a build it
-starts, such as `dvc repro`'s, runs in process unless the line sets DATAPIPE_WORKERS). Each command must exit 0
-or the `# exit N` its comment names. `python` blocks share one namespace per page; `yaml` pipeline files are
-validated against the schema. Blocks marked `<!-- not run: why -->` are skipped.
+`datapipe ...` runs in process through click's CliRunner, builds and checks on the session's Dask
+cluster instead of a cluster of their own; any other command runs in bash with the venv first on
+PATH (a build it starts, such as `dvc repro`'s, runs in process unless the line sets
+DATAPIPE_WORKERS). Each command must exit 0 or the `# exit N` its comment names. `python` blocks
+share one namespace per page; `yaml` pipeline files are validated against the schema. Blocks marked
+`<!-- not run: why -->` are skipped.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from helpers.markdown_blocks import Block, blocks, split_and, split_comment
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
 EXIT = re.compile(r"^exit (\d+)\b")
-BUILDS = {"build", "check"}  # commands that start a Dask cluster of their own unless given --scheduler
+# commands that start a Dask cluster of their own unless given --scheduler
+BUILDS = {"build", "check"}
 
 
 def page_blocks(page: str) -> list[Block]:
@@ -39,7 +42,8 @@ def page_blocks(page: str) -> list[Block]:
 
 @dataclass(frozen=True)
 class Step:
-    """One thing a page runs: a shell command (one part of an `&&` chain), a python block or a pipeline file."""
+    """One thing a page runs: a shell command (one part of an `&&` chain), a python block or a
+    pipeline file."""
 
     kind: str  # "sh", "python" or "yaml"
     text: str
@@ -69,7 +73,8 @@ def steps(page: str) -> list[Step]:
 
 
 class PageRun:
-    """A page's steps run in ``cwd``, all at once (``run_rest``) or up to a command a test looks at after."""
+    """A page's steps run in ``cwd``, all at once (``run_rest``) or up to a command a test looks at
+    after."""
 
     def __init__(self, page: str, cwd: Path, scheduler: str) -> None:
         self.page, self.cwd, self.scheduler = page, cwd, scheduler
@@ -78,7 +83,8 @@ class PageRun:
         self.namespace: dict = {"__name__": "docs_example"}
 
     def run_through(self, command: str) -> str:
-        """Run the steps up to and including the next shell command ``command``; its output (stdout and stderr)."""
+        """Run the steps up to and including the next shell command ``command``; its output (stdout
+        and stderr)."""
         while self.done < len(self.steps):
             step = self.steps[self.done]
             output = self._run(step)
@@ -105,12 +111,14 @@ class PageRun:
         if step.kind == "yaml":
             schema = json.loads((REPO / "schemas" / "pipeline.schema.json").read_text())
             errors = list(jsonschema.Draft202012Validator(schema).iter_errors(yaml.safe_load(step.text)))
-            assert not errors, f"{step.where}: the pipeline file breaks schemas/pipeline.schema.json: " \
-                               f"{errors[0].message}"
+            assert not errors, (
+                f"{step.where}: the pipeline file breaks schemas/pipeline.schema.json: {errors[0].message}"
+            )
             return ""
         code, output = self._command(step.text)
-        assert code == step.expected, f"{step.where}: `{step.text}` exited {code}, the docs say {step.expected}:\n" \
-                                      f"{output}"
+        assert code == step.expected, (
+            f"{step.where}: `{step.text}` exited {code}, the docs say {step.expected}:\n{output}"
+        )
         return output
 
     def _command(self, command: str) -> tuple[int, str]:
@@ -140,7 +148,8 @@ def datapipe(args: list[str], cwd: Path, env: dict[str, str]):
 
 
 def _on_cluster(args: list[str], scheduler: str) -> list[str]:
-    """``datapipe build``/``check`` args on the session's cluster (on_session_cluster's options added),
+    """``datapipe build``/``check`` args on the session's cluster (on_session_cluster's options
+    added),
     --workers N dropped."""
     if not args or args[0] not in BUILDS or "--scheduler" in args:
         return args
@@ -156,7 +165,8 @@ def _on_cluster(args: list[str], scheduler: str) -> list[str]:
 
 
 def _expand(args: list[str], cwd: Path) -> list[str]:
-    """Shell globs in arguments, as a shell would expand them (a pattern matching nothing stays as it is)."""
+    """Shell globs in arguments, as a shell would expand them (a pattern matching nothing stays as
+    it is)."""
     out = []
     for arg in args:
         matches = sorted(glob.glob(arg, root_dir=cwd)) if re.search(r"[*?\[]", arg) else []

@@ -1,4 +1,5 @@
-"""The fenced code blocks of a markdown page, with the `<!-- not run: why -->` marks of docs/contributing.md."""
+"""The fenced code blocks of a markdown page, with the `<!-- not run: why -->` marks of
+docs/contributing.md."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(?P<why>.*?)\s*-->\s*$")
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced block: where it starts, its info string (language), its text, and why it is not run (if so)."""
+    """One fenced block: where it starts, its info string (language), its text, and why it is not
+    run (if so)."""
 
     page: str
     line: int
@@ -27,7 +29,8 @@ class Block:
 
 
 def blocks(path: Path, name: str) -> list[Block]:
-    """The top-level fenced blocks of the page at ``path`` (blocks shown inside a longer fence are its text)."""
+    """The top-level fenced blocks of the page at ``path`` (blocks shown inside a longer fence are
+    its text)."""
     lines = path.read_text(encoding="utf-8").splitlines()
     found: list[Block] = []
     i = 0
@@ -46,7 +49,7 @@ def blocks(path: Path, name: str) -> list[Block]:
         if end == len(lines):
             raise AssertionError(f"{name}:{i + 1}: a code fence that is never closed")
         indent = len(opening.group("indent"))
-        text = "\n".join(line[indent:] for line in lines[i + 1:end])
+        text = "\n".join(line[indent:] for line in lines[i + 1 : end])
         why = mark.group("why") if mark else None
         found.append(Block(name, i + 1, opening.group("info").lower(), text + "\n", why))
         i = end + 1
@@ -54,7 +57,8 @@ def blocks(path: Path, name: str) -> list[Block]:
 
 
 def split_comment(line: str) -> tuple[str, str]:
-    """A shell line's command and its trailing comment (a `#` outside quotes, at the start or after a space)."""
+    """A shell line's command and its trailing comment (a `#` outside quotes, at the start or after
+    a space)."""
     quote = None
     for i, char in enumerate(line):
         if quote:
@@ -63,7 +67,7 @@ def split_comment(line: str) -> tuple[str, str]:
         elif char in "'\"":
             quote = char
         elif char == "#" and (i == 0 or line[i - 1].isspace()):
-            return line[:i].rstrip(), line[i + 1:].strip()
+            return line[:i].rstrip(), line[i + 1 :].strip()
     return line.rstrip(), ""
 
 

@@ -24,47 +24,90 @@ def npy(array: np.ndarray) -> bytes:
     return out.getvalue()
 
 
-def write(store: Store, name: str, samples: list[dict], fields: dict[str, str], per_shard: int = 8,
-          fmt: str = "webdataset", stages=(), refs=("latest",), rejects=()) -> Manifest:
-    """A version of ``name`` holding ``samples``; ``rejects``: (stage, reason, source, row, data) rows quarantined."""
+def write(
+    store: Store,
+    name: str,
+    samples: list[dict],
+    fields: dict[str, str],
+    per_shard: int = 8,
+    fmt: str = "webdataset",
+    stages=(),
+    refs=("latest",),
+    rejects=(),
+) -> Manifest:
+    """A version of ``name`` holding ``samples``; ``rejects``: (stage, reason, source, row, data)
+    rows quarantined."""
     from datapipe.builder.quarantine import Reject, quarantine_bytes
 
     writer = store.begin(name)
     shard_format = get_format(fmt)
-    shards = tuple(writer.write_shard(s, samples[at : at + per_shard], shard_format)
-                   for s, at in enumerate(range(0, len(samples), per_shard)))
+    shards = tuple(
+        writer.write_shard(s, samples[at : at + per_shard], shard_format)
+        for s, at in enumerate(range(0, len(samples), per_shard))
+    )
     if rejects:
-        data = quarantine_bytes((Reject(stage, reason, 0, text), source, row)
-                                for stage, reason, source, row, text in rejects)
+        data = quarantine_bytes(
+            (Reject(stage, reason, 0, text), source, row) for stage, reason, source, row, text in rejects
+        )
         with store.fs.open(f"{writer.partial}/rejected.parquet", "wb") as f:
             f.write(data)
     parent = store.read_ref(name, "latest")
-    return writer.commit(Manifest(name=name, shard_format=fmt, fields=fields, shards=shards, stages=tuple(stages),
-                                  parent=parent, rejected="rejected.parquet" if rejects else None,
-                                  rejected_rows=len(rejects)), refs=refs)
+    return writer.commit(
+        Manifest(
+            name=name,
+            shard_format=fmt,
+            fields=fields,
+            shards=shards,
+            stages=tuple(stages),
+            parent=parent,
+            rejected="rejected.parquet" if rejects else None,
+            rejected_rows=len(rejects),
+        ),
+        refs=refs,
+    )
 
 
 def shapes(n: int, change: int = -1) -> list[dict]:
-    return [{"__key__": f"shape{i:03d}", "png": png(i + (1000 if i == change else 0)),
-             "cls": str(i % 3).encode(), "meta": json.dumps({"i": i, "name": f"s{i}"}).encode(),
-             "vec": npy(np.arange(i % 5 + 1, dtype=np.float32))} for i in range(n)]
+    return [
+        {
+            "__key__": f"shape{i:03d}",
+            "png": png(i + (1000 if i == change else 0)),
+            "cls": str(i % 3).encode(),
+            "meta": json.dumps({"i": i, "name": f"s{i}"}).encode(),
+            "vec": npy(np.arange(i % 5 + 1, dtype=np.float32)),
+        }
+        for i in range(n)
+    ]
 
 
 FIELDS = {"png": "bytes", "cls": "int", "meta": "json", "vec": "npy"}
-# keys may not hold '/' (they name tar members), so the script tag stays open: worse, were it not escaped
+# keys may not hold '/' (they name tar members), so the script tag stays open: worse, were it not
+# escaped
 SCRIPT_KEY = "<script>alert(1)"
 SCRIPT_TEXT = "<script>alert(1)</script>"
 
 
 def raw_get(app, target: str) -> tuple[int, dict[str, str], str]:
-    """GET ``target`` sent as is (no client-side '..' folding), decoded into the ASGI scope as uvicorn does."""
+    """GET ``target`` sent as is (no client-side '..' folding), decoded into the ASGI scope as
+    uvicorn does."""
     import asyncio
     from urllib.parse import unquote
 
     path, _, query = target.partition("?")
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
-             "path": unquote(path), "raw_path": path.encode(), "query_string": query.encode(), "root_path": "",
-             "headers": [(b"host", b"testserver")], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": unquote(path),
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
     sent: list[dict] = []
 
     async def receive():

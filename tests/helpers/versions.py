@@ -1,4 +1,5 @@
-"""Versions that share shards, committed by hand as an incremental build will: new shards written, the rest shared."""
+"""Versions that share shards, committed by hand as an incremental build will: new shards written,
+the rest shared."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ PER_SHARD = 10
 def shard_samples(shard: int, seed: int = 0) -> list[dict[str, Any]]:
     """The 10 samples of shard ``shard`` (keys sample00NNNN), their payloads drawn from ``seed``."""
     samples = simple_samples(PER_SHARD * (shard + 1), size=200, seed=seed)
-    return samples[PER_SHARD * shard:]
+    return samples[PER_SHARD * shard :]
 
 
 def commit_first(store: Store, name: str = "toy", shards: int = 3, refs: tuple[str, ...] = ("latest",)) -> Manifest:
@@ -28,9 +29,16 @@ def commit_first(store: Store, name: str = "toy", shards: int = 3, refs: tuple[s
     return writer.commit(Manifest(name=name, shard_format="webdataset", fields=FIELDS, shards=entries), refs)
 
 
-def commit_sharing(store: Store, parent: Manifest, rewrite: dict[int, int], add: int = 0, name: str = "toy",
-                   refs: tuple[str, ...] = ("latest",)) -> Manifest:
-    """A child of ``parent``: shard i is rewritten with seed ``rewrite[i]`` when listed, else shared; ``add``
+def commit_sharing(
+    store: Store,
+    parent: Manifest,
+    rewrite: dict[int, int],
+    add: int = 0,
+    name: str = "toy",
+    refs: tuple[str, ...] = ("latest",),
+) -> Manifest:
+    """A child of ``parent``: shard i is rewritten with seed ``rewrite[i]`` when listed, else
+    shared; ``add``
     new shards follow. Its samples are those of ``expected_samples``."""
     writer = store.begin(name)
     entries = []

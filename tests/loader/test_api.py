@@ -1,5 +1,7 @@
-"""The Loader's API points: a Dataset object, world detection, decoders, numpy without torch, ShardDataset in a
-user's DataLoader, world-size independence of the order, and resumption across worlds, workers and drop_last."""
+"""The Loader's API points: a Dataset object, world detection, decoders, numpy without torch,
+ShardDataset in a
+user's DataLoader, world-size independence of the order, and resumption across worlds, workers and
+drop_last."""
 
 import io
 import json
@@ -38,18 +40,20 @@ def test_loader_takes_a_dataset_object(toy):
 def test_an_initialised_process_group_decides_the_world_before_the_environment(toy, monkeypatch, tmp_path):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert datapipe.Loader(toy, num_workers=0).world.world_size == 2  # the environment, with no group
+    # the environment, with no group
+    assert datapipe.Loader(toy, num_workers=0).world.world_size == 2
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
     try:
         world = datapipe.Loader(toy, num_workers=0).world
         assert (world.rank, world.world_size) == (0, 1)
-        explicit = datapipe.Loader(toy, num_workers=0, rank=2, world_size=3).world  # arguments win over both
+        # arguments win over both
+        explicit = datapipe.Loader(toy, num_workers=0, rank=2, world_size=3).world
         assert (explicit.rank, explicit.world_size) == (2, 3)
     finally:
         dist.destroy_process_group()
 
 
-# A dataset with a field of every decoded kind ------------------------------------------------------------------
+# A dataset with a field of every decoded kind -----------------------------------------------------
 
 
 def image_bytes(n: int, fmt: str) -> bytes:
@@ -70,9 +74,15 @@ def matrix(n: int) -> np.ndarray:
 
 
 def mixed_sample(n: int) -> dict:
-    return {"__key__": f"m{n:04d}", "png": image_bytes(n, "PNG"), "jpg": image_bytes(n, "JPEG"),
-            "npy": npy_bytes(matrix(n)), "json": json.dumps({"n": n, "tags": ["a"] * (n % 3)}).encode(),
-            "score": repr(n / 8 - 1.5).encode(), "cls": str(n % 10).encode()}
+    return {
+        "__key__": f"m{n:04d}",
+        "png": image_bytes(n, "PNG"),
+        "jpg": image_bytes(n, "JPEG"),
+        "npy": npy_bytes(matrix(n)),
+        "json": json.dumps({"n": n, "tags": ["a"] * (n % 3)}).encode(),
+        "score": repr(n / 8 - 1.5).encode(),
+        "cls": str(n % 10).encode(),
+    }
 
 
 MIXED_FIELDS = {"png": "bytes", "jpg": "bytes", "npy": "npy", "json": "json", "score": "float", "cls": "int"}
@@ -81,8 +91,10 @@ MIXED_FIELDS = {"png": "bytes", "jpg": "bytes", "npy": "npy", "json": "json", "s
 def write_dataset(root, name: str, samples: list[dict], fields: dict[str, str], per_shard: int) -> str:
     writer = Store(str(root)).begin(name)
     fmt = get_format("webdataset")
-    shards = tuple(writer.write_shard(s, samples[at : at + per_shard], fmt)
-                   for s, at in enumerate(range(0, len(samples), per_shard)))
+    shards = tuple(
+        writer.write_shard(s, samples[at : at + per_shard], fmt)
+        for s, at in enumerate(range(0, len(samples), per_shard))
+    )
     writer.commit(Manifest(name=name, shard_format="webdataset", fields=fields, shards=shards))
     return f"{root}/{name}"
 
@@ -94,8 +106,7 @@ def mixed(tmp_path) -> str:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_every_decoder_in_process_and_in_workers(mixed, workers):
-    loader = datapipe.Loader(mixed, batch_size=8, num_workers=workers, seed=4,
-                             decode={"png": "image", "jpg": "image"})
+    loader = datapipe.Loader(mixed, batch_size=8, num_workers=workers, seed=4, decode={"png": "image", "jpg": "image"})
     batches = list(loader)
     assert len(batches) == 60 // 8
     for batch in batches:
@@ -135,8 +146,9 @@ except ConfigError as e:
 
 
 def test_numpy_batches_without_torch_and_a_clear_error_for_workers(mixed):
-    out = subprocess.run([sys.executable, "-c", NO_TORCH.format(url=mixed)], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", NO_TORCH.format(url=mixed)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "ConfigError: num_workers > 0 needs torch" in out.stdout and "num_workers=0" in out.stdout
 
@@ -148,15 +160,17 @@ def test_shard_dataset_in_a_users_dataloader_gives_the_loaders_batches(toy):
     batches = list(DataLoader(ds, batch_size=None, num_workers=2))
     assert keys_of(batches) == keys_of(expected)
     assert all(torch.equal(a["cls"], b["cls"]) for a, b in zip(batches, expected, strict=True))
-    assert keys_of(DataLoader(ShardDataset(toy, batch_size=4, seed=6, epoch=1), batch_size=None, num_workers=2)) \
-        != keys_of(expected)
+    assert keys_of(
+        DataLoader(ShardDataset(toy, batch_size=4, seed=6, epoch=1), batch_size=None, num_workers=2)
+    ) != keys_of(expected)
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_the_global_order_does_not_depend_on_the_world_size(toy, world):
     one_rank = keys_of(datapipe.Loader(toy, batch_size=2, num_workers=0, seed=8))
-    ranks = [list(datapipe.Loader(toy, batch_size=2, rank=r, world_size=world, num_workers=0, seed=8))
-             for r in range(world)]
+    ranks = [
+        list(datapipe.Loader(toy, batch_size=2, rank=r, world_size=world, num_workers=0, seed=8)) for r in range(world)
+    ]
     interleaved = [k for step in zip(*ranks, strict=True) for batch in step for k in batch["__key__"]]
     assert interleaved == one_rank[: len(interleaved)] and len(one_rank) - len(interleaved) < world * 2
 
@@ -168,8 +182,10 @@ def test_elastic_resume_then_the_next_epoch_in_the_new_world(toy):
         for it in iters:
             next(it)
     state = old[0].state_dict()
-    new = [datapipe.Loader(toy, batch_size=2, rank=r, world_size=3, num_workers=w, seed=9)
-           for r, w in zip(range(3), (0, 2, 1), strict=True)]
+    new = [
+        datapipe.Loader(toy, batch_size=2, rank=r, world_size=3, num_workers=w, seed=9)
+        for r, w in zip(range(3), (0, 2, 1), strict=True)
+    ]
     for loader in new:
         loader.load_state_dict(state)
     for epoch in (0, 1):
@@ -191,8 +207,9 @@ def test_elastic_resume_then_the_next_epoch_in_the_new_world(toy):
 @pytest.mark.parametrize(("before", "after"), [(0, 2), (2, 1), (3, 0)])
 def test_resumption_is_exact_for_any_worker_count_and_drop_last(toy, drop_last, before, after):
     def make(workers: int) -> datapipe.Loader:
-        return datapipe.Loader(toy, batch_size=3, rank=1, world_size=2, num_workers=workers, seed=2,
-                               drop_last=drop_last)
+        return datapipe.Loader(
+            toy, batch_size=3, rank=1, world_size=2, num_workers=workers, seed=2, drop_last=drop_last
+        )
 
     full = keys_of(make(0))
     assert len(full) == 3 * ((TOTAL + 5) // 6 if drop_last == "pad" else TOTAL // 6)
@@ -220,15 +237,18 @@ def test_a_number_field_with_a_payload_that_is_not_a_number_names_the_field(tmp_
 
 
 def _batches(loader):
-    return [(batch["__key__"], batch["cls"].tolist(), bytes(batch["bin"][0].numpy()), batch["bin"][1].tolist())
-            for batch in loader]
+    return [
+        (batch["__key__"], batch["cls"].tolist(), bytes(batch["bin"][0].numpy()), batch["bin"][1].tolist())
+        for batch in loader
+    ]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_pin_memory_gives_the_same_batches(toy, workers, monkeypatch):
-    """pin_memory=True: the same batches. This machine has no CUDA, so page-locked buffers are stood in for by
-    plain ones to run the pinned path (gathered into one buffer ahead, unpacked into views); benchmarks/
-    gpu_transfer.py checks real pinning and copies to a GPU."""
+    """pin_memory=True: the same batches. This machine has no CUDA, so page-locked buffers are stood
+    in for by
+    plain ones to run the pinned path (gathered into one buffer ahead, unpacked into views);
+    benchmarks/ gpu_transfer.py checks real pinning and copies to a GPU."""
     from datapipe.loader.torch import dataloader as loader_torch
 
     def kwargs(pin):
@@ -246,7 +266,8 @@ def test_pin_memory_gives_the_same_batches(toy, workers, monkeypatch):
     monkeypatch.setattr(loader_torch, "can_pin", lambda: True)
     monkeypatch.setattr(loader_torch, "pinned_buffer", buffer)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self.clone())
-    if workers:  # the DataLoader's pinning thread needs a device: call what it calls on each worker batch
+    # the DataLoader's pinning thread needs a device: call what it calls on each worker batch
+    if workers:
         packed = loader_torch.Packed(np.arange(10, dtype=np.uint8), [], None).pin_memory()
         assert isinstance(packed.buffer, torch.Tensor) and packed.buffer.tolist() == list(range(10))
     pinned = datapipe.Loader(toy, **kwargs(True))

@@ -1,4 +1,5 @@
-"""The audit replays runs with resumes and catches a schedule that breaks exactly-once; its CLI exits 0 or 1."""
+"""The audit replays runs with resumes and catches a schedule that breaks exactly-once; its CLI
+exits 0 or 1."""
 
 import json
 
@@ -29,8 +30,13 @@ def mix_file(tmp_path_factory, url):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 7), st.integers(1, 4), st.sampled_from([True, "pad"]), st.integers(0, 3),
-       st.lists(st.tuples(st.integers(0, 30), st.integers(1, 4), st.integers(1, 7)), max_size=2))
+@given(
+    st.integers(1, 7),
+    st.integers(1, 4),
+    st.sampled_from([True, "pad"]),
+    st.integers(0, 3),
+    st.lists(st.tuples(st.integers(0, 30), st.integers(1, 4), st.integers(1, 7)), max_size=2),
+)
 def test_runs_with_any_resumes_hold_every_property(url, batch, world, drop_last, seed, resumes):
     ds = datapipe.open_dataset(url)
     if 50 < batch * world:
@@ -55,7 +61,8 @@ def test_a_mix_reports_each_sources_share(mix_file):
 
 
 class _RepeatsOne:
-    """A test double of a schedule bug: the order of every epoch delivers position 7's sample at position 8 too."""
+    """A test double of a schedule bug: the order of every epoch delivers position 7's sample at
+    position 8 too."""
 
     def __init__(self, dataset):
         self._dataset = dataset
@@ -84,13 +91,14 @@ def test_a_schedule_that_repeats_one_sample_fails_naming_it(url):
     assert not report.ok
     violation = report.violations[0]
     shard, local = ds.order(0, 0, True, 4).locate(np.array([7]))
-    assert (violation.epoch, violation.step, violation.rank) == (0, 1, 0)  # position 8: step 1, rank 0
+    # position 8: step 1, rank 0
+    assert (violation.epoch, violation.step, violation.rank) == (0, 1, 0)
     assert violation.key == ds.keys_of(shard, local)[0] and "second time" in str(violation)
 
 
 def test_the_cli_prints_the_audit_and_exits_by_its_verdict(url, mix_file):
     result = datapipe_in_process("audit", url, "-b", "4", "-w", "2", "--epochs", "2", "--resume", "3:3")
-    assert result.returncode == 0, (result.stdout + result.stderr)
+    assert result.returncode == 0, result.stdout + result.stderr
     assert "never delivered: drop_last: the last 2 of 50" in result.stdout
     assert "ok: every property holds" in result.stdout
     result = datapipe_in_process("audit", str(mix_file), "-b", "4", "-w", "2", "--json")
@@ -111,7 +119,7 @@ def test_the_audit_exits_1_on_a_violation(url, monkeypatch):
 
 def test_batches_prints_what_the_ledger_says(url, mix_file):
     result = datapipe_in_process("batches", url, "-b", "3", "-w", "2", "--seed", "4", "--steps", "2:4", "--json")
-    assert result.returncode == 0, (result.stdout + result.stderr)
+    assert result.returncode == 0, result.stdout + result.stderr
     entries = json.loads(result.stdout)
     loader = datapipe.Loader(url, batch_size=3, seed=4, rank=0, world_size=2, num_workers=0)
     assert [(e["source"], e["key"]) for e in entries] == loader.batch_keys(2) + loader.batch_keys(3)

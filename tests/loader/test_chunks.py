@@ -1,5 +1,7 @@
-"""Small batches are read and collated a few at a time, then cut apart (loader/batches.py): the batches are the
-same as read one by one, for every kind of field, in storage order, shuffled, padded; user decoders never run ahead."""
+"""Small batches are read and collated a few at a time, then cut apart (loader/batches.py): the
+batches are the
+same as read one by one, for every kind of field, in storage order, shuffled, padded; user decoders
+never run ahead."""
 
 import numpy as np
 import pytest
@@ -19,12 +21,23 @@ def contents(batch: dict) -> list:
 @pytest.mark.parametrize("shuffle, drop_last", [(False, True), (True, True), (True, "pad")])
 def test_batches_read_a_few_at_a_time_equal_batches_read_one_by_one(toy, monkeypatch, shuffle, drop_last):
     def epoch() -> list:
-        loader = datapipe.Loader(toy, batch_size=2, shuffle=shuffle, seed=7, rank=1, world_size=2, num_workers=0,
-                                 drop_last=drop_last, fields=["bin", "cls"], decode={"bin": "ragged"})
+        loader = datapipe.Loader(
+            toy,
+            batch_size=2,
+            shuffle=shuffle,
+            seed=7,
+            rank=1,
+            world_size=2,
+            num_workers=0,
+            drop_last=drop_last,
+            fields=["bin", "cls"],
+            decode={"bin": "ragged"},
+        )
         source = loader.batch_source()
         chunk = source.chunk_batches(False)
         out = []
-        assert len(loader) > 2 * CHUNK_BATCHES and len(loader) % CHUNK_BATCHES  # chunks, and a last one cut short
+        # chunks, and a last one cut short
+        assert len(loader) > 2 * CHUNK_BATCHES and len(loader) % CHUNK_BATCHES
         for batch in loader:
             batch["key_text"] = [k.upper() for k in batch["__key__"]]
             out.append(contents(batch))
@@ -53,8 +66,12 @@ def test_user_decoders_and_images_are_not_read_ahead(toy):
 
 def test_cut_gives_views_and_offsets_from_zero():
     data = np.arange(10, dtype=np.uint8)
-    batch = {"__key__": ["a", "b", "c", "d"], "cls": np.array([1, 2, 3, 4]),
-             "bin": (data, np.array([0, 1, 3, 6, 10])), "text": ["w", "x", "y", "z"]}
+    batch = {
+        "__key__": ["a", "b", "c", "d"],
+        "cls": np.array([1, 2, 3, 4]),
+        "bin": (data, np.array([0, 1, 3, 6, 10])),
+        "text": ["w", "x", "y", "z"],
+    }
     first, second = cut(batch, [1, 3])
     assert first["__key__"] == ["a"] and second["cls"].tolist() == [2, 3, 4] and second["text"] == ["x", "y", "z"]
     assert first["bin"][0].tolist() == [0] and first["bin"][1].tolist() == [0, 1]

@@ -1,4 +1,5 @@
-"""Batch gathers over mapped shards: each fast path (one size, big payloads, ASCII digits) equals the plain one."""
+"""Batch gathers over mapped shards: each fast path (one size, big payloads, ASCII digits) equals
+the plain one."""
 
 import os
 import pickle
@@ -27,7 +28,8 @@ def spread(payloads: list[bytes], gap: int = 37) -> tuple[bytes, np.ndarray, np.
 
 
 def column_over_two_shards(payloads: list[bytes], seed: int = 0) -> Column:
-    """A column whose samples come from two shards, interleaved in batch order (as a shuffled batch is)."""
+    """A column whose samples come from two shards, interleaved in batch order (as a shuffled batch
+    is)."""
     n = len(payloads)
     slots = np.random.default_rng(seed).permutation(n)
     column = Column(n)
@@ -37,8 +39,11 @@ def column_over_two_shards(payloads: list[bytes], seed: int = 0) -> Column:
     return column
 
 
-@pytest.mark.parametrize("sizes", [[64] * 40, [BIG_PAYLOAD + 5] * 6, [3, 0, 70, 1, 9, 200, 5, 5], [0, 0, 0]],
-                         ids=["one size", "big", "mixed", "empty"])
+@pytest.mark.parametrize(
+    "sizes",
+    [[64] * 40, [BIG_PAYLOAD + 5] * 6, [3, 0, 70, 1, 9, 200, 5, 5], [0, 0, 0]],
+    ids=["one size", "big", "mixed", "empty"],
+)
 def test_ragged_gathers_every_payload_in_batch_order(sizes):
     rng = np.random.default_rng(1)
     payloads = [rng.bytes(s) for s in sizes]
@@ -52,7 +57,8 @@ def test_ragged_gathers_every_payload_in_batch_order(sizes):
 @pytest.mark.parametrize("even", [True, False], ids=["evenly spaced", "uneven"])
 @pytest.mark.parametrize("runs", [True, False], ids=["runs of slots", "scattered slots"])
 def test_strided_and_indexed_gathers_agree(even, runs):
-    """Consecutive samples of one layout (evenly spaced offsets, a run of batch slots: unshuffled reads) are
+    """Consecutive samples of one layout (evenly spaced offsets, a run of batch slots: unshuffled
+    reads) are
     copied through a strided view; anything else by a fancy index. Both give the same batch."""
     rng = np.random.default_rng(3)
     n = 24
@@ -67,8 +73,12 @@ def test_strided_and_indexed_gathers_agree(even, runs):
                 blob += rng.bytes(40 if even else int(rng.integers(1, 60)))
                 offsets.append(len(blob))
                 blob += values[i]
-            columns[name].add_spans(part, memoryview(bytes(blob)), np.array(offsets, dtype=np.int64),
-                                    np.array([len(values[i]) for i in part.tolist()], dtype=np.int64))
+            columns[name].add_spans(
+                part,
+                memoryview(bytes(blob)),
+                np.array(offsets, dtype=np.int64),
+                np.array([len(values[i]) for i in part.tolist()], dtype=np.int64),
+            )
     data, bounds = columns["bin"].ragged()
     assert [bytes(data[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)] == payloads
     assert columns["cls"].integers().tolist() == [int(v) for v in labels]
@@ -109,19 +119,33 @@ def index_with_keys(keys: list[str]) -> ShardIndex:
     n = len(keys)
     ends = np.cumsum([len(k.encode()) for k in keys]).astype(np.uint64)
     none, nothing = np.zeros(n, np.uint64), np.zeros(0, np.uint64)
-    return ShardIndex(format_code=1, shard_size=0, sample_start=none, sample_end=none,
-                      sample_hash=np.zeros((n, 32), np.uint8), sample_members=np.zeros(n + 1, np.uint64),
-                      member_offset=nothing, member_size=nothing, member_field=np.zeros(0, np.uint32),
-                      key_ends=ends, key_blob=blob, fields=())
+    return ShardIndex(
+        format_code=1,
+        shard_size=0,
+        sample_start=none,
+        sample_end=none,
+        sample_hash=np.zeros((n, 32), np.uint8),
+        sample_members=np.zeros(n + 1, np.uint64),
+        member_offset=nothing,
+        member_size=nothing,
+        member_field=np.zeros(0, np.uint32),
+        key_ends=ends,
+        key_blob=blob,
+        fields=(),
+    )
 
 
-@pytest.mark.parametrize("keys,fixed", [
-    (["s0001", "s0002", "s0003"], True),
-    (["a", "bb", "c"], False),          # lengths differ
-    (["ab", "cd", "ef", "g", "hij"], False),  # same total as equal widths would give, ends differ
-    (["é1", "é2"], False),              # not ASCII
-    (["a\x00", "bb"], False),           # NUL would be stripped by fixed-width bytes
-])
+@pytest.mark.parametrize(
+    "keys,fixed",
+    [
+        (["s0001", "s0002", "s0003"], True),
+        (["a", "bb", "c"], False),  # lengths differ
+        # same total as equal widths would give, ends differ
+        (["ab", "cd", "ef", "g", "hij"], False),
+        (["é1", "é2"], False),  # not ASCII
+        (["a\x00", "bb"], False),  # NUL would be stripped by fixed-width bytes
+    ],
+)
 def test_key_arrays_are_fixed_width_only_when_that_is_exact(keys, fixed):
     array = index_with_keys(keys).key_array()
     assert [k.decode() if fixed else k for k in array.tolist()] == keys and (array.dtype.kind == "S") == fixed
@@ -153,7 +177,8 @@ def test_pool_reuses_a_buffer_only_once_its_batch_is_gone():
 
 
 def _received(sent):
-    """What the training process gets for a worker's batch: the DataLoader's pickling, shared memory and all."""
+    """What the training process gets for a worker's batch: the DataLoader's pickling, shared memory
+    and all."""
     from multiprocessing.reduction import ForkingPickler
 
     return pickle.loads(ForkingPickler.dumps(sent))
@@ -176,13 +201,15 @@ def test_a_worker_reuses_a_segment_once_its_slot_is_released():
     assert other_slot == (1, 1) and other.segment_id != sent.segment_id
     table[1, 0] = 0  # what the training process does once the batch is gone
     (again, again_slot), again_view = worker.allocate(900)
-    assert again_slot == (1, 0) and again.segment is None and again.segment_id == sent.segment_id  # ...then its id
+    # ...then its id
+    assert again_slot == (1, 0) and again.segment is None and again.segment_id == sent.segment_id
     again_view[:] = 9
     second = _received(again)
     assert second.tolist() == [9] * 900 and np.shares_memory(first, second)
     assert second is not first  # an array per batch: Releases watches it
     table[1, 0] = 0
-    (bigger, bigger_slot), _ = worker.allocate(5000)  # a free segment too small for the batch is replaced
+    # a free segment too small for the batch is replaced
+    (bigger, bigger_slot), _ = worker.allocate(5000)
     assert bigger_slot == (1, 0) and bigger.segment.numel() == 5000 and bigger.segment_id != sent.segment_id
     assert not np.shares_memory(_received(bigger), first)
     assert sent.segment_id not in segments._RECEIVED  # the replaced segment is let go
@@ -195,7 +222,8 @@ def test_a_worker_reuses_a_segment_once_its_slot_is_released():
 
 @pytest.mark.parametrize("received_as", ["array", "tensor"])
 def test_the_training_process_releases_a_slot_when_the_batch_buffer_dies(received_as):
-    """A pooled batch arrives as a numpy array (SegmentBatch), an unpooled or pinned one as a tensor."""
+    """A pooled batch arrives as a numpy array (SegmentBatch), an unpooled or pinned one as a
+    tensor."""
     import torch
 
     from datapipe.loader.torch.segments import Releases, slot_table
@@ -217,8 +245,7 @@ def test_the_training_process_releases_a_slot_when_the_batch_buffer_dies(receive
 
 def mapped(address: int) -> bool:
     with open("/proc/self/maps") as maps:
-        return any(int(lo, 16) <= address < int(hi, 16)
-                   for lo, hi in (line.split()[0].split("-") for line in maps))
+        return any(int(lo, 16) <= address < int(hi, 16) for lo, hi in (line.split()[0].split("-") for line in maps))
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads Linux's /proc/self/maps")
@@ -228,7 +255,8 @@ def test_a_fresh_pooled_buffer_is_writable_and_unmapped_once_forgotten_and_dropp
     batch[:] = 7
     assert len(batch) == 3 * MIN_POOLED and int(batch[::4096].sum()) == 7 * len(batch[::4096])
     address = batch.__array_interface__["data"][0]
-    pool.allocate(4 * MIN_POOLED)  # too big to reuse ``batch``'s buffer, and keep=1: the pool forgets it
+    # too big to reuse ``batch``'s buffer, and keep=1: the pool forgets it
+    pool.allocate(4 * MIN_POOLED)
     assert mapped(address)  # the batch still holds it
     del batch
     assert not mapped(address)

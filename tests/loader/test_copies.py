@@ -1,4 +1,5 @@
-"""Big payloads copied into a batch by several threads (loader/copies.py): the same bytes as one thread copies,
+"""Big payloads copied into a batch by several threads (loader/copies.py): the same bytes as one
+thread copies,
 in a forked child as well, through the Loader; DataLoader workers copy on their own thread."""
 
 import multiprocessing
@@ -15,7 +16,8 @@ from datapipe.versioning.store import Store
 
 
 def jobs_over_three_sources(seed: int = 0) -> tuple[list[copies.Copies], int, list[bytes]]:
-    """Three 'shards' of payloads with junk between them; batch positions interleave the shards (as shuffled)."""
+    """Three 'shards' of payloads with junk between them; batch positions interleave the shards (as
+    shuffled)."""
     rng = np.random.default_rng(seed)
     payloads = [rng.bytes(int(rng.integers(1, 5000))) for _ in range(60)]
     order = rng.permutation(len(payloads))
@@ -28,14 +30,21 @@ def jobs_over_three_sources(seed: int = 0) -> tuple[list[copies.Copies], int, li
             blob += rng.bytes(int(rng.integers(0, 300)))
             offsets.append(len(blob))
             blob += payloads[i]
-        jobs.append((memoryview(bytes(blob)), [position[i] for i in part.tolist()], offsets,
-                     [len(payloads[i]) for i in part.tolist()]))
+        jobs.append(
+            (
+                memoryview(bytes(blob)),
+                [position[i] for i in part.tolist()],
+                offsets,
+                [len(payloads[i]) for i in part.tolist()],
+            )
+        )
     return jobs, sum(map(len, payloads)), [payloads[i] for i in order]
 
 
 @pytest.fixture
 def three_threads(monkeypatch):
-    monkeypatch.setattr(copies, "PARALLEL_BYTES", 0)  # small test batches take the threaded path too
+    # small test batches take the threaded path too
+    monkeypatch.setattr(copies, "PARALLEL_BYTES", 0)
     monkeypatch.setattr(copies, "_threads", 3)
 
 
@@ -59,7 +68,8 @@ def _copy_in_child(result) -> None:
 
 
 def test_a_forked_child_copies_with_threads_of_its_own(three_threads):
-    """The parent's pool threads do not exist in a forked child: work handed to them would wait forever."""
+    """The parent's pool threads do not exist in a forked child: work handed to them would wait
+    forever."""
     jobs, total, _ = jobs_over_three_sources()
     copies.copy_payloads(np.zeros(total, dtype=np.uint8), jobs)  # the parent's pool is started
     context = multiprocessing.get_context("fork")
@@ -78,18 +88,19 @@ def threads_in_this_process(payload: bytes) -> int:
 
 def test_loader_batches_copied_by_threads_and_workers_copy_alone(tmp_path, three_threads):
     rng = np.random.default_rng(2)
-    samples = [{"__key__": f"s{i:04d}", "cls": str(i % 10).encode(), "bin": rng.bytes(20_000 + 37 * i)}
-               for i in range(90)]
+    samples = [
+        {"__key__": f"s{i:04d}", "cls": str(i % 10).encode(), "bin": rng.bytes(20_000 + 37 * i)} for i in range(90)
+    ]
     writer = Store(str(tmp_path)).begin("big")
     fmt = get_format("webdataset")
     shards = [writer.write_shard(k, samples[k * 30 : (k + 1) * 30], fmt) for k in range(3)]
-    writer.commit(Manifest(name="big", shard_format="webdataset", fields={"cls": "int", "bin": "bytes"},
-                           shards=tuple(shards)))
+    writer.commit(
+        Manifest(name="big", shard_format="webdataset", fields={"cls": "int", "bin": "bytes"}, shards=tuple(shards))
+    )
     url = f"{tmp_path}/big"
     by_key = {s["__key__"]: s["bin"] for s in samples}
     seen = 0
-    for batch in datapipe.Loader(url, batch_size=16, num_workers=0, seed=3, block_shards=3,
-                                 decode={"bin": "ragged"}):
+    for batch in datapipe.Loader(url, batch_size=16, num_workers=0, seed=3, block_shards=3, decode={"bin": "ragged"}):
         data, offsets = (np.asarray(v) for v in batch["bin"])
         for key, a, b in zip(batch["__key__"], offsets[:-1], offsets[1:], strict=True):
             assert data[a:b].tobytes() == by_key[key]

@@ -1,4 +1,5 @@
-"""datapipe.image: images decoded into one batch array, with crops that depend on (seed, epoch, key) alone."""
+"""datapipe.image: images decoded into one batch array, with crops that depend on (seed, epoch, key)
+alone."""
 
 import io
 
@@ -36,10 +37,13 @@ def write(root, images: list[bytes], per_shard: int = 16) -> str:
     samples = [{"__key__": f"img{i:04d}", "jpg": data, "cls": str(i % 10).encode()} for i, data in enumerate(images)]
     writer = Store(str(root)).begin("images")
     fmt = get_format("webdataset")
-    shards = tuple(writer.write_shard(s, samples[at : at + per_shard], fmt)
-                   for s, at in enumerate(range(0, len(samples), per_shard)))
-    writer.commit(Manifest(name="images", shard_format="webdataset", fields={"jpg": "bytes", "cls": "int"},
-                           shards=shards))
+    shards = tuple(
+        writer.write_shard(s, samples[at : at + per_shard], fmt)
+        for s, at in enumerate(range(0, len(samples), per_shard))
+    )
+    writer.commit(
+        Manifest(name="images", shard_format="webdataset", fields={"jpg": "bytes", "cls": "int"}, shards=shards)
+    )
     return f"{root}/images"
 
 
@@ -60,19 +64,24 @@ def by_key(loader) -> dict[str, np.ndarray]:
 def test_a_batch_is_one_uint8_array_of_the_asked_shape(dataset):
     batch = next(iter(datapipe.Loader(dataset, batch_size=8, decode={"jpg": TRAIN})))
     assert tuple(batch["jpg"].shape) == (8, 3, 32, 32) and str(batch["jpg"].dtype) == "torch.uint8"
-    hwc = next(iter(datapipe.Loader(dataset, batch_size=8, decode={"jpg": datapipe.image(32, layout="HWC",
-                                                                                              dtype="float32")})))
+    hwc = next(
+        iter(datapipe.Loader(dataset, batch_size=8, decode={"jpg": datapipe.image(32, layout="HWC", dtype="float32")}))
+    )
     assert tuple(hwc["jpg"].shape) == (8, 32, 32, 3) and float(hwc["jpg"].max()) <= 1.0
 
 
 def test_the_same_pixels_for_a_sample_under_any_workers_world_size_and_resume(dataset):
     one = by_key(datapipe.Loader(dataset, batch_size=8, shuffle=True, seed=3, decode={"jpg": TRAIN}))
-    workers = by_key(datapipe.Loader(dataset, batch_size=6, shuffle=True, seed=3, num_workers=2,
-                                     decode={"jpg": TRAIN}))
+    workers = by_key(datapipe.Loader(dataset, batch_size=6, shuffle=True, seed=3, num_workers=2, decode={"jpg": TRAIN}))
     ranks = {}
     for rank in range(3):
-        ranks.update(by_key(datapipe.Loader(dataset, batch_size=4, shuffle=True, seed=3, rank=rank, world_size=3,
-                                            decode={"jpg": TRAIN})))
+        ranks.update(
+            by_key(
+                datapipe.Loader(
+                    dataset, batch_size=4, shuffle=True, seed=3, rank=rank, world_size=3, decode={"jpg": TRAIN}
+                )
+            )
+        )
     first = datapipe.Loader(dataset, batch_size=8, shuffle=True, seed=3, world_size=2, rank=0, decode={"jpg": TRAIN})
     it = iter(first)
     next(it), next(it)
@@ -122,7 +131,8 @@ def test_the_center_crop_is_the_resize_then_crop_of_torchvisions_eval_transform(
     with Image.open(io.BytesIO(data)) as img:
         short = img.convert("RGB").resize((341, 256), Image.Resampling.BILINEAR)
         reference = np.asarray(short)[16:240, 58:282].transpose(2, 0, 1).astype(int)
-    assert np.abs(slot.astype(int) - reference).mean() < 3  # one resample of the box against two steps
+    # one resample of the box against two steps
+    assert np.abs(slot.astype(int) - reference).mean() < 3
 
 
 def test_the_draft_decode_is_close_to_the_full_decode():
@@ -164,10 +174,18 @@ def test_a_decompression_bomb_is_refused_not_decoded(monkeypatch):
         decode_into(TRAIN, photo(0, (120, 90)), np.zeros(23), np.empty((3, 32, 32), np.uint8))
 
 
-@pytest.mark.parametrize("kwargs,match", [({"crop": "random"}, "crop"), ({"layout": "NCHW"}, "layout"),
-                                          ({"dtype": "int16"}, "dtype"), ({"size": 0}, "size"),
-                                          ({"scale": (0.5, 0.1)}, "scale"), ({"resize": 10}, "resize"),
-                                          ({"device": "tpu"}, "device")])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"crop": "random"}, "crop"),
+        ({"layout": "NCHW"}, "layout"),
+        ({"dtype": "int16"}, "dtype"),
+        ({"size": 0}, "size"),
+        ({"scale": (0.5, 0.1)}, "scale"),
+        ({"resize": 10}, "resize"),
+        ({"device": "tpu"}, "device"),
+    ],
+)
 def test_bad_options_are_config_errors(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         datapipe.image(**{"size": 32, **kwargs})
@@ -224,13 +242,20 @@ def test_class_folders_to_augmented_batches_end_to_end(tmp_path):
             folder.mkdir(parents=True)
             for i in range(4):
                 (folder / f"{i}.jpg").write_bytes(photo(100 * c + i, (80 + 10 * i, 60)))
-    (tmp_path / "pets.yaml").write_text("name: pets\nsource: {path: raw, format: class_folders}\n"
-                                        "stages: [{image: {min_side: 16}}]\n"
-                                        "sample: {key: key, fields: {jpg: bytes, cls: label}}\n")
+    (tmp_path / "pets.yaml").write_text(
+        "name: pets\nsource: {path: raw, format: class_folders}\n"
+        "stages: [{image: {min_side: 16}}]\n"
+        "sample: {key: key, fields: {jpg: bytes, cls: label}}\n"
+    )
     done = datapipe_in_process("build", "pets.yaml", "--out", "store", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    loader = datapipe.Loader(str(tmp_path / "store" / "pets"), batch_size=6, shuffle=True, num_workers=2,
-                             decode={"jpg": datapipe.image(24, crop="random-resized")})
+    loader = datapipe.Loader(
+        str(tmp_path / "store" / "pets"),
+        batch_size=6,
+        shuffle=True,
+        num_workers=2,
+        decode={"jpg": datapipe.image(24, crop="random-resized")},
+    )
     assert loader.dataset.manifest.classes == ("cat", "dog", "emu")
     batches = list(loader)
     labels = np.concatenate([np.asarray(b["cls"]) for b in batches])

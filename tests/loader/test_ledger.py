@@ -1,4 +1,5 @@
-"""The step ledger and skips: global steps across epochs and resumes, what each delivers, and steps left out."""
+"""The step ledger and skips: global steps across epochs and resumes, what each delivers, and steps
+left out."""
 
 import numpy as np
 import pytest
@@ -11,8 +12,14 @@ from datapipe.errors import ConfigError
 from datapipe.loader.timeline import Skips, Timeline
 
 
-@given(st.integers(1, 200), st.integers(1, 9), st.integers(1, 4), st.sampled_from([True, "pad"]),
-       st.integers(0, 50), st.data())
+@given(
+    st.integers(1, 200),
+    st.integers(1, 9),
+    st.integers(1, 4),
+    st.sampled_from([True, "pad"]),
+    st.integers(0, 50),
+    st.data(),
+)
 def test_steps_number_the_global_batches_across_epochs(total, batch, world, drop_last, anchor_step, data):
     per_epoch = Timeline(total, batch, world, drop_last).steps_per_epoch
     if per_epoch == 0:
@@ -37,7 +44,8 @@ def test_skips_leave_out_exactly_their_steps(pairs, first, n):
     kept = skips.kept(first, n)
     expected = [i for i in range(n) if not any(a <= first + i < a + length for a, length in pairs)]
     assert (list(range(n)) if kept is None else kept.tolist()) == expected
-    assert all(b < c for (_, b), (c, _) in zip(skips.ranges, skips.ranges[1:], strict=False))  # merged, ordered
+    # merged, ordered
+    assert all(b < c for (_, b), (c, _) in zip(skips.ranges, skips.ranges[1:], strict=False))
 
 
 @pytest.mark.parametrize("pair", [(3, 3), (-1, 2), ("a", 4)])

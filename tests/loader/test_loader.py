@@ -1,4 +1,5 @@
-"""datapipe.Loader in one process and with real DataLoader workers: coverage, equal batches, determinism, resumption."""
+"""datapipe.Loader in one process and with real DataLoader workers: coverage, equal batches,
+determinism, resumption."""
 
 import os
 from collections import Counter
@@ -55,8 +56,10 @@ def test_order_ignores_worker_count_and_follows_seed_and_epoch(toy):
 @pytest.mark.parametrize("drop_last", [True, "pad"])
 def test_ranks_get_equal_batches_and_together_every_sample(toy, drop_last):
     world = 3
-    per_rank = [list(datapipe.Loader(toy, batch_size=5, rank=r, world_size=world, num_workers=0,
-                                     drop_last=drop_last)) for r in range(world)]
+    per_rank = [
+        list(datapipe.Loader(toy, batch_size=5, rank=r, world_size=world, num_workers=0, drop_last=drop_last))
+        for r in range(world)
+    ]
     assert len({len(b) for b in per_rank}) == 1
     counts = Counter(k for batches in per_rank for k in keys_of(batches))
     if drop_last is True:
@@ -143,7 +146,8 @@ def test_a_corrupt_shard_fails_in_the_main_process_naming_it(toy):
     with open(path, "r+b") as f:  # same size, other bytes: the index no longer matches
         f.seek(600)
         f.write(b"\xff" * 8)
-    with pytest.raises(ShardCorruptError, match=r"shard-000002\.tar"):  # the worker's error, as itself
+    # the worker's error, as itself
+    with pytest.raises(ShardCorruptError, match=r"shard-000002\.tar"):
         list(datapipe.Loader(toy, batch_size=4, num_workers=2, shuffle=False))
     with pytest.raises(ShardCorruptError, match="sha256 does not match the manifest"):
         list(datapipe.Loader(toy, batch_size=4, num_workers=0, shuffle=False, verify=True))
@@ -169,10 +173,13 @@ def fixed_size_dataset(root, payload: int, n: int, per_shard: int = 10) -> str:
 
     writer = Store(str(root)).begin("fixed")
     samples = [{"__key__": f"s{i:04d}", "cls": str(i).encode(), "bin": bytes([i % 251]) * payload} for i in range(n)]
-    shards = tuple(writer.write_shard(s, samples[s * per_shard : (s + 1) * per_shard], get_format("webdataset"))
-                   for s in range(n // per_shard))
-    writer.commit(Manifest(name="fixed", shard_format="webdataset", fields={"bin": "bytes", "cls": "int"},
-                           shards=shards))
+    shards = tuple(
+        writer.write_shard(s, samples[s * per_shard : (s + 1) * per_shard], get_format("webdataset"))
+        for s in range(n // per_shard)
+    )
+    writer.commit(
+        Manifest(name="fixed", shard_format="webdataset", fields={"bin": "bytes", "cls": "int"}, shards=shards)
+    )
     return f"{root}/fixed"
 
 
@@ -188,8 +195,10 @@ def test_ragged_batches_are_the_same_in_process_and_from_workers(tmp_path, monke
     if shared:
         monkeypatch.setattr("datapipe.loader.torch.dataloader.PIPE_LIMIT", 1024)
     url = fixed_size_dataset(tmp_path, 4096, 160)
-    runs = {w: [ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=w,
-                                                            decode={"bin": "ragged"})] for w in (0, 2)}
+    runs = {
+        w: [ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=w, decode={"bin": "ragged"})]
+        for w in (0, 2)
+    }
     assert runs[0] == runs[2] and len(runs[0]) == 20
     for keys, labels, payloads in runs[0]:
         assert labels == [int(k[1:]) for k in keys] and payloads == [bytes([n % 251]) * 4096 for n in labels]
@@ -212,12 +221,16 @@ def test_a_shared_memory_segment_crosses_to_the_training_process_once(tmp_path, 
 
     monkeypatch.setattr(segments, "_RECEIVED", Segments())
     url = fixed_size_dataset(tmp_path, 4096, 480)
-    batches = [ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=2, prefetch=1,
-                                                           decode={"bin": "ragged"})]
+    batches = [
+        ragged_contents(b)
+        for b in datapipe.Loader(url, batch_size=8, num_workers=2, prefetch=1, decode={"bin": "ragged"})
+    ]
     assert len(batches) == 60
-    assert 2 <= len(crossed) == len(set(crossed)) <= 2 * 5  # once per slot at most: 2 workers x (prefetch + 4)
-    assert batches == [ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=0,
-                                                                   decode={"bin": "ragged"})]
+    # once per slot at most: 2 workers x (prefetch + 4)
+    assert 2 <= len(crossed) == len(set(crossed)) <= 2 * 5
+    assert batches == [
+        ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=0, decode={"bin": "ragged"})
+    ]
     assert not segments._RECEIVED  # the run's segments are let go at its end
 
 
@@ -227,10 +240,12 @@ def test_scattered_samples_of_a_shuffled_batch_are_read_by_pread(tmp_path, monke
     calls = []
     real = os.preadv
     monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: calls.append(offset) or real(fd, buffers, offset))
-    monkeypatch.setattr("datapipe.loader.dataset.OPEN_FDS", 2)  # fewer descriptors than shards stay open
+    # fewer descriptors than shards stay open
+    monkeypatch.setattr("datapipe.loader.dataset.OPEN_FDS", 2)
     loader = datapipe.Loader(url, batch_size=8, num_workers=0, decode={"bin": "ragged"}, block_shards=80)
     batches = [ragged_contents(b) for b in loader]
-    assert len(calls) > 400  # one read per sample for most of them (a lone sample goes through the map)
+    # one read per sample for most of them (a lone sample goes through the map)
+    assert len(calls) > 400
     assert 0 < len(loader.dataset._fds) <= 2
     seen = []
     for keys, labels, payloads in batches:
@@ -242,7 +257,8 @@ def test_scattered_samples_of_a_shuffled_batch_are_read_by_pread(tmp_path, monke
 def test_a_shard_cut_short_while_open_is_named(tmp_path):
     url = fixed_size_dataset(tmp_path, 100, 800, per_shard=200)
     ds = datapipe.open_dataset(url)
-    rows, shard = np.array([0, 50, 120, 199]), np.zeros(4, dtype=np.int64)  # scattered: read by pread
+    # scattered: read by pread
+    rows, shard = np.array([0, 50, 120, 199]), np.zeros(4, dtype=np.int64)
     ds.read_columns(shard, rows, ["bin"])  # opens shard 0
     os.truncate(ds.shard_path(0), 4096)
     with pytest.raises(ShardCorruptError, match="shard-000000"):

@@ -1,4 +1,5 @@
-"""Mixing: the interleave's prefix proportions, each source read pass by pass, and a reweighted resume."""
+"""Mixing: the interleave's prefix proportions, each source read pass by pass, and a reweighted
+resume."""
 
 from collections import Counter
 
@@ -39,15 +40,25 @@ def test_weights_that_are_no_small_fraction_still_stay_within_one_sample(weights
     counts = np.cumsum(np.eye(len(weights), dtype=np.int64)[source], axis=0)
     share = np.array(weights) / sum(weights)
     n = np.arange(1, 3001)
-    bound = 1 + n * len(weights) / MAX_PERIOD  # the weights are rounded to multiples of 1 / MAX_PERIOD
+    # the weights are rounded to multiples of 1 / MAX_PERIOD
+    bound = 1 + n * len(weights) / MAX_PERIOD
     assert (np.abs(counts - np.outer(n, share)).max(axis=1) < bound).all()
 
 
 def _mix_order(sizes, weights, seed, epoch, segment=None, epoch_samples=None, shuffle=True):
     arrays = tuple(np.array(s) for s in sizes)
     total = epoch_samples or sum(sum(s) for s in sizes)
-    return MixOrder(tuple(f"s{i}" for i in range(len(sizes))), arrays, Interleave(weights),
-                    segment or Segment(0, (0,) * len(sizes)), total, seed, epoch, shuffle, 2)
+    return MixOrder(
+        tuple(f"s{i}" for i in range(len(sizes))),
+        arrays,
+        Interleave(weights),
+        segment or Segment(0, (0,) * len(sizes)),
+        total,
+        seed,
+        epoch,
+        shuffle,
+        2,
+    )
 
 
 source_sizes = st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=4), min_size=1, max_size=4)
@@ -62,7 +73,8 @@ def test_each_source_is_read_pass_by_pass_with_no_sample_twice_in_a_pass(sizes, 
     located = [o.locate(np.arange(o.total)) for o in epochs]
     shard_ids = np.concatenate([s for s, _ in located])
     local = np.concatenate([r for _, r in located])
-    source, item = order0.items(np.arange(3 * order0.total))  # positions past the epoch: the next epochs
+    # positions past the epoch: the next epochs
+    source, item = order0.items(np.arange(3 * order0.total))
     for s, shards in enumerate(sizes):
         n = sum(shards)
         mine = source == s
@@ -129,22 +141,21 @@ def test_the_order_is_the_same_with_workers_and_resumes_exactly(sources):
     it = iter(loader)
     head = [next(it) for _ in range(4)]
     state = loader.state_dict()
-    resumed = datapipe.Loader(mix({"web": web, "code": code}, {"web": 1, "code": 1}, 60), batch_size=6,
-                              num_workers=0, seed=3)
+    resumed = datapipe.Loader(
+        mix({"web": web, "code": code}, {"web": 1, "code": 1}, 60), batch_size=6, num_workers=0, seed=3
+    )
     resumed.load_state_dict(state)
     assert _keys(head) + _keys(resumed) == alone
 
 
 def test_a_resume_under_new_weights_repeats_and_skips_nothing_of_the_current_passes(sources):
     web, code = sources
-    loader = datapipe.Loader(mix({"web": web, "code": code}, {"web": 0.7, "code": 0.3}), batch_size=10,
-                             num_workers=0)
+    loader = datapipe.Loader(mix({"web": web, "code": code}, {"web": 0.7, "code": 0.3}), batch_size=10, num_workers=0)
     it = iter(loader)
     head = [next(it) for _ in range(3)]
     state = loader.state_dict()
     assert state["mix"]["cursors"] == {"web": [0, 21], "code": [0, 9]}
-    resumed = datapipe.Loader(mix({"web": web, "code": code}, {"web": 0.2, "code": 0.8}), batch_size=10,
-                              num_workers=0)
+    resumed = datapipe.Loader(mix({"web": web, "code": code}, {"web": 0.2, "code": 0.8}), batch_size=10, num_workers=0)
     resumed.load_state_dict(state)
     tail = list(resumed)
     assert all(Counter(b["__source__"]) == {"web": 2, "code": 8} for b in tail)
@@ -171,13 +182,16 @@ def test_a_state_of_other_sources_or_versions_is_refused_naming_the_difference(s
         single.load_state_dict(state)
 
 
-@pytest.mark.parametrize(("weights", "message"), [
-    ({"web": -1, "code": 1}, "mix source 'web': weight -1"),
-    ({"web": float("nan"), "code": 1}, "mix source 'web': weight nan"),
-    ({"web": 0, "code": 0}, "every weight of the mix is 0"),
-    ({"web": 1}, "mix source 'code' has no weight"),
-    ({"web": 1, "code": 1, "news": 1}, "'news', which is not a source"),
-])
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ({"web": -1, "code": 1}, "mix source 'web': weight -1"),
+        ({"web": float("nan"), "code": 1}, "mix source 'web': weight nan"),
+        ({"web": 0, "code": 0}, "every weight of the mix is 0"),
+        ({"web": 1}, "mix source 'code' has no weight"),
+        ({"web": 1, "code": 1, "news": 1}, "'news', which is not a source"),
+    ],
+)
 def test_bad_weights_are_config_errors_naming_the_source(sources, weights, message):
     web, code = sources
     with pytest.raises(ConfigError, match=message):
@@ -203,8 +217,10 @@ def test_a_mix_file_names_sources_relative_to_itself(sources, tmp_path):
     web, code = sources
     path = tmp_path / "mixes" / "pretrain.yaml"
     path.parent.mkdir()
-    path.write_text("sources:\n  web: ../store/web\n  code: {dataset: ../store/code@latest}\n"
-                    "weights: {web: 3, code: 1}\nepoch_samples: 40\n")
+    path.write_text(
+        "sources:\n  web: ../store/web\n  code: {dataset: ../store/code@latest}\n"
+        "weights: {web: 3, code: 1}\nepoch_samples: 40\n"
+    )
     mixed = mix(path)
     assert mixed.names == ("web", "code") and mixed.weights == (0.75, 0.25) and len(mixed) == 40
     batches = list(datapipe.Loader(str(path), batch_size=8, num_workers=0))
@@ -216,8 +232,11 @@ def test_a_mix_file_names_sources_relative_to_itself(sources, tmp_path):
 
 def test_splits_are_mix_sources_and_their_state_names_the_split(digits_built):
     url = digits_built.url
-    mixed = mix({"train": {"dataset": url, "split": "train"}, "val": datapipe.open_dataset(url, split="val")},
-                {"train": 1, "val": 1}, epoch_samples=200)
+    mixed = mix(
+        {"train": {"dataset": url, "split": "train"}, "val": datapipe.open_dataset(url, split="val")},
+        {"train": 1, "val": 1},
+        epoch_samples=200,
+    )
     val_keys = set(datapipe.open_dataset(url, split="val").keys_of(*_every_sample(url, "val")))
     batches = list(datapipe.Loader(mixed, batch_size=20, num_workers=0, fields=["cls"]))
     got = [(s, k) for b in batches for s, k in zip(b["__source__"], b["__key__"], strict=True)]

@@ -1,5 +1,7 @@
-"""Fixed-size numeric fields at batch level (ASCII numbers parsed in one call, .npy data gathered after one header
-read) equal the plain per-sample decoding, and fall back to it whenever the batch-level path would not be exact."""
+"""Fixed-size numeric fields at batch level (ASCII numbers parsed in one call, .npy data gathered
+after one header
+read) equal the plain per-sample decoding, and fall back to it whenever the batch-level path would
+not be exact."""
 
 import io
 
@@ -18,13 +20,17 @@ def plain_numbers(payloads: list[bytes], parse: type) -> list:
     return [parse(p) for p in payloads]
 
 
-numbers = st.one_of(st.floats(allow_nan=False, width=64).map(lambda x: repr(x).encode()),
-                    st.integers(-(2**62), 2**62).map(lambda x: str(x).encode()))
+numbers = st.one_of(
+    st.floats(allow_nan=False, width=64).map(lambda x: repr(x).encode()),
+    st.integers(-(2**62), 2**62).map(lambda x: str(x).encode()),
+)
 # plain decimals, as CSV exports write them: [-+]digits[.digits] with up to 15 digits, dot anywhere
-decimals = st.builds(lambda sign, digits, dot: (sign + digits[:dot] + "." + digits[dot:] if dot is not None
-                                                 else sign + digits).encode(),
-                     st.sampled_from(["", "-", "+"]), st.text("0123456789", min_size=1, max_size=15),
-                     st.one_of(st.none(), st.integers(0, 15)))
+decimals = st.builds(
+    lambda sign, digits, dot: (sign + digits[:dot] + "." + digits[dot:] if dot is not None else sign + digits).encode(),
+    st.sampled_from(["", "-", "+"]),
+    st.text("0123456789", min_size=1, max_size=15),
+    st.one_of(st.none(), st.integers(0, 15)),
+)
 
 
 @given(st.lists(decimals, min_size=1, max_size=40), st.integers(0, 5))
@@ -44,7 +50,8 @@ def test_any_ascii_floats_decode_like_float_of_each(payloads, seed):
 
 
 def test_decimals_at_the_end_of_a_buffer_are_parsed_too():
-    # a pread copy starts with its first payload: no window of the full width ends at a short one there
+    # a pread copy starts with its first payload: no window of the full width ends at a short one
+    # there
     column = Column(3)
     column.add_spans(np.array([2, 0, 1]), memoryview(b"1.25-3.5+7"), np.array([0, 4, 8]), np.array([4, 4, 2]))
     assert column.decimals().tolist() == [-3.5, 7.0, 1.25]
@@ -56,14 +63,19 @@ def test_ascii_integers_with_signs_parse_like_int_of_each(payloads):
     assert values.dtype == np.int64 and values.tolist() == plain_numbers(payloads, int)
 
 
-@pytest.mark.parametrize("payloads", [
-    [b"nan", b"inf", b"-inf", b"-0.0"],
-    [b" 2.5", b"1"],          # whitespace a payload holds
-    [b"1_000", b"2"],         # Python's syntax
-    [b"1e3", b"2"],           # exponents
-    [b"0.12345678901234567", b"2"],  # more digits than a double holds exactly
-    [b"1.2.3", b"2"], [b"-", b"2"], [b".", b"2"],
-])
+@pytest.mark.parametrize(
+    "payloads",
+    [
+        [b"nan", b"inf", b"-inf", b"-0.0"],
+        [b" 2.5", b"1"],  # whitespace a payload holds
+        [b"1_000", b"2"],  # Python's syntax
+        [b"1e3", b"2"],  # exponents
+        [b"0.12345678901234567", b"2"],  # more digits than a double holds exactly
+        [b"1.2.3", b"2"],
+        [b"-", b"2"],
+        [b".", b"2"],
+    ],
+)
 def test_other_numbers_are_parsed_payload_by_payload(payloads):
     column = column_over_two_shards(payloads)
     assert column.decimals() is None
@@ -81,12 +93,15 @@ def test_numbers_that_are_not_plain_decimals_are_cast_as_one_fixed_width_array()
     column = column_over_two_shards(payloads)
     assert column.decimals() is None and column.strings().tolist() == payloads
     assert np.array_equal(decode_column(column, "float"), plain_numbers(payloads, float), equal_nan=True)
-    assert column_over_two_shards([b"1\x00", b"2"]).strings() is None  # the 'S' dtype would drop the NUL
+    # the 'S' dtype would drop the NUL
+    assert column_over_two_shards([b"1\x00", b"2"]).strings() is None
     assert decode_column(column_over_two_shards([b"-3", b"+4", b" 5"]), "int").tolist() == [-3, 4, 5]
 
 
-@pytest.mark.parametrize("payloads", [[b"1 2", b""], [b"1", b""], [b"1", b"x"], [b"1.5", b"2"], [b"1\x00", b"2"],
-                                      [b"-99999999999999999999", b"2"]])
+@pytest.mark.parametrize(
+    "payloads",
+    [[b"1 2", b""], [b"1", b""], [b"1", b"x"], [b"1.5", b"2"], [b"1\x00", b"2"], [b"-99999999999999999999", b"2"]],
+)
 def test_a_payload_that_is_not_one_number_is_an_error_not_a_batch_of_another_length(payloads):
     decoder = "int" if b"1.5" in payloads or b"-9" in payloads[0] else "float"
     with pytest.raises(ConfigError, match="not one (int64|float64) number"):
@@ -131,7 +146,8 @@ def test_npy_arrays_of_one_kind_are_gathered_into_the_batch_buffer(name):
     values = decode_column(column_over_two_shards(payloads, seed=2), "npy", allocate=lambda n: target[:n])
     expected = plain_npy(payloads)
     assert values.dtype == expected.dtype and values.shape == expected.shape and np.array_equal(values, expected)
-    assert values.size == 0 or np.shares_memory(values, target)  # gathered, not np.load-ed and stacked
+    # gathered, not np.load-ed and stacked
+    assert values.size == 0 or np.shares_memory(values, target)
 
 
 @pytest.mark.parametrize("name", list(OTHER))

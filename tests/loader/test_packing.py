@@ -1,4 +1,5 @@
-"""One buffer per batch: packing and unpacking give back every array (aligned views) and every other value."""
+"""One buffer per batch: packing and unpacking give back every array (aligned views) and every other
+value."""
 
 import numpy as np
 
@@ -17,7 +18,7 @@ def test_pack_round_trip_keeps_values_dtypes_shapes_and_alignment():
     buffer, layout = pack(batch)
     assert buffer.dtype == np.uint8 and buffer.ndim == 1
     for _, kind, spec in layout:
-        for start, *_ in ([spec] if kind == "array" else spec if kind == "tuple" else []):
+        for start, *_ in [spec] if kind == "array" else spec if kind == "tuple" else []:
             assert start % ALIGN == 0
     back = unpack(buffer, layout, numpy_view)
     assert back["__key__"] == batch["__key__"] and back["json"] == batch["json"]

@@ -1,4 +1,5 @@
-"""bytes, str and json fields: the same lists through DataLoader workers (sent as raw bytes) as in process."""
+"""bytes, str and json fields: the same lists through DataLoader workers (sent as raw bytes) as in
+process."""
 
 import json
 import weakref
@@ -23,16 +24,23 @@ def sample(n: int) -> dict:
     fixed = bytearray(rng.bytes(700))
     if n % 3 == 0:
         fixed[-1] = 0  # numpy's fixed-width bytes drop trailing NULs: these must come back whole
-    return {"__key__": f"s{n:04d}", "bin": rng.bytes(int(rng.integers(0, 1500))) + b"\x00" * (n % 2),
-            "fix": bytes(fixed), "txt": f"sample {n} é".encode() + (b"\xff" if n % 5 == 0 else b""),
-            "meta": json.dumps({"n": n, "tags": ["a"] * (n % 4)}).encode(), "cls": str(n % 10).encode()}
+    return {
+        "__key__": f"s{n:04d}",
+        "bin": rng.bytes(int(rng.integers(0, 1500))) + b"\x00" * (n % 2),
+        "fix": bytes(fixed),
+        "txt": f"sample {n} é".encode() + (b"\xff" if n % 5 == 0 else b""),
+        "meta": json.dumps({"n": n, "tags": ["a"] * (n % 4)}).encode(),
+        "cls": str(n % 10).encode(),
+    }
 
 
 def write(root, samples: list[dict], fields: dict[str, str] = FIELDS, per_shard: int = 70) -> str:
     writer = Store(str(root)).begin("payloads")
     fmt = get_format("webdataset")
-    shards = tuple(writer.write_shard(s, samples[at : at + per_shard], fmt)
-                   for s, at in enumerate(range(0, len(samples), per_shard)))
+    shards = tuple(
+        writer.write_shard(s, samples[at : at + per_shard], fmt)
+        for s, at in enumerate(range(0, len(samples), per_shard))
+    )
     writer.commit(Manifest(name="payloads", shard_format="webdataset", fields=fields, shards=shards))
     return f"{root}/payloads"
 
@@ -46,7 +54,8 @@ def plain(batch: dict) -> dict:
     return {k: v.tolist() if hasattr(v, "tolist") else v for k, v in batch.items()}
 
 
-@pytest.mark.parametrize("batch_size", [4, 100])  # packed batches under PIPE_LIMIT are pickled, others shared
+# packed batches under PIPE_LIMIT are pickled, others shared
+@pytest.mark.parametrize("batch_size", [4, 100])
 def test_the_same_batches_values_and_types_in_process_and_through_workers(payloads, batch_size):
     def batches(workers: int) -> list[dict]:
         return list(datapipe.Loader(payloads, batch_size=batch_size, num_workers=workers, seed=3))
@@ -68,7 +77,8 @@ def test_the_same_batches_values_and_types_in_process_and_through_workers(payloa
 
 
 def test_nothing_of_an_unpacked_payload_batch_keeps_its_buffer_alive():
-    """Releases frees a batch's segment once its buffer is gone: payload lists are copies, not views."""
+    """Releases frees a batch's segment once its buffer is gone: payload lists are copies, not
+    views."""
     items = [sample(n) for n in range(12)]
     batch = {"__key__": [s["__key__"] for s in items]}
     for name in ("bin", "fix", "txt", "meta"):
@@ -78,7 +88,8 @@ def test_nothing_of_an_unpacked_payload_batch_keeps_its_buffer_alive():
         column.add_spans(np.arange(len(items)), memoryview(blob), np.cumsum(sizes) - sizes, sizes)
         batch[name] = Ragged(column, FIELDS[name])
     buffer, layout = pack(batch)
-    assert all(kind in ("payloads", "object") for _, kind, _ in layout)  # nothing of the payloads pickled
+    # nothing of the payloads pickled
+    assert all(kind in ("payloads", "object") for _, kind, _ in layout)
     back = unpack(buffer, layout, tensor_view)
     alive = weakref.ref(buffer)
     del buffer
@@ -95,7 +106,8 @@ def test_rows_as_bytes_keeps_trailing_nuls(rows):
 
 @pytest.mark.parametrize("payloads", [[], [b""], [b"ab", b"c\x00", b"", b"\x00\x00\x00"], [b"xy\x00"] * 5])
 def test_payload_bytes_and_decoded_lists_equal_the_plain_ones(payloads):
-    data = np.frombuffer(b"--" + b"".join(payloads), dtype=np.uint8)[2:]  # not at offset 0 of its buffer
+    # not at offset 0 of its buffer
+    data = np.frombuffer(b"--" + b"".join(payloads), dtype=np.uint8)[2:]
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in payloads], dtype=np.int64)]).astype(np.int64)
     assert payload_bytes(data, offsets) == payloads
     assert decode_payloads(data, offsets, "str") == [p.decode("utf-8", "surrogateescape") for p in payloads]

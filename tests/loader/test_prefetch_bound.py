@@ -1,5 +1,7 @@
-"""What `prefetch` bounds, as the README says: batches made ahead of the training loop are at most about
-2 x prefetch per DataLoader worker (its thread's queue plus the DataLoader's prefetch_factor), prefetch in process;
+"""What `prefetch` bounds, as the README says: batches made ahead of the training loop are at most
+about
+2 x prefetch per DataLoader worker (its thread's queue plus the DataLoader's prefetch_factor),
+prefetch in process;
 by default none in process (no thread sharing the GIL with the loop) and 4 per worker."""
 
 import functools
@@ -23,7 +25,8 @@ def record(path: str, payload: bytes) -> bytes:
 
 
 def settled(log: str, quiet: float = 0.3, longest: float = 2.0) -> int:
-    """The samples decoded so far, once no more were for ``quiet`` seconds (the producers wait at their bound), or
+    """The samples decoded so far, once no more were for ``quiet`` seconds (the producers wait at
+    their bound), or
     after ``longest`` seconds."""
     deadline = time.monotonic() + longest
     made, still_since = os.path.getsize(log), time.monotonic()
@@ -39,14 +42,16 @@ def settled(log: str, quiet: float = 0.3, longest: float = 2.0) -> int:
 def test_batches_made_ahead_stay_within_the_prefetch_bound(toy, tmp_path, workers):
     log = str(tmp_path / "decoded")
     prefetch = 2
-    loader = datapipe.Loader(toy, batch_size=1, num_workers=workers, prefetch=prefetch,
-                             decode={"bin": functools.partial(record, log)})
+    loader = datapipe.Loader(
+        toy, batch_size=1, num_workers=workers, prefetch=prefetch, decode={"bin": functools.partial(record, log)}
+    )
     assert loader.prefetch_depth() == prefetch and len(loader) == TOTAL
     batches = iter(loader)
     for consumed in range(1, 4):
         next(batches)
         made = settled(log)  # a slow training step: producers run ahead as far as they may
-        # per producer: its queue, the batch it is finishing, and with workers the DataLoader's prefetch_factor
+        # per producer: its queue, the batch it is finishing, and with workers the DataLoader's
+        # prefetch_factor
         ahead = prefetch + 1 if workers == 0 else workers * (2 * prefetch + 1)
         assert consumed <= made <= consumed + ahead < TOTAL
     batches.close()

@@ -1,4 +1,5 @@
-"""The loader's schedules swept with hypothesis: exactly-once coverage, equal counts, determinism, resumption."""
+"""The loader's schedules swept with hypothesis: exactly-once coverage, equal counts, determinism,
+resumption."""
 
 from collections import Counter
 
@@ -64,14 +65,23 @@ def test_workers_are_dealt_batches_round_robin(n, workers):
     assert interleaved == list(range(n))
 
 
-@given(shard_sizes, worlds, batch_sizes, st.integers(0, 30), worlds, batch_sizes, st.sampled_from([True, "pad"]),
-       st.integers(0, 4))
+@given(
+    shard_sizes,
+    worlds,
+    batch_sizes,
+    st.integers(0, 30),
+    worlds,
+    batch_sizes,
+    st.sampled_from([True, "pad"]),
+    st.integers(0, 4),
+)
 def test_resumption_is_exact_and_elastic(sizes, world, batch, done, new_world, new_batch, drop_last, workers):
     total = sum(sizes)
     plan = BatchPlan(total, batch, world, drop_last)
     done = min(done, plan.num_batches())
     position = plan.position_after(done)
-    # same world: the resumed plan's steps are the uninterrupted plan's next steps, dealt to any number of workers
+    # same world: the resumed plan's steps are the uninterrupted plan's next steps, dealt to any
+    # number of workers
     resumed = BatchPlan(total, batch, world, drop_last, start=position)
     assert resumed.num_batches() == plan.num_batches() - done
     dealt = sorted(s for w in range(max(workers, 1)) for s in worker_steps(resumed.num_batches(), w, workers))
@@ -79,7 +89,8 @@ def test_resumption_is_exact_and_elastic(sizes, world, batch, done, new_world, n
     for rank in range(world):
         for step in dealt:
             assert (resumed.positions(rank, step) == plan.positions(rank, done + step)).all()
-    # another world: the rest of the epoch exactly once, nothing consumed before seen again (except as pad)
+    # another world: the rest of the epoch exactly once, nothing consumed before seen again (except
+    # as pad)
     elastic = BatchPlan(total, new_batch, new_world, drop_last, start=position)
     # in global order (step by step, rank by rank)
     rest = [p for s in range(elastic.num_batches()) for r in range(new_world) for p in elastic.positions(r, s)]
@@ -89,18 +100,22 @@ def test_resumption_is_exact_and_elastic(sizes, world, batch, done, new_world, n
         assert total - position - len(rest) < new_world * new_batch
     else:
         assert rest[: total - position] == list(range(position, total))  # all of the rest, once
-        assert len(rest) - (total - position) < new_world * new_batch  # then the pad, from the start of the order
+        # then the pad, from the start of the order
+        assert len(rest) - (total - position) < new_world * new_batch
         assert all(p < total for p in rest)
 
 
 def mixing(order: EpochOrder, shard_size: int) -> tuple[float, float, float]:
-    """(|rank correlation| of output and storage position, fraction of neighbouring outputs from one shard,
-    mean rank correlation of output position and index within the shard, per shard) for equal shards."""
+    """(|rank correlation| of output and storage position, fraction of neighbouring outputs from one
+    shard,
+    mean rank correlation of output position and index within the shard, per shard) for equal
+    shards."""
     shards, local = order.locate(np.arange(order.total))
     source = order.shard_starts[shards] + local
     rho = abs(np.corrcoef(np.arange(order.total), source)[0, 1])  # Spearman: both are ranks
     same_shard = float(np.mean(shards[1:] == shards[:-1]))
-    by_shard = local[np.lexsort((np.arange(order.total), shards))].reshape(-1, shard_size)  # in output order
+    # in output order
+    by_shard = local[np.lexsort((np.arange(order.total), shards))].reshape(-1, shard_size)
     ranks = np.arange(shard_size) - (shard_size - 1) / 2
     centred = by_shard - by_shard.mean(axis=1, keepdims=True)
     within = (centred * ranks).sum(axis=1) / np.sqrt((centred**2).sum(axis=1) * (ranks**2).sum())
@@ -108,8 +123,9 @@ def mixing(order: EpochOrder, shard_size: int) -> tuple[float, float, float]:
 
 
 def shuffle_quality() -> tuple[float, float, float]:
-    runs = [mixing(EpochOrder(np.full(2000, 20), seed=seed, epoch=0, shuffle=True, block_shards=4), 20)
-            for seed in range(5)]
+    runs = [
+        mixing(EpochOrder(np.full(2000, 20), seed=seed, epoch=0, shuffle=True, block_shards=4), 20) for seed in range(5)
+    ]
     return tuple(float(np.mean(m)) for m in zip(*runs, strict=True))
 
 
@@ -118,7 +134,8 @@ def test_shuffle_quality_mixes_globally_and_within_blocks():
     assert rho < 0.05  # 0.009 measured; a sequential read would be 1.0
     # 4 shards of 20 interleaved at random: a neighbour is from the same shard with p = 19/79 = 0.24
     assert 0.2 < same_shard < 0.28  # 0.237 measured; shards read one after another: 0.95
-    assert abs(within) < 0.05  # each shard's samples come out in random order: 0.00 measured; in order: 1.0
+    # each shard's samples come out in random order: 0.00 measured; in order: 1.0
+    assert abs(within) < 0.05
     # and the next epoch is another order
     sizes = np.full(2000, 20)
     shards = EpochOrder(sizes, seed=3, epoch=0, shuffle=True, block_shards=4).locate(np.arange(1000))[0]
@@ -127,8 +144,8 @@ def test_shuffle_quality_mixes_globally_and_within_blocks():
 
 
 def test_shuffle_quality_metrics_catch_a_block_read_without_its_sample_shuffle(monkeypatch):
-    # shards still permuted, but each block read shard after shard: the global correlation stays near 0,
-    # which is why the local metrics above are needed
+    # shards still permuted, but each block read shard after shard: the global correlation stays
+    # near 0, which is why the local metrics above are needed
     monkeypatch.setattr("datapipe.loader.schedule.block_permutation", lambda seed, epoch, block, n: np.arange(n))
     rho, same_shard, within = shuffle_quality()
     assert rho < 0.05 and same_shard > 0.9 and within > 0.99

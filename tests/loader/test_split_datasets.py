@@ -1,4 +1,5 @@
-"""Reading one split of a version: open_dataset(split=), Loader(split=), ShardDataset(split=), their state and
+"""Reading one split of a version: open_dataset(split=), Loader(split=), ShardDataset(split=), their
+state and
 errors, on a real build with splits."""
 
 import shutil
@@ -25,7 +26,8 @@ splits: {fractions: {train: 0.7, val: 0.2, test: 0.1}, seed: 3}
 
 @pytest.fixture(scope="module")
 def split_store(tmp_path_factory, dask_client) -> Path:
-    """A version of 'rows' (400 samples) built with train/val/test splits, in STORE; read it, do not change it."""
+    """A version of 'rows' (400 samples) built with train/val/test splits, in STORE; read it, do not
+    change it."""
     root = tmp_path_factory.mktemp("splits")
     (root / "raw").mkdir()
     (root / "raw/rows.csv").write_text("id,label\n" + "".join(f"r{i:04d},{i % 10}\n" for i in range(400)))
@@ -51,7 +53,8 @@ def test_a_split_dataset_has_only_its_shards_in_its_own_numbering(split_store):
     assert val.fields == whole.fields and "split val" in repr(val)
     keys = [val[i]["__key__"] for i in range(len(val))]
     assert val[-1]["__key__"] == keys[-1]
-    got, columns = val.read_columns(np.array([1, 0]), np.array([0, 0]), ["cls"])  # split-local shard numbers
+    # split-local shard numbers
+    got, columns = val.read_columns(np.array([1, 0]), np.array([0, 0]), ["cls"])
     assert got == [keys[int(val.shard_sizes[0])], keys[0]]
     assert not set(keys) & {parts["train"][i]["__key__"] for i in range(len(parts["train"]))}
     # the whole version's Dataset gives its splits too
@@ -62,12 +65,13 @@ def test_a_split_dataset_has_only_its_shards_in_its_own_numbering(split_store):
 def test_a_val_loader_reads_only_val_shards(split_store, tmp_path):
     copy = tmp_path / "store"
     shutil.copytree(split_store, copy)
-    for shard in copy.glob("rows/versions/*/train-*"):  # the training shards are gone: a val loader never opens one
+    # the training shards are gone: a val loader never opens one
+    for shard in copy.glob("rows/versions/*/train-*"):
         shard.unlink()
     val = datapipe.Loader(f"{copy}/rows", split="val", batch_size=16, num_workers=0, shuffle=False, drop_last="pad")
     expected = datapipe.open_dataset(f"{split_store}/rows", split="val")
     got = keys_of(val)
-    assert got[:len(expected)] == [expected[i]["__key__"] for i in range(len(expected))]
+    assert got[: len(expected)] == [expected[i]["__key__"] for i in range(len(expected))]
     assert set(got) == {expected[i]["__key__"] for i in range(len(expected))}
     with pytest.raises(NotFoundError, match=r"train-000000\.tar: missing"):
         datapipe.Loader(f"{copy}/rows", num_workers=0)
@@ -84,8 +88,9 @@ def test_the_loader_state_names_its_split_and_refuses_another(split_store):
     resumed.load_state_dict(state)
     assert keys_of(resumed) == [k for batch in it for k in batch["__key__"]]
     for other in ("val", None):
-        with pytest.raises(ConfigError, match=f"the state is for split 'train' of the dataset, this loader reads "
-                                              f"split {other!r}"):
+        with pytest.raises(
+            ConfigError, match=f"the state is for split 'train' of the dataset, this loader reads split {other!r}"
+        ):
             datapipe.Loader(url, split=other, batch_size=8, num_workers=0).load_state_dict(state)
 
 
@@ -96,17 +101,24 @@ def test_the_torch_dataset_takes_a_split(split_store):
     ds = ShardDataset(f"{split_store}/rows", batch_size=10, split="test", shuffle=False, drop_last="pad")
     test = datapipe.open_dataset(f"{split_store}/rows", split="test")
     got, expected = [k for batch in ds for k in batch["__key__"]], [test[i]["__key__"] for i in range(len(test))]
-    assert got[:len(test)] == expected and set(got) == set(expected)  # (the last batch padded with repeats)
+    # (the last batch padded with repeats)
+    assert got[: len(test)] == expected and set(got) == set(expected)
 
 
 def test_an_unknown_split_lists_the_splits_and_a_version_without_splits_says_so(split_store, toy):
-    with pytest.raises(ConfigError, match=r"split='dev': rows@[0-9a-f]{12} has no split 'dev'; its splits are "
-                                          r"test, train, val$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"split='dev': rows@[0-9a-f]{12} has no split 'dev'; its splits are "
+        r"test, train, val$",
+    ):
         datapipe.open_dataset(f"{split_store}/rows", split="dev")
     with pytest.raises(ConfigError, match="has no split 'dev'; its splits are test, train, val"):
         datapipe.Loader(f"{split_store}/rows", split="dev", num_workers=0)
-    with pytest.raises(ConfigError, match=r"split='val': toy@[0-9a-f]{12} has no splits \(it was built without a "
-                                          r"splits section\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"split='val': toy@[0-9a-f]{12} has no splits \(it was built without a "
+        r"splits section\)",
+    ):
         datapipe.open_dataset(toy, split="val")
     val = datapipe.open_dataset(f"{split_store}/rows", split="val")
     with pytest.raises(ConfigError, match="this Dataset is split 'val' of rows"):

@@ -1,4 +1,5 @@
-"""A datapipe error raised in a DataLoader worker reaches the training process as itself: same class, same shard."""
+"""A datapipe error raised in a DataLoader worker reaches the training process as itself: same
+class, same shard."""
 
 import os
 import pickle
@@ -13,7 +14,8 @@ from datapipe.loader.torch import ShardDataset
 
 def corrupt(url: str, shard: int) -> str:
     path = datapipe.open_dataset(url).shard_path(shard)
-    with open(path, "r+b") as f:  # same size, other bytes: the index no longer matches the tar headers
+    # same size, other bytes: the index no longer matches the tar headers
+    with open(path, "r+b") as f:
         f.seek(600)
         f.write(b"\xff" * 8)
     return os.path.basename(path)
@@ -34,14 +36,17 @@ def test_a_corrupt_shard_in_a_worker_raises_shard_corrupt_error_in_the_training_
     name = corrupt(toy, 2)
     with pytest.raises(ShardCorruptError, match=name) as raised:
         list(datapipe.Loader(toy, batch_size=4, num_workers=workers, shuffle=False))
-    assert raised.value.shard.endswith(name) and "Traceback" not in str(raised.value)  # what the CLI prints
+    # what the CLI prints
+    assert raised.value.shard.endswith(name) and "Traceback" not in str(raised.value)
     if workers:
         assert any("DataLoader worker" in note for note in raised.value.__notes__)
 
 
 def read_all(loader: DataLoader) -> list:
-    """Every batch of a user's own DataLoader, its workers stopped before an error leaves: left to the garbage
-    collector, torch's shutdown can miss a worker and wait seconds for it, in whichever test runs then."""
+    """Every batch of a user's own DataLoader, its workers stopped before an error leaves: left to
+    the garbage
+    collector, torch's shutdown can miss a worker and wait seconds for it, in whichever test runs
+    then."""
     batches = iter(loader)
     try:
         return list(batches)
@@ -61,13 +66,15 @@ def closure(payload: bytes):
 
 @pytest.mark.parametrize("own", [False, True], ids=["Loader", "user's own DataLoader"])
 def test_a_decoded_value_that_cannot_leave_a_worker_is_a_config_error_not_a_hang(toy, own):
-    """The DataLoader's queue thread prints a pickling error and drops the batch, and the training process would
+    """The DataLoader's queue thread prints a pickling error and drops the batch, and the training
+    process would
     wait for it for ever; the worker pickles the batch itself and names the field."""
     import threading
 
     if own:
-        loader = DataLoader(ShardDataset(toy, batch_size=4, shuffle=False, decode={"cls": closure}),
-                            batch_size=None, num_workers=2)
+        loader = DataLoader(
+            ShardDataset(toy, batch_size=4, shuffle=False, decode={"cls": closure}), batch_size=None, num_workers=2
+        )
     else:
         loader = datapipe.Loader(toy, batch_size=4, num_workers=2, shuffle=False, decode={"cls": closure})
     outcome = []
@@ -87,15 +94,18 @@ def test_a_decoded_value_that_cannot_leave_a_worker_is_a_config_error_not_a_hang
 
 
 def test_the_workers_are_stopped_when_the_error_reaches_the_training_process(toy):
-    """Not later, by the garbage collector: the error's traceback keeps the DataLoader's iterator, and a worker
-    stopped from the collector could miss its stop signal and wait for torch to kill it after a timeout."""
+    """Not later, by the garbage collector: the error's traceback keeps the DataLoader's iterator,
+    and a worker
+    stopped from the collector could miss its stop signal and wait for torch to kill it after a
+    timeout."""
     import gc
     import multiprocessing
 
     corrupt(toy, 2)
     gc.disable()  # what the test is about: nothing may rely on a collection
     try:
-        before = set(multiprocessing.active_children())  # other tests' DataLoaders may still wait for theirs
+        # other tests' DataLoaders may still wait for theirs
+        before = set(multiprocessing.active_children())
         with pytest.raises(ShardCorruptError) as raised:
             list(datapipe.Loader(toy, batch_size=4, num_workers=2, shuffle=False))
         assert set(multiprocessing.active_children()) <= before, "DataLoader workers still running after the error"

@@ -1,4 +1,5 @@
-"""World resolution (loader/world.py): arguments first, then the detector passed in, then the environment."""
+"""World resolution (loader/world.py): arguments first, then the detector passed in, then the
+environment."""
 
 import pytest
 
@@ -15,8 +16,9 @@ def test_arguments_then_detector_then_environment_then_a_world_of_one():
     assert resolve_world(None, None, {}) == World(0, 1)
 
 
-@pytest.mark.parametrize("rank, world_size, env", [(1, None, {}), (None, None, {"RANK": "a", "WORLD_SIZE": "2"}),
-                                                   (3, 3, {})])
+@pytest.mark.parametrize(
+    "rank, world_size, env", [(1, None, {}), (None, None, {"RANK": "a", "WORLD_SIZE": "2"}), (3, 3, {})]
+)
 def test_a_world_that_cannot_be_is_a_config_error(rank, world_size, env):
     with pytest.raises(ConfigError):
         resolve_world(rank, world_size, env)

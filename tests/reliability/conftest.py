@@ -25,10 +25,14 @@ def digits_project(tmp_path, copy_digits) -> Path:
 
 
 def leftovers(store: Path) -> list[str]:
-    """Partial versions, version directories without a manifest and temporary files anywhere in a store."""
+    """Partial versions, version directories without a manifest and temporary files anywhere in a
+    store."""
     found = {str(p.relative_to(store)) for p in store.rglob("*") if p.name.startswith(".partial-") or ".tmp" in p.name}
-    found |= {str(p.relative_to(store)) for p in store.glob("*/versions/*")
-              if p.is_dir() and not p.name.startswith(".") and not (p / "manifest.json").exists()}
+    found |= {
+        str(p.relative_to(store))
+        for p in store.glob("*/versions/*")
+        if p.is_dir() and not p.name.startswith(".") and not (p / "manifest.json").exists()
+    }
     return sorted(found)
 
 

@@ -1,5 +1,7 @@
-"""Two `datapipe build` processes into one store at once, of different pipelines and of the same one: both finish
-(or one fails cleanly), every ref names a version that verifies, and nothing one wrote is lost to the other."""
+"""Two `datapipe build` processes into one store at once, of different pipelines and of the same
+one: both finish
+(or one fails cleanly), every ref names a version that verifies, and nothing one wrote is lost to
+the other."""
 
 import json
 import subprocess
@@ -10,15 +12,28 @@ from helpers.cli import datapipe_in_process, datapipe_process
 
 
 def build_together(project, store, pipelines):
-    # in process (the digits are small): what races is the commit into the store, which the client does either way
-    procs = [datapipe_process("build", p, "--out", str(store), "--json", cwd=project,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for p in pipelines]
+    # in process (the digits are small): what races is the commit into the store, which the client
+    # does either way
+    procs = [
+        datapipe_process(
+            "build",
+            p,
+            "--out",
+            str(store),
+            "--json",
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for p in pipelines
+    ]
     return [(p, *p.communicate(timeout=600)) for p in procs]
 
 
-@pytest.mark.parametrize("pipelines", [("digits.yaml", "digits_tfrecord.yaml"), ("digits.yaml", "digits.yaml")],
-                         ids=["different", "same"])
+@pytest.mark.parametrize(
+    "pipelines", [("digits.yaml", "digits_tfrecord.yaml"), ("digits.yaml", "digits.yaml")], ids=["different", "same"]
+)
 def test_concurrent_builds_into_one_store(digits_project, tmp_path, pipelines):
     store = tmp_path / "store"
     results = build_together(digits_project, store, pipelines)
@@ -31,5 +46,6 @@ def test_concurrent_builds_into_one_store(digits_project, tmp_path, pipelines):
         assert (store / name / "refs" / "latest").read_text().strip() == summary["version"]
         assert datapipe_in_process("verify", f"{store}/{name}", cwd=digits_project).returncode == 0
     if pipelines[0] == pipelines[1]:
-        assert len({s["version"] for s in ok}) == 1  # the same inputs: the same version, written once
+        # the same inputs: the same version, written once
+        assert len({s["version"] for s in ok}) == 1
     assert leftovers(store) == []

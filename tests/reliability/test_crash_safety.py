@@ -1,19 +1,21 @@
-"""kill -9 `datapipe build` in every phase of the commit protocol, and kill Dask workers under it: every ref
-still names a complete version that verifies, no partial version is listed, a rerun gives the same version id,
-and gc removes every leftover.
+"""kill -9 `datapipe build` in every phase of the commit protocol, and kill Dask workers under it:
+every ref
+still names a complete version that verifies, no partial version is listed, a rerun gives the same
+version id, and gc removes every leftover.
 
-Random kill moments alone miss the commit: on a small build the partial version appears at ~75% of the wall
-time and the shards, the manifest and the ref are written in well under a second. So most kills are triggered
-by what the store shows, polled every millisecond (before the partial directory exists, once it exists, after the
-first shard, after the n-th shard, once the manifest exists but before the ref moved, once the shards moved
-under the version id), and the rest land at random moments. Each trial reports the phase its kill actually
-landed in (a kill is never instant).
+Random kill moments alone miss the commit: on a small build the partial version appears at ~75% of
+the wall time and the shards, the manifest and the ref are written in well under a second. So most
+kills are triggered by what the store shows, polled every millisecond (before the partial directory
+exists, once it exists, after the first shard, after the n-th shard, once the manifest exists but
+before the ref moved, once the shards moved under the version id), and the rest land at random
+moments. Each trial reports the phase its kill actually landed in (a kill is never instant).
 
 The builds that are killed run the installed command: every other one on a Dask cluster of its own
-(`--workers 2`, killed with its workers), the rest on threads in the one process (the digits are small enough
-for that), as a user's builds run; the commit protocol is the same code either way. The checks after each kill
-(`ls`, `verify`, `gc`, the rerun) run the commands in process, the rerun on the session's Dask cluster, and so does
-the build whose Dask worker is killed (on an embedded cluster of its own).
+(`--workers 2`, killed with its workers), the rest on threads in the one process (the digits are
+small enough for that), as a user's builds run; the commit protocol is the same code either way. The
+checks after each kill (`ls`, `verify`, `gc`, the rerun) run the commands in process, the rerun on
+the session's Dask cluster, and so does the build whose Dask worker is killed (on an embedded
+cluster of its own).
 """
 
 import json
@@ -33,12 +35,22 @@ from helpers.cli import datapipe_in_process, datapipe_process, on_session_cluste
 
 
 def start_build(project, store, *extra):
-    return datapipe_process("build", "digits.yaml", "--out", str(store), *extra, cwd=project,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return datapipe_process(
+        "build",
+        "digits.yaml",
+        "--out",
+        str(store),
+        *extra,
+        cwd=project,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def running_in_group(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` is still running (not a zombie); True where /proc cannot tell."""
+    """Whether a process of group ``pgid`` is still running (not a zombie); True where /proc cannot
+    tell."""
     if not os.path.isdir("/proc/self"):
         return True
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -52,11 +64,12 @@ def running_in_group(pgid: int) -> bool:
 
 
 def kill_group(proc) -> None:
-    """SIGKILL the build and everything it started (its Dask scheduler lives in it; the workers are in its group).
+    """SIGKILL the build and everything it started (its Dask scheduler lives in it; the workers are
+    in its group).
 
-    Waits until no process of the group is left running, so nothing writes into the store while the test looks at
-    it. Zombies count as gone: the killed workers' parent is dead, and in a container the init process may take a
-    second or more to reap them."""
+    Waits until no process of the group is left running, so nothing writes into the store while the
+    test looks at it. Zombies count as gone: the killed workers' parent is dead, and in a container
+    the init process may take a second or more to reap them."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -86,7 +99,8 @@ class StoreState:
     temporaries: list[str] = field(default_factory=list)
 
 
-SHARD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*-\d{6}\.(tar|tfrecord)$")  # shard-000000.tar, train-000000.tar
+# shard-000000.tar, train-000000.tar
+SHARD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*-\d{6}\.(tar|tfrecord)$")
 
 
 def look(store: Path) -> StoreState:
@@ -137,20 +151,25 @@ class Timeline:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, copy_digits):
-    """The digits project, the version id of an undisturbed build and that build's timeline (it is watched the
+    """The digits project, the version id of an undisturbed build and that build's timeline (it is
+    watched the
     same way the kills are triggered)."""
     project = copy_digits(tmp_path_factory.mktemp("digits"), "digits.yaml", "digits_tfrecord.yaml", "digits_code.py")
     store = project / "reference-store"
     start = time.monotonic()
-    proc = datapipe_process("build", "digits.yaml", "--out", str(store), "--json", cwd=project,
-                            stdout=subprocess.PIPE, text=True)
+    proc = datapipe_process(
+        "build", "digits.yaml", "--out", str(store), "--json", cwd=project, stdout=subprocess.PIPE, text=True
+    )
     seen: dict[str, float] = {}
     shards = 0
     while proc.poll() is None:
         state, now = look(store), time.monotonic() - start
         shards = max(shards, state.shards)
-        for phase, reached in (("partial", state.partial), ("first_shard", state.shards > 0),
-                               ("manifest", state.manifests > 0)):
+        for phase, reached in (
+            ("partial", state.partial),
+            ("first_shard", state.shards > 0),
+            ("manifest", state.manifests > 0),
+        ):
             if reached:
                 seen.setdefault(phase, now)
         time.sleep(0.001)
@@ -158,22 +177,34 @@ def reference(tmp_path_factory, copy_digits):
     assert proc.returncode == 0
     version = json.loads(out.strip().splitlines()[-1])["version"]
     summary = json.loads(out.strip().splitlines()[-1])
-    timeline = Timeline(partial=seen["partial"], first_shard=seen.get("first_shard", seen["partial"]),
-                        manifest=seen.get("manifest", seen["partial"]), total=time.monotonic() - start,
-                        shards=summary["shards"])
+    timeline = Timeline(
+        partial=seen["partial"],
+        first_shard=seen.get("first_shard", seen["partial"]),
+        manifest=seen.get("manifest", seen["partial"]),
+        total=time.monotonic() - start,
+        shards=summary["shards"],
+    )
     print(f"\nreference build: {timeline}")
     return project, version, timeline
 
 
-TRIGGERS = ["random moment before the partial version", "partial version exists", "first shard written",
-            "n-th shard written", "manifest exists", "random moment", "version directory exists"]
+TRIGGERS = [
+    "random moment before the partial version",
+    "partial version exists",
+    "first shard written",
+    "n-th shard written",
+    "manifest exists",
+    "random moment",
+    "version directory exists",
+]
 
 
 def kill_when(proc, store: Path, trigger: str, timeline: Timeline, rng: random.Random, n: int) -> None:
-    """Poll the store every millisecond and SIGKILL the build when ``trigger`` holds (or it has ended).
+    """Poll the store every millisecond and SIGKILL the build when ``trigger`` holds (or it has
+    ended).
 
-    As the reference build is watched: a poll without a pause takes a core from the build on 2 cores (slowing it
-    by a third), and a millisecond is well inside the shortest phase (~10 ms)."""
+    As the reference build is watched: a poll without a pause takes a core from the build on 2 cores
+    (slowing it by a third), and a millisecond is well inside the shortest phase (~10 ms)."""
     start = time.monotonic()
     if trigger == "random moment before the partial version":
         at = rng.uniform(0.1, 0.9) * timeline.partial
@@ -188,21 +219,30 @@ def kill_when(proc, store: Path, trigger: str, timeline: Timeline, rng: random.R
             time.sleep(0.005)
             continue
         state = look(store)
-        if (trigger == "partial version exists" and state.partial
-                or trigger == "first shard written" and state.shards >= 1
-                or trigger == "n-th shard written" and state.shards >= n
-                or trigger == "manifest exists" and state.manifests
-                or trigger == "version directory exists" and state.version_dirs):
+        if (
+            trigger == "partial version exists"
+            and state.partial
+            or trigger == "first shard written"
+            and state.shards >= 1
+            or trigger == "n-th shard written"
+            and state.shards >= n
+            or trigger == "manifest exists"
+            and state.manifests
+            or trigger == "version directory exists"
+            and state.version_dirs
+        ):
             break
         time.sleep(0.001)
     kill_group(proc)
 
 
 def consistent(project, store, reference_version) -> list[str]:
-    """ls lists only complete versions (no partial); every ref names one that `datapipe verify` accepts."""
+    """ls lists only complete versions (no partial); every ref names one that `datapipe verify`
+    accepts."""
     listed = json.loads(datapipe_in_process("ls", str(store), "--json", cwd=project).stdout or "[]")
     versions = [r["version"] for r in listed]
-    assert all(v == reference_version for v in versions), versions  # anything listed is the whole version
+    # anything listed is the whole version
+    assert all(v == reference_version for v in versions), versions
     assert not any("partial" in json.dumps(r) for r in listed)
     refs_dir = store / "digits" / "refs"
     for ref in refs_dir.iterdir() if refs_dir.exists() else ():
@@ -215,8 +255,9 @@ def consistent(project, store, reference_version) -> list[str]:
 
 
 def rerun(project, store, version, scheduler: str) -> None:
-    out = datapipe_in_process("build", "digits.yaml", "--out", str(store), *on_session_cluster(scheduler), "--json",
-                              cwd=project)
+    out = datapipe_in_process(
+        "build", "digits.yaml", "--out", str(store), *on_session_cluster(scheduler), "--json", cwd=project
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert last_json(out)["version"] == version
 
@@ -224,7 +265,8 @@ def rerun(project, store, version, scheduler: str) -> None:
 def gc(project, store) -> list[str]:
     """Run `datapipe gc`; the paths it removed."""
     out = datapipe_in_process("gc", f"{store}/digits", cwd=project)
-    if not (store / "digits" / "versions").exists():  # killed before it wrote anything: nothing to collect
+    # killed before it wrote anything: nothing to collect
+    if not (store / "digits" / "versions").exists():
         assert out.returncode == 3 and "no dataset 'digits'" in out.stderr, out.stderr
         return []
     assert out.returncode == 0, out.stderr
@@ -243,7 +285,8 @@ def test_kill_9_in_every_phase_leaves_only_complete_versions(reference, tmp_path
         # the n-th shard: the middle one first, then spread over the write pass
         n = max(1, (timeline.shards // 2 + 7 * (i // len(TRIGGERS))) % timeline.shards)
         store = tmp_path / f"store-{i}"
-        cluster = ("--workers", "2") if i % 2 else ()  # odd trials: a cluster of its own, killed with its workers
+        # odd trials: a cluster of its own, killed with its workers
+        cluster = ("--workers", "2") if i % 2 else ()
         kill_when(start_build(project, store, *cluster), store, trigger, timeline, rng, n)
         state = look(store)
         left = leftovers(store)
@@ -251,7 +294,8 @@ def test_kill_9_in_every_phase_leaves_only_complete_versions(reference, tmp_path
         consistent(project, store, version)
         if state.partial and not state.ref:
             assert left, f"{phase}: the killed build left nothing for gc"
-        # even trials: gc right after the kill, then the rerun; odd trials: the rerun over the leftovers, then gc
+        # even trials: gc right after the kill, then the rerun; odd trials: the rerun over the
+        # leftovers, then gc
         if i % 2:
             rerun(project, store, version, scheduler)
         removed = gc(project, store)
@@ -259,7 +303,8 @@ def test_kill_9_in_every_phase_leaves_only_complete_versions(reference, tmp_path
             assert removed, f"{phase}: gc removed nothing, though {left} were left"
         for path in left:  # each leftover went, itself or with the directory holding it...
             gone = any(str(store / path) == r or str(store / path).startswith(r + "/") for r in removed)
-            # ...or it was the version directory the killed build had begun and the rerun completed (verified below)
+            # ...or it was the version directory the killed build had begun and the rerun completed
+            # (verified below)
             completed = i % 2 and path == f"digits/versions/{version}" and (store / path / "manifest.json").exists()
             assert gone or completed, (phase, path, removed)
         if not i % 2:
@@ -267,19 +312,28 @@ def test_kill_9_in_every_phase_leaves_only_complete_versions(reference, tmp_path
         assert leftovers(store) == []
         assert consistent(project, store, version) == [version]
         assert (store / "digits" / "refs" / "latest").read_text().strip() == version
-        report.append((trigger, "cluster" if cluster else "threads", phase, "rerun, gc" if i % 2 else "gc, rerun",
-                       len(left), len(removed)))
+        report.append(
+            (
+                trigger,
+                "cluster" if cluster else "threads",
+                phase,
+                "rerun, gc" if i % 2 else "gc, rerun",
+                len(left),
+                len(removed),
+            )
+        )
         shutil.rmtree(store)
     print("\ntrigger | build on | landed in | order | leftovers | gc removed")
     for row in report:
         print(" | ".join(map(str, row)))
     landed_phases = {row[2] for row in report}
     if moments >= 5:  # the sweep reached the commit, not only the passes before it
-        assert any(p.startswith("partial version with") and p != "partial version with 0 shards"
-                   for p in landed_phases), landed_phases
+        assert any(
+            p.startswith("partial version with") and p != "partial version with 0 shards" for p in landed_phases
+        ), landed_phases
 
 
-KILLER = '''
+KILLER = """
 import os, signal
 from pathlib import Path
 from digits_code import pixels_to_png
@@ -290,12 +344,13 @@ def pixels_then_die(frame):
         marker.touch()
         os.kill(os.getpid(), signal.SIGKILL)  # the Dask worker process running this task dies
     return pixels_to_png(frame)
-'''
+"""
 
 
 @pytest.mark.parametrize("always", [False, True])
 def test_a_dask_worker_killed_mid_build(reference, tmp_path, always):
-    """A store that already holds a version: a build whose worker dies either fails clearly and moves no ref,
+    """A store that already holds a version: a build whose worker dies either fails clearly and
+    moves no ref,
     or recovers and moves the ref to a complete version; the old version stays intact either way."""
     project, version, _ = reference
     work = tmp_path / "project"
@@ -308,20 +363,25 @@ def test_a_dask_worker_killed_mid_build(reference, tmp_path, always):
     (work / f"{killer}.py").write_text(KILLER.format(marker="killed-once", always=always))
     pipeline = (work / "digits.yaml").read_text().replace("digits_code:pixels_to_png", f"{killer}:pixels_then_die")
     (work / "digits.yaml").write_text(pipeline)
-    # in process, on an embedded cluster of its own (its workers are the ones that die, not the session's)
+    # in process, on an embedded cluster of its own (its workers are the ones that die, not the
+    # session's)
     out = datapipe_in_process("build", "digits.yaml", "--out", str(store), "--workers", "2", "--json", cwd=work)
     latest = (store / "digits" / "refs" / "latest").read_text().strip()
     if always:  # every try dies: a clear failure, and no ref moves
         assert out.returncode == 8 and "a Dask worker died" in out.stderr
         assert latest == version
-        assert [r["version"] for r in json.loads(datapipe_in_process("ls", str(store), "--json", cwd=work).stdout)] \
-            == [version]
-    else:  # Dask reruns the lost task on a fresh worker: the build recovers and the ref moves to its version
+        assert [r["version"] for r in json.loads(datapipe_in_process("ls", str(store), "--json", cwd=work).stdout)] == [
+            version
+        ]
+    # Dask reruns the lost task on a fresh worker: the build recovers and the ref moves to its
+    # version
+    else:
         assert out.returncode == 0, out.stderr
         new = last_json(out)["version"]
         assert new != version and latest == new  # other code, another version
         assert datapipe_in_process("verify", f"{store}/digits@latest", cwd=work).returncode == 0
-    assert datapipe_in_process("verify", f"{store}/digits@{version[:12]}", cwd=work).returncode == 0  # the old one
+    # the old one
+    assert datapipe_in_process("verify", f"{store}/digits@{version[:12]}", cwd=work).returncode == 0
     assert leftovers(store) == []  # a failed build removes its partial version itself
 
 
@@ -341,9 +401,10 @@ def write_rows(project: Path, n: int, rows: int = 150) -> None:
 
 @pytest.mark.slow
 def test_kill_9_in_an_incremental_build_keeps_the_parent_whole(tmp_path):
-    """A rebuild hard-links the parent's shards into its partial version: killed at any point, the parent still
-    verifies, no listed version is partial, gc removes only the leftovers (the parent's files keep one link),
-    and a rerun gives the version a build from scratch gives."""
+    """A rebuild hard-links the parent's shards into its partial version: killed at any point, the
+    parent still
+    verifies, no listed version is partial, gc removes only the leftovers (the parent's files keep
+    one link), and a rerun gives the version a build from scratch gives."""
     project = tmp_path / "project"
     project.mkdir()
     (project / "rows.yaml").write_text(ROWS)
@@ -357,17 +418,38 @@ def test_kill_9_in_an_incremental_build_keeps_the_parent_whole(tmp_path):
     expected = last_json(fresh)["version"]
     rng = random.Random(3)
     phases = []
-    for i, trigger in enumerate(["partial version exists", "first shard written", "n-th shard written",
-                                 "random moment"][:max(2, crash_moments(4))]):
+    for i, trigger in enumerate(
+        ["partial version exists", "first shard written", "n-th shard written", "random moment"][
+            : max(2, crash_moments(4))
+        ]
+    ):
         store = tmp_path / f"store-{i}"
         shutil.copytree(base, store)
-        proc = datapipe_process("build", "rows.yaml", "--out", str(store), "--workers", "2", cwd=project,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = datapipe_process(
+            "build",
+            "rows.yaml",
+            "--out",
+            str(store),
+            "--workers",
+            "2",
+            cwd=project,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         kill_when(proc, store, trigger, Timeline(0.0, 0.0, 0.0, 1.5, 1), rng, 3)
         state, latest = look(store), (store / "digits" / "refs" / "latest").read_text().strip()
-        phases.append("after the ref moved" if latest == expected else "manifest written, ref not moved"
-                      if state.manifests > 1 else "shards moved under the version id" if state.version_dirs > 1
-                      else f"partial version with {state.shards} shards" if state.partial else "before the partial")
+        phases.append(
+            "after the ref moved"
+            if latest == expected
+            else "manifest written, ref not moved"
+            if state.manifests > 1
+            else "shards moved under the version id"
+            if state.version_dirs > 1
+            else f"partial version with {state.shards} shards"
+            if state.partial
+            else "before the partial"
+        )
         assert latest in (parent, expected)
         listed = [r["version"] for r in json.loads(datapipe_in_process("ls", str(store), "--json").stdout)]
         assert parent in listed and set(listed) <= {parent, expected}

@@ -1,9 +1,12 @@
-"""Dirty raw data through `datapipe build`: each case ends in quarantined rows with reasons (and counts that add
+"""Dirty raw data through `datapipe build`: each case ends in quarantined rows with reasons (and
+counts that add
 up) or in a clear error naming the file; never a silent loss, never a traceback.
 
-The builds run the command in process, as `datapipe build` runs a source this small: on threads, no cluster.
-The 100 MB field goes through the session's Dask cluster (--scheduler), between worker processes; one case
-found by the passes runs with a cluster of its own (--workers 1), as a user's larger build does."""
+The builds run the command in process, as `datapipe build` runs a source this small: on threads, no
+cluster.
+The 100 MB field goes through the session's Dask cluster (--scheduler), between worker processes;
+one case found by the passes runs with a cluster of its own (--workers 1), as a user's larger build
+does."""
 
 import os
 
@@ -26,9 +29,17 @@ def scheduler(dask_client) -> str:
     return dask_client.scheduler.address
 
 
-def build(tmp_path, files: dict[str, bytes], fmt="csv", options="", path="raw/*", scheduler: str | None = None,
-          own_cluster: bool = False):
-    """`datapipe build --json` of the dirty pipeline, in process: on threads, on ``scheduler``, or with an embedded
+def build(
+    tmp_path,
+    files: dict[str, bytes],
+    fmt="csv",
+    options="",
+    path="raw/*",
+    scheduler: str | None = None,
+    own_cluster: bool = False,
+):
+    """`datapipe build --json` of the dirty pipeline, in process: on threads, on ``scheduler``, or
+    with an embedded
     cluster of its own."""
     for name, data in files.items():
         (tmp_path / "raw").mkdir(exist_ok=True)
@@ -70,11 +81,15 @@ def test_dirty_rows_are_quarantined_with_their_reason(tmp_path, case):
     assert summary["rejected"] >= 1
 
 
-@pytest.mark.parametrize("files, message, code, own_cluster", [
-    ({"empty.csv": b""}, "no rows in raw/empty.csv", 8, False),
-    ({"header.csv": b"id,n\n"}, "no rows in raw/header.csv", 8, True),  # found by the passes, cluster running
-    ({}, "matches no files", 3, False),
-])
+@pytest.mark.parametrize(
+    "files, message, code, own_cluster",
+    [
+        ({"empty.csv": b""}, "no rows in raw/empty.csv", 8, False),
+        # found by the passes, cluster running
+        ({"header.csv": b"id,n\n"}, "no rows in raw/header.csv", 8, True),
+        ({}, "matches no files", 3, False),
+    ],
+)
 def test_inputs_without_rows_are_clear_errors(tmp_path, files, message, code, own_cluster):
     out = build(tmp_path, files, own_cluster=own_cluster)
     assert out.returncode == code and message in out.stderr
@@ -82,23 +97,29 @@ def test_inputs_without_rows_are_clear_errors(tmp_path, files, message, code, ow
 
 def test_an_unreadable_source_file_is_named(tmp_path):
     (tmp_path / "raw").mkdir()
-    os.symlink(tmp_path / "nowhere.csv", tmp_path / "raw" / "gone.csv")  # listed, but cannot be opened
+    # listed, but cannot be opened
+    os.symlink(tmp_path / "nowhere.csv", tmp_path / "raw" / "gone.csv")
     out = build(tmp_path, {}, path="raw/gone.csv")  # found before any cluster starts
     assert out.returncode == 3 and "raw/gone.csv" in out.stderr
 
 
 def test_a_single_100_mb_field_is_one_sample(tmp_path, scheduler):
     big = b"x" * (100 << 20)
-    out = build(tmp_path, {"big.csv": b"id,n\na,1\nb," + big + b"\n"}, options=", options: {dtype: {n: string}}",
-                scheduler=scheduler)
+    out = build(
+        tmp_path,
+        {"big.csv": b"id,n\na,1\nb," + big + b"\n"},
+        options=", options: {dtype: {n: string}}",
+        scheduler=scheduler,
+    )
     assert out.returncode == 0, out.stderr
     summary = last_json(out)
     assert summary["samples"] == 2 and summary["bytes"] > 100 << 20
 
 
 def test_bad_json_lines_are_quarantined(tmp_path):
-    out = build(tmp_path, {"d.jsonl": b'{"id": "a", "n": 1}\n{"id": "b", "n": \n[1, 2]\n{"id": "c", "n": 3}\n'},
-                fmt="jsonl")
+    out = build(
+        tmp_path, {"d.jsonl": b'{"id": "a", "n": 1}\n{"id": "b", "n": \n[1, 2]\n{"id": "c", "n": 3}\n'}, fmt="jsonl"
+    )
     assert out.returncode == 0, out.stderr
     summary = last_json(out)
     accounted(summary)
@@ -118,14 +139,27 @@ max_rejected: 0.9
 """
 
 
-@pytest.mark.parametrize("case, data, key, options, reasons", [
-    ("NaN in a non-nullable float", b"id,x\na,0.5\nb,NaN\nc,\nd,nan\ne,1.5\n", "id", "",
-     ["x: missing value (nullable: false)"] * 3),
-    ("NaN key", b"id,x\na,0.5\nNaN,1.0\n,2.0\nd,1.5\n", "id", ", options: {dtype: {id: string}}",
-     ["has no value", "has no value"]),
-    # tfrecord: a float key holds a '.', which WebDataset keys cannot
-    ("NaN in a float key", b"k,x\n1.5,0.5\nnan,1.0\n2.5,2.0\n", "k", "", ["has no value"]),
-])
+@pytest.mark.parametrize(
+    "case, data, key, options, reasons",
+    [
+        (
+            "NaN in a non-nullable float",
+            b"id,x\na,0.5\nb,NaN\nc,\nd,nan\ne,1.5\n",
+            "id",
+            "",
+            ["x: missing value (nullable: false)"] * 3,
+        ),
+        (
+            "NaN key",
+            b"id,x\na,0.5\nNaN,1.0\n,2.0\nd,1.5\n",
+            "id",
+            ", options: {dtype: {id: string}}",
+            ["has no value", "has no value"],
+        ),
+        # tfrecord: a float key holds a '.', which WebDataset keys cannot
+        ("NaN in a float key", b"k,x\n1.5,0.5\nnan,1.0\n2.5,2.0\n", "k", "", ["has no value"]),
+    ],
+)
 def test_nan_values_are_quarantined_with_their_reason(tmp_path, case, data, key, options, reasons):
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "d.csv").write_bytes(data)
@@ -148,8 +182,8 @@ def test_nan_values_are_quarantined_with_their_reason(tmp_path, case, data, key,
 
 
 def test_a_directory_where_a_source_file_is_expected_is_named(tmp_path):
-    # Tests run as root here, where chmod 000 does not stop a read; a directory named like the source file
-    # cannot be read either way (the chmod case is below, for non-root runs).
+    # Tests run as root here, where chmod 000 does not stop a read; a directory named like the
+    # source file cannot be read either way (the chmod case is below, for non-root runs).
     (tmp_path / "raw" / "b.csv").mkdir(parents=True)
     out = build(tmp_path, {"a.csv": b"id,n\na,1\n"}, path="raw/b.csv")
     assert out.returncode == 3 and "raw/b.csv" in out.stderr and out.stderr.startswith("error: "), out.stderr
@@ -158,7 +192,8 @@ def test_a_directory_where_a_source_file_is_expected_is_named(tmp_path):
 def test_a_directory_among_matched_source_files_is_named(tmp_path):
     (tmp_path / "raw" / "b.csv").mkdir(parents=True)
     out = build(tmp_path, {"a.csv": b"id,n\na,1\n"}, path="raw/*.csv")
-    # either the directory is named as unreadable or it is not taken as a source; never a silent row loss
+    # either the directory is named as unreadable or it is not taken as a source; never a silent row
+    # loss
     if out.returncode == 0:
         assert last_json(out)["samples"] == 1
     else:

@@ -1,6 +1,7 @@
-"""Fuzzing the readers and the index parser with hypothesis: mutated shards and indexes give ShardCorruptError (or a
-clean read), never another exception and never a hang. CI runs a few thousand inputs; README.md here says how to
-run a long campaign."""
+"""Fuzzing the readers and the index parser with hypothesis: mutated shards and indexes give
+ShardCorruptError (or a
+clean read), never another exception and never a hang. CI runs a few thousand inputs; README.md here
+says how to run a long campaign."""
 
 import os
 
@@ -25,8 +26,11 @@ def valid(fmt: str, tmp_path_factory) -> tuple[bytes, bytes]:
     return _SHARDS[fmt]
 
 
-mutations = st.lists(st.tuples(st.sampled_from(["flip", "cut", "insert", "set"]), st.integers(0, 10**6),
-                               st.integers(0, 255)), min_size=1, max_size=4)
+mutations = st.lists(
+    st.tuples(st.sampled_from(["flip", "cut", "insert", "set"]), st.integers(0, 10**6), st.integers(0, 255)),
+    min_size=1,
+    max_size=4,
+)
 
 
 def mutate(data: bytes, edits) -> bytes:

@@ -1,4 +1,5 @@
-"""A gc that races a reader taking leases and a writer sharing shards, in a second process, loses nothing."""
+"""A gc that races a reader taking leases and a writer sharing shards, in a second process, loses
+nothing."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from datapipe.versioning.gc import collect
 from datapipe.versioning.store import Store
 from datapipe.versioning.verify import verify_version
 
-# opens every version (oldest first) under a lease and commits a version sharing the oldest one's shards,
-# while the parent process runs gc; then reads every version it opened again, in full
+# opens every version (oldest first) under a lease and commits a version sharing the oldest one's
+# shards, while the parent process runs gc; then reads every version it opened again, in full
 RACER = """
 import json, sys
 sys.path.insert(0, sys.argv[2])
@@ -57,8 +58,13 @@ def test_gc_racing_a_reader_and_a_sharing_writer_loses_nothing(tmp_path):
     for i in range(1, 6):
         versions.append(commit_sharing(store, versions[-1], rewrite={(i - 1) % 3: i}))
     ids = [m.version for m in versions]
-    racer = subprocess.Popen([sys.executable, "-c", RACER, store.url, str(Path(__file__).parents[1]), *ids],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    racer = subprocess.Popen(
+        [sys.executable, "-c", RACER, store.url, str(Path(__file__).parents[1]), *ids],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert racer.stdout.readline() == "started\n"
         collect(store, "toy", keep_last=1)  # while the racer opens and commits
@@ -69,7 +75,8 @@ def test_gc_racing_a_reader_and_a_sharing_writer_loses_nothing(tmp_path):
     result = json.loads(out)
     assert sorted(result["held"] + result["gone"]) == sorted(ids)
     survivors = store.versions("toy")
-    assert set(result["held"]) <= set(survivors)  # every version opened under a lease is still whole
+    # every version opened under a lease is still whole
+    assert set(result["held"]) <= set(survivors)
     for version in result["held"] + ([result["committed"]] if result["committed"] else []):
         assert verify_version(store, "toy", store.manifest("toy", version)) == [], version
     final = collect(store, "toy", keep_last=1)  # the racer's leases are gone: now the rest goes

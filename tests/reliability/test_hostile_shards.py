@@ -1,5 +1,7 @@
-"""Corrupt and hostile shards met by the loader, `datapipe inspect` and `datapipe verify`: ShardCorruptError (or the
-documented skip) naming the shard; no hang, no write outside the cache, no allocation larger than the file."""
+"""Corrupt and hostile shards met by the loader, `datapipe inspect` and `datapipe verify`:
+ShardCorruptError (or the
+documented skip) naming the shard; no hang, no write outside the cache, no allocation larger than
+the file."""
 
 import os
 import tracemalloc
@@ -42,7 +44,8 @@ HOW = ["flip header", "flip payload", "truncate", "empty", "length beyond file"]
 
 
 def command(how):
-    """The installed command for one kind of damage; the same command in process for the others (an interpreter
+    """The installed command for one kind of damage; the same command in process for the others (an
+    interpreter
     start each)."""
     return datapipe_cli if how == "truncate" else datapipe_in_process
 
@@ -53,7 +56,8 @@ def test_inspect_and_scans_name_the_shard(dataset, how):
     damage(shards[1], how)
     out = command(how)("inspect", shards[1], "--n", "100", cwd=tmp)
     if how == "flip payload" and shards[1].endswith(".tar"):
-        assert out.returncode == 0  # tar has no payload checksums: verify (below) is what catches it
+        # tar has no payload checksums: verify (below) is what catches it
+        assert out.returncode == 0
     else:
         assert out.returncode == 4 and shards[1] in out.stderr
 
@@ -79,7 +83,8 @@ def test_the_loader_raises_naming_the_shard_when_verification_is_on(dataset, how
 
 def test_a_missing_or_foreign_index_is_caught(dataset):
     url, shards, tmp = dataset
-    os.replace(shards[0] + ".idx", shards[1] + ".idx")  # shard 1 now has shard 0's index; shard 0 has none
+    # shard 1 now has shard 0's index; shard 0 has none
+    os.replace(shards[0] + ".idx", shards[1] + ".idx")
     with pytest.raises(DatapipeError, match=r"shard-000000.*missing"):
         datapipe.Loader(url, num_workers=0)
     with pytest.raises(ShardCorruptError, match="shard-000001"):

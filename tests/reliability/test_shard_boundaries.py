@@ -1,10 +1,11 @@
-"""Truncation at every header boundary, hostile tar members met by the loader, `datapipe inspect` and `datapipe
+"""Truncation at every header boundary, hostile tar members met by the loader, `datapipe inspect`
+and `datapipe
 verify`, and a TFRecord length field larger than the file.
 
-Truncated: a tar shard cut at each 512-byte header start and end, each payload end and each padded member end; a
-TFRecord shard cut at each length, length-CRC, payload and payload-CRC boundary. A scan (no index) raises
-ShardCorruptError naming the shard, except where the format cannot tell (documented below); a read through the
-index always does (the index records the shard's size).
+Truncated: a tar shard cut at each 512-byte header start and end, each payload end and each padded
+member end; a TFRecord shard cut at each length, length-CRC, payload and payload-CRC boundary. A
+scan (no index) raises ShardCorruptError naming the shard, except where the format cannot tell
+(documented below); a read through the index always does (the index records the shard's size).
 """
 
 import io
@@ -26,7 +27,8 @@ from datapipe.storage.fs import sha256_of
 from datapipe.versioning.manifest import Manifest, ShardEntry
 from datapipe.versioning.store import Store
 
-SAMPLES = simple_samples(3, size=700)  # 700-byte payloads: each member ends inside a block, then padding
+# 700-byte payloads: each member ends inside a block, then padding
+SAMPLES = simple_samples(3, size=700)
 
 
 def tar_boundaries(data: bytes) -> dict[int, str]:
@@ -88,24 +90,31 @@ def test_truncation_at_every_boundary(shard, tmp_path):
         os.remove(cut_path.with_name(cut_path.name + ".idx"))
         # by scanning (a foreign shard, `datapipe inspect` without an index)
         if fmt == "webdataset" and where == "between the two end-of-archive blocks":
-            assert scan(cut_path, False) == expected  # a lone zero block at EOF is accepted, as GNU tar does
+            # a lone zero block at EOF is accepted, as GNU tar does
+            assert scan(cut_path, False) == expected
         elif fmt == "tfrecord" and where == "record start":
-            # TFRecord has no end marker: a file cut between records is a valid, shorter file; only the index
-            # (above) and the manifest's size and sha256 (`datapipe verify`) can tell
+            # TFRecord has no end marker: a file cut between records is a valid, shorter file; only
+            # the index (above) and the manifest's size and sha256 (`datapipe verify`) can tell
             got = scan(cut_path, False)
             assert got == expected[: len(got)] and len(got) < len(expected)
         else:
             with pytest.raises(ShardCorruptError, match=str(cut_path)) as err:
                 scan(cut_path, False)
             assert f"byte {err.value.offset}" in str(err.value) or err.value.offset is None
-        # in process (32 cuts); the installed `datapipe inspect` meets damaged shards in test_hostile_shards.py
+        # in process (32 cuts); the installed `datapipe inspect` meets damaged shards in
+        # test_hostile_shards.py
         out = datapipe_in_process("inspect", str(cut_path), "--n", "100", cwd=tmp_path)
-        clean = (fmt == "webdataset" and where == "between the two end-of-archive blocks"
-                 or fmt == "tfrecord" and where == "record start")
+        clean = (
+            fmt == "webdataset"
+            and where == "between the two end-of-archive blocks"
+            or fmt == "tfrecord"
+            and where == "record start"
+        )
         assert out.returncode == (0 if clean else 4), (cut, where, out.stderr)
         if not clean:
             assert str(cut_path) in out.stderr and out.stderr.startswith("error: ")
-    assert tried == (3 * 2 * 3 + 2 if fmt == "webdataset" else 3 * 4)  # 6 members x 3 + end marker; 3 records x 4
+    # 6 members x 3 + end marker; 3 records x 4
+    assert tried == (3 * 2 * 3 + 2 if fmt == "webdataset" else 3 * 4)
 
 
 def tar_with(entries) -> bytes:
@@ -137,7 +146,8 @@ HOSTILE = {
 
 @pytest.fixture
 def hostile_dataset(tmp_path):
-    """A committed version whose one shard holds two good samples around every kind of hostile member; its index
+    """A committed version whose one shard holds two good samples around every kind of hostile
+    member; its index
     and manifest are consistent with the bytes (an attacker who can write the store can do this)."""
     entries = [member("good0.cls", data=b"1"), *HOSTILE.values(), member("good1.cls", data=b"2")]
     store = Store(str(tmp_path / "store"))
@@ -147,14 +157,23 @@ def hostile_dataset(tmp_path):
         f.write(tar_with(entries))
     build_index(shard_path, "webdataset")
     fs = store.fs
-    entry = ShardEntry(path="shard-000000.tar", samples=2, bytes=os.path.getsize(shard_path),
-                       sha256=sha256_of(fs, shard_path), index_path="shard-000000.tar.idx",
-                       index_bytes=os.path.getsize(shard_path + ".idx"),
-                       index_sha256=sha256_of(fs, shard_path + ".idx"))
-    manifest = writer.commit(Manifest(name="hostile", shard_format="webdataset", fields={"cls": "int"},
-                                      shards=(entry,)))
-    return tmp_path, f"{tmp_path}/store/hostile", store.path("hostile", "versions", manifest.version,
-                                                            "shard-000000.tar")
+    entry = ShardEntry(
+        path="shard-000000.tar",
+        samples=2,
+        bytes=os.path.getsize(shard_path),
+        sha256=sha256_of(fs, shard_path),
+        index_path="shard-000000.tar.idx",
+        index_bytes=os.path.getsize(shard_path + ".idx"),
+        index_sha256=sha256_of(fs, shard_path + ".idx"),
+    )
+    manifest = writer.commit(
+        Manifest(name="hostile", shard_format="webdataset", fields={"cls": "int"}, shards=(entry,))
+    )
+    return (
+        tmp_path,
+        f"{tmp_path}/store/hostile",
+        store.path("hostile", "versions", manifest.version, "shard-000000.tar"),
+    )
 
 
 def listing(root) -> set[str]:
@@ -165,20 +184,26 @@ def test_hostile_members_are_skipped_by_loader_inspect_and_verify(hostile_datase
     tmp, url, shard = hostile_dataset
     before = listing(tmp)
     with caplog.at_level(logging.WARNING):
-        got = [key for batch in datapipe.Loader(url, batch_size=1, num_workers=0, shuffle=False, verify=True)
-               for key in batch["__key__"]]
+        got = [
+            key
+            for batch in datapipe.Loader(url, batch_size=1, num_workers=0, shuffle=False, verify=True)
+            for key in batch["__key__"]
+        ]
     assert got == ["good0", "good1"]
-    out = datapipe_in_process("verify", url, cwd=tmp)  # the files are what the manifest says: nothing to report
+    # the files are what the manifest says: nothing to report
+    out = datapipe_in_process("verify", url, cwd=tmp)
     assert out.returncode == 0, out.stdout + out.stderr
     out = datapipe_in_process("inspect", shard, "--n", "10", cwd=tmp)
     assert out.returncode == 0 and "[0] good0" in out.stdout and "[1] good1" in out.stdout, out.stderr
-    os.remove(shard + ".idx")  # and by scanning, where each skip is logged naming the shard and the member
+    # and by scanning, where each skip is logged naming the shard and the member
+    os.remove(shard + ".idx")
     out = datapipe_in_process("inspect", shard, "--n", "10", cwd=tmp)
     assert out.returncode == 0 and "[1] good1" in out.stdout and "[2]" not in out.stdout
     for name in HOSTILE:
         assert f"{shard}: skipping" in out.stderr and repr(name) in out.stderr, (name, out.stderr)
     out = datapipe_in_process("verify", url, cwd=tmp)
-    assert out.returncode == 1 and f"missing: {shard}.idx" in out.stdout  # verify names what is gone
+    # verify names what is gone
+    assert out.returncode == 1 and f"missing: {shard}.idx" in out.stdout
     build_index(shard, "webdataset")
     assert datapipe_in_process("verify", url, cwd=tmp).returncode == 0
     assert listing(tmp) == before  # nothing extracted, linked or created anywhere
@@ -193,7 +218,8 @@ def test_tfrecord_length_beyond_the_file_allocates_nothing_like_it(tmp_path, len
     data = bytearray(path.read_bytes())
     value = len(data) + 1 if length == "file size + 1" else length % 2**64
     data[:8] = LENGTH.pack(value)
-    data[8:12] = CRC.pack(masked_crc(bytes(data[:8])))  # a consistent length CRC: only the bounds check is left
+    # a consistent length CRC: only the bounds check is left
+    data[8:12] = CRC.pack(masked_crc(bytes(data[:8])))
     path.write_bytes(bytes(data))
     tracemalloc.start()
     with pytest.raises(ShardCorruptError, match=f"{path}.*claims {value} bytes"), open_shard(path) as reader:

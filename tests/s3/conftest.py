@@ -1,4 +1,5 @@
-"""The S3 tests' bucket: one per module, on the session's S3 server (the ``s3_server`` fixture, tests/conftest.py)."""
+"""The S3 tests' bucket: one per module, on the session's S3 server (the ``s3_server`` fixture,
+tests/conftest.py)."""
 
 import gc
 import os
@@ -10,7 +11,8 @@ from helpers.s3 import CREDENTIALS
 
 @pytest.fixture(scope="module")
 def s3(s3_server):
-    """A fresh bucket per test module; credentials and the endpoint in the environment, as on a real machine."""
+    """A fresh bucket per test module; credentials and the endpoint in the environment, as on a real
+    machine."""
     import boto3
 
     with pytest.MonkeyPatch.context() as patch:
@@ -31,19 +33,22 @@ def _frozen_between_tests():
 
 @pytest.fixture(autouse=True)
 def _unclosed_datasets_release_their_leases_in_their_test(_frozen_between_tests):
-    """A dataset nobody closed releases its lease when it is collected (a weakref finalizer). Collect at the end
-    of each test, while the server and the environment are those it was opened with: left to chance, the release
-    ran during a later test's command, against that test's endpoint, and wrote a warning into its stderr."""
+    """A dataset nobody closed releases its lease when it is collected (a weakref finalizer).
+    Collect at the end
+    of each test, while the server and the environment are those it was opened with: left to chance,
+    the release ran during a later test's command, against that test's endpoint, and wrote a warning
+    into its stderr."""
     yield
     gc.collect()
-    # what is left lives on (torch, Dask, pyarrow: half a million objects): freezing it keeps the next test's
-    # collection to what that test made
+    # what is left lives on (torch, Dask, pyarrow: half a million objects): freezing it keeps the
+    # next test's collection to what that test made
     gc.freeze()
 
 
 @pytest.fixture
 def quick_backoff(monkeypatch):
-    """Retries wait a twentieth of their backoff: tests that fail hundreds of requests on purpose test that each
+    """Retries wait a twentieth of their backoff: tests that fail hundreds of requests on purpose
+    test that each
     is retried, not how long the jittered wait is (tests/storage/test_retry.py tests that)."""
     from datapipe.storage.retry import RetryPolicy
 

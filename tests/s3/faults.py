@@ -1,7 +1,8 @@
-"""A fault-injecting HTTP proxy in front of the S3 server: fails a fraction of requests with a 503 that
+"""A fault-injecting HTTP proxy in front of the S3 server: fails a fraction of requests with a 503
+that
 s3fs does not retry itself, answers 403 AccessDenied for chosen keys, streams responses slowly, and
-records every request, so tests can exercise datapipe's retries, permanent errors, crashes mid-download
-and the order and overlap of a commit's requests."""
+records every request, so tests can exercise datapipe's retries, permanent errors, crashes
+mid-download and the order and overlap of a commit's requests."""
 
 from __future__ import annotations
 
@@ -13,31 +14,46 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
-# ServiceUnavailable, not SlowDown: s3fs retries only SlowDown / "reduce your request rate" among S3 error
-# codes, so with botocore's own retries off (total_max_attempts=1) every injected failure reaches datapipe
-UNAVAILABLE = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code>'
-               b"<Message>Service is unable to handle request.</Message></Error>")
-DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
-          b"<Message>Access Denied</Message></Error>")
+# ServiceUnavailable, not SlowDown: s3fs retries only SlowDown / "reduce your request rate" among S3
+# error codes, so with botocore's own retries off (total_max_attempts=1) every injected failure
+# reaches datapipe
+UNAVAILABLE = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code>'
+    b"<Message>Service is unable to handle request.</Message></Error>"
+)
+DENIED = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>'
+)
 # what S3 answers a request sent to another region than the bucket's
-MOVED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>PermanentRedirect</Code>'
-         b"<Message>The bucket you are attempting to access must be addressed using the specified endpoint. "
-         b"Please send all future requests to this endpoint.</Message></Error>")
+MOVED = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>PermanentRedirect</Code>'
+    b"<Message>The bucket you are attempting to access must be addressed "
+    b"using the specified endpoint. "
+    b"Please send all future requests to this endpoint.</Message></Error>"
+)
 
 
 class FaultProxy:
-    """Forwards every request to ``target``; ``fail_rate`` of the GETs (of ``fail_methods``) get a 503
-    ServiceUnavailable instead,
-    any request whose path ends with a suffix in ``deny`` gets a 403 AccessDenied, and one whose path ends with
-    a suffix in ``moved`` a 301 PermanentRedirect (a bucket in another region).
+    """Forwards every request to ``target``; ``fail_rate`` of the GETs (of ``fail_methods``) get a
+    503
+    ServiceUnavailable instead, any request whose path ends with a suffix in ``deny`` gets a 403
+    AccessDenied, and one whose path ends with a suffix in ``moved`` a 301 PermanentRedirect (a
+    bucket in another region).
 
-    ``log`` holds (method, path, status, start, end, copy source) of every request (a listing's path is
-    /bucket/prefix); ``gets`` counts
-    successful GETs per path; ``max_copies`` is the most server-side copies that were in flight at once.
+    ``log`` holds (method, path, status, start, end, copy source) of every request (a listing's path
+    is /bucket/prefix); ``gets`` counts successful GETs per path; ``max_copies`` is the most
+    server-side copies that were in flight at once.
     """
 
-    def __init__(self, target: str, fail_rate: float = 0.0, seed: int = 0, delay_per_chunk: float = 0.0,
-                 copy_delay: float = 0.0, fail_methods: tuple[str, ...] = ("GET",)) -> None:
+    def __init__(
+        self,
+        target: str,
+        fail_rate: float = 0.0,
+        seed: int = 0,
+        delay_per_chunk: float = 0.0,
+        copy_delay: float = 0.0,
+        fail_methods: tuple[str, ...] = ("GET",),
+    ) -> None:
         self.target = urlsplit(target)
         self.fail_rate = fail_rate
         self.fail_methods = fail_methods
@@ -72,22 +88,26 @@ class FaultProxy:
                     path = f"{path.rstrip('/')}/{prefix[0].rstrip('/')}"
                 copy_source = self.headers.get("x-amz-copy-source")
                 status, headers, data = self._forward(path, body, copy_source)
-                # Logged before the reply goes out: the client may act on the reply (and a test read the log)
-                # before this thread runs again.
+                # Logged before the reply goes out: the client may act on the reply (and a test read
+                # the log) before this thread runs again.
                 with proxy.lock:
                     proxy.log.append((self.command, path, status, start, time.monotonic(), copy_source))
                     if self.command == "GET" and status < 300:
                         proxy.gets[path] += 1
                 self._send(status, headers, data)
 
-            def _forward(self, path: str, body: bytes | None,
-                         copy_source: str | None) -> tuple[int, list[tuple[str, str]], bytes]:
+            def _forward(
+                self, path: str, body: bytes | None, copy_source: str | None
+            ) -> tuple[int, list[tuple[str, str]], bytes]:
                 """The reply to send: a fault of the proxy's own, or the target's."""
                 with proxy.lock:
                     denied = any(path.endswith(suffix) for suffix in proxy.deny)
                     moved = any(path.endswith(suffix) for suffix in proxy.moved)
-                    fail = (not (denied or moved) and self.command in proxy.fail_methods
-                            and proxy.rng.random() < proxy.fail_rate)
+                    fail = (
+                        not (denied or moved)
+                        and self.command in proxy.fail_methods
+                        and proxy.rng.random() < proxy.fail_rate
+                    )
                     proxy.failed += fail
                     proxy.forwarded += not (fail or denied or moved)
                 for fault, status, payload in ((denied, 403, DENIED), (moved, 301, MOVED), (fail, 503, UNAVAILABLE)):
@@ -110,8 +130,11 @@ class FaultProxy:
                     if copy_source:
                         with proxy.lock:
                             proxy.copies_in_flight -= 1
-                kept = [(k, v) for k, v in response.getheaders()
-                        if k.lower() not in ("transfer-encoding", "connection", "content-length")]
+                kept = [
+                    (k, v)
+                    for k, v in response.getheaders()
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length")
+                ]
                 length = response.getheader("Content-Length") if self.command == "HEAD" else None
                 kept.append(("Content-Length", length or str(len(data))))
                 return response.status, kept, data

@@ -1,4 +1,5 @@
-"""Stores on S3 for real: a moto S3 server on 127.0.0.1, builds written from Dask workers, the dataset
+"""Stores on S3 for real: a moto S3 server on 127.0.0.1, builds written from Dask workers, the
+dataset
 commands, the loader through the shared cache (cold and warm, eviction, crash recovery) and retries
 through a proxy that fails requests."""
 
@@ -40,22 +41,43 @@ def cli(env, *args, cwd=None):
 
 @pytest.fixture(scope="module")
 def digits_on_s3(s3, tmp_path_factory, copy_digits):
-    """The digits example built by the CLI straight into s3://BUCKET/store from 2 Dask workers (once per module;
-    tests that damage it work on a copy). The credentials are given as -o key=... -o secret=..., not in the
-    environment: the secret must reach neither the output (with -v) nor any stored object."""
+    """The digits example built by the CLI straight into s3://BUCKET/store from 2 Dask workers (once
+    per module;
+    tests that damage it work on a copy). The credentials are given as -o key=... -o secret=..., not
+    in the environment: the secret must reach neither the output (with -v) nor any stored object."""
     tmp_path = copy_digits(tmp_path_factory.mktemp("digits"), "digits.yaml", "digits_code.py")
-    # without its splits section: these tests read the whole version in storage order, over shards of 21-41
-    # samples numbered shard-000000 on (splits are tested in tests/builder and tests/loader)
+    # without its splits section: these tests read the whole version in storage order, over shards
+    # of 21-41 samples numbered shard-000000 on (splits are tested in tests/builder and
+    # tests/loader)
     pipeline = tmp_path / "digits.yaml"
     pipeline.write_text(re.sub(r"^splits:.*\n(?:  .*\n)*", "", pipeline.read_text(), flags=re.MULTILINE))
     assert "splits" not in pipeline.read_text()
     store = f"s3://{s3['bucket']}/store"
     env = {k: v for k, v in s3["env"].items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    out = cli(env, "-v", "-o", f"key={s3['env']['AWS_ACCESS_KEY_ID']}", "-o", f"secret={SECRET}", "build",
-              "digits.yaml", "--out", store, "--workers", "2", "--json", cwd=tmp_path)
+    out = cli(
+        env,
+        "-v",
+        "-o",
+        f"key={s3['env']['AWS_ACCESS_KEY_ID']}",
+        "-o",
+        f"secret={SECRET}",
+        "build",
+        "digits.yaml",
+        "--out",
+        store,
+        "--workers",
+        "2",
+        "--json",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
-    return {**s3, "store": store, "url": f"{store}/digits", "summary": json.loads(out.stdout.splitlines()[-1]),
-            "dir": tmp_path}
+    return {
+        **s3,
+        "store": store,
+        "url": f"{store}/digits",
+        "summary": json.loads(out.stdout.splitlines()[-1]),
+        "dir": tmp_path,
+    }
 
 
 def test_build_to_s3_and_every_dataset_command_there(digits_on_s3):
@@ -80,20 +102,38 @@ def test_build_to_s3_and_every_dataset_command_there(digits_on_s3):
     assert len(stored) > 2 * digits_on_s3["summary"]["shards"]
     for path in stored:
         assert SECRET.encode() not in fs.cat(path)
-    wrong = cli(explicit, "-v", "-o", "key=someone", "-o", f"secret={SECRET}", "-o",
-                f"endpoint_url={digits_on_s3['endpoint']}", "info", f"{store}/nothing")  # errors keep it unsaid too
+    wrong = cli(
+        explicit,
+        "-v",
+        "-o",
+        "key=someone",
+        "-o",
+        f"secret={SECRET}",
+        "-o",
+        # errors keep it unsaid too
+        f"endpoint_url={digits_on_s3['endpoint']}",
+        "info",
+        f"{store}/nothing",
+    )
     assert wrong.returncode == 3 and "Traceback" not in wrong.stderr and wrong.stderr.startswith("error: ")
 
 
 def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(digits_on_s3, tmp_path, in_process):
-    """Two DataLoader worker processes (and their download-ahead threads) share one cache: every shard and
+    """Two DataLoader worker processes (and their download-ahead threads) share one cache: every
+    shard and
     index is fetched from S3 once (GETs counted at a proxy), the warm epoch fetches nothing."""
     cache = tmp_path / "cache"
     proxy = FaultProxy(digits_on_s3["endpoint"])
 
     def epoch():
-        loader = datapipe.Loader(digits_on_s3["url"], batch_size=64, num_workers=2, seed=3, cache_dir=cache,
-                                 storage_options={"endpoint_url": proxy.url})
+        loader = datapipe.Loader(
+            digits_on_s3["url"],
+            batch_size=64,
+            num_workers=2,
+            seed=3,
+            cache_dir=cache,
+            storage_options={"endpoint_url": proxy.url},
+        )
         return [(b["__key__"], b["cls"].tolist()) for b in loader]
 
     try:
@@ -102,14 +142,17 @@ def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(digits_on
         # each file in GETs alone: no HEAD before a download
         assert [(method, path) for method, path, *_ in proxy.log if "/shard-" in path and method != "GET"] == []
         warm = epoch()
-        assert {path: n for path, n in proxy.gets.items() if "/shard-" in path} == shard_gets  # nothing new
+        # nothing new
+        assert {path: n for path, n in proxy.gets.items() if "/shard-" in path} == shard_gets
     finally:
         proxy.close()
     shards = digits_on_s3["summary"]["shards"]
-    assert len(shard_gets) == 2 * shards and set(shard_gets.values()) == {1}  # each shard and index once
+    # each shard and index once
+    assert len(shard_gets) == 2 * shards and set(shard_gets.values()) == {1}
     assert len([p for p in cache.iterdir() if p.name.endswith(".tar")]) == shards
     assert cold == warm and len(cold) == 1773 // 64
-    # the same pipeline (the S3 copy has no splits section, unlike the session's digits) built into a local store
+    # the same pipeline (the S3 copy has no splits section, unlike the session's digits) built into
+    # a local store
     local = tmp_path / "local"
     build(load_pipeline(digits_on_s3["dir"] / "digits.yaml"), Store(str(local)), client=in_process)
     same = datapipe.Loader(f"{local}/digits", batch_size=64, num_workers=0, seed=3)
@@ -121,40 +164,57 @@ def _cached_shards(cache: ShardCache) -> list[int]:
 
 
 def test_cache_evicts_least_recently_used_shards_while_an_epoch_streams(digits_on_s3, tmp_path):
-    """Storage order, batches of 32 from shards of 21 to 41 samples (cut by content, at least half full): a batch
-    reads at most three shards, so a limit of four shards (with indexes) holds everything in use. After every
-    batch the cache is under the limit, and
-    what it holds is the newest stretch of shards: the oldest went first. No download ahead here: its thread
-    may open (and so refresh) a shard while the consumer does, which makes the order of use times a race
-    under load (the full suite once saw [0, 3, 4]); tests of download_ahead check the bound with it."""
+    """Storage order, batches of 32 from shards of 21 to 41 samples (cut by content, at least half
+    full): a batch
+    reads at most three shards, so a limit of four shards (with indexes) holds everything in use.
+    After every batch the cache is under the limit, and what it holds is the newest stretch of
+    shards: the oldest went first. No download ahead here: its thread may open (and so refresh) a
+    shard while the consumer does, which makes the order of use times a race under load (the full
+    suite once saw [0, 3, 4]); tests of download_ahead check the bound with it."""
     shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
     entry = max(s.bytes + s.index_bytes for s in shards)
     limit = 4 * entry
-    loader = datapipe.Loader(digits_on_s3["url"], batch_size=32, shuffle=False, num_workers=0, prefetch=0,
-                             cache_dir=tmp_path / "c", cache_limit=limit, download_ahead=0)
+    loader = datapipe.Loader(
+        digits_on_s3["url"],
+        batch_size=32,
+        shuffle=False,
+        num_workers=0,
+        prefetch=0,
+        cache_dir=tmp_path / "c",
+        cache_limit=limit,
+        download_ahead=0,
+    )
     cache = ShardCache(tmp_path / "c")
     keys, held, seen = [], [], set()
     for batch in loader:
         keys.extend(batch["__key__"])
         assert cache.size() <= limit
         cached = _cached_shards(cache)
-        assert cached == list(range(cached[0], cached[-1] + 1))  # a window under the byte limit: LRU went
+        # a window under the byte limit: LRU went
+        assert cached == list(range(cached[0], cached[-1] + 1))
         assert set(loader.dataset.held()) <= set(cached)  # what the reader holds is never evicted
         held.append(len(loader.dataset.held()))
         seen.update(cached)
     assert len(set(keys)) == len(keys) == 1773 // 32 * 32
-    # every shard read passed through (the last may hold only samples drop_last drops); shard 0 left long ago
+    # every shard read passed through (the last may hold only samples drop_last drops); shard 0 left
+    # long ago
     assert set(range(len(shards) - 1)) <= seen <= set(range(len(shards))) and _cached_shards(cache)[0] > 0
-    assert max(held) <= 3 and loader.dataset.held() == []  # released as soon as read, all of them at the end
+    # released as soon as read, all of them at the end
+    assert max(held) <= 3 and loader.dataset.held() == []
 
 
 def test_a_mix_of_remote_sources_gives_each_shard_back_after_its_last_read(digits_on_s3, tmp_path):
-    """Two sources read through one bounded cache, interleaved 1:1 in storage order: each holds at most the
+    """Two sources read through one bounded cache, interleaved 1:1 in storage order: each holds at
+    most the
     two shards a batch spans, and every shard goes back as soon as its source has passed it."""
     shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
     limit = 6 * max(s.bytes + s.index_bytes for s in shards)
-    mixed = datapipe.mix({"a": digits_on_s3["url"], "b": f"{digits_on_s3['url']}@latest"}, {"a": 1, "b": 1},
-                         cache_dir=tmp_path / "c", cache_limit=limit)
+    mixed = datapipe.mix(
+        {"a": digits_on_s3["url"], "b": f"{digits_on_s3['url']}@latest"},
+        {"a": 1, "b": 1},
+        cache_dir=tmp_path / "c",
+        cache_limit=limit,
+    )
     loader = datapipe.Loader(mixed, batch_size=32, shuffle=False, num_workers=0, prefetch=0, download_ahead=0)
     cache = ShardCache(tmp_path / "c")
     keys, held = {"a": [], "b": []}, []
@@ -168,12 +228,22 @@ def test_a_mix_of_remote_sources_gives_each_shard_back_after_its_last_read(digit
 
 
 def test_a_limit_below_the_shards_in_use_holds_just_those(digits_on_s3, tmp_path):
-    """Shuffled: a consumer reads the 4 shards of a block at once (8 across a block boundary). With a limit
-    smaller than that, the cache holds only the shards in use and the one downloaded ahead (documented)."""
+    """Shuffled: a consumer reads the 4 shards of a block at once (8 across a block boundary). With
+    a limit
+    smaller than that, the cache holds only the shards in use and the one downloaded ahead
+    (documented)."""
     shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
     entry = max(s.bytes + s.index_bytes for s in shards)
-    loader = datapipe.Loader(digits_on_s3["url"], batch_size=32, num_workers=0, prefetch=0, seed=5,
-                             cache_dir=tmp_path / "c", cache_limit=entry, download_ahead=1)
+    loader = datapipe.Loader(
+        digits_on_s3["url"],
+        batch_size=32,
+        num_workers=0,
+        prefetch=0,
+        seed=5,
+        cache_dir=tmp_path / "c",
+        cache_limit=entry,
+        download_ahead=1,
+    )
     cache = ShardCache(tmp_path / "c")
     count = 0
     for batch in loader:
@@ -183,8 +253,10 @@ def test_a_limit_below_the_shards_in_use_holds_just_those(digits_on_s3, tmp_path
 
 
 def test_two_workers_share_a_bounded_cache(digits_on_s3, tmp_path):
-    """Two DataLoader worker processes evicting from one small cache while both read: the same batches as
-    an unbounded epoch, and the cache back under its limit once they are done (no lock left behind)."""
+    """Two DataLoader worker processes evicting from one small cache while both read: the same
+    batches as
+    an unbounded epoch, and the cache back under its limit once they are done (no lock left
+    behind)."""
     shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
     limit = 4 * max(s.bytes + s.index_bytes for s in shards)
 
@@ -201,8 +273,15 @@ def test_two_workers_share_a_bounded_cache(digits_on_s3, tmp_path):
 
 def test_download_ahead_fetches_the_next_shards_and_no_more(digits_on_s3, tmp_path):
     ahead = 3
-    loader = datapipe.Loader(digits_on_s3["url"], batch_size=16, shuffle=False, num_workers=0, prefetch=0,
-                             cache_dir=tmp_path, download_ahead=ahead)
+    loader = datapipe.Loader(
+        digits_on_s3["url"],
+        batch_size=16,
+        shuffle=False,
+        num_workers=0,
+        prefetch=0,
+        cache_dir=tmp_path,
+        download_ahead=ahead,
+    )
     cache = ShardCache(tmp_path)
     batches = iter(loader)
     first = next(batches)  # shard 0, samples 0-15
@@ -212,7 +291,8 @@ def test_download_ahead_fetches_the_next_shards_and_no_more(digits_on_s3, tmp_pa
         time.sleep(0.05)
     assert _cached_shards(cache) == list(range(ahead + 1))  # the one in use and the next three
     time.sleep(0.5)
-    assert _cached_shards(cache) == list(range(ahead + 1))  # and it waits for the reader before the fifth
+    # and it waits for the reader before the fifth
+    assert _cached_shards(cache) == list(range(ahead + 1))
     next(batches), next(batches), next(batches)  # samples 48-63: shard 1 opened, shard 0 released
     deadline = time.monotonic() + 60
     while _cached_shards(cache)[-1] != ahead + 1 and time.monotonic() < deadline:
@@ -238,37 +318,55 @@ def test_missing_objects_fail_at_once_naming_bucket_and_key(digits_on_s3, tmp_pa
     assert time.monotonic() - start < 5  # permanent: no backoff
 
 
-def test_transient_failures_are_retried_by_datapipe_until_the_epoch_is_complete(digits_on_s3, tmp_path, caplog,
-                                                                                 monkeypatch, quick_backoff):
-    """The proxy fails 3 GETs in 10 (ref and manifest reads and listings included) with a 503 that neither
-    s3fs nor botocore (total_max_attempts=1) tries again: every failure reaches datapipe, which retries it.
-    With DATAPIPE_RETRIES=1 the same faults end the epoch with an error naming bucket, key and cause."""
+def test_transient_failures_are_retried_by_datapipe_until_the_epoch_is_complete(
+    digits_on_s3, tmp_path, caplog, monkeypatch, quick_backoff
+):
+    """The proxy fails 3 GETs in 10 (ref and manifest reads and listings included) with a 503 that
+    neither
+    s3fs nor botocore (total_max_attempts=1) tries again: every failure reaches datapipe, which
+    retries it.
+    With DATAPIPE_RETRIES=1 the same faults end the epoch with an error naming bucket, key and
+    cause."""
     proxy = FaultProxy(digits_on_s3["endpoint"], fail_rate=0.3, seed=4)
     options = {"endpoint_url": proxy.url, "config_kwargs": {"retries": {"total_max_attempts": 1}}}
     caplog.set_level(logging.WARNING, logger="datapipe.storage.retry")
     monkeypatch.setenv("DATAPIPE_RETRIES", "12")  # 12 failures in a row: 0.3**12, never
     try:
-        # each loader closed while the proxy and the server run (one left open releases its lease at exit, to neither)
-        with datapipe.Loader(digits_on_s3["url"], batch_size=64, num_workers=0, seed=1, cache_dir=tmp_path / "a",
-                             storage_options=options) as loader:
+        # each loader closed while the proxy and the server run (one left open releases its lease at
+        # exit, to neither)
+        with datapipe.Loader(
+            digits_on_s3["url"], batch_size=64, num_workers=0, seed=1, cache_dir=tmp_path / "a", storage_options=options
+        ) as loader:
             keys = [k for b in loader for k in b["__key__"]]
         assert len(set(keys)) == len(keys) == 1773 // 64 * 64
         # each failed request was retried by datapipe, once: the same objects, as many times
         failed = Counter(path for method, path, status, *_ in proxy.log if status == 503)
         retried = Counter("/" + r.args[0].removeprefix("s3://") for r in caplog.records)
         assert proxy.failed > 10 and retried == failed
-        assert any(path.endswith(("/manifest.json", "/refs/latest")) for path in retried)  # store reads too
+        # store reads too
+        assert any(path.endswith(("/manifest.json", "/refs/latest")) for path in retried)
 
         monkeypatch.setenv("DATAPIPE_RETRIES", "1")
         caplog.clear()
-        with pytest.raises(DatapipeError, match=rf"failed \(bucket '{digits_on_s3['bucket']}', key '.*'\): .*"
-                                                r"ServiceUnavailable"):
-            with datapipe.Loader(digits_on_s3["url"], batch_size=64, num_workers=0, seed=1,
-                                 cache_dir=tmp_path / "b", storage_options=options) as loader:
+        with pytest.raises(
+            DatapipeError,
+            match=rf"failed \(bucket '{digits_on_s3['bucket']}', key '.*'\): .*"
+            r"ServiceUnavailable",
+        ):
+            with datapipe.Loader(
+                digits_on_s3["url"],
+                batch_size=64,
+                num_workers=0,
+                seed=1,
+                cache_dir=tmp_path / "b",
+                storage_options=options,
+            ) as loader:
                 list(loader)
-        # no retries (the lease's release on the way out may warn that it failed: the proxy still fails requests)
+        # no retries (the lease's release on the way out may warn that it failed: the proxy still
+        # fails requests)
         assert not [r for r in caplog.records if r.name == "datapipe.storage.retry"]
-        # the argument wins over the environment, for the store's reads and the cache's downloads alike
+        # the argument wins over the environment, for the store's reads and the cache's downloads
+        # alike
         with datapipe.open_dataset(digits_on_s3["url"], options, cache_dir=tmp_path / "c", retries=12) as ds:
             assert ds.store.retry.attempts == ds.cache.retry.attempts == 12
             assert len(datapipe.Loader(ds, batch_size=64, num_workers=0)) == 1773 // 64
@@ -294,8 +392,10 @@ def test_a_download_killed_midway_leaves_nothing_a_restart_trips_over(s3, tmp_pa
     proxy = FaultProxy(s3["endpoint"], delay_per_chunk=0.02)  # about 2 s for the whole object
     cache_dir = tmp_path / "cache"
     try:
-        proc = subprocess.Popen([sys.executable, "-c", CRASHING_DOWNLOAD, str(cache_dir), proxy.url, key, sha,
-                                 str(len(data))], env=s3["env"])
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CRASHING_DOWNLOAD, str(cache_dir), proxy.url, key, sha, str(len(data))],
+            env=s3["env"],
+        )
         deadline = time.monotonic() + 60
         while not list(cache_dir.glob("*.tmp-*")) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -316,13 +416,22 @@ def test_concurrent_builders_into_one_s3_store_leave_only_complete_versions(digi
     env, store, work = digits_on_s3["env"], digits_on_s3["store"], digits_on_s3["dir"]
     shutil.copy(REPO / "pipelines" / "digits_tfrecord.yaml", work / "digits_tfrecord.yaml")
     # two processes, each building on threads (the digits are small): what races is the commit to S3
-    procs = [subprocess.Popen([sys.executable, "-m", "datapipe", "build", name, "--out", store, "--json"], cwd=work,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name in ("digits_tfrecord.yaml", "digits.yaml")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "datapipe", "build", name, "--out", store, "--json"],
+            cwd=work,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("digits_tfrecord.yaml", "digits.yaml")
+    ]
     results = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in results]
     versions = [json.loads(out.splitlines()[-1])["version"] for out, _ in results]
-    assert versions[1] == digits_on_s3["summary"]["version"]  # the same inputs: the same version, only the ref moved
+    # the same inputs: the same version, only the ref moved
+    assert versions[1] == digits_on_s3["summary"]["version"]
     for name in ("digits-tfrecord", "digits"):
         assert cli(env, "verify", f"{store}/{name}").returncode == 0
 
@@ -330,8 +439,10 @@ def test_concurrent_builders_into_one_s3_store_leave_only_complete_versions(digi
 def test_an_incremental_build_on_s3_shares_the_parents_shards(s3, tmp_path):
     (tmp_path / "raw").mkdir()
     pipeline = tmp_path / "rows.yaml"
-    pipeline.write_text("name: rows\nsource: {path: raw/*.csv, format: csv}\n"
-                        "sample: {key: id, fields: {txt: text}}\nshards: {max_bytes: 8KB}\n")
+    pipeline.write_text(
+        "name: rows\nsource: {path: raw/*.csv, format: csv}\n"
+        "sample: {key: id, fields: {txt: text}}\nshards: {max_bytes: 8KB}\n"
+    )
 
     def write(n: int) -> None:
         rows = "".join(f"f{n}r{i:03d},{'y' * (30 + i % 50)}\n" for i in range(40))
@@ -347,7 +458,8 @@ def test_an_incremental_build_on_s3_shares_the_parents_shards(s3, tmp_path):
     assert again.manifest.version == scratch.manifest.version
     assert again.incremental["partitions"] == {"measured": 1, "reused": 3} and again.incremental["shards"]["reused"]
     shared = [s for s in again.manifest.shards if s.stored_in]
-    assert len(shared) == again.incremental["shards"]["reused"] and any(s.stored_as for s in shared)  # renumbered
+    # renumbered
+    assert len(shared) == again.incremental["shards"]["reused"] and any(s.stored_as for s in shared)
     assert not verify_version(store, "rows", again.manifest, again.manifest.version)
     from datapipe.versioning.history import usage
 
@@ -360,10 +472,24 @@ def test_check_on_a_cluster_rebuilds_into_a_scratch_prefix_of_the_s3_store(digit
     from helpers.cli import on_session_cluster
 
     env = digits_on_s3["env"]
-    options = ["-o", f"key={env['AWS_ACCESS_KEY_ID']}", "-o", f"secret={env['AWS_SECRET_ACCESS_KEY']}",
-               "-o", f"endpoint_url={digits_on_s3['endpoint']}"]  # the cluster's workers get them with the store
-    out = datapipe_in_process(*options, "check", "digits.yaml", digits_on_s3["url"],
-                              *on_session_cluster(dask_client.scheduler.address), env=env, cwd=digits_on_s3["dir"])
+    options = [
+        "-o",
+        f"key={env['AWS_ACCESS_KEY_ID']}",
+        "-o",
+        f"secret={env['AWS_SECRET_ACCESS_KEY']}",
+        # the cluster's workers get them with the store
+        "-o",
+        f"endpoint_url={digits_on_s3['endpoint']}",
+    ]
+    out = datapipe_in_process(
+        *options,
+        "check",
+        "digits.yaml",
+        digits_on_s3["url"],
+        *on_session_cluster(dask_client.scheduler.address),
+        env=env,
+        cwd=digits_on_s3["dir"],
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"rebuilding into {digits_on_s3['store']}/.check-" in out.stderr and "reproducible" in out.stdout
     import s3fs
@@ -388,17 +514,29 @@ def test_the_browser_serves_a_store_on_s3_reading_sample_ranges(digits_on_s3):
 
 
 def test_serve_takes_the_store_options_with_o(digits_on_s3):
-    """`datapipe serve s3://... -o key=... -o secret=... -o endpoint_url=...` as a user runs it, with no
+    """`datapipe serve s3://... -o key=... -o secret=... -o endpoint_url=...` as a user runs it,
+    with no
     credentials nor endpoint in its environment: the options reach the store it browses."""
     import urllib.request
 
     from helpers.cli import INSTALLED
 
     env = {k: v for k, v in digits_on_s3["env"].items() if k != "AWS_ENDPOINT_URL_S3"}
-    options = ["-o", f"key={digits_on_s3['env']['AWS_ACCESS_KEY_ID']}", "-o", f"secret={SECRET}",
-               "-o", f"endpoint_url={digits_on_s3['endpoint']}"]
-    proc = subprocess.Popen([str(INSTALLED), "serve", digits_on_s3["store"], "--port", "0", *options], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    options = [
+        "-o",
+        f"key={digits_on_s3['env']['AWS_ACCESS_KEY_ID']}",
+        "-o",
+        f"secret={SECRET}",
+        "-o",
+        f"endpoint_url={digits_on_s3['endpoint']}",
+    ]
+    proc = subprocess.Popen(
+        [str(INSTALLED), "serve", digits_on_s3["store"], "--port", "0", *options],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:\d+/", line)

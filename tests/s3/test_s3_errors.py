@@ -1,5 +1,7 @@
-"""Permanent S3 errors through the CLI (missing bucket, unreachable endpoint, unknown protocol, access denied),
-the commit on S3 (parallel server-side copies, manifest after shards, ref last), and gc and verify there."""
+"""Permanent S3 errors through the CLI (missing bucket, unreachable endpoint, unknown protocol,
+access denied),
+the commit on S3 (parallel server-side copies, manifest after shards, ref last), and gc and verify
+there."""
 
 import datetime
 import json
@@ -36,10 +38,11 @@ def write_tiny(store: Store, name: str = "tiny", shards: int = 6) -> Manifest:
     """A small webdataset version written through the store API (no Dask): 10 samples a shard."""
     writer = store.begin(name)
     fmt = get_format("webdataset")
-    entries = [writer.write_shard(i, [{"__key__": f"s{i:02d}-{j}", "cls": str(j).encode()} for j in range(10)], fmt)
-               for i in range(shards)]
-    return writer.commit(Manifest(name=name, shard_format="webdataset", fields={"cls": "int"},
-                                  shards=tuple(entries)))
+    entries = [
+        writer.write_shard(i, [{"__key__": f"s{i:02d}-{j}", "cls": str(j).encode()} for j in range(10)], fmt)
+        for i in range(shards)
+    ]
+    return writer.commit(Manifest(name=name, shard_format="webdataset", fields={"cls": "int"}, shards=tuple(entries)))
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +53,11 @@ def tiny(s3):
 
 
 def test_a_missing_bucket_is_an_error_naming_it(tiny):
-    for args in (["ls", "s3://no-such-bucket-dp/store"], ["gc", "s3://no-such-bucket-dp/store/tiny"],
-                 ["info", "s3://no-such-bucket-dp/store/tiny"]):
+    for args in (
+        ["ls", "s3://no-such-bucket-dp/store"],
+        ["gc", "s3://no-such-bucket-dp/store/tiny"],
+        ["info", "s3://no-such-bucket-dp/store/tiny"],
+    ):
         out = cli(tiny["env"], "-o", "key=testing-key", "-o", f"secret={SECRET}", *args)
         assert out.returncode == 3, (args, out.stdout, out.stderr)
         assert "error: s3://no-such-bucket-dp/store: bucket 'no-such-bucket-dp' does not exist" in out.stderr
@@ -59,18 +65,28 @@ def test_a_missing_bucket_is_an_error_naming_it(tiny):
 
 
 def test_an_unreachable_endpoint_is_a_clear_error(tiny):
-    # botocore tries a refused connection again with backoff (~8 s here) before the error; one try (the README's
-    # setting for botocore's own retries) gives the same error at once
-    out = cli(tiny["env"], "-o", "endpoint_url=http://127.0.0.1:1", "-o",
-              'config_kwargs={"retries": {"total_max_attempts": 1}}', "info", f"{tiny['url']}")
+    # botocore tries a refused connection again with backoff (~8 s here) before the error; one try
+    # (the README's setting for botocore's own retries) gives the same error at once
+    out = cli(
+        tiny["env"],
+        "-o",
+        "endpoint_url=http://127.0.0.1:1",
+        "-o",
+        'config_kwargs={"retries": {"total_max_attempts": 1}}',
+        "info",
+        f"{tiny['url']}",
+    )
     assert out.returncode == 2
     assert out.stderr.startswith(f"error: {tiny['url']}/versions: cannot reach the object store")
     assert "http://127.0.0.1:1" in out.stderr and "endpoint_url" in out.stderr
 
 
 def test_an_unknown_protocol_is_a_config_error_naming_the_url(tiny, tmp_path):
-    for args, url in ((["ls", "foo://x"], "foo://x"), (["info", "s4://x/store/d"], "s4://x/store"),
-                      (["build", str(REPO / "pipelines" / "digits.yaml"), "--out", "s4://x"], "s4://x")):
+    for args, url in (
+        (["ls", "foo://x"], "foo://x"),
+        (["info", "s4://x/store/d"], "s4://x/store"),
+        (["build", str(REPO / "pipelines" / "digits.yaml"), "--out", "s4://x"], "s4://x"),
+    ):
         out = cli(tiny["env"], *args, cwd=tmp_path)
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.startswith(f"error: {url}: cannot open this store (Protocol not known: "), out.stderr
@@ -86,12 +102,21 @@ def test_access_denied_fails_at_once_naming_bucket_and_key(tiny, tmp_path):
         key = f"store/tiny/versions/{version}/manifest.json"
         assert f"access denied (bucket '{tiny['bucket']}', key '{key}')" in out.stderr
         assert "AccessDenied" in out.stderr or "Forbidden" in out.stderr
-        assert [r[2] for r in proxy.log if r[1].endswith("/manifest.json")] == [403]  # one try, no retries
+        # one try, no retries
+        assert [r[2] for r in proxy.log if r[1].endswith("/manifest.json")] == [403]
 
         # the loader, downloading a shard into its cache: the same, from the training process
         proxy.deny = {"/shard-000002.tar"}
-        loader = datapipe.Loader(tiny["url"], batch_size=10, shuffle=False, num_workers=0, prefetch=0,
-                                 download_ahead=0, cache_dir=tmp_path, storage_options={"endpoint_url": proxy.url})
+        loader = datapipe.Loader(
+            tiny["url"],
+            batch_size=10,
+            shuffle=False,
+            num_workers=0,
+            prefetch=0,
+            download_ahead=0,
+            cache_dir=tmp_path,
+            storage_options={"endpoint_url": proxy.url},
+        )
         with pytest.raises(ConfigError, match=rf"access denied \(bucket '{tiny['bucket']}', key '.*shard-000002.tar'"):
             list(loader)
         assert [r[2] for r in proxy.log if r[1].endswith("/shard-000002.tar")] == [403]
@@ -108,47 +133,58 @@ def test_a_wrong_region_fails_at_once_naming_bucket_key_and_what_to_set(tiny, tm
         key = f"store/tiny/versions/{tiny['manifest'].version}/manifest.json"
         assert f"wrong region (bucket '{tiny['bucket']}', key '{key}')" in out.stderr
         assert "region_name" in out.stderr and "Traceback" not in out.stderr
-        # botocore's region redirector sends the request once more; datapipe does not retry (6 tries by default)
+        # botocore's region redirector sends the request once more; datapipe does not retry (6 tries
+        # by default)
         assert [r[2] for r in proxy.log if r[1].endswith("/manifest.json")] in ([301], [301, 301])
     finally:
         proxy.close()
 
 
 def test_commit_copies_shards_in_parallel_on_the_server_then_manifest_then_ref(s3):
-    proxy = FaultProxy(s3["endpoint"], copy_delay=0.05)  # each copy takes a while: overlapping ones show
+    # each copy takes a while: overlapping ones show
+    proxy = FaultProxy(s3["endpoint"], copy_delay=0.05)
     try:
         store = Store(f"s3://{s3['bucket']}/commit", {"endpoint_url": proxy.url})
         writer = store.begin("many")
         fmt = get_format("webdataset")
         entries = [writer.write_shard(i, [{"__key__": f"k{i}", "cls": b"1"}], fmt) for i in range(12)]
         before = len(proxy.log)
-        manifest = writer.commit(Manifest(name="many", shard_format="webdataset", fields={"cls": "int"},
-                                          shards=tuple(entries)))
+        manifest = writer.commit(
+            Manifest(name="many", shard_format="webdataset", fields={"cls": "int"}, shards=tuple(entries))
+        )
         log = proxy.log[before:]
     finally:
         proxy.close()
     copies = [r for r in log if r[5] is not None]
     final = f"/{s3['bucket']}/commit/many/versions/{manifest.version}/"
     assert sorted(r[1] for r in copies) == sorted(final + name for e in entries for name in (e.path, e.index_path))
-    assert all(".partial-" in r[5] for r in copies)  # copied on the server from the partial directory
-    assert not [r for r in log if r[0] == "GET" and ".partial-" in r[1] and "/shard-" in r[1]]  # no bytes via us
-    assert not [r for r in log if r[0] == "HEAD" and ".partial-" in r[1]]  # sizes from one listing, not a HEAD each
+    # copied on the server from the partial directory
+    assert all(".partial-" in r[5] for r in copies)
+    # no bytes via us
+    assert not [r for r in log if r[0] == "GET" and ".partial-" in r[1] and "/shard-" in r[1]]
+    # sizes from one listing, not a HEAD each
+    assert not [r for r in log if r[0] == "HEAD" and ".partial-" in r[1]]
     assert proxy.max_copies > 1  # in parallel
     manifest_put = [r for r in log if r[0] == "PUT" and r[1] == final + "manifest.json"]
     ref_put = [r for r in log if r[0] == "PUT" and r[1].endswith("/many/refs/latest")]
     assert len(manifest_put) == len(ref_put) == 1
-    assert max(r[4] for r in copies) <= manifest_put[0][3]  # every shard in place before the manifest
+    # every shard in place before the manifest
+    assert max(r[4] for r in copies) <= manifest_put[0][3]
     assert manifest_put[0][4] <= ref_put[0][3]  # the ref last
     assert not Store(f"s3://{s3['bucket']}/commit").fs.find(f"{s3['bucket']}/commit/many/versions/.partial-")
 
 
 def leave_dead_partial(store: Store) -> str:
-    """A partial version with one shard whose writer "crashed": its owner file names a process that has exited."""
+    """A partial version with one shard whose writer "crashed": its owner file names a process that
+    has exited."""
     writer = store.begin("tiny")
     writer.write_shard(0, [{"__key__": "x", "cls": b"1"}], get_format("webdataset"))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    owner = {"host": socket.gethostname(), "pid": int(dead.stdout), "started":
-             datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    owner = {
+        "host": socket.gethostname(),
+        "pid": int(dead.stdout),
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
     put_atomic(store.fs, f"{writer.partial}/.owner.json", json.dumps(owner).encode())
     return writer.partial
 
@@ -160,13 +196,15 @@ def test_gc_on_s3_removes_a_partial_version_its_dead_writer_left(tiny):
     assert f"removed {partial}" in out.stdout
     fresh = Store(tiny["store"])
     assert not fresh.fs.exists(partial) and not fresh.fs.find(partial)
-    assert cli(tiny["env"], "verify", tiny["url"]).returncode == 0  # the complete version is untouched
+    # the complete version is untouched
+    assert cli(tiny["env"], "verify", tiny["url"]).returncode == 0
 
 
 def test_gc_and_verify_on_s3_retry_every_transient_failure(s3, caplog, monkeypatch, quick_backoff):
-    """gc's listings, existence checks and deletes, and verify's listing and reads, through a proxy that fails 3 in
-    10 requests of every method with a 503 that only datapipe retries: each failure is retried, gc removes the dead
-    writer's partial and nothing else, and verify finds every file."""
+    """gc's listings, existence checks and deletes, and verify's listing and reads, through a proxy
+    that fails 3 in
+    10 requests of every method with a 503 that only datapipe retries: each failure is retried, gc
+    removes the dead writer's partial and nothing else, and verify finds every file."""
     from collections import Counter
 
     from datapipe.versioning.gc import collect
@@ -176,8 +214,12 @@ def test_gc_and_verify_on_s3_retry_every_transient_failure(s3, caplog, monkeypat
     manifest = write_tiny(direct)
     partial = leave_dead_partial(direct)
     proxy = FaultProxy(s3["endpoint"], fail_rate=0.3, seed=5, fail_methods=("GET", "HEAD", "DELETE", "POST"))
-    options = {"endpoint_url": proxy.url, "config_kwargs": {"retries": {"total_max_attempts": 1}},
-               "skip_instance_cache": True, "use_listings_cache": False}
+    options = {
+        "endpoint_url": proxy.url,
+        "config_kwargs": {"retries": {"total_max_attempts": 1}},
+        "skip_instance_cache": True,
+        "use_listings_cache": False,
+    }
     caplog.set_level(logging.WARNING, logger="datapipe.storage.retry")
     monkeypatch.setenv("DATAPIPE_RETRIES", "12")
     try:

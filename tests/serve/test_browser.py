@@ -1,7 +1,8 @@
-"""datapipe serve in a real browser: Debian's headless Chromium (through chromium-driver, driven by Selenium)
-against `datapipe serve` on 127.0.0.1. Every page loads without a console error (a CSP violation would be
-one), thumbnails decode, the key search and the grid's pages work, the diff shows both sides of a changed
-sample; screenshots go to the test's tmp_path."""
+"""datapipe serve in a real browser: Debian's headless Chromium (through chromium-driver, driven by
+Selenium)
+against `datapipe serve` on 127.0.0.1. Every page loads without a console error (a CSP violation
+would be one), thumbnails decode, the key search and the grid's pages work, the diff shows both
+sides of a changed sample; screenshots go to the test's tmp_path."""
 
 import re
 import shutil
@@ -15,16 +16,21 @@ CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 @pytest.fixture(scope="module", autouse=True)
 def _chromium():
-    """A missing browser fails these tests, naming what to install: a skip would hide the browser check."""
+    """A missing browser fails these tests, naming what to install: a skip would hide the browser
+    check."""
     if CHROMIUM is None or DRIVER is None:
-        pytest.fail("needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver "
-                    "(.ci/run installs them)", pytrace=False)
+        pytest.fail(
+            "needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver "
+            "(.ci/run installs them)",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="module")
 def server(store):
-    proc = subprocess.Popen([str(INSTALLED), "serve", store.url, "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(INSTALLED), "serve", store.url, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         url = re.search(r"http://127\.0\.0\.1:\d+/", proc.stdout.readline())
         assert url, proc.stderr.read()
@@ -41,8 +47,14 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,900", "--no-proxy-server"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,900",
+        "--no-proxy-server",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(DRIVER), options=options)
@@ -83,8 +95,9 @@ def test_every_page_loads_without_console_errors_and_thumbnails_render(browser, 
     assert len(browser.find_elements(By.CSS_SELECTOR, "table.rejects tbody tr")) == 3
     visit(browser, f"{server}/d/shapes/diff")
     assert "~1 changed" in browser.page_source
-    sides = browser.execute_script("return Array.from(document.querySelectorAll('.sides img'))"
-                                   ".map(i => i.complete ? i.naturalWidth : -1)")
+    sides = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.sides img')).map(i => i.complete ? i.naturalWidth : -1)"
+    )
     assert len(sides) == 2 and all(w > 0 for w in sides), sides
     assert (tmp_path / "version.png").stat().st_size > 1000 and (tmp_path / "samples.png").stat().st_size > 1000
 
@@ -98,8 +111,9 @@ def test_the_key_search_narrows_the_grid(browser, server, store):
     box.send_keys("shape02")
     box.submit()
     # submit returns once the form is sent, not when the answer has loaded
-    WebDriverWait(browser, 30).until(lambda d: "q=shape02" in d.current_url
-                                     and d.execute_script("return document.readyState") == "complete")
+    WebDriverWait(browser, 30).until(
+        lambda d: "q=shape02" in d.current_url and d.execute_script("return document.readyState") == "complete"
+    )
     keys = [a.text for a in browser.find_elements(By.CSS_SELECTOR, ".cell .key")]
     assert keys == ["shape020", "shape021", "shape022", "shape023"]
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
@@ -112,8 +126,9 @@ def test_next_pages_through_the_grid(browser, server, store):
     visit(browser, f"{server}/d/many/v/{store.resolve('many', 'latest')}/samples")
     assert browser.find_elements(By.CSS_SELECTOR, ".cell .key")[0].text == "m000"
     browser.find_element(By.CSS_SELECTOR, 'a[rel="next"]').click()
-    WebDriverWait(browser, 30).until(lambda d: "page=1" in d.current_url
-                                     and d.execute_script("return document.readyState") == "complete")
+    WebDriverWait(browser, 30).until(
+        lambda d: "page=1" in d.current_url and d.execute_script("return document.readyState") == "complete"
+    )
     keys = [a.text for a in browser.find_elements(By.CSS_SELECTOR, ".cell .key")]
     assert keys == [f"m{i:03d}" for i in range(48, 96)]
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

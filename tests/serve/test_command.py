@@ -1,4 +1,5 @@
-"""`datapipe serve` as a user runs it: it prints the URL it listens on, serves, and warns off loopback."""
+"""`datapipe serve` as a user runs it: it prints the URL it listens on, serves, and warns off
+loopback."""
 
 import re
 import subprocess
@@ -10,13 +11,15 @@ from helpers.cli import INSTALLED
 
 
 def test_serve_prints_its_url_and_answers_there(store):
-    proc = subprocess.Popen([str(INSTALLED), "serve", store.url, "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(INSTALLED), "serve", store.url, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         line = proc.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:\d+/", line)
         assert url, line
-        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+        # loopback: never through a proxy
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with direct.open(url.group(0) + "d/shapes", timeout=30) as page:
             assert page.status == 200 and b"shape024" not in page.read()
             assert page.headers["x-content-type-options"] == "nosniff"
@@ -35,10 +38,14 @@ def test_serve_prints_its_url_and_answers_there(store):
 
 
 def test_serve_off_loopback_warns_that_anyone_can_read_the_data(store):
-    # 192.0.2.1 (TEST-NET-1) is on no interface here: it warns, then fails to listen, naming the address
-    out = subprocess.run([str(INSTALLED), "serve", store.url, "--host", "192.0.2.1", "--port", "0"],
-                         capture_output=True, text=True, timeout=60)
+    # 192.0.2.1 (TEST-NET-1) is on no interface here: it warns, then fails to listen, naming the
+    # address
+    out = subprocess.run(
+        [str(INSTALLED), "serve", store.url, "--host", "192.0.2.1", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert "warning: listening on 192.0.2.1: anyone who can reach port" in out.stderr
     assert "--host 192.0.2.1 --port 0: cannot listen there" in out.stderr
-

@@ -1,4 +1,5 @@
-"""datapipe serve's pages over a small store: what each one shows, read through the store and index code."""
+"""datapipe serve's pages over a small store: what each one shows, read through the store and index
+code."""
 
 import re
 
@@ -29,8 +30,16 @@ def test_the_version_page_shows_fields_stages_charts_lineage_and_the_loader_line
     v = latest(store, "shapes")
     page = client.get(f"/d/shapes/v/{v[:8]}")
     assert page.status_code == 200
-    for text in ("png", "npy", "json", "clean", "validate", "<svg", "<rect", f"datapipe.Loader(&#39;{store.url}"
-                 f"/shapes@{v[:12]}&#39;)"):
+    for text in (
+        "png",
+        "npy",
+        "json",
+        "clean",
+        "validate",
+        "<svg",
+        "<rect",
+        f"datapipe.Loader(&#39;{store.url}/shapes@{v[:12]}&#39;)",
+    ):
         assert text in page.text, text
     assert client.get("/d/shapes/v/v1").status_code == 200  # a tag names a version too
 
@@ -40,7 +49,8 @@ def test_the_samples_grid_pages_searches_by_key_prefix_and_shows_thumbnails(clie
     page = client.get(base + "/samples")
     keys = re.findall(r'class="key" href="[^"]+">(shape\d+)<', page.text)
     assert keys == [f"shape{i:03d}" for i in range(24)]
-    assert "float32 [3]" in page.text and "&#34;name&#34;" in page.text  # npy shape and dtype, JSON pretty
+    # npy shape and dtype, JSON pretty
+    assert "float32 [3]" in page.text and "&#34;name&#34;" in page.text
     search = client.get(base + "/samples", params={"q": "shape01"})
     assert re.findall(r'class="key" href="[^"]+">(shape\d+)<', search.text) == [f"shape01{i}" for i in range(10)]
     thumbs = re.findall(r'<img src="([^"]+)"', page.text)
@@ -59,7 +69,8 @@ def test_a_sample_page_has_every_field_its_shard_and_byte_offset(client, store):
     page = client.get(base + "/s/1/2")
     assert page.status_code == 200
     assert "shape010" in page.text and f"at byte {start}" in page.text and "shard 1" in page.text
-    assert read_sample(ds, 1, 2) == ds[10]  # the byte range alone gives the same sample as the loader
+    # the byte range alone gives the same sample as the loader
+    assert read_sample(ds, 1, 2) == ds[10]
 
 
 def test_tfrecord_versions_read_by_byte_range_too(client, store):
@@ -156,7 +167,8 @@ def test_the_dataset_page_draws_the_parent_graph(client, store):
 
 
 def test_pages_are_answered_side_by_side(store, monkeypatch):
-    """Two thumbnails must be in the making at once to get past the barrier: a server that answered one page
+    """Two thumbnails must be in the making at once to get past the barrier: a server that answered
+    one page
     at a time would time the first out (a 500) while the second waited."""
     import asyncio
     import threading
@@ -181,8 +193,9 @@ def test_pages_are_answered_side_by_side(store, monkeypatch):
         async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             grid = await client.get(base + "/samples")
             first, second = re.findall(r'<img src="([^"]+)"', grid.text)[:2]
-            return await asyncio.gather(client.get(first.replace("&amp;", "&")),
-                                        client.get(second.replace("&amp;", "&")))
+            return await asyncio.gather(
+                client.get(first.replace("&amp;", "&")), client.get(second.replace("&amp;", "&"))
+            )
 
     for answer in asyncio.run(two_thumbnails()):
         assert answer.status_code == 200 and answer.content.startswith(b"\x89PNG")

@@ -1,4 +1,5 @@
-"""datapipe serve against hostile input: traversal URLs, script keys, fake images, huge fields, broken files."""
+"""datapipe serve against hostile input: traversal URLs, script keys, fake images, huge fields,
+broken files."""
 
 import pytest
 from helpers.serve_stores import SCRIPT_KEY, SCRIPT_TEXT, raw_get, shapes, write
@@ -7,12 +8,27 @@ from datapipe.serve.app import CSP
 from datapipe.versioning.store import Store
 
 TRAVERSALS = [
-    "/d/..", "/d/%2e%2e", "/d/..%2F..%2Fetc%2Fpasswd", "/d/%2Fetc%2Fpasswd", "/d/shapes%00", "/d/%00",
-    "/d/shapes/v/..%2F..%2Fshapes", "/d/shapes/v/%2Ftmp", "/d/shapes/v/latest%00", "/d/shapes/v/..",
-    "/d/shapes/v/latest/s/99/0", "/d/shapes/v/latest/s/0/99", "/d/shapes/v/latest/s/-1/0",
-    "/d/shapes/v/latest/s/0/0/..%2F..%2Fmanifest.json/thumb", "/d/shapes/v/latest/samples?page=-1",
-    "/d/shapes/v/latest/samples?split=..", "/static/..%2Fapp.py", "/static/style.css%00", "/etc/passwd",
-    "//etc/passwd", "/d/shapes/v/0000000000/s/0/0",
+    "/d/..",
+    "/d/%2e%2e",
+    "/d/..%2F..%2Fetc%2Fpasswd",
+    "/d/%2Fetc%2Fpasswd",
+    "/d/shapes%00",
+    "/d/%00",
+    "/d/shapes/v/..%2F..%2Fshapes",
+    "/d/shapes/v/%2Ftmp",
+    "/d/shapes/v/latest%00",
+    "/d/shapes/v/..",
+    "/d/shapes/v/latest/s/99/0",
+    "/d/shapes/v/latest/s/0/99",
+    "/d/shapes/v/latest/s/-1/0",
+    "/d/shapes/v/latest/s/0/0/..%2F..%2Fmanifest.json/thumb",
+    "/d/shapes/v/latest/samples?page=-1",
+    "/d/shapes/v/latest/samples?split=..",
+    "/static/..%2Fapp.py",
+    "/static/style.css%00",
+    "/etc/passwd",
+    "//etc/passwd",
+    "/d/shapes/v/0000000000/s/0/0",
 ]
 
 
@@ -25,8 +41,14 @@ def test_paths_that_the_store_does_not_list_are_404(client, url):
 
 def test_every_response_has_nosniff_and_a_csp_without_inline_script(client, store):
     v = store.resolve("shapes", "latest")
-    for url in ("/", "/d/shapes", f"/d/shapes/v/{v}", "/d/nope", "/static/style.css",
-                f"/d/shapes/v/{v}/s/0/0/png/thumb"):
+    for url in (
+        "/",
+        "/d/shapes",
+        f"/d/shapes/v/{v}",
+        "/d/nope",
+        "/static/style.css",
+        f"/d/shapes/v/{v}/s/0/0/png/thumb",
+    ):
         headers = client.get(url).headers
         assert headers["x-content-type-options"] == "nosniff", url
         assert headers["content-security-policy"] == CSP
@@ -75,7 +97,8 @@ def test_a_corrupt_shard_is_an_error_page_naming_it_and_the_server_goes_on(hosti
         assert page.status_code == 500
         assert m.shards[0].path in page.text and "does not match the hash" in page.text
         assert "Traceback" not in page.text
-    assert hostile_client.get(base + "/s/0/1").status_code == 200  # the other samples of that shard still read
+    # the other samples of that shard still read
+    assert hostile_client.get(base + "/s/0/1").status_code == 200
     assert hostile_client.get("/").status_code == 200
 
 

@@ -1,4 +1,5 @@
-"""The shard cache on its own: verified downloads, sharing between processes, eviction, crash cleanup."""
+"""The shard cache on its own: verified downloads, sharing between processes, eviction, crash
+cleanup."""
 
 import fcntl
 import hashlib
@@ -51,7 +52,8 @@ def test_an_object_of_another_size_than_the_manifests_is_refused(tmp_path, remot
     fs, files = remote
     path, sha, size = files[3]
     data = fs.cat(path)
-    fs.pipe(path, data[:-1] if change == "shorter" else data + b"!")  # its last byte lost, or one more appended
+    # its last byte lost, or one more appended
+    fs.pipe(path, data[:-1] if change == "shorter" else data + b"!")
     with pytest.raises(ShardCorruptError, match="sha256 does not match the manifest"):
         ShardCache(tmp_path).open(fs, path, sha, size)
     assert not [p for p in tmp_path.iterdir() if not p.name.endswith(".lock")]
@@ -113,8 +115,13 @@ def test_cleanup_removes_only_its_own_temporary_files(tmp_path, remote):
     fs, files = remote
     entry = ShardCache(tmp_path)._entry(*files[0][:2])
     ours = tmp_path / f"{entry}.tmp-somehost.example-4242-0123abcd"
-    foreign = ["notes.tmp-1", "backup.tar.tmp-old", f"{entry}.tmp-by-hand", f"{entry}.tmp-host-12-NOTHEX00",
-               "0123456789abcdef01234567-x.tar.tmp-host-1-0123abcd.partial"]
+    foreign = [
+        "notes.tmp-1",
+        "backup.tar.tmp-old",
+        f"{entry}.tmp-by-hand",
+        f"{entry}.tmp-host-12-NOTHEX00",
+        "0123456789abcdef01234567-x.tar.tmp-host-1-0123abcd.partial",
+    ]
     for name in [ours.name, *foreign]:
         (tmp_path / name).write_bytes(b"x")
     ShardCache(tmp_path)
@@ -145,8 +152,10 @@ def test_a_download_makes_room_before_it_lands(tmp_path, remote, monkeypatch):
     sizes = []
     real_replace = os.replace
 
-    def watching_replace(src, dst):  # the moment the new entry lands: the old one must be gone already
-        sizes.append(sum(size for _, size, _ in cache._entries()))  # under the ledger lock: not size()
+    # the moment the new entry lands: the old one must be gone already
+    def watching_replace(src, dst):
+        # under the ledger lock: not size()
+        sizes.append(sum(size for _, size, _ in cache._entries()))
         real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", watching_replace)  # a spy: the real rename still runs
@@ -156,7 +165,8 @@ def test_a_download_makes_room_before_it_lands(tmp_path, remote, monkeypatch):
 
 
 class CountingFS(fsspec.implementations.local.LocalFileSystem):
-    """A 'remote' that records every read (an open, or a copy to a local file) in a log file (shared by forked
+    """A 'remote' that records every read (an open, or a copy to a local file) in a log file (shared
+    by forked
     processes)."""
 
     log_path = None
@@ -177,7 +187,8 @@ class CountingFS(fsspec.implementations.local.LocalFileSystem):
 def _open_in_child(cache_dir, path, sha, size, start, all_open):
     start.wait(30)
     cached = ShardCache(cache_dir).open(CountingFS(), path, sha, size)
-    all_open.wait()  # every process holds its copy open at once, as DataLoader workers reading it do
+    # every process holds its copy open at once, as DataLoader workers reading it do
+    all_open.wait()
     cached.close()
 
 
@@ -189,9 +200,13 @@ def test_processes_sharing_a_cache_download_each_shard_once_and_never_wait_on_ea
     CountingFS.log_path = tmp_path / "opens.log"
     ctx = multiprocessing.get_context("fork")
     start, all_open = ctx.Event(), ctx.Barrier(4, timeout=60)
-    procs = [ctx.Process(target=_open_in_child, args=(tmp_path / "cache", str(remote),
-                                                      hashlib.sha256(data).hexdigest(), len(data), start, all_open))
-             for _ in range(4)]
+    procs = [
+        ctx.Process(
+            target=_open_in_child,
+            args=(tmp_path / "cache", str(remote), hashlib.sha256(data).hexdigest(), len(data), start, all_open),
+        )
+        for _ in range(4)
+    ]
     for p in procs:
         p.start()
     start.set()

@@ -22,19 +22,22 @@ def wrapped(cause: BaseException) -> OSError:
         return e
 
 
-@pytest.mark.parametrize("error, transient", [
-    (ConnectionResetError(), True),
-    (TimeoutError(), True),
-    (OSError(errno.ETIMEDOUT, "timed out"), True),
-    (wrapped(BotoLike(503, "SlowDown")), True),
-    (wrapped(BotoLike(500, "InternalError")), True),
-    (wrapped(BotoLike(429, "Throttling")), True),
-    (FileNotFoundError("no such key"), False),
-    (PermissionError("access denied"), False),
-    (wrapped(BotoLike(403, "AccessDenied")), False),
-    (wrapped(BotoLike(301, "PermanentRedirect")), False),  # wrong region
-    (ValueError("bad"), False),
-])
+@pytest.mark.parametrize(
+    "error, transient",
+    [
+        (ConnectionResetError(), True),
+        (TimeoutError(), True),
+        (OSError(errno.ETIMEDOUT, "timed out"), True),
+        (wrapped(BotoLike(503, "SlowDown")), True),
+        (wrapped(BotoLike(500, "InternalError")), True),
+        (wrapped(BotoLike(429, "Throttling")), True),
+        (FileNotFoundError("no such key"), False),
+        (PermissionError("access denied"), False),
+        (wrapped(BotoLike(403, "AccessDenied")), False),
+        (wrapped(BotoLike(301, "PermanentRedirect")), False),  # wrong region
+        (ValueError("bad"), False),
+    ],
+)
 def test_transient_or_permanent(error, transient):
     assert is_transient(error) is transient
 
@@ -90,13 +93,19 @@ def test_an_unreachable_endpoint_is_not_retried_again_and_is_named():
     assert isinstance(error, ConfigError) and "cannot reach the object store" in str(error)
 
 
-@pytest.mark.parametrize("cause, kind, words", [
-    (BotoLike(403, "AccessDenied"), ConfigError, "access denied (bucket 'b', key 'k/x')"),
-    (BotoLike(301, "PermanentRedirect"), ConfigError, "wrong region (bucket 'b', key 'k/x')"),
-    (BotoLike(404, "NoSuchBucket"), NotFoundError, "no bucket 'b'"),
-    (BotoLike(503, "SlowDown"), DatapipeError, "failed after 4 tries (bucket 'b', key 'k/x'): [Errno 5] s3fs said so: "
-     "SlowDown (503)"),
-])
+@pytest.mark.parametrize(
+    "cause, kind, words",
+    [
+        (BotoLike(403, "AccessDenied"), ConfigError, "access denied (bucket 'b', key 'k/x')"),
+        (BotoLike(301, "PermanentRedirect"), ConfigError, "wrong region (bucket 'b', key 'k/x')"),
+        (BotoLike(404, "NoSuchBucket"), NotFoundError, "no bucket 'b'"),
+        (
+            BotoLike(503, "SlowDown"),
+            DatapipeError,
+            "failed after 4 tries (bucket 'b', key 'k/x'): [Errno 5] s3fs said so: SlowDown (503)",
+        ),
+    ],
+)
 def test_permanent_failures_name_bucket_key_and_cause(cause, kind, words):
     error = remote_error(wrapped(cause), "s3://b/k/x", "b/k/x", attempts=4)
     assert type(error) is kind and str(error).startswith("s3://b/k/x: ") and words in str(error)

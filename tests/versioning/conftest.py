@@ -21,8 +21,9 @@ def store(request, tmp_path) -> Store:
     return Store(f"memory://stores/{uuid.uuid4().hex}")
 
 
-def commit(store: Store, samples_per_shard: list[list[dict]], name: str = "digits", fmt: str = "webdataset",
-           refs=("latest",)) -> Manifest:
+def commit(
+    store: Store, samples_per_shard: list[list[dict]], name: str = "digits", fmt: str = "webdataset", refs=("latest",)
+) -> Manifest:
     """Commit a version made of the given shards, validating its manifest against the schema."""
     shard_format = get_format(fmt)
     writer = store.begin(name)
@@ -30,8 +31,9 @@ def commit(store: Store, samples_per_shard: list[list[dict]], name: str = "digit
     manifest = writer.commit(
         Manifest(name=name, shard_format=fmt, fields={"bin": "bytes", "cls": "bytes"}, shards=shards), refs
     )
-    jsonschema.validate(json.loads(store.fs.cat_file(store.path(name, "versions", manifest.version,
-                                                                 "manifest.json"))), SCHEMA)
+    jsonschema.validate(
+        json.loads(store.fs.cat_file(store.path(name, "versions", manifest.version, "manifest.json"))), SCHEMA
+    )
     return manifest
 
 

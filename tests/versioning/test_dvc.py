@@ -1,11 +1,13 @@
-"""DVC tracks a pipeline for real: the dvc CLI in a temporary git repository, `dvc repro`, push/pull, and
+"""DVC tracks a pipeline for real: the dvc CLI in a temporary git repository, `dvc repro`,
+push/pull, and
 `datapipe check` proving a version rebuilds byte for byte (and saying why when it does not).
 
-The main test runs docs/guide/dvc.md's commands in page order (helpers/doc_pages.py), checking what DVC and the
-store show between them, then goes on where the page stops. `dvc repro` runs the installed `datapipe build` as
-DVC runs it: in process (the digits are a small source), and forced once on a cluster of its own, which must
-give the same version and dvc.lock; `datapipe` commands run in process (`check` on the session's Dask cluster),
-saving an interpreter and a cluster start per call."""
+The main test runs docs/guide/dvc.md's commands in page order (helpers/doc_pages.py), checking what
+DVC and the store show between them, then goes on where the page stops. `dvc repro` runs the
+installed `datapipe build` as DVC runs it: in process (the digits are a small source), and forced
+once on a cluster of its own, which must give the same version and dvc.lock; `datapipe` commands run
+in process (`check` on the session's Dask cluster), saving an interpreter and a cluster start per
+call."""
 
 import json
 import os
@@ -26,7 +28,8 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture
 def dvc_repo(tmp_path, copy_digits):
-    """A git repository with the digits example in pipelines/ (no DVC yet: the page runs `dvc init`), and a
+    """A git repository with the digits example in pipelines/ (no DVC yet: the page runs `dvc
+    init`), and a
     function that runs a command there."""
     root = tmp_path / "repo"
     copy_digits(root / "pipelines", "digits.yaml", "digits_code.py")
@@ -57,11 +60,15 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     assert stage["deps"] == ["pipelines/digits.yaml", "pipelines/raw", "pipelines/digits_code.py"]
     assert stage["outs"] == [{"storage/digits": {"persist": True}}]
     assert (root / ".dvcignore").read_text().splitlines()[-3:] == [
-        "storage/digits/leases/", "storage/digits/versions/.partial-*/", "storage/digits/versions/*/build-state.npz"]
+        "storage/digits/leases/",
+        "storage/digits/versions/.partial-*/",
+        "storage/digits/versions/*/build-state.npz",
+    ]
 
     assert "Running stage 'digits'" in page.run_through("dvc repro")
     assert status(run) == {}
-    taken = datapipe_in_process("lease", "storage/digits", "--for", "1d", cwd=root)  # a reader's lease ...
+    # a reader's lease ...
+    taken = datapipe_in_process("lease", "storage/digits", "--for", "1d", cwd=root)
     assert taken.returncode == 0, taken.stderr
     assert status(run) == {}  # ... is not a change of the dataset
     first = (root / "storage/digits/refs/latest").read_text().strip()
@@ -104,25 +111,31 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     assert "Running stage 'digits'" in rebuilt.stdout
     second = (root / "storage/digits/refs/latest").read_text().strip()
     assert second != first and status(run) == {}
-    diff = json.loads(datapipe_in_process("diff", f"storage/digits@{first}", "storage/digits@latest", "--json",
-                                          cwd=root).stdout)
+    diff = json.loads(
+        datapipe_in_process("diff", f"storage/digits@{first}", "storage/digits@latest", "--json", cwd=root).stdout
+    )
     assert (diff["changed"], diff["added"], diff["removed"]) == (["d0100"], [], [])
-    assert (root / f"storage/digits/versions/{first}/manifest.json").exists()  # persist: older versions stay
+    # persist: older versions stay
+    assert (root / f"storage/digits/versions/{first}/manifest.json").exists()
 
     # tamper with a stored shard: check fails and names it
     shard = sorted((root / "storage/digits/versions" / second).glob("*.tar"))[1]
     data = bytearray(shard.read_bytes())
     data[700] ^= 0xFF
     shard.write_bytes(bytes(data))
-    tampered = datapipe_in_process("check", "pipelines/digits.yaml", *on_session_cluster(dask_client.scheduler.address),
-                                   cwd=root)
+    tampered = datapipe_in_process(
+        "check", "pipelines/digits.yaml", *on_session_cluster(dask_client.scheduler.address), cwd=root
+    )
     assert tampered.returncode == 1 and f"mismatch: {shard}" in tampered.stdout.replace("stored ", "")
 
 
 def store_files(root: Path) -> dict[str, tuple[int, int]]:
     """Every file of the store (refs included) with its size and modification time."""
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted((root / "storage").rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted((root / "storage").rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_dvc_outside_a_repository_is_a_clear_error(tmp_path):

@@ -1,5 +1,7 @@
-"""Lineage of real builds: user code, sources, canonical config, seed and tool versions are recorded; what
-goes into the version id does, the environment does not; `datapipe check` names the sample and field that changed."""
+"""Lineage of real builds: user code, sources, canonical config, seed and tool versions are
+recorded; what
+goes into the version id does, the environment does not; `datapipe check` names the sample and field
+that changed."""
 
 import hashlib
 import json
@@ -41,15 +43,17 @@ WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
 
 @pytest.fixture(scope="module")
 def client(dask_client):
-    """The session's Dask cluster (a long-lived one: its workers may hold another version of a map module)."""
+    """The session's Dask cluster (a long-lived one: its workers may hold another version of a map
+    module)."""
     return dask_client
 
 
 def make_project(root: Path, seed: int = 7) -> tuple[Path, str]:
     """A pipeline with one map stage in ROOT, and the name of the module holding that stage's code.
 
-    The module's name is unique: the build finds it through importlib, which answers with any module of that
-    name this process imported before (another test's), whatever file the pipeline's directory holds.
+    The module's name is unique: the build finds it through importlib, which answers with any module
+    of that name this process imported before (another test's), whatever file the pipeline's
+    directory holds.
     """
     module = f"wordcode_{root.name}"
     (root / "raw").mkdir(parents=True, exist_ok=True)
@@ -77,7 +81,11 @@ def test_lineage_records_code_sources_config_seed_and_environment(tmp_path, clie
     assert lineage.pipeline["shards"]["shuffle_seed"] == lineage.seed == 7
     env = lineage.environment
     assert (env["datapipe"], env["dask"], env["pyarrow"], env["python"]) == (
-        datapipe.__version__, dask.__version__, pyarrow.__version__, platform.python_version())
+        datapipe.__version__,
+        dask.__version__,
+        pyarrow.__version__,
+        platform.python_version(),
+    )
 
     # the stored manifest says the same, and the environment is outside the version id: other tool
     # versions leave the id (and verify) as they are, another seed does not
@@ -120,14 +128,17 @@ def test_editing_the_map_code_changes_the_version_and_undoing_it_restores_it(tmp
 
 
 def test_check_names_the_sample_and_field_that_changed(tmp_path, client):
-    """`datapipe check` (in process): once with a cluster of its own, once on a running one (--scheduler)."""
+    """`datapipe check` (in process): once with a cluster of its own, once on a running one
+    (--scheduler)."""
     pipeline, _ = make_project(tmp_path)
-    build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), client=client)  # what `datapipe build` makes
+    # what `datapipe build` makes
+    build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), client=client)
 
     def datapipe_cli(*args: str) -> subprocess.CompletedProcess:
         return datapipe_in_process(*args, cwd=tmp_path)
 
-    assert datapipe_cli("check", "pipeline.yaml", "--workers", "1").returncode == 0  # its embedded cluster
+    # its embedded cluster
+    assert datapipe_cli("check", "pipeline.yaml", "--workers", "1").returncode == 0
 
     raw = tmp_path / "raw/words.csv"
     raw.write_text(raw.read_text().replace("w0003,three,0", "w0003,tree,0"))
@@ -137,8 +148,9 @@ def test_check_names_the_sample_and_field_that_changed(tmp_path, client):
     assert lines[0].startswith("not reproducible: words@")
     assert "  samples: 1 changed, 0 only in the recorded version, 0 only in the rebuild" in lines
     assert "  sample w0003 (shard-000000.tar): txt 'THREE' -> 'TREE'" in lines
-    assert any(re.fullmatch(r"  lineage: source changed: raw/words.csv \(sha256:\w+ -> sha256:\w+\)", line)
-               for line in lines), lines
+    assert any(
+        re.fullmatch(r"  lineage: source changed: raw/words.csv \(sha256:\w+ -> sha256:\w+\)", line) for line in lines
+    ), lines
     assert not any("cls" in line for line in lines)  # the field that did not change is not named
 
 
@@ -146,7 +158,8 @@ def test_check_gives_up_on_an_unreachable_scheduler_after_scheduler_timeout(tmp_
     pipeline, _ = make_project(tmp_path)
     build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), client=client)
     # the installed command (the `check` smoke test)
-    out = datapipe_installed("check", "pipeline.yaml", "--scheduler", "tcp://127.0.0.1:9", "--scheduler-timeout", "1",
-                             cwd=tmp_path)
+    out = datapipe_installed(
+        "check", "pipeline.yaml", "--scheduler", "tcp://127.0.0.1:9", "--scheduler-timeout", "1", cwd=tmp_path
+    )
     assert out.returncode == 2 and "cannot connect to a Dask scheduler" in out.stderr, out.stderr
     assert "after 1 s" in out.stderr and "Traceback" not in out.stderr

@@ -6,8 +6,14 @@ SHARD = ShardEntry("shard-000000.tar", 3, 3072, "a" * 64, "shard-000000.tar.idx"
 
 
 def test_field_kinds_of_every_partition_are_merged_in_name_order():
-    m = assemble_manifest("toy", "webdataset", [SHARD], [StageCounts("source", 3, 3)],
-                          [{"png": {"bytes"}, "cls": {"int"}}, {"cls": {"str"}}, {}], Lineage(seed=7))
+    m = assemble_manifest(
+        "toy",
+        "webdataset",
+        [SHARD],
+        [StageCounts("source", 3, 3)],
+        [{"png": {"bytes"}, "cls": {"int"}}, {"cls": {"str"}}, {}],
+        Lineage(seed=7),
+    )
     assert m.fields == {"cls": "int|str", "png": "bytes"} and list(m.fields) == ["cls", "png"]
     assert m.shards == (SHARD,) and m.samples == 3 and m.lineage.seed == 7
     assert m.rejected is None and m.rejected_rows == 0

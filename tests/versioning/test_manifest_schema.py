@@ -1,4 +1,5 @@
-"""The check in tests/conftest.py that validates every manifest the tests leave behind really runs and fails."""
+"""The check in tests/conftest.py that validates every manifest the tests leave behind really runs
+and fails."""
 
 import shutil
 import textwrap
@@ -8,7 +9,7 @@ import pytest
 
 TESTS = Path(__file__).parents[1]
 
-INNER = '''
+INNER = """
 import json
 import uuid
 
@@ -63,7 +64,7 @@ def test_uses_a_module_store(module_store):
 def test_marked_test_may_break_manifests(tmp_path):
     from pathlib import Path
     _break(Path(_manifest(make_dataset(tmp_path / "store"))))
-'''
+"""
 
 
 @pytest.mark.broken_manifests  # the inner session's
@@ -74,8 +75,9 @@ def test_the_conftest_check_fails_tests_that_leave_invalid_manifests(pytester):
     for name in ("conftest.py", "sample_data.py"):
         shutil.copy(TESTS / name, pytester.path / "tests" / name)
     (pytester.path / "tests" / "test_inner.py").write_text(textwrap.dedent(INNER))
-    result = pytester.runpytest_subprocess("tests", "-p", "no:cacheprovider", "--rootdir", str(pytester.path),
-                                           "-o", "pythonpath=tests")
+    result = pytester.runpytest_subprocess(
+        "tests", "-p", "no:cacheprovider", "--rootdir", str(pytester.path), "-o", "pythonpath=tests"
+    )
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 3 and outcomes.get("failed") == 2 and outcomes.get("errors") == 1, outcomes
     out = result.stdout.str()

@@ -29,8 +29,13 @@ def test_commit_publishes_a_complete_version(store):
     assert store.refs("digits") == {"latest": m.version}
     assert m.samples == 30 and len(m.shards) == 2 and m.parent is None
     files = sorted(p.rsplit("/", 1)[-1] for p in store.fs.find(store.path("digits", "versions")))
-    assert files == ["manifest.json", "shard-000000.tar", "shard-000000.tar.idx", "shard-000001.tar",
-                     "shard-000001.tar.idx"]  # no partial directory left behind
+    assert files == [
+        "manifest.json",
+        "shard-000000.tar",
+        "shard-000000.tar.idx",
+        "shard-000001.tar",
+        "shard-000001.tar.idx",
+    ]  # no partial directory left behind
     assert verify_version(store, "digits", m) == []
 
 
@@ -49,7 +54,8 @@ def test_rebuilding_an_existing_version_only_moves_the_ref(store):
     shard = store.path("digits", "versions", a.version, "shard-000000.tar")
     before = store.fs.info(shard)
     again = commit(store, two_shards())
-    assert again.version == a.version and again.created_at == a.created_at  # the stored manifest, untouched
+    # the stored manifest, untouched
+    assert again.version == a.version and again.created_at == a.created_at
     assert store.fs.info(shard) == before
     assert store.refs("digits")["latest"] == a.version
 
@@ -140,7 +146,8 @@ def test_diff_by_sample(store):
     changed = [dict(s) for s in samples[1:]]  # sample 0 removed
     changed[4] = {**changed[4], "bin": b"new"}  # sample 5 changed
     changed.append({KEY: "extra", "cls": b"1", "bin": b"x"})
-    b = commit(store, [changed[:15], changed[15:]])  # other shard boundaries: diff is by key, not position
+    # other shard boundaries: diff is by key, not position
+    b = commit(store, [changed[:15], changed[15:]])
     d = diff_versions(sample_hashes(store, "digits", a), sample_hashes(store, "digits", b))
     assert (d.added, d.removed, d.changed, d.unchanged) == (["extra"], ["sample000000"], ["sample000005"], 28)
 
@@ -162,9 +169,11 @@ def test_a_format_1_version_is_read_and_verified_as_before(store):
     from datapipe.versioning.rebuild_report import manifest_differences
 
     m = commit(store, two_shards())
-    old = replace(m, format_version=1).with_id()  # what datapipe 0.1 wrote: the same fields, format 1
-    store.fs.mv(store.path("digits", "versions", m.version), store.path("digits", "versions", old.version),
-                recursive=True)
+    # what datapipe 0.1 wrote: the same fields, format 1
+    old = replace(m, format_version=1).with_id()
+    store.fs.mv(
+        store.path("digits", "versions", m.version), store.path("digits", "versions", old.version), recursive=True
+    )
     store.fs.pipe_file(store.path("digits", "versions", old.version, "manifest.json"), old.to_json())
     read = store.manifest("digits", old.version)
     assert read.format_version == 1 and read.content_id() == old.version
@@ -235,9 +244,11 @@ def test_gc_takes_a_partial_without_a_readable_owner_file_as_abandoned(store):
 
 
 def test_keep_last_keeps_the_newest_of_versions_made_in_one_second_whose_ancestors_are_gone(tmp_path):
-    """Six versions committed within a second, the ancestors of the newest pruned: keep_last=1 keeps the newest.
-    With created_at to the second only, the tie fell to the depth of each version's chain of ancestors still in
-    the store, and a version whose parent was gone came last (the gc race test saw an older one kept)."""
+    """Six versions committed within a second, the ancestors of the newest pruned: keep_last=1 keeps
+    the newest.
+    With created_at to the second only, the tie fell to the depth of each version's chain of
+    ancestors still in the store, and a version whose parent was gone came last (the gc race test
+    saw an older one kept)."""
     from helpers.versions import commit_first, commit_sharing
 
     from datapipe.versioning.gc import collect

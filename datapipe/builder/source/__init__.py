@@ -1,1 +1,2 @@
-"""Reading a build's source: files listed, schema inferred, partitions cut, each read; one module per format."""
+"""Reading a build's source: files listed, schema inferred, partitions cut, each read; one module
+per format."""

@@ -1,4 +1,5 @@
-"""CSV alignment: cut quoted CSV files only between records, from a quote scan of each nominal block."""
+"""CSV alignment: cut quoted CSV files only between records, from a quote scan of each nominal
+block."""
 
 from __future__ import annotations
 
@@ -15,15 +16,18 @@ SCAN_CHUNK = 8 << 20
 
 @dataclass(frozen=True)
 class BlockScan:
-    """Where a nominal block's quote parity flips: what ``align_parts`` needs to cut a file between records."""
+    """Where a nominal block's quote parity flips: what ``align_parts`` needs to cut a file between
+    records."""
 
     parity: int  # number of quote bytes in the block, mod 2
-    first_even: int  # absolute offset of the first newline after an even number of the block's quotes, or -1
+    # absolute offset of the first newline after an even number of the block's quotes, or -1
+    first_even: int
     first_odd: int  # the same after an odd number, or -1
 
 
 def scan_block(fs: Any, path: str, start: int, length: int, quote: int) -> BlockScan:
-    """Quote parity and first newline of each parity in bytes [start, start + length) of ``path`` (a worker task)."""
+    """Quote parity and first newline of each parity in bytes [start, start + length) of ``path`` (a
+    worker task)."""
     parity, first, quote_byte = 0, [-1, -1], bytes([quote])
     with fs.open(path, "rb") as handle:
         handle.seek(start)
@@ -32,14 +36,17 @@ def scan_block(fs: Any, path: str, start: int, length: int, quote: int) -> Block
             chunk = handle.read(min(SCAN_CHUNK, left))
             if not chunk:
                 break
-            if first[0] >= 0 and first[1] >= 0:  # only the parity is left to count: bytes.count, no arrays
+            # only the parity is left to count: bytes.count, no arrays
+            if first[0] >= 0 and first[1] >= 0:
                 parity ^= chunk.count(quote_byte) & 1
-            elif quote_byte not in chunk:  # one parity all through the chunk: its first newline, by memchr
+            # one parity all through the chunk: its first newline, by memchr
+            elif quote_byte not in chunk:
                 if first[parity] < 0 and (newline := chunk.find(b"\n")) >= 0:
                     first[parity] = pos + newline
             else:
                 data = np.frombuffer(chunk, dtype=np.uint8)
-                # quote parity after each byte (a uint8 sum wraps at 256, an even number, so parity survives)
+                # quote parity after each byte (a uint8 sum wraps at 256, an even number, so parity
+                # survives)
                 after = (np.cumsum(data == quote, dtype=np.uint8) & 1) ^ parity
                 newlines = np.flatnonzero(data == 10)
                 for p in (0, 1):
@@ -53,7 +60,8 @@ def scan_block(fs: Any, path: str, start: int, length: int, quote: int) -> Block
 
 
 def scans_needed(source: Source) -> list[tuple[int, Part]]:
-    """(file, nominal part) of every block whose quotes must be counted before the file can be cut."""
+    """(file, nominal part) of every block whose quotes must be counted before the file can be
+    cut."""
     return [(p.file, p) for p in source.parts if p.file in source.unaligned]
 
 
@@ -81,9 +89,15 @@ def align_parts(source: Source, scans: Sequence[BlockScan]) -> Source:
 
 
 def align_here(source: Source) -> Source:
-    """``align_parts`` with the quote scans run in this process (the build runs them on the cluster)."""
-    return align_parts(source, [scan_block(source.fs, source.files[i].path, p.start, p.length or 0, source.quote or 0)
-                                for i, p in scans_needed(source)])
+    """``align_parts`` with the quote scans run in this process (the build runs them on the
+    cluster)."""
+    return align_parts(
+        source,
+        [
+            scan_block(source.fs, source.files[i].path, p.start, p.length or 0, source.quote or 0)
+            for i, p in scans_needed(source)
+        ],
+    )
 
 
 def _aligned(f: InputFile, index: int, blocks: list[tuple[Part, BlockScan]], first: int) -> list[Part]:
@@ -102,5 +116,7 @@ def _aligned(f: InputFile, index: int, blocks: list[tuple[Part, BlockScan]], fir
 
     cuts = sorted({0, *(c for c in (record_end(j) for j in range(1, len(blocks))) if c is not None and c < f.size)})
     ends = [*cuts[1:], f.size]
-    return [Part(first + n, index, start, end - start, exact=True)
-            for n, (start, end) in enumerate(zip(cuts, ends, strict=True))]
+    return [
+        Part(first + n, index, start, end - start, exact=True)
+        for n, (start, end) in enumerate(zip(cuts, ends, strict=True))
+    ]

@@ -1,4 +1,5 @@
-"""What every source format shares: the listed files, the partitions, the source a worker reads, the interface.
+"""What every source format shares: the listed files, the partitions, the source a worker reads, the
+interface.
 
 Partitions follow source order (files sorted by path, then byte blocks or row groups in file
 order), so the concatenation of all partitions is the same rows in the same order whatever
@@ -28,23 +29,28 @@ DEFAULT_ENCODING = "utf-8"  # of text sources without options.encoding
 
 
 class SourceSpec(Protocol):
-    """What a source is read from: the pipeline file's ``source`` (``config.SourceConfig``) has these."""
+    """What a source is read from: the pipeline file's ``source`` (``config.SourceConfig``) has
+    these."""
 
     path: str
     format: str
     options: dict[str, Any]
-    classes: Any  # class_folders: the pinned class names (a list, or a ClassesFile naming a file of them), or None
+    # class_folders: the pinned class names (a list, or a ClassesFile naming a file of them), or
+    # None
+    classes: Any
 
 
 @dataclass(frozen=True)
 class InputFile:
-    """One raw input file: its filesystem path, the name it has in messages and lineage, its size and etag."""
+    """One raw input file: its filesystem path, the name it has in messages and lineage, its size
+    and etag."""
 
     path: str
     label: str
     size: int
     etag: str | None = None
-    stamp: str | None = None  # a local file's stat when listed (builder/known_hashes.py): device, inode, size, times
+    # a local file's stat when listed (builder/known_hashes.py): device, inode, size, times
+    stamp: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,8 @@ class Part:
     length: int | None = None  # None: to the end of the file
     row_group: int | None = None
     members: tuple[int, ...] = ()  # the files of a 'files' partition
-    exact: bool = False  # start and length are record boundaries (CSV with quoting): read them as they are
+    # start and length are record boundaries (CSV with quoting): read them as they are
+    exact: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,8 +79,10 @@ class Source:
     schema: dict[str, str] = field(default_factory=dict)  # text formats: column -> SCHEMA_TYPES
     has_header: bool = True  # CSV: the first record of each file names the columns
     quote: int | None = None  # CSV: the quote byte, when a quoted field may hold a newline
-    unaligned: tuple[int, ...] = ()  # CSV files whose block boundaries still have to be found (align_parts)
-    whole_files: bool = False  # CSV: options that only a whole file can apply, so one partition per file
+    # CSV files whose block boundaries still have to be found (align_parts)
+    unaligned: tuple[int, ...] = ()
+    # CSV: options that only a whole file can apply, so one partition per file
+    whole_files: bool = False
     row_groups: tuple[int, ...] = ()  # Parquet: the row groups of each file
     blocksize: int = DEFAULT_BLOCKSIZE  # the configured partition size (an execution setting)
     files_per_partition: int = DEFAULT_FILES_PER_PARTITION
@@ -81,7 +90,8 @@ class Source:
 
 @dataclass
 class RawPart:
-    """A parsed partition: good rows, and (row id, reason, raw text) of the rows that failed to parse."""
+    """A parsed partition: good rows, and (row id, reason, raw text) of the rows that failed to
+    parse."""
 
     frame: pd.DataFrame
     rows_in: int
@@ -89,11 +99,13 @@ class RawPart:
 
 
 class SourceFormat(ABC):
-    """One source format: the options its reader takes, what is learnt of the files once, how they are
+    """One source format: the options its reader takes, what is learnt of the files once, how they
+    are
     partitioned (a pure function of that) and how a partition is read."""
 
     name: ClassVar[str]
-    options_help: ClassVar[str | None] = None  # how messages list the reader options, where not one by one
+    # how messages list the reader options, where not one by one
+    options_help: ClassVar[str | None] = None
 
     @abstractmethod
     def reader_options(self) -> tuple[str, ...]:
@@ -104,23 +116,30 @@ class SourceFormat(ABC):
         """(key, problem) of a reader option whose value this format cannot take, or None."""
 
     def section_options(self, spec: SourceSpec, base_dir: str, fs: Any, options: dict[str, Any]) -> dict[str, Any]:
-        """The reader options: ``options`` (source.options less the execution ones), plus what a format takes
-        from elsewhere in the source section (class_folders: its directory and classes). None by default."""
+        """The reader options: ``options`` (source.options less the execution ones), plus what a
+        format takes
+        from elsewhere in the source section (class_folders: its directory and classes). None by
+        default."""
         return options
 
     @abstractmethod
-    def describe(self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any],
-                 dtypes: Mapping[str, str]) -> Source:
-        """The source unpartitioned, with what reading it needs that the listing does not say (the schema,
-        with ``dtypes`` over the inferred types; the CSV layout; Parquet row groups), read from the files once."""
+    def describe(
+        self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any], dtypes: Mapping[str, str]
+    ) -> Source:
+        """The source unpartitioned, with what reading it needs that the listing does not say (the
+        schema,
+        with ``dtypes`` over the inferred types; the CSV layout; Parquet row groups), read from the
+        files once."""
 
     @abstractmethod
     def partition(self, source: Source, blocksize: int) -> Source:
-        """``source`` cut into partitions of about ``blocksize`` bytes: no I/O, the same cuts for the same input."""
+        """``source`` cut into partitions of about ``blocksize`` bytes: no I/O, the same cuts for
+        the same input."""
 
     @abstractmethod
     def read(self, source: Source, part: Part) -> RawPart:
-        """Parse partition ``part`` of ``source``; rows that cannot be parsed are kept as rejects."""
+        """Parse partition ``part`` of ``source``; rows that cannot be parsed are kept as
+        rejects."""
 
 
 def open_input(source: Source, f: InputFile, compression: str | None = "infer") -> Any:
@@ -134,7 +153,8 @@ def open_input(source: Source, f: InputFile, compression: str | None = "infer") 
 
 
 def block_bytes(handle: Any, part: Part) -> bytes:
-    """The bytes of text partition ``part`` from its open file. Exact parts were cut between records by the
+    """The bytes of text partition ``part`` from its open file. Exact parts were cut between records
+    by the
     quote scan; others at the first newline after their nominal start."""
     if part.length is None:
         return handle.read()
@@ -145,7 +165,8 @@ def block_bytes(handle: Any, part: Part) -> bytes:
 
 
 def read_sample(fs: Any, files: Sequence[InputFile]) -> bytes:
-    """The schema sample: the first MiB of the first non-empty file, cut after its last complete line."""
+    """The schema sample: the first MiB of the first non-empty file, cut after its last complete
+    line."""
     for f in files:
         if f.size == 0:
             continue
@@ -158,7 +179,8 @@ def read_sample(fs: Any, files: Sequence[InputFile]) -> bytes:
 
 
 def typed(source: Source, raw: RawPart, *, strings: bool) -> RawPart:
-    """``raw`` with the source's column types applied; a value that does not convert rejects its row."""
+    """``raw`` with the source's column types applied; a value that does not convert rejects its
+    row."""
     frame, bad = apply_schema(raw.frame, source.schema, strings=strings)
     if len(bad):
         for row, reason in bad.items():

@@ -1,4 +1,5 @@
-"""'class_folders' sources: ImageNet-style DIR/[GROUP/...]/CLASS/IMAGE, one row per image, labelled by its folder.
+"""'class_folders' sources: ImageNet-style DIR/[GROUP/...]/CLASS/IMAGE, one row per image, labelled
+by its folder.
 
 The rows have the columns of ``COLUMNS``: ``key`` (the path with '/' and '.' made '_', a
 valid sample key of every shard format: ``train/cat/1.jpg`` is ``train_cat_1_jpg``), ``path``
@@ -31,19 +32,24 @@ COLUMNS = ["key", "path", "name", "class", "label", "group", "bytes"]
 
 
 def read_class_file(classes: ClassesFile, base_dir: str) -> list[str]:
-    """The class names in ``classes.from_`` (relative to the pipeline file): one a line, stripped; blank lines
-    and lines starting with '#' skipped. ConfigError naming ``source.classes.from`` when it cannot be used."""
+    """The class names in ``classes.from_`` (relative to the pipeline file): one a line, stripped;
+    blank lines
+    and lines starting with '#' skipped. ConfigError naming ``source.classes.from`` when it cannot
+    be used."""
     path = classes.from_
     full = path if os.path.isabs(path) else os.path.join(base_dir, path)
     try:
         with open(full, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except FileNotFoundError:
-        raise ConfigError(f"source.classes.from: {path!r} not found (looked for {full}); write the class names "
-                          "there, one a line, or list them in the pipeline file: classes: [cat, dog]") from None
+        raise ConfigError(
+            f"source.classes.from: {path!r} not found (looked for {full}); write the class names "
+            "there, one a line, or list them in the pipeline file: classes: [cat, dog]"
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"source.classes.from: cannot read {full} ({e}); it must be UTF-8 text, one class "
-                          "name a line") from None
+        raise ConfigError(
+            f"source.classes.from: cannot read {full} ({e}); it must be UTF-8 text, one class name a line"
+        ) from None
     names = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
     problem = class_names_problem(names)
     if problem is not None:
@@ -60,16 +66,18 @@ def pinned_classes(spec: SourceSpec, base_dir: str) -> list[str] | None:
 
 
 def _relative(source: Source, f: InputFile) -> str:
-    return f.path[len(source.options["root"]):].lstrip("/")
+    return f.path[len(source.options["root"]) :].lstrip("/")
 
 
 def _is_image(rel: str) -> bool:
-    """An image file of the layout: a known extension, no hidden file or folder ('.DS_Store', '.cache/')."""
+    """An image file of the layout: a known extension, no hidden file or folder ('.DS_Store',
+    '.cache/')."""
     return rel.lower().endswith(IMAGE_EXTENSIONS) and not any(part.startswith(".") for part in rel.split("/"))
 
 
 def sample_key(rel: str) -> str:
-    """The sample key of the image at ``rel``: its path with '/' and '.' made '_' (the extension stays in, so
+    """The sample key of the image at ``rel``: its path with '/' and '.' made '_' (the extension
+    stays in, so
     that a.jpg and a.png beside it are two samples)."""
     return rel.replace("/", "_").replace(".", "_")
 
@@ -80,8 +88,10 @@ def class_names(source: Source) -> tuple[str, ...] | None:
 
 
 class ClassFoldersFormat(FilesFormat):
-    """Images in class folders, one labelled sample each: a 'files' source (no reader options, the same
-    partitions) with its own listing check, class list and rows (``classes`` sits beside the options)."""
+    """Images in class folders, one labelled sample each: a 'files' source (no reader options, the
+    same
+    partitions) with its own listing check, class list and rows (``classes`` sits beside the
+    options)."""
 
     name = "class_folders"
 
@@ -89,28 +99,35 @@ class ClassFoldersFormat(FilesFormat):
         """The directory (as a path of ``fs``) and the pinned classes, or None."""
         root = fs._strip_protocol(source_url(spec, base_dir)).rstrip("/")
         if not fs.isdir(root):
-            raise ConfigError(f"source.path: {spec.path!r} is not a directory; a class_folders source names the "
-                              "directory of the class folders (DIR/<class>/<image>, or DIR/<split>/<class>/...)")
+            raise ConfigError(
+                f"source.path: {spec.path!r} is not a directory; a class_folders source names the "
+                "directory of the class folders (DIR/<class>/<image>, or DIR/<split>/<class>/...)"
+            )
         return {**options, "root": root + "/", "classes": pinned_classes(spec, base_dir)}
 
-    def describe(self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any],
-                 dtypes: Mapping[str, str]) -> Source:
-        """The image files of the listing, and the class list: the pinned one, or the sorted folder names."""
+    def describe(
+        self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any], dtypes: Mapping[str, str]
+    ) -> Source:
+        """The image files of the listing, and the class list: the pinned one, or the sorted folder
+        names."""
         root = options["root"]
-        images = tuple(f for f in files if _is_image(f.path[len(root):]))
+        images = tuple(f for f in files if _is_image(f.path[len(root) :]))
         if not images:
-            raise NotFoundError(f"source.path: no {', '.join(IMAGE_EXTENSIONS)} files under {root} (a class_folders "
-                                "source reads DIR/<class>/<image>)")
+            raise NotFoundError(
+                f"source.path: no {', '.join(IMAGE_EXTENSIONS)} files under {root} (a "
+                "class_folders "
+                "source reads DIR/<class>/<image>)"
+            )
         classes = options["classes"]
         pinned = classes is not None
         if not pinned:
-            rels = (f.path[len(root):].split("/") for f in images)
+            rels = (f.path[len(root) :].split("/") for f in images)
             classes = sorted({parts[-2] for parts in rels if len(parts) >= 2})
-        return Source(self.name, fs, images, (), {"root": root, "classes": classes, "pinned": pinned},
-                      has_header=False)
+        return Source(self.name, fs, images, (), {"root": root, "classes": classes, "pinned": pinned}, has_header=False)
 
     def read(self, source: Source, part: Part) -> RawPart:
-        """One row per image; an image outside any class folder, or in one the pinned list lacks, a reject."""
+        """One row per image; an image outside any class folder, or in one the pinned list lacks, a
+        reject."""
         labels = {name: i for i, name in enumerate(source.options["classes"])}
         rows, ids, rejects = [], [], []
         for row, i in enumerate(part.members):
@@ -118,13 +135,25 @@ class ClassFoldersFormat(FilesFormat):
             rel = _relative(source, f)
             *folders, name = rel.split("/")
             if not folders:
-                rejects.append((row, f"{rel}: the image is not in a class folder; put it in DIR/<class>/",
-                                json.dumps({"path": rel})))
+                rejects.append(
+                    (
+                        row,
+                        f"{rel}: the image is not in a class folder; put it in DIR/<class>/",
+                        json.dumps({"path": rel}),
+                    )
+                )
                 continue
             cls = folders[-1]
             if cls not in labels:
-                rejects.append((row, f"{rel}: class {cls!r} is not in source.classes; add it to classes (at the end, "
-                                     "so the other labels stay) or move the image", json.dumps({"path": rel})))
+                rejects.append(
+                    (
+                        row,
+                        f"{rel}: class {cls!r} is not in source.classes; add it to classes (at "
+                        "the end, "
+                        "so the other labels stay) or move the image",
+                        json.dumps({"path": rel}),
+                    )
+                )
                 continue
             with open_input(source, f, compression=None) as handle:
                 content = handle.read()

@@ -1,4 +1,5 @@
-"""CSV records as the quote scan sees them: records end at newlines outside quotes; read one by one if need be."""
+"""CSV records as the quote scan sees them: records end at newlines outside quotes; read one by one
+if need be."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from datapipe.builder.source.base import DEFAULT_ENCODING
 
 @dataclass(frozen=True)
 class CsvDialect:
-    """The separator, quote character and encoding of CSV reader options, their defaults filled in."""
+    """The separator, quote character and encoding of CSV reader options, their defaults filled
+    in."""
 
     sep: str
     quotechar: str
@@ -24,9 +26,13 @@ class CsvDialect:
 
 
 def csv_dialect(options: Mapping[str, Any]) -> CsvDialect:
-    """The dialect of CSV reader ``options``: pandas' ``sep`` (or ``delimiter``), ``quotechar``, ``encoding``."""
-    return CsvDialect(options.get("sep") or options.get("delimiter") or ",", options.get("quotechar") or '"',
-                      options.get("encoding") or DEFAULT_ENCODING)
+    """The dialect of CSV reader ``options``: pandas' ``sep`` (or ``delimiter``), ``quotechar``,
+    ``encoding``."""
+    return CsvDialect(
+        options.get("sep") or options.get("delimiter") or ",",
+        options.get("quotechar") or '"',
+        options.get("encoding") or DEFAULT_ENCODING,
+    )
 
 
 def logical_records(text: str, quotechar: str) -> Iterator[tuple[str, bool]]:
@@ -61,8 +67,8 @@ def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None
     raw = np.frombuffer(data, dtype=np.uint8)
     if not len(raw):
         return np.zeros(0, dtype=np.int64)
-    # bytes absent from the block (the common case for carriage returns and quotes) are found absent by a
-    # memchr over the bytes, without an array of the block's size
+    # bytes absent from the block (the common case for carriage returns and quotes) are found absent
+    # by a memchr over the bytes, without an array of the block's size
     newline, delims = raw == 10, raw == sep
     bare_cr = None
     if b"\r" in data:
@@ -72,7 +78,8 @@ def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None
         quotes = raw == quote
         # a uint8 sum wraps at 256, an even number, so the parity survives
         outside = (np.cumsum(quotes, dtype=np.uint8) & 1) == 0
-        if not outside[-1]:  # a quote still open at the end: pandas may read it as a plain character
+        # a quote still open at the end: pandas may read it as a plain character
+        if not outside[-1]:
             return None
         # RFC 4180 quoting only: a quote opens at a field's start (or escapes one: "") and closes
         # before a separator, a line end or another quote. A stray quote is read one way by pandas,
@@ -93,11 +100,13 @@ def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None
         return None
     starts = np.concatenate([[0], np.flatnonzero(newline) + 1])
     starts = starts[starts < len(raw)]
-    # separators per record from their positions: a pass over the few separators, not over every byte
+    # separators per record from their positions: a pass over the few separators, not over every
+    # byte
     seps = np.flatnonzero(delims)
     fields = np.searchsorted(seps, np.append(starts[1:], len(raw))) - np.searchsorted(seps, starts) + 1
     nonblank = ~_BLANK[raw[starts]]
-    if not nonblank.all():  # a record that starts with a blank byte is blank only if all its bytes are
+    # a record that starts with a blank byte is blank only if all its bytes are
+    if not nonblank.all():
         nonblank = np.logical_or.reduceat(~_BLANK[raw], starts)
     return fields[nonblank]
 
@@ -116,8 +125,9 @@ def fields_agree(frame: pd.DataFrame, fields: np.ndarray | None, width: int | No
     return len(frame) == len(fields) and bool((fields == width).all())
 
 
-def read_records(data: bytes, options: dict[str, Any], has_header: bool = True,
-              width: int | None = None) -> tuple[pd.DataFrame, list[tuple[int, str, str]], int]:
+def read_records(
+    data: bytes, options: dict[str, Any], has_header: bool = True, width: int | None = None
+) -> tuple[pd.DataFrame, list[tuple[int, str, str]], int]:
     """Record by record: bad records become rejects (with their text), the rest is parsed by pandas.
 
     Records end at newlines outside quotes, as the quote scan that cut the file assumed. Without a
@@ -137,7 +147,8 @@ def read_records(data: bytes, options: dict[str, Any], has_header: bool = True,
         if not raw.strip():
             continue  # a blank line, as pandas skips it
         shown = raw.encode(encoding, "surrogateescape").decode(encoding, "replace")
-        try:  # not strict: text after a closing quote joins the field ("x"y is xy), as pandas reads it
+        # not strict: text after a closing quote joins the field ("x"y is xy), as pandas reads it
+        try:
             record = next(csv.reader([raw], delimiter=delimiter, quotechar=quotechar)) if closed else None
         except csv.Error as e:
             record, why = None, f"malformed CSV ({e})"
@@ -148,7 +159,8 @@ def read_records(data: bytes, options: dict[str, Any], has_header: bool = True,
             writer.writerow(record)
             continue
         row += 1
-        if width is None and record is not None:  # no header row, and the file's first record not known
+        # no header row, and the file's first record not known
+        if width is None and record is not None:
             width = len(record)
         if record is None:
             rejects.append((row, why, shown))

@@ -1,4 +1,5 @@
-"""CSV sources: pandas' C parser where a block is clean, record by record where not; blocks cut between records."""
+"""CSV sources: pandas' C parser where a block is clean, record by record where not; blocks cut
+between records."""
 
 from __future__ import annotations
 
@@ -58,12 +59,16 @@ def csv_layout(options: Mapping[str, Any]) -> tuple[bool, bool, int | None]:
     elif header == 0:
         has_header = True
     else:
-        return True, True, None  # a header row further down: only a whole file knows which line it is
+        # a header row further down: only a whole file knows which line it is
+        return True, True, None
     dialect = csv_dialect(options)
     encoding = str(dialect.encoding).lower().replace("_", "-")
-    whole = (any(options.get(k) not in (None, 0, "\n") for k in _WHOLE_FILE_OPTIONS)
-             or options.get("skip_blank_lines") is False or options.get("doublequote") is False
-             or encoding not in _ASCII_COMPATIBLE)
+    whole = (
+        any(options.get(k) not in (None, 0, "\n") for k in _WHOLE_FILE_OPTIONS)
+        or options.get("skip_blank_lines") is False
+        or options.get("doublequote") is False
+        or encoding not in _ASCII_COMPATIBLE
+    )
     quotechar = dialect.quotechar
     if options.get("quoting") == csv.QUOTE_NONE or len(str(quotechar).encode()) != 1:
         return whole or options.get("quoting") != csv.QUOTE_NONE, has_header, None
@@ -89,7 +94,8 @@ def _well_formed(sample: bytes, options: dict[str, Any]) -> str:
 
 
 def _block(source: Source, part: Part) -> tuple[bytes, bytes]:
-    """(the start of the file up to its first record, for a block after the first, else b''; the block's bytes).
+    """(the start of the file up to its first record, for a block after the first, else b''; the
+    block's bytes).
 
     The first record is the file's header (prepended to the block), or, without a header row,
     what says how many fields a record has.
@@ -105,7 +111,8 @@ def _block(source: Source, part: Part) -> tuple[bytes, bytes]:
 
 
 def _leading_record(handle: Any, quote: int | None) -> bytes:
-    """The file's lines up to the end of its first non-blank record (blank lines before it, as pandas
+    """The file's lines up to the end of its first non-blank record (blank lines before it, as
+    pandas
     skips them; a record ends at a newline outside quotes)."""
     lines, parity, text = [], 0, False
     for line in iter(handle.readline, b""):
@@ -118,10 +125,10 @@ def _leading_record(handle: Any, quote: int | None) -> bytes:
     return b"".join(lines)
 
 
-
 def _csv_fast(data: bytes, options: dict[str, Any]) -> pd.DataFrame:
     frame = pd.read_csv(io.BytesIO(data), **options)
-    if not isinstance(frame.index, pd.RangeIndex):  # rows with more fields than columns: pandas made them an index
+    # rows with more fields than columns: pandas made them an index
+    if not isinstance(frame.index, pd.RangeIndex):
         raise pd.errors.ParserError("rows with more fields than the header")
     frame.index = pd.RangeIndex(len(frame))
     return frame
@@ -150,8 +157,9 @@ def read_csv_part(source: Source, part: Part) -> RawPart:
             if not checked:
                 return RawPart(pd.DataFrame(), 0)
             raise pd.errors.ParserError("pandas found no records") from None
-        if checked and not fields_agree(frame, record_fields(text, sep.encode()[0], source.quote), width,
-                                       source.has_header):
+        if checked and not fields_agree(
+            frame, record_fields(text, sep.encode()[0], source.quote), width, source.has_header
+        ):
             raise pd.errors.ParserError("the records are not all whole")
         raw = RawPart(frame, len(frame))
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError):
@@ -189,15 +197,17 @@ class CsvFormat(SourceFormat):
         """pandas checks the values when it first reads (the schema sample)."""
         return None
 
-    def describe(self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any],
-                 dtypes: Mapping[str, str]) -> Source:
+    def describe(
+        self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any], dtypes: Mapping[str, str]
+    ) -> Source:
         """The layout the options give (``csv_layout``) and the schema of the first MiB."""
         whole, has_header, quote = csv_layout(options)
         schema = {**_sample_schema(read_sample(fs, files), options), **dtypes}
         return Source(self.name, fs, files, (), options, schema, has_header, quote, whole_files=whole)
 
     def partition(self, source: Source, blocksize: int) -> Source:
-        """Byte blocks, whose cuts the quote scan still has to move between records where quotes may hold
+        """Byte blocks, whose cuts the quote scan still has to move between records where quotes may
+        hold
         newlines (``source.unaligned``)."""
         parts = byte_blocks(source.files, blocksize, source.whole_files)
         unaligned = tuple(sorted({p.file for p in parts if p.start > 0})) if source.quote is not None else ()

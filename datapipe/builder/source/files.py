@@ -1,4 +1,5 @@
-"""'files' sources: each file is one row (path, name, parent, bytes), files grouped into partitions."""
+"""'files' sources: each file is one row (path, name, parent, bytes), files grouped into
+partitions."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ class FilesFormat(SourceFormat):
         """Nothing to check."""
         return None
 
-    def describe(self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any],
-                 dtypes: Mapping[str, str]) -> Source:
+    def describe(
+        self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any], dtypes: Mapping[str, str]
+    ) -> Source:
         """The listing says it all."""
         return Source(self.name, fs, files, (), options, has_header=False)
 

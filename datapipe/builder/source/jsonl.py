@@ -41,7 +41,8 @@ def _sample_schema(sample: bytes, options: Mapping[str, Any]) -> dict[str, str]:
 
 
 def read_jsonl_part(source: Source, part: Part) -> RawPart:
-    """One JSON object per line (in ``options.encoding``, default UTF-8); a line that is not one is a reject."""
+    """One JSON object per line (in ``options.encoding``, default UTF-8); a line that is not one is
+    a reject."""
     with open_input(source, source.files[part.file]) as handle:
         data = block_bytes(handle, part)
     encoding = source.options.get("encoding") or DEFAULT_ENCODING
@@ -80,7 +81,8 @@ class JsonlFormat(SourceFormat):
         return ("encoding", "dtype")
 
     def check_options(self, options: Mapping[str, Any]) -> tuple[str, str] | None:
-        """The encoding must be known and keep a newline one byte, as lines are found in the bytes."""
+        """The encoding must be known and keep a newline one byte, as lines are found in the
+        bytes."""
         if "encoding" not in options:
             return None
         try:
@@ -91,8 +93,9 @@ class JsonlFormat(SourceFormat):
             return "encoding", "JSON lines are read line by line: use an encoding where a newline is one byte"
         return None
 
-    def describe(self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any],
-                 dtypes: Mapping[str, str]) -> Source:
+    def describe(
+        self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any], dtypes: Mapping[str, str]
+    ) -> Source:
         """The schema of the objects in the first MiB."""
         schema = {**_sample_schema(read_sample(fs, files), options), **dtypes}
         return Source(self.name, fs, files, (), options, schema, has_header=False)

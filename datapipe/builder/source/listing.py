@@ -1,4 +1,5 @@
-"""Listing a source: its path as a URL, the files it names in sorted order, with sizes and etags or stamps."""
+"""Listing a source: its path as a URL, the files it names in sorted order, with sizes and etags or
+stamps."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ _GLOB = set("*?[")
 
 
 def source_url(source: SourceSpec, base_dir: str) -> str:
-    """The source path as a URL: relative local paths are taken from the pipeline file's directory."""
+    """The source path as a URL: relative local paths are taken from the pipeline file's
+    directory."""
     if "://" in source.path or os.path.isabs(source.path):
         return source.path
     return os.path.join(base_dir, source.path)
@@ -29,7 +31,8 @@ def _label(path: str, url: str, fs: Any, base_dir: str) -> str:
 
 
 def stamp_of(st: os.stat_result) -> str:
-    """A local file's identity and state: device, inode, size, mtime and ctime in ns (``known_hashes`` reads it)."""
+    """A local file's identity and state: device, inode, size, mtime and ctime in ns
+    (``known_hashes`` reads it)."""
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 

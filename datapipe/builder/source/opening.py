@@ -1,4 +1,5 @@
-"""A source opened once (files listed, options split, schema inferred), then partitioned, a pure step."""
+"""A source opened once (files listed, options split, schema inferred), then partitioned, a pure
+step."""
 
 from __future__ import annotations
 
@@ -22,9 +23,14 @@ from datapipe.builder.source.schema import SCHEMA_TYPES
 from datapipe.errors import ConfigError
 
 
-def open_source(spec: SourceSpec, base_dir: str, storage_options: Mapping[str, Any] | None = None,
-                execution: Mapping[str, Any] | None = None) -> Source:
-    """List the files and learn what reading them needs (the schema, from one sample), unpartitioned.
+def open_source(
+    spec: SourceSpec,
+    base_dir: str,
+    storage_options: Mapping[str, Any] | None = None,
+    execution: Mapping[str, Any] | None = None,
+) -> Source:
+    """List the files and learn what reading them needs (the schema, from one sample),
+    unpartitioned.
 
     ``execution`` holds partitioning options (blocksize, files_per_partition) over those of
     ``spec.options``; they shape the work, never the result.
@@ -46,13 +52,21 @@ def open_source(spec: SourceSpec, base_dir: str, storage_options: Mapping[str, A
 
 
 def partition_source(source: Source, blocksize: int | None = None) -> Source:
-    """``source`` cut into partitions of ``blocksize`` bytes (default: the configured one); quoted CSV files
+    """``source`` cut into partitions of ``blocksize`` bytes (default: the configured one); quoted
+    CSV files
     still to be aligned (``align.scans_needed``, ``align.align_parts``)."""
     return get_source_format(source.format).partition(source, blocksize or source.blocksize)
 
 
-def partitioned_source(spec: SourceSpec, base_dir: str, storage_options: Mapping[str, Any] | None = None,
-                       execution: Mapping[str, Any] | None = None, *, align: bool = True) -> Source:
-    """``open_source``, ``partition_source`` and, unless ``align=False``, the quote scan run here (``align_here``)."""
+def partitioned_source(
+    spec: SourceSpec,
+    base_dir: str,
+    storage_options: Mapping[str, Any] | None = None,
+    execution: Mapping[str, Any] | None = None,
+    *,
+    align: bool = True,
+) -> Source:
+    """``open_source``, ``partition_source`` and, unless ``align=False``, the quote scan run here
+    (``align_here``)."""
     source = partition_source(open_source(spec, base_dir, storage_options, execution))
     return align_here(source) if align else source

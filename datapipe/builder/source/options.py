@@ -1,4 +1,5 @@
-"""The source.options that only shape the work (how the input is split or reached), never a byte of output."""
+"""The source.options that only shape the work (how the input is split or reached), never a byte of
+output."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from datapipe.errors import ConfigError
 EXECUTION_OPTIONS = frozenset({"blocksize", "files_per_partition", "storage_options"})
 DEFAULT_BLOCKSIZE = 64 << 20
 DEFAULT_FILES_PER_PARTITION = 256
-FILE_ROW_FORMATS = frozenset({"files", "class_folders"})  # one row per file: partitions are groups of files
+# one row per file: partitions are groups of files
+FILE_ROW_FORMATS = frozenset({"files", "class_folders"})
 
 
 def check_execution_option(key: str, value: Any) -> str | None:
-    """What is wrong with partitioning option ``key`` (one of EXECUTION_OPTIONS) set to ``value``, or None."""
+    """What is wrong with partitioning option ``key`` (one of EXECUTION_OPTIONS) set to ``value``,
+    or None."""
     if key == "blocksize":
         try:
             parse_size(value)

@@ -61,11 +61,13 @@ class ParquetFormat(SourceFormat):
         """pyarrow checks the values when it reads."""
         return None
 
-    def describe(self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any],
-                 dtypes: Mapping[str, str]) -> Source:
+    def describe(
+        self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any], dtypes: Mapping[str, str]
+    ) -> Source:
         """The row groups of each file, from its footer."""
-        return Source(self.name, fs, files, (), options, has_header=False,
-                      row_groups=tuple(_row_groups(fs, f) for f in files))
+        return Source(
+            self.name, fs, files, (), options, has_header=False, row_groups=tuple(_row_groups(fs, f) for f in files)
+        )
 
     def partition(self, source: Source, blocksize: int) -> Source:
         """One part per row group, whatever the blocksize: a row group is read whole."""

@@ -1,4 +1,5 @@
-"""Cutting listed files into partitions, as pure functions of their sizes: byte blocks, row groups, file groups."""
+"""Cutting listed files into partitions, as pure functions of their sizes: byte blocks, row groups,
+file groups."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ from collections.abc import Sequence
 
 from datapipe.builder.source.base import InputFile, Part
 
-COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip")  # read whole: a compressed stream cannot be entered midway
+# read whole: a compressed stream cannot be entered midway
+COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip")
 
 
 def byte_blocks(files: Sequence[InputFile], blocksize: int, whole: bool = False) -> list[Part]:
-    """Nominal blocks of ``blocksize`` bytes of each text file (one part per file when ``whole``, compressed
+    """Nominal blocks of ``blocksize`` bytes of each text file (one part per file when ``whole``,
+    compressed
     or empty); a reader moves each cut to the next record boundary."""
     parts = []
     for i, f in enumerate(files):
@@ -31,7 +34,8 @@ def row_group_parts(row_groups: Sequence[int]) -> list[Part]:
 
 
 def file_groups(files: Sequence[InputFile], per_partition: int, max_bytes: int) -> list[Part]:
-    """Runs of consecutive files, at most ``per_partition`` of them and ``max_bytes`` together (a larger
+    """Runs of consecutive files, at most ``per_partition`` of them and ``max_bytes`` together (a
+    larger
     file goes alone)."""
     parts: list[Part] = []
     group: list[int] = []

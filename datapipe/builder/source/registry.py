@@ -1,4 +1,5 @@
-"""Maps a source format name to its reader; the checks of source.options and the read of one partition."""
+"""Maps a source format name to its reader; the checks of source.options and the read of one
+partition."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from datapipe.builder.source.options import EXECUTION_OPTIONS, check_execution_o
 from datapipe.builder.source.parquet import ParquetFormat
 from datapipe.errors import ConfigError
 
-SOURCE_FORMATS: dict[str, SourceFormat] = {f.name: f for f in (CsvFormat(), ParquetFormat(), JsonlFormat(),
-                                                                FilesFormat(), ClassFoldersFormat())}
+SOURCE_FORMATS: dict[str, SourceFormat] = {
+    f.name: f for f in (CsvFormat(), ParquetFormat(), JsonlFormat(), FilesFormat(), ClassFoldersFormat())
+}
 
 
 def get_source_format(name: str) -> SourceFormat:
@@ -41,8 +43,11 @@ def check_source_options(fmt: str, options: Mapping[str, Any]) -> tuple[str, str
             if problem is not None:
                 return key, problem
         elif key not in taken:
-            listed = (f"{source_format.options_help} and " + ", ".join(sorted(EXECUTION_OPTIONS))
-                      if source_format.options_help else ", ".join(sorted({*taken, *EXECUTION_OPTIONS})))
+            listed = (
+                f"{source_format.options_help} and " + ", ".join(sorted(EXECUTION_OPTIONS))
+                if source_format.options_help
+                else ", ".join(sorted({*taken, *EXECUTION_OPTIONS}))
+            )
             return key, f"the {fmt} reader does not take this option; it takes {listed}"
     return source_format.check_options(options)
 

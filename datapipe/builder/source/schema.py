@@ -1,4 +1,5 @@
-"""Column types of a text source: inferred once from a fixed sample, then applied to every partition.
+"""Column types of a text source: inferred once from a fixed sample, then applied to every
+partition.
 
 Text readers parse every partition as strings (CSV) or Python objects (JSONL) and convert with
 one schema, so that a value is typed the same way whichever partition it lands in: inferring
@@ -16,7 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-SAMPLE_BYTES = 1 << 20  # the schema sample: the first MiB of the first source file, whatever the blocksize
+# the schema sample: the first MiB of the first source file, whatever the blocksize
+SAMPLE_BYTES = 1 << 20
 SCHEMA_TYPES = ("int64", "float64", "bool", "string", "object")
 _TRUE = {"true": True, "false": False, "True": True, "False": False, "TRUE": True, "FALSE": False}
 
@@ -120,7 +122,8 @@ def _fast_numeric(series: pd.Series, kind: str) -> pd.Series | None:
 
 
 def apply_schema(frame: pd.DataFrame, schema: dict[str, str], *, strings: bool) -> tuple[pd.DataFrame, pd.Series]:
-    """Convert ``frame``'s columns to ``schema``; returns (frame, reason per bad row, indexed by row id).
+    """Convert ``frame``'s columns to ``schema``; returns (frame, reason per bad row, indexed by row
+    id).
 
     ``strings`` says the cells are CSV text, so a string column accepts anything; JSON cells
     must already be of the column's type (an int in a string column is a type error).
@@ -146,8 +149,11 @@ def apply_schema(frame: pd.DataFrame, schema: dict[str, str], *, strings: bool) 
             try:
                 values.append(convert(value))
             except (ValueError, TypeError, OverflowError):
-                reasons.setdefault(row, f"column {col!r}: {_describe(value)} is not {kind} "
-                                        f"(set source.options.dtype.{col} to read it as another type)")
+                reasons.setdefault(
+                    row,
+                    f"column {col!r}: {_describe(value)} is not {kind} "
+                    f"(set source.options.dtype.{col} to read it as another type)",
+                )
                 values.append(None)
         out[col] = pd.Series(values, index=series.index, dtype=dtype if dtype else object)
         if kind == "float64":

@@ -1,1 +1,2 @@
-"""WebDataset tar shards: deterministic ustar writer, mmap reader, header scanner for foreign tars."""
+"""WebDataset tar shards: deterministic ustar writer, mmap reader, header scanner for foreign
+tars."""

@@ -66,7 +66,8 @@ def padding(size: int) -> bytes:
 
 
 def member_header(name: str, size: int) -> bytes:
-    """Header block(s) for a regular file ``name`` of ``size`` bytes, pax-prefixed only when needed."""
+    """Header block(s) for a regular file ``name`` of ``size`` bytes, pax-prefixed only when
+    needed."""
     raw = name.encode("utf-8", "surrogateescape")
     records = b""
     if len(raw) > 100 or not raw.isascii():

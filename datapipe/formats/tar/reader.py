@@ -46,7 +46,8 @@ def split_name(name: str) -> tuple[str, str] | None:
 
 
 def unsafe_name(name: str) -> bool:
-    """Absolute names and '..' components: harmless to us (we never extract), suspicious in a dataset."""
+    """Absolute names and '..' components: harmless to us (we never extract), suspicious in a
+    dataset."""
     return name.startswith("/") or ".." in name.split("/")
 
 
@@ -56,9 +57,11 @@ class TarShardReader(SpanReader):
     format_code = TAR_FORMAT_CODE
 
     def _member_table(self) -> np.ndarray | tuple[int, np.ndarray]:
-        """Where each sample's members are, built once per reader: (members per sample, member position of each
-        field or -1) when every sample has the same fields in the same order (the usual case: no table), else a
-        (samples x fields) table of member numbers, -1 where a sample lacks the field."""
+        """Where each sample's members are, built once per reader: (members per sample, member
+        position of each
+        field or -1) when every sample has the same fields in the same order (the usual case: no
+        table), else a (samples x fields) table of member numbers, -1 where a sample lacks the
+        field."""
         table = getattr(self, "_table", None)
         if table is None:
             index = self._require_index()
@@ -80,7 +83,8 @@ class TarShardReader(SpanReader):
         return table
 
     def spans(self, indices: Sequence[int], field: str) -> tuple[np.ndarray, np.ndarray]:
-        """Payload (offsets, sizes) of ``field`` for samples ``indices``: array lookups in the index."""
+        """Payload (offsets, sizes) of ``field`` for samples ``indices``: array lookups in the
+        index."""
         index = self._require_index()
         table = self._member_table()
         rows = np.asarray(indices, dtype=np.int64)
@@ -98,7 +102,8 @@ class TarShardReader(SpanReader):
         return index.member_offset[members].astype(np.int64), index.member_size[members].astype(np.int64)
 
     def gather(self, indices: Sequence[int], fields: Sequence[str]) -> tuple[list[str], dict[str, list[Any]]]:
-        """Array lookups in the index: one slice of the mapped shard per payload, no dict per sample."""
+        """Array lookups in the index: one slice of the mapped shard per payload, no dict per
+        sample."""
         columns: dict[str, list[Any]] = {}
         view = self._view
         for name in fields:

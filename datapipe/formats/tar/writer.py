@@ -1,4 +1,5 @@
-"""Writes WebDataset tar shards: members '<key>.<field>' grouped by key, fields sorted, bytes deterministic."""
+"""Writes WebDataset tar shards: members '<key>.<field>' grouped by key, fields sorted, bytes
+deterministic."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ class TarShardWriter(ShardWriter):
                 payload = memoryview(value).cast("B")
             except TypeError:
                 raise SampleError(
-                    f"sample {key!r}, field {name!r}: the tar format stores bytes, got {type(value).__name__}; "
+                    f"sample {key!r}, field {name!r}: the tar format stores bytes, got "
+                    f"{type(value).__name__}; "
                     "encode the value first"
                 ) from None
             size = len(payload)
@@ -71,7 +73,8 @@ class TarShardWriter(ShardWriter):
 
     @classmethod
     def sample_sizes(cls, keys: Sequence[str], fields: Mapping[str, Sequence[Any]]) -> np.ndarray:
-        """Vectorised: plain ustar members (ASCII names of 100 bytes or less) cost 512 + padded payload."""
+        """Vectorised: plain ustar members (ASCII names of 100 bytes or less) cost 512 + padded
+        payload."""
         n = len(keys)
         key_len = np.fromiter((len(k) if k.isascii() else 1000 for k in keys), dtype=np.int64, count=n)
         total = np.zeros(n, dtype=np.int64)
@@ -80,15 +83,18 @@ class TarShardWriter(ShardWriter):
             size = np.fromiter((memoryview(p).nbytes for p in payloads), dtype=np.int64, count=n)
             total += BLOCK + size + (-size % BLOCK)
             plain &= (key_len + 1 + len(name.encode()) <= 100) & (size <= MAX_USTAR_SIZE) & name.isascii()
-        for i in np.flatnonzero(~plain).tolist():  # long or non-ASCII names, huge payloads: pax headers
+        # long or non-ASCII names, huge payloads: pax headers
+        for i in np.flatnonzero(~plain).tolist():
             total[i] = cls.sample_size(keys[i], {name: payloads[i] for name, payloads in fields.items()})
         return total
 
     @classmethod
     def encode_samples(cls, keys: Sequence[str], fields: Mapping[str, Sequence[Any]]) -> EncodedSamples:
-        """Column-wise: headers of plain ustar members built as one numpy array, payloads copied into place.
+        """Column-wise: headers of plain ustar members built as one numpy array, payloads copied
+        into place.
 
-        Samples that need pax headers (long or non-ASCII names, huge payloads) take the general path.
+        Samples that need pax headers (long or non-ASCII names, huge payloads) take the general
+        path.
         """
         names = sorted(fields)
         n, f = len(keys), len(names)
@@ -98,8 +104,12 @@ class TarShardWriter(ShardWriter):
         key_len = np.fromiter(map(len, key_bytes), dtype=np.int64, count=n)
         sizes = np.stack([np.fromiter(map(len, fields[name]), dtype=np.int64, count=n) for name in names], axis=1)
         name_len = key_len[:, None] + 1 + np.array([len(name.encode()) for name in names])
-        if (name_len > 100).any() or (sizes > MAX_USTAR_SIZE).any() or not all(
-                name.isascii() for name in names) or not b"".join(key_bytes).isascii():
+        if (
+            (name_len > 100).any()
+            or (sizes > MAX_USTAR_SIZE).any()
+            or not all(name.isascii() for name in names)
+            or not b"".join(key_bytes).isascii()
+        ):
             return super().encode_samples(keys, fields)
         # member j of sample i is row i * f + j; each is a header block, the payload, zero padding
         spans = BLOCK + sizes.reshape(-1) + (-sizes.reshape(-1) % BLOCK)
@@ -109,7 +119,8 @@ class TarShardWriter(ShardWriter):
         data = bytearray(total)
         flat = np.frombuffer(data, dtype=np.uint8)
         blocks, rows = flat.reshape(-1, BLOCK), header_at // BLOCK
-        blocks[rows] = np.frombuffer(USTAR_TEMPLATE, dtype=np.uint8)  # then each header's own fields:
+        # then each header's own fields:
+        blocks[rows] = np.frombuffer(USTAR_TEMPLATE, dtype=np.uint8)
         suffixes = [b"." + name.encode() for name in names]
         blob = np.frombuffer(b"".join([k + suffix for k in key_bytes for suffix in suffixes]), dtype=np.uint8)
         lengths = name_len.reshape(-1)
@@ -120,20 +131,32 @@ class TarShardWriter(ShardWriter):
         blocks[rows, 156] = ord("0")  # typeflag: regular file
         name_sums = np.add.reduceat(blob.astype(np.int64), starts)
         checksum = USTAR_TEMPLATE_SUM + ord("0") + name_sums + size_digits.sum(axis=1)
-        blocks[rows, 148:156] = np.concatenate([((checksum[:, None] >> (3 * np.arange(5, -1, -1))) & 7) + ord("0"),
-                                                np.broadcast_to([0, ord(" ")], (len(rows), 2))], axis=1)
+        blocks[rows, 148:156] = np.concatenate(
+            [
+                ((checksum[:, None] >> (3 * np.arange(5, -1, -1))) & 7) + ord("0"),
+                np.broadcast_to([0, ord(" ")], (len(rows), 2)),
+            ],
+            axis=1,
+        )
         payload_at = header_at + BLOCK
         for i, name in enumerate(names):
             _place(flat, payload_at[i::f], sizes[:, i], fields[name])
         bounds = np.concatenate([[0], ends[f - 1 :: f]]).astype(np.int64)
         view = memoryview(data)
-        hashes = b"".join([sha256(view[a:b]).digest() for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(),
-                                                                       strict=True)])
+        hashes = b"".join(
+            [sha256(view[a:b]).digest() for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+        )
         return EncodedSamples(
-            data=data, bounds=bounds, hashes=np.frombuffer(hashes, dtype=np.uint8).reshape(n, HASH_SIZE),
-            member_counts=np.full(n, f, dtype=np.int64), member_offset=header_at + BLOCK,
-            member_size=sizes.reshape(-1), member_field=np.tile(np.arange(f), n), fields=tuple(names),
-            key_blob=b"".join(key_bytes), key_ends=np.cumsum(key_len),
+            data=data,
+            bounds=bounds,
+            hashes=np.frombuffer(hashes, dtype=np.uint8).reshape(n, HASH_SIZE),
+            member_counts=np.full(n, f, dtype=np.int64),
+            member_offset=header_at + BLOCK,
+            member_size=sizes.reshape(-1),
+            member_field=np.tile(np.arange(f), n),
+            fields=tuple(names),
+            key_blob=b"".join(key_bytes),
+            key_ends=np.cumsum(key_len),
         )
 
     def _write_end(self) -> None:
@@ -144,15 +167,22 @@ STRIDED_BELOW = 16 << 10  # payload size from which each payload is copied into 
 
 
 def _place(flat: np.ndarray, at: np.ndarray, sizes: np.ndarray, payloads: Sequence[bytes]) -> None:
-    """Copy ``payloads`` to offsets ``at`` of ``flat``: as one strided copy when they are small, all of one size
-    and at evenly spaced offsets (samples of one shape: the usual case), else one slice assignment each."""
+    """Copy ``payloads`` to offsets ``at`` of ``flat``: as one strided copy when they are small, all
+    of one size
+    and at evenly spaced offsets (samples of one shape: the usual case), else one slice assignment
+    each."""
     n = len(payloads)
     size, stride = int(sizes[0]), int(at[1] - at[0]) if n > 1 else 0
     # (the strided copy goes through one joined copy of the payloads: worth it only where a slice
     # assignment per payload costs more in Python than the extra copy of its bytes)
-    if n > 1 and 0 < size < STRIDED_BELOW and stride >= size and (sizes == size).all() \
-            and (np.diff(at) == stride).all():
-        rows = np.lib.stride_tricks.as_strided(flat[int(at[0]):], shape=(n, size), strides=(stride, 1))
+    if (
+        n > 1
+        and 0 < size < STRIDED_BELOW
+        and stride >= size
+        and (sizes == size).all()
+        and (np.diff(at) == stride).all()
+    ):
+        rows = np.lib.stride_tricks.as_strided(flat[int(at[0]) :], shape=(n, size), strides=(stride, 1))
         rows[:] = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(n, size)
         return
     data = flat.data

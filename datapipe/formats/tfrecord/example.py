@@ -1,4 +1,5 @@
-"""tf.train.Example encoding of samples, with the message classes built from a descriptor (no TensorFlow).
+"""tf.train.Example encoding of samples, with the message classes built from a descriptor (no
+TensorFlow).
 
 Field values map to features by type: bytes-like -> bytes_list; int, bool or an integer numpy
 array -> int64_list; float or a float array -> float_list; a list of bytes -> bytes_list with
@@ -52,7 +53,8 @@ def _example_file() -> descriptor_pb2.FileDescriptorProto:
     return f
 
 
-# A private pool: TensorFlow or the tfrecord package may register 'tensorflow.Example' in the default one.
+# A private pool: TensorFlow or the tfrecord package may register 'tensorflow.Example' in the
+# default one.
 _POOL = descriptor_pool.DescriptorPool()
 _POOL.Add(_example_file())
 Example = message_factory.GetMessageClass(_POOL.FindMessageTypeByName("tensorflow.Example"))
@@ -60,9 +62,11 @@ Example = message_factory.GetMessageClass(_POOL.FindMessageTypeByName("tensorflo
 
 def _fill(feature: Any, value: Any, key: str, name: str) -> None:
     """Put ``value`` into ``feature`` as bytes_list, int64_list or float_list."""
+
     def refuse() -> SampleError:
         return SampleError(
-            f"sample {key!r}, field {name!r}: TFRecord stores bytes, ints or floats (or lists or numpy "
+            f"sample {key!r}, field {name!r}: TFRecord stores bytes, ints or floats "
+            "(or lists or numpy "
             f"arrays of them), got {type(value).__name__}; encode the value first"
         )
 
@@ -100,7 +104,8 @@ def _fill_list(feature: Any, values: Sequence[Any], refuse: Any) -> None:
 
 
 def encode_example(key: str, fields: dict[str, Any]) -> bytes:
-    """Serialise one sample as a tf.train.Example; map entries sorted, so the bytes are deterministic."""
+    """Serialise one sample as a tf.train.Example; map entries sorted, so the bytes are
+    deterministic."""
     example = Example()
     feature = example.features.feature
     feature[KEY].bytes_list.value.append(key.encode("utf-8", "surrogateescape"))
@@ -110,7 +115,8 @@ def encode_example(key: str, fields: dict[str, Any]) -> bytes:
 
 
 def decode_example(payload: bytes | memoryview) -> tuple[str | None, dict[str, Any]]:
-    """(key or None, fields sorted by name) of a serialised tf.train.Example; DecodeError if it is not one."""
+    """(key or None, fields sorted by name) of a serialised tf.train.Example; DecodeError if it is
+    not one."""
     example = Example.FromString(payload)
     key = None
     fields: dict[str, Any] = {}

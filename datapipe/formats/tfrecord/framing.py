@@ -1,4 +1,5 @@
-"""TFRecord framing: u64 length, masked CRC32C of the length, payload, masked CRC32C of the payload."""
+"""TFRecord framing: u64 length, masked CRC32C of the length, payload, masked CRC32C of the
+payload."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ class TFRecordShardReader(ShardReader):
     format_code = TFRECORD_FORMAT_CODE
 
     def _record(self, pos: int, number: int) -> tuple[memoryview, int]:
-        """Payload view of the record at ``pos`` and the offset just past it, bounds and CRCs checked."""
+        """Payload view of the record at ``pos`` and the offset just past it, bounds and CRCs
+        checked."""
         view = self._view
         left = len(view) - pos
         if left < HEADER_SIZE:

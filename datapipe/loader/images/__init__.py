@@ -1,2 +1,3 @@
-"""Image fields decoded into batch tensors: the decoder spec (``datapipe.image``), the per-sample crop boxes, the
+"""Image fields decoded into batch tensors: the decoder spec (``datapipe.image``), the per-sample
+crop boxes, the
 Pillow decode into a batch slot, and the CUDA decode."""

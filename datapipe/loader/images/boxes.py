@@ -22,7 +22,8 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 class Box(NamedTuple):
-    """A crop of the stored image, in its pixels (left, top, right, bottom), and whether to flip it."""
+    """A crop of the stored image, in its pixels (left, top, right, bottom), and whether to flip
+    it."""
 
     left: float
     top: float
@@ -34,8 +35,10 @@ class Box(NamedTuple):
 def uniforms(keys: Sequence[str], seed: int, epoch: int) -> np.ndarray:
     """(n, UNIFORMS) floats in [0, 1): each row a function of (seed, epoch, key) only."""
     salt = f"{seed}:{epoch}".encode()
-    roots = np.frombuffer(b"".join(hashlib.blake2b(k.encode("utf-8", "surrogateescape"), digest_size=8,
-                                                   key=salt).digest() for k in keys), dtype="<u8")
+    roots = np.frombuffer(
+        b"".join(hashlib.blake2b(k.encode("utf-8", "surrogateescape"), digest_size=8, key=salt).digest() for k in keys),
+        dtype="<u8",
+    )
     with np.errstate(over="ignore"):
         z = roots[:, None] + _GOLDEN * np.arange(1, UNIFORMS + 1, dtype=np.uint64)[None, :]
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -45,13 +48,15 @@ def uniforms(keys: Sequence[str], seed: int, epoch: int) -> np.ndarray:
 
 
 def crop_box(spec: ImageSpec, width: int, height: int, u: np.ndarray) -> Box:
-    """The box of one sample of a ``width`` x ``height`` image, from its row ``u`` of ``uniforms``."""
+    """The box of one sample of a ``width`` x ``height`` image, from its row ``u`` of
+    ``uniforms``."""
     flip = bool(spec.flip and u[-1] < 0.5)
     if spec.crop is None:
         return Box(0.0, 0.0, float(width), float(height), flip)
     out_h, out_w = spec.size
     if spec.crop == "center":
-        scale = spec.short_side() / min(width, height)  # resize the short side, then take the center
+        # resize the short side, then take the center
+        scale = spec.short_side() / min(width, height)
         w, h = min(width, out_w / scale), min(height, out_h / scale)
         left, top = (width - w) / 2, (height - h) / 2
         return Box(left, top, left + w, top + h, flip)
@@ -60,7 +65,8 @@ def crop_box(spec: ImageSpec, width: int, height: int, u: np.ndarray) -> Box:
 
 
 def _random_resized(spec: ImageSpec, width: int, height: int, u: np.ndarray) -> tuple[int, int, int, int]:
-    """torchvision's RandomResizedCrop.get_params, with the sample's own numbers: (left, top, width, height)."""
+    """torchvision's RandomResizedCrop.get_params, with the sample's own numbers: (left, top, width,
+    height)."""
     area = width * height
     lo, hi = math.log(spec.ratio[0]), math.log(spec.ratio[1])
     for t in range(TRIES):

@@ -1,4 +1,5 @@
-"""Pillow decode of one image straight into its slot of a batch array: draft scale, one crop-and-resize, flip."""
+"""Pillow decode of one image straight into its slot of a batch array: draft scale, one
+crop-and-resize, flip."""
 
 from __future__ import annotations
 
@@ -27,18 +28,22 @@ def _pillow() -> Any:
     return Image
 
 
-def decode_images(spec: ImageSpec, keys: Sequence[str], payloads: Sequence[Any], out: np.ndarray,
-                  field: str = "image") -> np.ndarray:
-    """Decode ``payloads`` (one per key) into ``out``, an array of shape (n, *spec.shape) and spec's dtype."""
+def decode_images(
+    spec: ImageSpec, keys: Sequence[str], payloads: Sequence[Any], out: np.ndarray, field: str = "image"
+) -> np.ndarray:
+    """Decode ``payloads`` (one per key) into ``out``, an array of shape (n, *spec.shape) and spec's
+    dtype."""
     u = uniforms(keys, spec.seed, spec.epoch)
     for i, (key, payload) in enumerate(zip(keys, payloads, strict=True)):
         decode_into(spec, payload, u[i], out[i], key, field)
     return out
 
 
-def decode_into(spec: ImageSpec, payload: Any, u: np.ndarray, slot: np.ndarray, key: str = "?",
-                field: str = "image") -> None:
-    """One image: opened, its box drawn from ``u``, decoded (at a draft scale for JPEG), cropped and resized
+def decode_into(
+    spec: ImageSpec, payload: Any, u: np.ndarray, slot: np.ndarray, key: str = "?", field: str = "image"
+) -> None:
+    """One image: opened, its box drawn from ``u``, decoded (at a draft scale for JPEG), cropped and
+    resized
     to ``spec.size`` in one resample, flipped, and written into ``slot``."""
     image = _pillow()
     try:
@@ -49,8 +54,11 @@ def decode_into(spec: ImageSpec, payload: Any, u: np.ndarray, slot: np.ndarray, 
                 box = crop_box(spec, width, height, u)
                 pixels = _resized(spec, img, box, image)
     except (OSError, SyntaxError, ValueError, image.DecompressionBombError, image.DecompressionBombWarning) as e:
-        raise SampleError(f"field {field!r} of sample {key!r}: cannot decode the image ({type(e).__name__}: {e}); "
-                          "build with an `image` stage to quarantine such files") from None
+        raise SampleError(
+            f"field {field!r} of sample {key!r}: cannot decode the image "
+            f"({type(e).__name__}: {e}); "
+            "build with an `image` stage to quarantine such files"
+        ) from None
     if box.flip:
         pixels = pixels[:, ::-1]
     target = slot if spec.layout == "HWC" else slot.transpose(1, 2, 0)
@@ -78,12 +86,14 @@ def _resized(spec: ImageSpec, img: Any, box: Box, image: Any) -> np.ndarray:
 
 
 def _rgb(img: Any, image: Any) -> Any:
-    """Any mode as RGB: 16-bit grey to its top 8 bits, transparency laid on white (as the build's ``image`` stage
+    """Any mode as RGB: 16-bit grey to its top 8 bits, transparency laid on white (as the build's
+    ``image`` stage
     re-encodes it), palette and CMYK converted."""
     if img.mode == "RGB":
         return img
     if img.mode in SIXTEEN_BIT:
-        grey = (np.asarray(img).astype(np.uint32) >> 8).clip(0, 255).astype(np.uint8)  # 16-bit samples
+        # 16-bit samples
+        grey = (np.asarray(img).astype(np.uint32) >> 8).clip(0, 255).astype(np.uint8)
         return image.fromarray(grey, "L").convert("RGB")
     if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
         rgba = img.convert("RGBA")

@@ -1,4 +1,5 @@
-"""DataLoader wiring: ShardDataset (an IterableDataset of ready batches) and the Loader's iteration through it.
+"""DataLoader wiring: ShardDataset (an IterableDataset of ready batches) and the Loader's iteration
+through it.
 
 Batches are collated inside the DataLoader workers and cross to the main process as one packed
 buffer each (loader/packing.py), not as per-sample objects: pickled through the worker's pipe when
@@ -36,35 +37,40 @@ from datapipe.loader.torch.segments import Releases, WorkerSegments, forget_segm
 from datapipe.loader.torch.tensors import can_pin, pinned_buffer, tensor_view, to_tensors
 from datapipe.loader.world import resolve_world
 
-PIPE_LIMIT = 64 << 10  # bytes of a packed batch below which workers pickle it rather than share memory
-# fields a worker packs as raw bytes and offsets, not pickled objects: the training process makes the lists
-# again from the batch's buffer (packing.unpack), which costs it less than unpickling them (benchmarks/README.md)
+# bytes of a packed batch below which workers pickle it rather than share memory
+PIPE_LIMIT = 64 << 10
+# fields a worker packs as raw bytes and offsets, not pickled objects: the training process makes
+# the lists again from the batch's buffer (packing.unpack), which costs it less than unpickling them
+# (benchmarks/README.md)
 SENT_AS_BYTES = ("ragged", *PAYLOAD_DECODERS)
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
 
 
 class WorkerFailure:
-    """A datapipe error of a worker, sent as an item so that the training process raises it as itself.
+    """A datapipe error of a worker, sent as an item so that the training process raises it as
+    itself.
 
-    (The DataLoader would re-raise it as RuntimeError("Caught ShardCorruptError ...") with the worker's traceback as
-    text; the Loader raises the original class, with its attributes, and that traceback as a note.)
-    """
+    (The DataLoader would re-raise it as RuntimeError("Caught ShardCorruptError ...") with the
+    worker's traceback as text; the Loader raises the original class, with its attributes, and that
+    traceback as a note.)"""
 
     def __init__(self, error: DatapipeError, worker: int) -> None:
         error.add_note(f"raised in DataLoader worker {worker}:\n{traceback.format_exc().rstrip()}")
         self.error = error
 
 
-
 class Packed(NamedTuple):
     """What a worker yields for the Loader: one batch packed in one buffer (or a failure)."""
 
-    buffer: Any  # worker side: uint8 numpy array (pickled), SegmentBatch or a tensor (shared memory), or WorkerFailure
+    # worker side: uint8 numpy array (pickled), SegmentBatch or a tensor (shared memory), or
+    # WorkerFailure
+    buffer: Any
     layout: Any
     slot: Any
 
     def pin_memory(self, device: Any = None) -> Packed:
-        """The DataLoader's pinning thread calls this (it would pass numpy buffers by unpinned): a copy of the
+        """The DataLoader's pinning thread calls this (it would pass numpy buffers by unpinned): a
+        copy of the
         buffer in page-locked memory, made off the training loop's thread."""
         if isinstance(self.buffer, WorkerFailure):
             return self
@@ -79,23 +85,40 @@ class ShardDataset(IterableDataset):
     Build one with the same arguments as ``datapipe.Loader``, or let the Loader make it.
     """
 
-    packed = False  # Loader-internal: yield (one uint8 buffer, layout, slot) per batch; see loader/packing.py
-    slots: torch.Tensor | None = None  # Loader-internal: the shared-memory slot table (WorkerSegments)
+    # Loader-internal: yield (one uint8 buffer, layout, slot) per batch; see loader/packing.py
+    packed = False
+    # Loader-internal: the shared-memory slot table (WorkerSegments)
+    slots: torch.Tensor | None = None
     token = ""  # Loader-internal: names this DataLoader run's segments (SegmentBatch)
-    pinned = False  # Loader-internal, in process: batches gathered into page-locked memory (pin_memory)
+    # Loader-internal, in process: batches gathered into page-locked memory (pin_memory)
+    pinned = False
 
-    def __init__(self, dataset: str | Dataset | Mix, batch_size: int = 256, *, shuffle: bool = True, seed: int = 0,
-                 epoch: int = 0, rank: int | None = None, world_size: int | None = None, drop_last: DropLast = True,
-                 fields: Sequence[str] | None = None, decode: Mapping[str, Decoder] | None = None,
-                 prefetch: int | None = None, block_shards: int = DEFAULT_BLOCK_SHARDS,
-                 position: int = 0, split: str | None = None) -> None:
+    def __init__(
+        self,
+        dataset: str | Dataset | Mix,
+        batch_size: int = 256,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        epoch: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: DropLast = True,
+        fields: Sequence[str] | None = None,
+        decode: Mapping[str, Decoder] | None = None,
+        prefetch: int | None = None,
+        block_shards: int = DEFAULT_BLOCK_SHARDS,
+        position: int = 0,
+        split: str | None = None,
+    ) -> None:
         settings = LoaderSettings(batch_size, shuffle, seed, drop_last, block_shards, fields, decode, prefetch=prefetch)
         dataset = open_data(dataset, split=split)
         dataset.check_shards()
         world = resolve_world(rank, world_size, os.environ, distributed_world)
         self.source = BatchSource(dataset, settings, world, epoch, position)
         self.num_batches = self.source.plan.num_batches()
-        self.prefetch = settings.prefetch  # a thread ahead in each process only if asked: DataLoader prefetches
+        # a thread ahead in each process only if asked: DataLoader prefetches
+        self.prefetch = settings.prefetch
 
     @classmethod
     def from_source(cls, source: BatchSource, num_batches: int, prefetch: int, packed: bool = False) -> ShardDataset:
@@ -117,8 +140,8 @@ class ShardDataset(IterableDataset):
             segments = WorkerSegments(self.slots, worker, self.token) if self.slots is not None else None
 
             def allocate(nbytes: int) -> tuple[Any, np.ndarray]:
-                # big batches are packed straight into a pooled shared-memory segment and cross as its name;
-                # small ones as a pickled copy, which costs about as little
+                # big batches are packed straight into a pooled shared-memory segment and cross as
+                # its name; small ones as a pickled copy, which costs about as little
                 if nbytes < PIPE_LIMIT or segments is None:
                     buffer = np.empty(nbytes, dtype=np.uint8)
                     return (buffer, None), buffer
@@ -128,7 +151,9 @@ class ShardDataset(IterableDataset):
                 handle, layout = pack(batch, allocate)
                 return handle, _pickled_layout(layout)
 
-            try:  # no thread ahead here: the DataLoader asks each worker for `prefetch` batches ahead already,
+            # no thread ahead here: the DataLoader asks each worker for `prefetch` batches ahead
+            # already,
+            try:
                 # and a second thread in the worker only contends for its GIL (benchmarks/README.md)
                 for (buffer, slot), layout in self.source.produce(steps, packed, SENT_AS_BYTES):
                     yield Packed(buffer, layout, slot)
@@ -137,21 +162,26 @@ class ShardDataset(IterableDataset):
                     raise
                 yield Packed(WorkerFailure(e, worker), None, None)
         elif self.pinned:  # gathered straight into page-locked memory: one copy, ahead
-            for buffer, layout in prefetched(self.source.produce(steps, lambda b: pack(b, pinned_buffer), ("ragged",)),
-                                             self.prefetch):
+            for buffer, layout in prefetched(
+                self.source.produce(steps, lambda b: pack(b, pinned_buffer), ("ragged",)), self.prefetch
+            ):
                 yield unpack(buffer, layout, tensor_view)
         else:
-            batches = prefetched(self.source.produce(steps, to_tensors), self.prefetch)  # tensors made ahead too
-            # in a user's own DataLoader: a batch its queue thread cannot pickle would be dropped, and waited for
+            # tensors made ahead too
+            batches = prefetched(self.source.produce(steps, to_tensors), self.prefetch)
+            # in a user's own DataLoader: a batch its queue thread cannot pickle would be dropped,
+            # and waited for
             yield from batches if info is None else map(_sendable, batches)
 
 
-def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: int,
-            pin_memory: bool = False) -> Iterator[dict[str, Any]]:
+def iterate(
+    source: BatchSource, num_batches: int, num_workers: int, prefetch: int, pin_memory: bool = False
+) -> Iterator[dict[str, Any]]:
     """The rank's batches in order: in process (num_workers=0) or through a DataLoader.
 
-    ``pin_memory`` (where a CUDA device makes page-locked memory available; else ignored): every numeric
-    tensor of a batch lives in page-locked memory, so ``.to("cuda", non_blocking=True)`` copies asynchronously.
+    ``pin_memory`` (where a CUDA device makes page-locked memory available; else ignored): every
+    numeric tensor of a batch lives in page-locked memory, so ``.to("cuda", non_blocking=True)``
+    copies asynchronously.
     """
     pin_memory = pin_memory and can_pin()
     if num_workers == 0:
@@ -162,18 +192,26 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
     dataset = ShardDataset.from_source(source, num_batches, prefetch, packed=True)
     dataset.slots = slot_table(num_workers, prefetch)
     releases = Releases(dataset.slots)
-    # A remote store's client (s3fs: an event loop thread, connection pools, their locks) must not be
-    # forked from a process that is using it: a lock held at the fork stays held in the worker. Workers
-    # of remote datasets start from a clean forkserver instead; local ones fork, which is faster.
+    # A remote store's client (s3fs: an event loop thread, connection pools, their locks) must not
+    # be forked from a process that is using it: a lock held at the fork stays held in the worker.
+    # Workers of remote datasets start from a clean forkserver instead; local ones fork, which is
+    # faster.
     context = _forkserver() if source.dataset.cache is not None else None
-    loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, prefetch_factor=max(prefetch, 1),
-                        pin_memory=pin_memory, persistent_workers=False, collate_fn=_as_is,
-                        multiprocessing_context=context)
+    loader = DataLoader(
+        dataset,
+        batch_size=None,
+        num_workers=num_workers,
+        prefetch_factor=max(prefetch, 1),
+        pin_memory=pin_memory,
+        persistent_workers=False,
+        collate_fn=_as_is,
+        multiprocessing_context=context,
+    )
     dataset.token = secrets.token_hex(8)
     batches = iter(loader)
     _widen_pipe(getattr(batches, "_worker_result_queue", None))
-    # DataLoader.__next__ wraps each batch in a profiler record_function, a cost per batch worth skipping
-    # (benchmarks/README.md); the batches themselves come from _next_data
+    # DataLoader.__next__ wraps each batch in a profiler record_function, a cost per batch worth
+    # skipping (benchmarks/README.md); the batches themselves come from _next_data
     next_batch = getattr(batches, "_next_data", batches.__next__)
     try:
         while True:
@@ -186,9 +224,10 @@ def iterate(source: BatchSource, num_batches: int, num_workers: int, prefetch: i
             releases.track(buffer, slot)
             yield unpack(buffer, pickle.loads(layout), tensor_view)
     except BaseException:
-        # The error's traceback keeps this frame, and the DataLoader's iterator with it, until the garbage
-        # collector frees them; shut the workers down now, while the index queues still deliver their
-        # stop signal (from the collector, a worker can miss it and is killed after torch's join timeout).
+        # The error's traceback keeps this frame, and the DataLoader's iterator with it, until the
+        # garbage collector frees them; shut the workers down now, while the index queues still
+        # deliver their stop signal (from the collector, a worker can miss it and is killed after
+        # torch's join timeout).
         shutdown = getattr(batches, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
@@ -201,15 +240,18 @@ def _widen_pipe(queue: Any) -> None:
     """Let the workers' result pipe hold whole batches: with Linux's 64 KiB default, a 256 KiB batch
     crosses in four writes and four reads, each waking the other side."""
     try:
-        fcntl.fcntl(queue._reader.fileno(), F_SETPIPE_SZ, 1 << 20)  # the default cap for unprivileged users
-    except (AttributeError, OSError):  # not Linux, another torch, or a capped /proc/sys/fs/pipe-max-size
+        # the default cap for unprivileged users
+        fcntl.fcntl(queue._reader.fileno(), F_SETPIPE_SZ, 1 << 20)
+    # not Linux, another torch, or a capped /proc/sys/fs/pipe-max-size
+    except (AttributeError, OSError):
         pass
 
 
 def _pickled_layout(layout: Any) -> bytes:
-    """The batch's layout (keys and the values of non-numeric fields) pickled in the worker, as the DataLoader
-    would pickle it: a value that cannot be pickled is an error here (in the DataLoader's queue thread it is
-    printed and the batch dropped, and the training process waits for it for ever)."""
+    """The batch's layout (keys and the values of non-numeric fields) pickled in the worker, as the
+    DataLoader
+    would pickle it: a value that cannot be pickled is an error here (in the DataLoader's queue
+    thread it is printed and the batch dropped, and the training process waits for it for ever)."""
     try:
         return bytes(ForkingPickler.dumps(layout))
     except Exception as e:
@@ -218,9 +260,12 @@ def _pickled_layout(layout: Any) -> bytes:
                 ForkingPickler.dumps(value)
             except Exception:
                 raise ConfigError(
-                    f"field {name!r}: a decoded value cannot be sent from a DataLoader worker to the training "
-                    f"process ({type(e).__name__}: {e}); decode to numbers, str, bytes, arrays or tensors, or "
-                    "use num_workers=0") from None
+                    f"field {name!r}: a decoded value cannot be sent from a DataLoader "
+                    "worker to the training "
+                    f"process ({type(e).__name__}: {e}); decode to numbers, str, bytes, "
+                    "arrays or tensors, or "
+                    "use num_workers=0"
+                ) from None
         raise
 
 
@@ -239,8 +284,10 @@ def _picklable(error: BaseException) -> bool:
 
 
 def _forkserver() -> Any:
-    """The forkserver context, its server importing torch and this module before it forks any worker (so a
-    worker starts in milliseconds, not after its own imports); modules a user asked it to preload stay."""
+    """The forkserver context, its server importing torch and this module before it forks any worker
+    (so a
+    worker starts in milliseconds, not after its own imports); modules a user asked it to preload
+    stay."""
     import multiprocessing
     from multiprocessing import forkserver
 
@@ -255,5 +302,6 @@ def _forkserver() -> Any:
 
 
 def _as_is(batch: Any) -> Any:
-    """The DataLoader's collate_fn: batches are collated already (its default walks every key of the batch)."""
+    """The DataLoader's collate_fn: batches are collated already (its default walks every key of the
+    batch)."""
     return batch

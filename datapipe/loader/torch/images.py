@@ -1,5 +1,7 @@
-"""``datapipe.image(device="cuda")``: a batch's JPEGs decoded on the GPU (torchvision.io.decode_jpeg), then each
-cropped, resized and flipped there with the same boxes as the CPU path; and the check that a device is there."""
+"""``datapipe.image(device="cuda")``: a batch's JPEGs decoded on the GPU
+(torchvision.io.decode_jpeg), then each
+cropped, resized and flipped there with the same boxes as the CPU path; and the check that a device
+is there."""
 
 from __future__ import annotations
 
@@ -17,31 +19,39 @@ JPEG_MAGIC = b"\xff\xd8"
 
 
 def check_devices(specs: Mapping[str, ImageSpec]) -> None:
-    """A ConfigError for a spec with device="cuda" where torch sees no CUDA device or torchvision is missing."""
+    """A ConfigError for a spec with device="cuda" where torch sees no CUDA device or torchvision is
+    missing."""
     import torch
 
     for name, spec in specs.items():
         if spec.device != "cuda":
             continue
         if not torch.cuda.is_available():
-            raise ConfigError(f"decode[{name!r}]: datapipe.image(device='cuda'): torch sees no CUDA device on this "
-                              "machine; use device='cpu' (the default) to decode in the DataLoader workers")
+            raise ConfigError(
+                f"decode[{name!r}]: datapipe.image(device='cuda'): torch sees no CUDA "
+                "device on this "
+                "machine; use device='cpu' (the default) to decode in the DataLoader workers"
+            )
         try:
             import torchvision.io  # noqa: F401
         except ImportError:
-            raise ConfigError(f"decode[{name!r}]: datapipe.image(device='cuda') decodes with "
-                              "torchvision.io.decode_jpeg; install torchvision") from None
+            raise ConfigError(
+                f"decode[{name!r}]: datapipe.image(device='cuda') decodes with "
+                "torchvision.io.decode_jpeg; install torchvision"
+            ) from None
 
 
 def on_gpu(batch: dict[str, Any], specs: Mapping[str, ImageSpec]) -> dict[str, Any]:
-    """``batch`` with each field of ``specs`` (its payloads as bytes) replaced by its decoded CUDA tensor."""
+    """``batch`` with each field of ``specs`` (its payloads as bytes) replaced by its decoded CUDA
+    tensor."""
     for name, spec in specs.items():
         batch[name] = decode_batch(spec, batch[KEY], batch[name], name)
     return batch
 
 
 def decode_batch(spec: ImageSpec, keys: Sequence[str], payloads: Sequence[bytes], field: str = "image") -> Any:
-    """(n, 3, H, W) (or (n, H, W, 3)) CUDA tensor of ``payloads``: JPEGs decoded on the GPU in one call, other
+    """(n, 3, H, W) (or (n, H, W, 3)) CUDA tensor of ``payloads``: JPEGs decoded on the GPU in one
+    call, other
     formats by Pillow on the CPU and moved."""
     import torch
     from torchvision.io import ImageReadMode, decode_jpeg
@@ -51,13 +61,21 @@ def decode_batch(spec: ImageSpec, keys: Sequence[str], payloads: Sequence[bytes]
     u = uniforms(keys, spec.seed, spec.epoch)
     out = torch.empty((n, 3, h, w), dtype=torch.uint8, device="cuda")
     jpegs = [i for i, p in enumerate(payloads) if bytes(p[:2]) == JPEG_MAGIC]
-    decoded = decode_jpeg([torch.frombuffer(bytearray(payloads[i]), dtype=torch.uint8) for i in jpegs],
-                          mode=ImageReadMode.RGB, device="cuda") if jpegs else []
+    decoded = (
+        decode_jpeg(
+            [torch.frombuffer(bytearray(payloads[i]), dtype=torch.uint8) for i in jpegs],
+            mode=ImageReadMode.RGB,
+            device="cuda",
+        )
+        if jpegs
+        else []
+    )
     for i, image in zip(jpegs, decoded, strict=True):
         box = crop_box(spec, int(image.shape[2]), int(image.shape[1]), u[i])
         top, left = round(box.top), round(box.left)
-        crop = F.resized_crop(image, top, left, max(1, round(box.bottom) - top), max(1, round(box.right) - left),
-                              [h, w], antialias=True)
+        crop = F.resized_crop(
+            image, top, left, max(1, round(box.bottom) - top), max(1, round(box.right) - left), [h, w], antialias=True
+        )
         out[i] = crop.flip(-1) if box.flip else crop
     on_device = set(jpegs)
     others = [i for i in range(n) if i not in on_device]
@@ -65,8 +83,20 @@ def decode_batch(spec: ImageSpec, keys: Sequence[str], payloads: Sequence[bytes]
         from datapipe.loader.images.decode import decode_into
 
         cpu = np.empty((len(others), 3, h, w), dtype=np.uint8)
-        chw = ImageSpec(spec.size, spec.crop, spec.flip, "CHW", "uint8", spec.resize, spec.scale, spec.ratio,
-                        "cpu", spec.draft, spec.seed, spec.epoch)
+        chw = ImageSpec(
+            spec.size,
+            spec.crop,
+            spec.flip,
+            "CHW",
+            "uint8",
+            spec.resize,
+            spec.scale,
+            spec.ratio,
+            "cpu",
+            spec.draft,
+            spec.seed,
+            spec.epoch,
+        )
         for j, i in enumerate(others):
             decode_into(chw, payloads[i], u[i], cpu[j], keys[i], field)
         out[others] = torch.from_numpy(cpu).to("cuda")

@@ -1,4 +1,5 @@
-"""Batches as tensors: numpy arrays shared as tensors, views of a packed buffer, page-locked buffers."""
+"""Batches as tensors: numpy arrays shared as tensors, views of a packed buffer, page-locked
+buffers."""
 
 from __future__ import annotations
 
@@ -22,32 +23,37 @@ def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:
     return {k: _tensor(v) for k, v in batch.items()}
 
 
-
 def can_pin() -> bool:
-    """Whether page-locked host memory can be had (it is CUDA's; without a device, pinning is skipped)."""
+    """Whether page-locked host memory can be had (it is CUDA's; without a device, pinning is
+    skipped)."""
     return torch.cuda.is_available()
 
 
 def pinned_buffer(nbytes: int) -> tuple[torch.Tensor, np.ndarray]:
-    """A page-locked buffer (torch's host allocator caches and reuses them) and a numpy view to fill."""
+    """A page-locked buffer (torch's host allocator caches and reuses them) and a numpy view to
+    fill."""
     tensor = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
     return tensor, tensor.numpy()
-
 
 
 _DTYPES: dict[str, tuple[torch.dtype, int]] = {}  # numpy dtype string -> (torch dtype, item size)
 
 
 def tensor_view(buffer: torch.Tensor | np.ndarray, start: int, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
-    """A view of the batch buffer with the given numpy dtype and shape (runs per field per batch: kept cheap)."""
+    """A view of the batch buffer with the given numpy dtype and shape (runs per field per batch:
+    kept cheap)."""
     known = _DTYPES.get(dtype)
     if known is None:
         known = _DTYPES[dtype] = (torch.from_numpy(np.empty(0, dtype=dtype)).dtype, np.dtype(dtype).itemsize)
     torch_dtype, itemsize = known
     count = math.prod(shape)
-    if isinstance(buffer, np.ndarray):  # one call instead of a slice and a view; its storage keeps the array
-        view = (torch.frombuffer(buffer, dtype=torch_dtype, count=count, offset=start) if count
-                else torch.empty(0, dtype=torch_dtype))
+    # one call instead of a slice and a view; its storage keeps the array
+    if isinstance(buffer, np.ndarray):
+        view = (
+            torch.frombuffer(buffer, dtype=torch_dtype, count=count, offset=start)
+            if count
+            else torch.empty(0, dtype=torch_dtype)
+        )
     else:
         view = buffer[start : start + count * itemsize].view(torch_dtype)
     return view if len(shape) == 1 else view.reshape(shape)

@@ -1,4 +1,5 @@
-"""Our TFRecords read by the `tfrecord` package (CRCs checked with its code), and theirs read by us."""
+"""Our TFRecords read by the `tfrecord` package (CRCs checked with its code), and theirs read by
+us."""
 
 from __future__ import annotations
 
