@@ -31,11 +31,8 @@ settings.register_profile(
 settings.register_profile("long", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-# The suite writes gigabytes of shards, sources and spill files, most of them to throw away: on a
-# machine whose disk throttles writes, waiting on it was a large part of the run. Where /dev/shm is
-# a tmpfs with room to spare, the temporary directories (pytest's, the subprocesses' and Dask
-# workers' through TMPDIR) live there; elsewhere, and when TMPDIR is set, they stay where tempfile
-# puts them. pyproject keeps only failed tests' directories.
+# The suite writes gigabytes it throws away, so its temporary files go to a tmpfs with room where
+# there is one (unless TMPDIR is set), not to a disk that may throttle writes.
 MEMORY_TMP, MEMORY_TMP_FREE = Path("/dev/shm"), 8 << 30
 
 
@@ -196,8 +193,8 @@ def _session_manifests_follow_the_schema(tmp_path_factory):
 @pytest.fixture(scope="session")
 def dask_client():
     """One real LocalCluster (2 worker processes) shared by the tests that build in process and do
-    not test the
-    cluster itself (the builds' own LocalClusters are tested by the CLI builds that start one)."""
+    not test the cluster itself (the CLI builds that start one test the builds' own LocalClusters).
+    """
     import dask
     from distributed import Client, LocalCluster
 
@@ -209,11 +206,8 @@ def dask_client():
         yield client
 
 
-# The session's cluster idles between the tests that use it, and Dask's housekeeping at its defaults
-# (a profiler sampling every worker thread every 10 ms, memory polled every 100 ms by each worker
-# and its nanny, event-loop and system-monitor ticks) kept a tenth of a core busy for the whole run.
-# No test asserts on any of it: the builds that test memory limits run on clusters of their own,
-# with Dask's defaults.
+# The session's cluster idles between its tests: without the profiler and with slow housekeeping
+# ticks it leaves the cores to them (memory-limit tests start clusters with Dask's defaults).
 QUIET_WHILE_IDLE = {
     "distributed.worker.profile.enabled": False,
     "distributed.worker.memory.monitor-interval": "1s",

@@ -1,17 +1,15 @@
-"""glibc's allocator in a Dask worker: undo the nanny's fixed trim threshold, which makes every big
-buffer fresh.
+"""glibc's allocator in a Dask worker: undo the nanny's fixed trim threshold.
 
 Dask's nanny starts each worker with ``MALLOC_TRIM_THRESHOLD_=65536``
-(``distributed.nanny.pre-spawn-environ``).
-Setting that variable also fixes glibc's mmap threshold at 128 KiB, so every buffer a build task
-makes (tar blocks, pieces pickled between workers, shard files) is a new mapping whose pages fault
-in on first touch and go back to the system when freed. A build on such workers spent a fifth more
-time than on the embedded cluster's, whose workers fork from a server started without the variable.
+(``distributed.nanny.pre-spawn-environ``). Setting that variable also fixes glibc's mmap threshold
+at 128 KiB, so every buffer a build task makes (tar blocks, pieces pickled between workers, shard
+files) is a new mapping whose pages fault in on first touch and go back to the system when freed:
+time the embedded cluster's workers, forked from a server started without the variable, never pay.
 Where the variable is set in a worker with room (a memory limit of at least ROOM, or none),
 ``restore_dynamic_thresholds`` sets the thresholds to the top of glibc's own dynamic range once per
 process: big buffers are reused from the heap, and the heap is still trimmed above 64 MiB of free
-top. A small worker keeps Dask's setting: the memory a heap keeps would count against its limit, and
-Dask pauses a worker at 80% of it.
+top. A small worker keeps Dask's setting: the memory a heap keeps would count against its limit,
+and Dask pauses a worker at 80% of it.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ _done = False
 
 def restore_dynamic_thresholds() -> bool:
     """In a Dask worker started with MALLOC_TRIM_THRESHOLD_, raise glibc's mmap and trim thresholds
-    (once per
-    process); whether this call changed them."""
+    (once per process); whether this call changed them."""
     global _done
     if _done or "MALLOC_TRIM_THRESHOLD_" not in os.environ or not _worker_with_room():
         return False
@@ -44,7 +41,8 @@ def restore_dynamic_thresholds() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to undo
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    mmap_set = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    return mmap_set and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
 def _worker_with_room() -> bool:
