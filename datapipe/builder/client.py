@@ -10,12 +10,12 @@ from typing import Any
 from datapipe.builder.cluster import dask_client, worker_server
 from datapipe.builder.in_process import InProcessClient, small
 from datapipe.errors import ConfigError
+from datapipe.storage.fs import protocol_of
 
 
 def in_process_only(fs: Any) -> bool:
     """memory:// lives in one process: workers must be threads to see it."""
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol == "memory"
+    return protocol_of(fs) == "memory"
 
 
 def open_client(
