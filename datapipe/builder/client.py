@@ -1,5 +1,4 @@
-"""Which client runs a build's tasks: one the caller gives, this process, the embedded cluster or a
-scheduler."""
+"""Which client runs a build's tasks: the caller's, this process, a local cluster or a scheduler."""
 
 from __future__ import annotations
 

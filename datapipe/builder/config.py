@@ -1,5 +1,4 @@
-"""The pipeline file: pydantic models of its YAML, loading with errors that name file, line and
-key."""
+"""The pipeline file: pydantic models of its YAML, loaded with errors naming file, line and key."""
 
 from __future__ import annotations
 

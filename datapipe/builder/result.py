@@ -1,5 +1,4 @@
-"""What a build returns: the committed manifest, its URL, and how the build went (the ``--json``
-summary)."""
+"""What a build returns: the committed manifest, its URL and how the build went (``--json``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The shard plan, as pure functions of sizes and a seed: global order, dedupe masks, shard
-boundaries.
+"""The shard plan, pure functions of sizes and a seed: global order, dedupe masks, shard bounds.
 
 Nothing here depends on how the rows were partitioned: inputs are per-partition arrays that
 are only ever concatenated in source order.

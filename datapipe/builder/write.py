@@ -1,5 +1,4 @@
-"""The write pass: each shard of the plan written by tasks, or the parent's file where it is the
-same."""
+"""The write pass: each planned shard written by tasks, or the parent's file if the same."""
 
 from __future__ import annotations
 
