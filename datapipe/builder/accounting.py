@@ -1,6 +1,4 @@
-"""A build's accounting: the per-stage counts summed over partitions, each reject placed in its
-source file, and
-the checks on the counts before anything is written."""
+"""A build's accounting: stage counts summed, rejects placed in their files, the counts checked."""
 
 from __future__ import annotations
 
@@ -68,17 +66,31 @@ def splits_section(pipeline: Pipeline, entries: Sequence[ShardEntry]) -> Splits 
     return Splits(dict(cfg.fractions), samples, cfg.by, cfg.seed)
 
 
+def over_max_rejected(pipeline: Pipeline, stages: tuple[StageCounts, ...]) -> bool:
+    """Whether the stages rejected more than the pipeline's ``max_rejected`` share of the rows
+    read."""
+    rows_read, rejected = stages[0].rows_in, sum(s.rejected for s in stages)
+    return bool(rows_read and rejected and rejected > pipeline.max_rejected * rows_read)
+
+
+def keep_failed_quarantine(store: Store, name: str, quarantine: bytes) -> str:
+    """Keep the quarantine of a build that failed (over ``max_rejected``) under
+    STORE/NAME/rejected/ for the user to look at; its path."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = store.path(name, FAILED_QUARANTINE, f"{now}-{uuid.uuid4().hex[:8]}.parquet")
+    store.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    put_atomic(store.fs, path, quarantine)
+    return path
+
+
 def check_counts(
-    store: Store,
     pipeline: Pipeline,
     source: Source,
     stages: tuple[StageCounts, ...],
-    measured: Sequence[Measured],
-    rejects: Mapping[int, list[Reject]],
+    failed_quarantine: str | None = None,
 ) -> int:
-    """The samples left; a BuildError before writing when nothing was read, nothing is left, or too
-    much was
-    rejected (its quarantine then kept under STORE/NAME/rejected/)."""
+    """The samples left; a BuildError before writing when nothing was read, too much was rejected
+    (``over_max_rejected``: its quarantine kept at ``failed_quarantine``) or nothing is left."""
     rows_read = stages[0].rows_in
     rejected = sum(s.rejected for s in stages)
     counts = ", ".join(
@@ -87,16 +99,12 @@ def check_counts(
     if rows_read == 0:
         files = ", ".join(f.label for f in source.files[:5])
         raise BuildError(f"source.path: no rows in {files}; the build needs at least one row")
-    if rejected and rejected > pipeline.max_rejected * rows_read:
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        path = store.path(pipeline.name, FAILED_QUARANTINE, f"{now}-{uuid.uuid4().hex[:8]}.parquet")
-        store.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        put_atomic(store.fs, path, quarantine(source, measured, rejects))
+    if over_max_rejected(pipeline, stages):
         raise BuildError(
             f"{rejected} of {rows_read} rows rejected ({rejected / rows_read:.2%}), "
             "over max_rejected "
             f"{pipeline.max_rejected:.2%}; no version was made. Rejected rows with their reasons: "
-            f"{path}. Counts: {counts}"
+            f"{failed_quarantine}. Counts: {counts}"
         )
     samples = stages[-1].rows_out
     if samples == 0:

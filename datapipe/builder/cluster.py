@@ -54,6 +54,36 @@ def check_scheduler(scheduler: str, timeout: float) -> None:
             raise ConfigError(_unreachable(scheduler, 2 * timeout + 1, e)) from None
 
 
+def _check_memory_limit(scheduler: str | None, memory_limit: int | None) -> None:
+    """A ConfigError for a memory limit the embedded cluster cannot take."""
+    if scheduler and memory_limit is not None:
+        raise ConfigError(
+            "--memory-limit sizes the workers of the embedded cluster; with "
+            "--scheduler, give it to "
+            "the workers you start (dask worker --memory-limit ...)"
+        )
+    if memory_limit is not None and memory_limit < 1:
+        raise ConfigError(f"--memory-limit {memory_limit}: must be at least 1 byte")
+
+
+@contextlib.contextmanager
+def _connected(scheduler: str, scheduler_timeout: float | None) -> Iterator[Any]:
+    """A Client of the Dask scheduler at ``scheduler``, trying for ``scheduler_timeout`` seconds
+    (default SCHEDULER_TIMEOUT) to reach it."""
+    from distributed import Client
+
+    timeout = SCHEDULER_TIMEOUT if scheduler_timeout is None else scheduler_timeout
+    if not timeout > 0:
+        raise ConfigError(f"--scheduler-timeout {timeout:g}: must be more than 0 seconds")
+    check_scheduler(scheduler, timeout)
+    try:
+        client = Client(scheduler, timeout=timeout)
+    except (OSError, TimeoutError) as e:
+        raise ConfigError(_unreachable(scheduler, timeout, e)) from None
+    with client:
+        yield client
+
+
 @contextlib.contextmanager
 def dask_client(
     workers: int | None = None,
@@ -79,24 +109,9 @@ def dask_client(
     if not logging.getLogger().isEnabledFor(logging.INFO):
         # its INFO lines drown a build's own output
         logging.getLogger("distributed").setLevel(logging.WARNING)
-    if scheduler and memory_limit is not None:
-        raise ConfigError(
-            "--memory-limit sizes the workers of the embedded cluster; with "
-            "--scheduler, give it to "
-            "the workers you start (dask worker --memory-limit ...)"
-        )
-    if memory_limit is not None and memory_limit < 1:
-        raise ConfigError(f"--memory-limit {memory_limit}: must be at least 1 byte")
+    _check_memory_limit(scheduler, memory_limit)
     if scheduler:
-        timeout = SCHEDULER_TIMEOUT if scheduler_timeout is None else scheduler_timeout
-        if not timeout > 0:
-            raise ConfigError(f"--scheduler-timeout {timeout:g}: must be more than 0 seconds")
-        check_scheduler(scheduler, timeout)
-        try:
-            client = Client(scheduler, timeout=timeout)
-        except (OSError, TimeoutError) as e:
-            raise ConfigError(_unreachable(scheduler, timeout, e)) from None
-        with client:
+        with _connected(scheduler, scheduler_timeout) as client:
             yield client
         return
     if workers is not None and workers < 1:

@@ -1,5 +1,4 @@
-"""The pipeline file: pydantic models of its YAML, loading with errors that name file, line and
-key."""
+"""The pipeline file: pydantic models of its YAML, loaded with errors naming file, line and key."""
 
 from __future__ import annotations
 
@@ -9,8 +8,6 @@ import json
 import os
 import re
 import sys
-import types
-import typing
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from datapipe.builder.byte_size import SIZE_PATTERN, parse_size
+from datapipe.builder.config_lines import describe, dotted, key_lines
 from datapipe.builder.config_parts import (
     FORBID,
     ClassesFile,
@@ -57,8 +55,7 @@ ByteSize = Annotated[
 
 
 class SourceConfig(BaseModel):
-    """Where the raw rows come from: an fsspec URL or glob (relative to the pipeline file) and its
-    format."""
+    """Where the rows come from: an fsspec URL or glob (relative to the pipeline file), a format."""
 
     model_config = _FORBID
     path: str = Field(min_length=1)
@@ -291,7 +288,7 @@ def load_pipeline(path: str | os.PathLike) -> LoadedPipeline:
     absolute = os.path.abspath(where)
     pipeline, lines = _parse(text, where)
     return LoadedPipeline(
-        pipeline, absolute, os.path.dirname(absolute), {_dotted(k): v for k, v in lines.items()}, where
+        pipeline, absolute, os.path.dirname(absolute), {dotted(k): v for k, v in lines.items()}, where
     )
 
 
@@ -322,11 +319,11 @@ def _parse(text: str, where: str) -> tuple[Pipeline, dict[tuple, int]]:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}:1: the top level must be a mapping with keys {', '.join(Pipeline.model_fields)}")
     lines: dict[tuple, int] = {}
-    problems = _node_lines(node, (), lines)
+    problems = key_lines(node, (), lines)
     try:
         pipeline = Pipeline.model_validate(data)
     except pydantic.ValidationError as e:
-        problems += [_describe(err, lines) for err in e.errors(include_url=False)]
+        problems += [describe(err, lines, Pipeline) for err in e.errors(include_url=False)]
     if problems:
         # pydantic reports each member of a union on its own
         merged: dict[tuple[int, str, str], list[str]] = {}
@@ -339,76 +336,6 @@ def _parse(text: str, where: str) -> tuple[Pipeline, dict[tuple, int]]:
             )
         )
     return pipeline, lines
-
-
-def _node_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> list[tuple[int, str, str, str]]:
-    """Fill ``lines`` with key path -> 1-based line of the key (of the item, in lists); return
-    duplicate keys."""
-    problems = []
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            sub, line = (*path, str(key.value)), key.start_mark.line + 1
-            if sub in lines:
-                problems.append((line, _dotted(sub), f"duplicate key (first on line {lines[sub]})", ""))
-            lines.setdefault(sub, line)
-            problems += _node_lines(value, sub, lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            lines[(*path, i)] = item.start_mark.line + 1
-            problems += _node_lines(item, (*path, i), lines)
-    return problems
-
-
-def _dotted(path: tuple) -> str:
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".") or "(top level)"
-
-
-def _describe(err: dict, lines: dict[tuple, int]) -> tuple[int, str, str, str]:
-    """(line, key path, message, shown input) for one pydantic error, its location mapped back onto
-    the YAML."""
-    path: tuple = ()
-    loc = err["loc"]
-    for i, part in enumerate(loc):
-        # Parts not in the file are pydantic's union/key tags, except the name of a missing key.
-        hit = next((sub for sub in ((*path, part), (*path, str(part))) if sub in lines), None)
-        if hit is not None or (i == len(loc) - 1 and err["type"] == "missing"):
-            path = hit or (*path, str(part))
-    if err["type"] in ("unknown_stage", "stage_value"):
-        path = (*path, err["ctx"]["key"])
-    elif err["type"] == "source_option":
-        path = (*path, "options", err["ctx"]["key"])
-        err = {**err, "msg": err["ctx"]["problem"]}
-    line = next((lines[path[:n]] for n in range(len(path), 0, -1) if path[:n] in lines), 1)
-    msg, shown = err["msg"].removeprefix("Value error, "), ""
-    if err["type"] == "missing":
-        msg = "required key is missing; add it"
-    elif err["type"] == "extra_forbidden":
-        allowed = _model_at(path[:-1])
-        msg = f"unknown key '{path[-1]}'" + (f"; use one of: {', '.join(allowed.model_fields)}" if allowed else "")
-    elif "[key]" in loc:
-        msg = "keys here must be strings; quote it"
-    elif isinstance(err.get("input"), (str, int, float, type(None))):
-        shown = repr(err["input"])
-        shown = f" (got {shown[:60] + '...' if len(shown) > 60 else shown})"
-    return line, _dotted(path), msg, shown
-
-
-def _model_at(path: tuple) -> type[BaseModel] | None:
-    """The model class that validates the mapping at ``path`` (for listing its keys), if any."""
-    tp: Any = Pipeline
-    for part in (*path, None):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-            tp = args[0] if len(args) == 1 else None
-        if part is None:
-            break
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            tp = tp.model_fields[part].annotation if part in tp.model_fields else None
-        elif typing.get_origin(tp) in (list, dict):
-            tp = typing.get_args(tp)[-1]
-        else:
-            return None
-    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
 
 
 def pipeline_json_schema() -> dict[str, Any]:

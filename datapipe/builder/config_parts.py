@@ -49,8 +49,7 @@ class DedupeArgs(BaseModel):
 
 
 class ColumnRule(BaseModel):
-    """What a ``validate`` stage checks of one column; a row breaking any rule is rejected
-    (quarantined)."""
+    """What a ``validate`` stage checks of a column; a row breaking any rule is quarantined."""
 
     model_config = FORBID
     type: TypeName | None = None
@@ -82,8 +81,7 @@ class ColumnRule(BaseModel):
 
 
 class ResizeArgs(BaseModel):
-    """How an ``image`` stage re-encodes images whose longer side exceeds ``max_side``: JPEG at
-    ``quality``."""
+    """How an ``image`` stage re-encodes an image longer than ``max_side``: JPEG at ``quality``."""
 
     model_config = FORBID
     max_side: int = Field(ge=1)
@@ -130,8 +128,7 @@ def class_names_problem(names: typing.Sequence[str]) -> str | None:
 
 
 class ClassesFile(BaseModel):
-    """``classes: {from: FILE}``: the class names, one a line, in a file relative to the pipeline
-    file."""
+    """``classes: {from: FILE}``: class names, one a line, in a file beside the pipeline file."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     from_: str = Field(alias="from", min_length=1)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -26,10 +26,10 @@ import numpy as np
 from datapipe.builder.config import Pipeline
 from datapipe.builder.passes import Measured
 from datapipe.builder.quarantine import Reject
+from datapipe.builder.shard_plan import Dedupe
 from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.class_folders import class_names
-from datapipe.versioning.manifest import FORMAT_VERSION, ShardEntry, SourceFile, StageCounts, canonical_json
-from datapipe.versioning.store import LATEST, Store
+from datapipe.versioning.manifest import FORMAT_VERSION, SourceFile, StageCounts, canonical_json
 
 STATE_NAME = "build-state.npz"
 # 2: shard digests over runs of rows; 3: dedupe hashes, identities with dedupe masks
@@ -69,12 +69,29 @@ def state_key(pipeline: Pipeline, code: Mapping[str, str], source: Source) -> st
                 "state": STATE_FORMAT,
                 "pipeline": pipeline.canonical(),
                 "code": dict(code),
-                "source": [source.format, source.schema, source.has_header, sorted(map(str, source.options.items()))],
+                "source": [
+                    source.format,
+                    source.schema,
+                    source.has_header,
+                    sorted(map(str, source.options.items())),
+                ],
                 # unpinned class folders: a new class renumbers every label
                 "classes": class_names(source),
             }
         )
     ).hexdigest()
+
+
+def why_unusable(state: BuildState | None, key: str) -> str | None:
+    """Why a parent's build ``state`` cannot stand for partitions of a build of ``key``
+    (``state_key``), or None when it can."""
+    if state is None:
+        return "the parent has no readable build state"
+    if state.format != STATE_FORMAT:
+        return f"the parent's build state is of format {state.format}, this datapipe writes {STATE_FORMAT}"
+    if state.key != key:
+        return "the pipeline, its code or the source's schema changed"
+    return None
 
 
 def part_identities(parts: Sequence[Part], files: Sequence[SourceFile]) -> list[str]:
@@ -106,6 +123,31 @@ def with_masks(identity: str, masks: Mapping[int, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+class Identities:
+    """Per partition, its identity (``part_identities``), and with the dedupe masks that chose its
+    rows (``with_masks``).
+
+    The source hashes are gathered the first time an identity is asked for: a rebuild asks when it
+    looks for its parent's partitions, a full build only when it plans its shards, so that its
+    files are hashed beside its passes.
+    """
+
+    def __init__(self, parts: Sequence[Part], hashes: Callable[[], Sequence[SourceFile]]) -> None:
+        self._parts, self._hashes = parts, hashes
+        self._raw: list[str] | None = None
+
+    def raw(self) -> list[str]:
+        """Per partition, its identity before any dedupe stage."""
+        if self._raw is None:
+            self._raw = part_identities(self._parts, self._hashes())
+        return self._raw
+
+    def at(self, dedupe: Dedupe, before: int | None = None) -> list[str]:
+        """Per partition, its identity with the masks of the dedupe stages before ``before`` (all
+        of them when None)."""
+        return [with_masks(raw, dedupe.of(p.number, before)) for raw, p in zip(self.raw(), self._parts, strict=True)]
+
+
 def shard_digests(
     identities: Sequence[str],
     key_keep: Sequence[np.ndarray],
@@ -127,7 +169,12 @@ def shard_digests(
     part, row, dest = part[order], row[order], dest[order]
     starts = (
         np.flatnonzero(
-            np.concatenate([[True], (part[1:] != part[:-1]) | (row[1:] != row[:-1] + 1) | (dest[1:] != dest[:-1])])
+            np.concatenate(
+                [
+                    [True],
+                    (part[1:] != part[:-1]) | (row[1:] != row[:-1] + 1) | (dest[1:] != dest[:-1]),
+                ]
+            )
         )
         if len(part)
         else np.zeros(0, np.int64)
@@ -222,87 +269,3 @@ def load_state(data: bytes) -> BuildState | None:
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-@dataclass
-class Reuse:
-    """What a build takes from its parent: the parent's state and the map from this build's
-    partitions to it."""
-
-    parent: str  # the parent version id
-    state: BuildState
-    entries: Sequence[ShardEntry]  # the parent's shards, in manifest order
-    # per partition of this build: its partition in the parent, or None (to measure)
-    parts: list[int | None]
-
-    def measured(self, part: int) -> Measured | None:
-        """The parent's report on partition ``part`` of this build, if it is the same partition."""
-        i = self.parts[part]
-        return None if i is None else self.state.measured[i]
-
-    def rejects(self, part: int, key_keep: np.ndarray) -> list[Reject] | None:
-        """The parent's rejects of partition ``part`` (duplicates included) when its kept keys are
-        the same."""
-        i = self.parts[part]
-        if i is None or not np.array_equal(self.state.key_keep[i], key_keep):
-            return None
-        return list(self.state.rejects[i])
-
-    def shard(self, digest: str) -> ShardEntry | None:
-        """The parent's shard of these samples, if it has one."""
-        return self._by_digest.get(digest)
-
-    def __post_init__(self) -> None:
-        self._by_digest: Mapping[str, ShardEntry] = dict(zip(self.state.digests, self.entries, strict=True))
-
-
-@dataclass(frozen=True)
-class Parent:
-    """The dataset's latest version as a build finds it: its id, its build state, and why no
-    partition of it
-    carries over (None when partitions can)."""
-
-    version: str | None
-    state: BuildState | None
-    why_full: str | None
-
-    def records(self) -> dict[str, list[Any]]:
-        """The parent's source hash records (``known_hashes``), or none."""
-        return self.state.sources if self.state else {}
-
-    def blocksize(self, fitted: int, configured: int) -> int:
-        """The parent's partition size where the pipeline asks for the same one and the workers hold
-        it (so that
-        unchanged partitions match), else ``fitted``; the version is the same at any blocksize."""
-        usable = self.state is not None and self.why_full is None and self.state.configured_blocksize == configured
-        own = self.state.blocksize if usable else None
-        return own if own is not None and own <= fitted else fitted
-
-
-def read_parent(store: Store, pipeline: Pipeline, key: str) -> Parent:
-    """The latest version of ``pipeline``'s dataset and its build state, checked against this
-    build's ``key``."""
-    version = store.read_ref(pipeline.name, LATEST)
-    if version is None:
-        return Parent(None, None, "no earlier version")
-    if version not in store.versions(pipeline.name):
-        return Parent(None, None, f"the latest version, {version[:12]}, is missing from the store (deleted or pruned)")
-    data = store.build_state(pipeline.name, version)
-    if data is None:
-        return Parent(version, None, "the latest version has no build state")
-    state = load_state(data)
-    if state is None:
-        why = "the parent has no readable build state"
-    elif state.format != STATE_FORMAT:
-        why = f"the parent's build state is of format {state.format}, this datapipe writes {STATE_FORMAT}"
-    elif state.key != key:
-        why = "the pipeline, its code or the source's schema changed"
-    else:
-        why = None
-    return Parent(version, state, why)
-
-
-def match(state: BuildState, identities: Sequence[str]) -> list[int | None]:
-    """Per partition, its index in ``state``'s partitions, or None."""
-    where = {identity: i for i, identity in enumerate(state.parts)}
-    return [where.get(identity) for identity in identities]

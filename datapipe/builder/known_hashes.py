@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from datapipe.builder.lineage import hash_tasks
+from datapipe.builder.result import SourceFileCounts
 from datapipe.versioning.manifest import SourceFile
 
 RACY_NS = 2 * 10**9  # a file changed this close before it was hashed is hashed again next time
@@ -60,7 +61,12 @@ class SourceHashes:
     started now and gathered when first asked for (the passes run meanwhile)."""
 
     def __init__(self, client: Any, source: Any, known: Mapping[int, SourceFile], listed_ns: int) -> None:
-        self.client, self.known, self.files, self.listed_ns = client, dict(known), source.files, listed_ns
+        self.client, self.known, self.files, self.listed_ns = (
+            client,
+            dict(known),
+            source.files,
+            listed_ns,
+        )
         self.count = len(source.files)
         unread = [f for i, f in enumerate(source.files) if i not in self.known]
         self._pending = client.compute(hash_tasks(source.fs, unread)) if unread else []
@@ -73,9 +79,9 @@ class SourceHashes:
             self._all = [self.known[i] if i in self.known else next(computed) for i in range(self.count)]
         return self._all
 
-    def report(self) -> dict[str, int]:
+    def report(self) -> SourceFileCounts:
         """How many files were read for their hash and how many the parent's records vouched for."""
-        return {"hashed": self.count - len(self.known), "trusted": len(self.known)}
+        return SourceFileCounts(hashed=self.count - len(self.known), trusted=len(self.known))
 
     def records(self, parent: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
         """The records this build leaves for the next (``records``), given the parent's."""

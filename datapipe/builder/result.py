@@ -1,12 +1,51 @@
-"""What a build returns: the committed manifest, its URL, and how the build went (the ``--json``
-summary)."""
+"""What a build returns: the committed manifest, its URL and how the build went (``--json``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from datapipe.versioning.manifest import Manifest
+
+
+@dataclass(frozen=True)
+class SourceFileCounts:
+    """The source files read for their hash, and those the parent's records vouched for."""
+
+    hashed: int
+    trusted: int
+
+
+@dataclass(frozen=True)
+class PartitionCounts:
+    """The partitions the measure pass read, and those whose report came from the parent."""
+
+    measured: int
+    reused: int
+
+
+@dataclass(frozen=True)
+class ShardCounts:
+    """The shards the write pass wrote (and their bytes), and those that are the parent's files."""
+
+    written: int
+    reused: int
+    bytes_written: int
+
+
+@dataclass(frozen=True)
+class IncrementalReport:
+    """What a build took from its parent version (``parent``), or why it built everything."""
+
+    parent: str | None  # the version whose partitions and shards carried over
+    full_because: str | None  # None: partitions of ``parent`` could carry over
+    source_files: SourceFileCounts
+    partitions: PartitionCounts
+    shards: ShardCounts
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as the ``incremental`` object of the ``--json`` summary."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -22,7 +61,7 @@ class BuildResult:
     # bytes: the largest peak resident memory of a worker (this process in process)
     worker_peak_rss: int | None = None
     # what came from the parent version, or why nothing
-    incremental: dict[str, Any] = field(default_factory=dict)
+    incremental: IncrementalReport | None = None
 
     def summary(self) -> dict[str, Any]:
         """The JSON object `datapipe build --json` prints."""
@@ -38,9 +77,15 @@ class BuildResult:
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "ran_on": self.ran_on,
             "worker_peak_rss": self.worker_peak_rss,
-            "incremental": self.incremental,
+            "incremental": self.incremental.as_dict() if self.incremental else {},
             "stages": [
-                {"stage": s.stage, "in": s.rows_in, "out": s.rows_out, "dropped": s.dropped, "rejected": s.rejected}
+                {
+                    "stage": s.stage,
+                    "in": s.rows_in,
+                    "out": s.rows_out,
+                    "dropped": s.dropped,
+                    "rejected": s.rejected,
+                }
                 for s in m.stages
             ],
         }

@@ -1,5 +1,4 @@
-"""The shard plan, as pure functions of sizes and a seed: global order, dedupe masks, shard
-boundaries.
+"""The shard plan, pure functions of sizes and a seed: global order, dedupe masks, shard bounds.
 
 Nothing here depends on how the rows were partitioned: inputs are per-partition arrays that
 are only ever concatenated in source order.
@@ -7,7 +6,8 @@ are only ever concatenated in source order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,6 +40,25 @@ def first_occurrences(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
     return np.split(keep, np.cumsum(counts)[:-1])
 
 
+@dataclass(frozen=True)
+class Dedupe:
+    """The dedupe stages' outcome: per stage, each partition's row hashes and the keep-mask that
+    ``first_occurrences`` makes of them."""
+
+    hashes: Mapping[int, Sequence[np.ndarray]] = field(default_factory=dict)
+    masks: Mapping[int, Sequence[np.ndarray]] = field(default_factory=dict)
+
+    def then(self, stage: int, hashes: Sequence[np.ndarray]) -> Dedupe:
+        """This outcome with stage ``stage``'s: its row hashes per partition and their masks."""
+        masks = first_occurrences(hashes)
+        return Dedupe({**self.hashes, stage: list(hashes)}, {**self.masks, stage: masks})
+
+    def of(self, part: int, before: int | None = None) -> dict[int, np.ndarray]:
+        """Partition ``part``'s masks (stage -> keep-mask) of the stages before ``before`` (all
+        of them when None)."""
+        return {stage: masks[part] for stage, masks in self.masks.items() if before is None or stage < before}
+
+
 def output_positions(counts: Sequence[int], seed: int | None) -> list[np.ndarray]:
     """Per partition, the output position of each of its samples: source order, or a seeded
     permutation."""
@@ -56,7 +75,11 @@ CUT_RATE = 4.0
 
 
 def shard_boundaries(
-    sizes: np.ndarray, hashes: np.ndarray, max_bytes: int, max_samples: int | None, end_size: int = 0
+    sizes: np.ndarray,
+    hashes: np.ndarray,
+    max_bytes: int,
+    max_samples: int | None,
+    end_size: int = 0,
 ) -> np.ndarray:
     """Start of every shard and the end: [0, b1, ..., n]. ``sizes`` and ``hashes`` (a 64-bit hash of
     each sample's

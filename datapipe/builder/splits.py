@@ -29,9 +29,11 @@ SPLIT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 
 
 class SplitsConfig(BaseModel):
-    """Named splits of the samples (train, val, ...): each sample's split is a function of the
-    salted hash of
-    its ``by`` value alone, so it stays in that split in every later version of the dataset."""
+    """Named splits of the samples (train, val, ...), a sample's chosen by its ``by`` value.
+
+    A sample's split is a function of the salted hash of its ``by`` value alone, so it stays in that
+    split in every later version of the dataset.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     fractions: dict[str, float] = Field(

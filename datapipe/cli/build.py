@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,6 +12,9 @@ from datapipe.builder.byte_size import format_size
 from datapipe.cli.options import scheduler_timeout_option, storage_options
 from datapipe.errors import ConfigError
 from datapipe.versioning.store import Store
+
+if TYPE_CHECKING:
+    from datapipe.builder.result import IncrementalReport
 
 
 def _progress(rich_bars: bool) -> Any:
@@ -59,7 +62,7 @@ def _progress(rich_bars: bool) -> Any:
     return BarProgress()
 
 
-def _print_summary(summary: dict[str, Any]) -> None:
+def _print_summary(summary: dict[str, Any], incremental: IncrementalReport | None) -> None:
     click.echo(f"{'stage':<24} {'in':>10} {'out':>10} {'dropped':>10} {'rejected':>10}")
     for s in summary["stages"]:
         click.echo(f"{s['stage']:<24} {s['in']:>10} {s['out']:>10} {s['dropped']:>10} {s['rejected']:>10}")
@@ -77,23 +80,24 @@ def _print_summary(summary: dict[str, Any]) -> None:
             + ", ".join(f"{phase} {s:.1f} s" for phase, s in seconds.items())
             + memory
         )
-    click.echo(_incremental_line(summary.get("incremental") or {}))
+    if incremental is not None:
+        click.echo(_incremental_line(incremental))
     click.echo(f"version {summary['version']}")
     click.echo(summary["url"])
 
 
-def _incremental_line(inc: dict[str, Any]) -> str:
+def _incremental_line(report: IncrementalReport) -> str:
     """What the build took from its parent version, or why it built everything."""
-    if inc.get("full_because"):
-        return f"full build: {inc['full_because']}"
-    parts, shards, files = inc.get("partitions", {}), inc.get("shards", {}), inc.get("source_files", {})
+    if report.full_because:
+        return f"full build: {report.full_because}"
+    parts, shards, files = report.partitions, report.shards, report.source_files
     return (
-        f"incremental from {str(inc.get('parent'))[:12]}: partitions "
-        f"{parts.get('measured', 0)} measured, "
-        f"{parts.get('reused', 0)} reused; shards {shards.get('written', 0)} written "
-        f"({format_size(shards.get('bytes_written', 0))}), "
-        f"{shards.get('reused', 0)} reused; source files "
-        f"{files.get('hashed', 0)} hashed, {files.get('trusted', 0)} unchanged"
+        f"incremental from {str(report.parent)[:12]}: partitions "
+        f"{parts.measured} measured, "
+        f"{parts.reused} reused; shards {shards.written} written "
+        f"({format_size(shards.bytes_written)}), "
+        f"{shards.reused} reused; source files "
+        f"{files.hashed} hashed, {files.trusted} unchanged"
     )
 
 
@@ -151,6 +155,7 @@ def build(
     """Build PIPELINE (a YAML file) into a new version of its dataset."""
     from datapipe.builder.byte_size import parse_size
     from datapipe.builder.config import load_pipeline
+    from datapipe.builder.run import Execution
     from datapipe.builder.run import build as run_build
 
     limit = None
@@ -162,17 +167,16 @@ def build(
     loaded = load_pipeline(pipeline)
     progress = _progress(sys.stderr.isatty() and not as_json)
     try:
-        result = run_build(
-            loaded,
-            Store(store_url, storage_options()),
+        execution = Execution(
             workers=workers,
             scheduler=scheduler,
-            tags=tags,
-            progress=progress,
-            memory_limit=limit,
             scheduler_timeout=scheduler_timeout,
-            rehash=rehash,
+            memory_limit=limit,
             dashboard=dashboard,
+            rehash=rehash,
+        )
+        result = run_build(
+            loaded, Store(store_url, storage_options()), tags=tags, progress=progress, execution=execution
         )
     finally:
         bars = getattr(progress, "bars", None)
@@ -182,4 +186,4 @@ def build(
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True))
     else:
-        _print_summary(summary)
+        _print_summary(summary, result.incremental)

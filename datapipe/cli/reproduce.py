@@ -97,7 +97,7 @@ def check(
     removed after), which the cluster's workers can reach without a file system shared with this
     machine."""
     from datapipe.builder.config import load_pipeline
-    from datapipe.builder.run import build
+    from datapipe.builder.run import Execution, build
 
     loaded = load_pipeline(pipeline)
     url = dataset or f"{store_url.rstrip('/')}/{loaded.pipeline.name}"
@@ -107,9 +107,8 @@ def check(
     recorded = store.manifest(name, version)
     problems = [f"stored {p}" for p in verify_version(store, name, recorded, version)]
     with _scratch_store(store, scheduler is not None) as rebuilt_store:
-        rebuilt = build(
-            loaded, rebuilt_store, workers=workers, scheduler=scheduler, scheduler_timeout=scheduler_timeout
-        ).manifest
+        execution = Execution(workers=workers, scheduler=scheduler, scheduler_timeout=scheduler_timeout)
+        rebuilt = build(loaded, rebuilt_store, execution=execution).manifest
         differences = []
         if rebuilt.version != recorded.version:
             differences = manifest_differences(recorded, rebuilt)

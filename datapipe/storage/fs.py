@@ -39,9 +39,14 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
     return fs, path
 
 
+def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
+    """The protocol of ``fs`` by its first name ("s3" of s3fs's ("s3", "s3a"), "file", "memory")."""
+    return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+
+
 def url_of(fs: fsspec.AbstractFileSystem, path: str) -> str:
     """``path`` of ``fs`` as a URL, for messages (s3://bucket/key)."""
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    protocol = protocol_of(fs)
     return path if protocol in ("file", "local") else f"{protocol}://{path.lstrip('/')}"
 
 

@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 
 from datapipe.builder.config import load_pipeline
-from datapipe.builder.run import BuildResult, build
+from datapipe.builder.run import BuildResult, Execution, build
 from datapipe.versioning.manifest import Manifest
 from datapipe.versioning.store import Store
 
@@ -34,8 +34,10 @@ class Project:
     def pipeline(self, text: str, name: str = "pipeline.yaml") -> Path:
         return self.write(name, text)
 
-    def build(self, pipeline: Path | str = "pipeline.yaml", client=None, **kw) -> BuildResult:
-        result = build(load_pipeline(self.root / pipeline), self.store, client=client, **kw)
+    def build(self, pipeline: Path | str = "pipeline.yaml", client=None, tags=(), **execution) -> BuildResult:
+        """Build ``pipeline`` into this project's store; ``execution``: the other Execution settings."""
+        loaded = load_pipeline(self.root / pipeline)
+        result = build(loaded, self.store, tags=tags, execution=Execution(client=client, **execution))
         manifest_path = self.store.path(result.manifest.name, "versions", result.manifest.version, "manifest.json")
         jsonschema.validate(json.loads(Path(manifest_path).read_text()), MANIFEST_SCHEMA)
         return result

@@ -343,7 +343,7 @@ def test_memory_store_builds_with_thread_workers(project):
     import uuid
 
     from datapipe.builder.config import load_pipeline
-    from datapipe.builder.run import build
+    from datapipe.builder.run import Execution, build
     from datapipe.versioning.store import Store
 
     project.write("raw/a.csv", "id,v\nk1,1\nk2,2\n")
@@ -353,7 +353,7 @@ def test_memory_store_builds_with_thread_workers(project):
         sample: {key: id, fields: {cls: v}}
         """)
     store = Store(f"memory://stores/{uuid.uuid4().hex}")
-    result = build(load_pipeline(project.root / "pipeline.yaml"), store, workers=2)
+    result = build(load_pipeline(project.root / "pipeline.yaml"), store, execution=Execution(workers=2))
     assert store.read_ref("mem", "latest") == result.manifest.version and result.manifest.samples == 2
 
 

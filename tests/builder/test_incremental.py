@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from datapipe.builder.result import PartitionCounts, SourceFileCounts
 from datapipe.versioning.store import Store
 
 PIPELINE = """\
@@ -38,7 +39,7 @@ def test_a_rebuild_reuses_what_did_not_change_and_gives_the_fresh_version(projec
     for n in range(0, 20, 2):
         write_file(project, n)
     first = project.build()
-    assert first.incremental["full_because"] == "no earlier version"
+    assert first.incremental.full_because == "no earlier version"
     if change == "added":
         write_file(project, 9)  # in the middle of the source order
     elif change == "edited":
@@ -50,14 +51,14 @@ def test_a_rebuild_reuses_what_did_not_change_and_gives_the_fresh_version(projec
     assert again.manifest.version == scratch.manifest.version
     assert project.samples(again) == project.samples(scratch.manifest, Store(str(tmp_path / "scratch")))
     inc = again.incremental
-    assert inc["parent"] == first.manifest.version and inc["full_because"] is None
-    assert inc["partitions"]["measured"] == (0 if change == "removed" else 1)
+    assert inc.parent == first.manifest.version and inc.full_because is None
+    assert inc.partitions.measured == (0 if change == "removed" else 1)
     # written: the changed file's samples (2 tar members of at most 1 KiB each) and the shards on
     # either side
     changed_bytes = 0 if change == "removed" else 120 * 2048
-    assert inc["shards"]["bytes_written"] <= changed_bytes + 4 * 20_000
-    assert inc["shards"]["reused"] + inc["shards"]["written"] == len(again.manifest.shards)
-    assert inc["shards"]["reused"] > 0.8 * len(again.manifest.shards)
+    assert inc.shards.bytes_written <= changed_bytes + 4 * 20_000
+    assert inc.shards.reused + inc.shards.written == len(again.manifest.shards)
+    assert inc.shards.reused > 0.8 * len(again.manifest.shards)
     directory = project.store.path("rows", "versions", again.manifest.version)
     # the parent's file, linked
     assert os.stat(f"{directory}/{again.manifest.shards[0].path}").st_nlink == 2
@@ -74,7 +75,7 @@ def test_a_shuffled_build_rewrites_every_shard_and_is_still_exact(project, tmp_p
     write_file(project, 99)
     again = project.build()
     assert again.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
-    assert again.incremental["partitions"]["reused"] == 6 and again.incremental["shards"]["reused"] == 0
+    assert again.incremental.partitions.reused == 6 and again.incremental.shards.reused == 0
 
 
 def test_a_changed_pipeline_builds_in_full_and_says_why(project):
@@ -84,8 +85,8 @@ def test_a_changed_pipeline_builds_in_full_and_says_why(project):
     project.build()
     project.pipeline(PIPELINE % ", max_samples: 50")
     again = project.build()
-    assert again.incremental["full_because"] == "the pipeline, its code or the source's schema changed"
-    assert again.incremental["partitions"] == {"measured": 4, "reused": 0}
+    assert again.incremental.full_because == "the pipeline, its code or the source's schema changed"
+    assert again.incremental.partitions == PartitionCounts(measured=4, reused=0)
 
 
 def test_a_damaged_build_state_means_a_full_build(project):
@@ -98,7 +99,7 @@ def test_a_damaged_build_state_means_a_full_build(project):
         f.write(b"not a state")
     write_file(project, 5)
     again = project.build()
-    assert again.incremental["full_because"] == "the parent has no readable build state"
+    assert again.incremental.full_because == "the parent has no readable build state"
 
 
 def test_du_counts_a_linked_shard_once(project):
@@ -111,7 +112,7 @@ def test_du_counts_a_linked_shard_once(project):
     write_file(project, 9)
     again = project.build()
     u = usage(project.store, "rows")
-    reused = sum(s.bytes for s in again.manifest.shards) - again.incremental["shards"]["bytes_written"]
+    reused = sum(s.bytes for s in again.manifest.shards) - again.incremental.shards.bytes_written
     assert u["stored_bytes"] == first.manifest.bytes + again.manifest.bytes - reused
 
 
@@ -129,11 +130,11 @@ def test_a_file_edited_in_place_with_its_size_and_mtime_kept_is_read_again(proje
     path.write_text(text.replace("f003r0001,1,", "f003r0001,7,"))  # same size
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the same mtime
     again = project.build()
-    assert again.incremental["source_files"] == {"hashed": 1, "trusted": 5}  # its ctime moved
-    assert again.incremental["partitions"]["measured"] == 1
+    assert again.incremental.source_files == SourceFileCounts(hashed=1, trusted=5)  # its ctime moved
+    assert again.incremental.partitions.measured == 1
     assert again.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
     same = project.build()  # nothing changed since: no file is read for its hash
-    assert same.incremental["source_files"] == {"hashed": 0, "trusted": 6}
+    assert same.incremental.source_files == SourceFileCounts(hashed=0, trusted=6)
     assert same.manifest.version == again.manifest.version
 
 
@@ -143,7 +144,7 @@ def test_files_changed_just_before_their_hash_are_hashed_again(project):
         write_file(project, n)
     project.build()
     again = project.build()  # the files changed within RACY_NS of the first build's listing
-    assert again.incremental["source_files"] == {"hashed": 3, "trusted": 0}
+    assert again.incremental.source_files == SourceFileCounts(hashed=3, trusted=0)
 
 
 def test_a_small_rebuild_runs_in_process_even_with_workers(project, tmp_path):
@@ -153,7 +154,7 @@ def test_a_small_rebuild_runs_in_process_even_with_workers(project, tmp_path):
     project.build()
     write_file(project, 9)
     again = project.build(workers=2)
-    assert again.ran_on == "in-process" and again.incremental["partitions"]["measured"] == 1
+    assert again.ran_on == "in-process" and again.incremental.partitions.measured == 1
     assert again.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
 
 
@@ -201,7 +202,7 @@ def test_a_parent_state_of_another_format_means_a_full_build(project, monkeypatc
     monkeypatch.setattr(incremental, "STATE_FORMAT", incremental.STATE_FORMAT + 1)
     write_file(project, 5)
     again = project.build()
-    assert again.incremental["full_because"].startswith("the parent's build state is of format")
+    assert again.incremental.full_because.startswith("the parent's build state is of format")
 
 
 def test_a_diff_reads_only_the_shards_two_versions_do_not_share(project, monkeypatch):
@@ -264,11 +265,11 @@ def test_a_dedupe_pipeline_rebuilds_incrementally_and_exactly(project, tmp_path,
     assert again.manifest.version == scratch.manifest.version
     assert [s.dropped for s in again.manifest.stages] == [s.dropped for s in scratch.manifest.stages]
     inc = again.incremental
-    assert inc["parent"] == first.manifest.version and inc["full_because"] is None
+    assert inc.parent == first.manifest.version and inc.full_because is None
     # the new file, and one whose mask changed
     remeasured = {"added": 1, "duplicating": 2, "removed": 1}[change]
-    assert inc["partitions"]["measured"] == remeasured
-    assert inc["shards"]["reused"] > 0.6 * len(again.manifest.shards)
+    assert inc.partitions.measured == remeasured
+    assert inc.shards.reused > 0.6 * len(again.manifest.shards)
 
 
 def test_a_missing_latest_version_means_a_full_build_that_says_so(project, tmp_path):
@@ -281,7 +282,7 @@ def test_a_missing_latest_version_means_a_full_build_that_says_so(project, tmp_p
     shutil.rmtree(project.store.path("rows", "versions", first.manifest.version))
     write_file(project, 5)
     again = project.build()
-    assert again.incremental["full_because"] == (
+    assert again.incremental.full_because == (
         f"the latest version, {first.manifest.version[:12]}, is missing from the store (deleted or pruned)"
     )
     assert again.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
@@ -293,16 +294,16 @@ def test_a_rebuild_partitions_at_the_blocksize_the_pipeline_asks_for(project, tm
     for n in range(4):
         write_file(project, n)
     first = project.build()
-    assert sum(first.incremental["partitions"].values()) == 4  # a file each
+    assert first.incremental.partitions.measured + first.incremental.partitions.reused == 4  # a file each
     project.pipeline(sized % ("4KB", ""))
     # the parent's 1 MB partitions must not stand in for the 4 KB ones asked for
     again = project.build()
-    parts = again.incremental["partitions"]
-    assert parts == {"measured": parts["measured"], "reused": 0} and parts["measured"] > 8
+    parts = again.incremental.partitions
+    assert parts.reused == 0 and parts.measured > 8
     assert again.manifest.version == first.manifest.version
     write_file(project, 9)
     third = project.build()  # same blocksize as its parent: only the new file's partitions are read
-    assert third.incremental["partitions"]["reused"] == parts["measured"], third.incremental
+    assert third.incremental.partitions.reused == parts.measured, third.incremental
     assert third.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
 
 
@@ -320,7 +321,7 @@ def test_a_diff_per_split_from_the_unshared_shards_is_the_whole_diff(project):
     write_file(project, 5)
     write_file(project, 8, salt="new")
     second = project.build()
-    assert second.incremental["shards"]["reused"] > 0
+    assert second.incremental.shards.reused > 0
     a, b = (Side(project.store, "rows", r.manifest) for r in (first, second))
     pair = VersionPair(a, b)
     for name, d in pair.splits().items():
@@ -346,7 +347,7 @@ def test_rehash_reads_every_file_for_its_hash(project, monkeypatch):
     for n in range(3):
         write_file(project, n)
     project.build()
-    assert project.build().incremental["source_files"] == {"hashed": 0, "trusted": 3}
+    assert project.build().incremental.source_files == SourceFileCounts(hashed=0, trusted=3)
     out = datapipe_in_process("build", "pipeline.yaml", "--out", "store", "--rehash", "--json", cwd=project.root)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.splitlines()[-1])["incremental"]["source_files"] == {"hashed": 3, "trusted": 0}

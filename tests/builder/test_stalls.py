@@ -8,7 +8,7 @@ import time
 import pytest
 from distributed import Client, LocalCluster
 
-from datapipe.builder import runner, sizing
+from datapipe.builder import pass_runner, sizing
 from datapipe.builder.progress import BuildProgress
 from datapipe.errors import BuildError
 
@@ -21,15 +21,15 @@ def _sleep(seconds):
 def test_a_pass_without_workers_is_an_error_not_a_wait(monkeypatch):
     from dask import delayed
 
-    monkeypatch.setattr(runner, "STALL_CHECK_SECONDS", 0.5)
-    monkeypatch.setattr(runner, "STALL_CHECKS", 2)
+    monkeypatch.setattr(pass_runner, "STALL_CHECK_SECONDS", 0.5)
+    monkeypatch.setattr(pass_runner, "STALL_CHECKS", 2)
     with (
         LocalCluster(
             n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, silence_logs=logging.CRITICAL
         ) as cluster,
         Client(cluster) as client,
     ):
-        run = runner.PassRunner(client, BuildProgress())
+        run = pass_runner.PassRunner(client, BuildProgress())
         assert run("warm", [delayed(_sleep)(0)]) == [0]  # a healthy pass finishes
         cluster.scale(0)
         deadline = time.time() + 10
@@ -57,7 +57,7 @@ def test_a_pass_reports_every_task_once_and_returns_the_results_in_order(dask_cl
     from dask import delayed
 
     progress = Counted()
-    run = runner.PassRunner(dask_client, progress)
+    run = pass_runner.PassRunner(dask_client, progress)
     tasks = [delayed(_sleep, pure=False)(0.001 * (i % 7)) for i in range(300)]
     assert run("write shards", tasks) == [0.001 * (i % 7) for i in range(300)]
     assert run("measure", [delayed(_sleep, pure=False)(0)]) == [0]

@@ -11,7 +11,7 @@ import pytest
 from helpers.cli import datapipe_in_process
 
 from datapipe.builder.config import load_pipeline
-from datapipe.builder.run import build
+from datapipe.builder.run import Execution, build
 from datapipe.loader.dataset import open_dataset
 from datapipe.versioning.store import Store
 
@@ -28,7 +28,8 @@ def build_rows(root: Path, client, ids, fractions="{train: 0.8, val: 0.2}", labe
     (root / "raw").mkdir(parents=True, exist_ok=True)
     (root / "raw/rows.csv").write_text("id,label\n" + "".join(f"r{i:04d},{labels(i)}\n" for i in ids))
     (root / "pipeline.yaml").write_text(textwrap.dedent(PIPELINE.format(fractions=fractions)))
-    return build(load_pipeline(root / "pipeline.yaml"), Store(str(root / "store")), client=client).url
+    loaded, store = load_pipeline(root / "pipeline.yaml"), Store(str(root / "store"))
+    return build(loaded, store, execution=Execution(client=client)).url
 
 
 def split_keys(url: str, split: str) -> set[str]:

@@ -11,7 +11,7 @@ import pytest
 
 import datapipe
 from datapipe.builder.config import load_pipeline
-from datapipe.builder.run import build
+from datapipe.builder.run import Execution, build
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.versioning.store import Store
 
@@ -32,7 +32,7 @@ def split_store(tmp_path_factory, dask_client) -> Path:
     (root / "raw").mkdir()
     (root / "raw/rows.csv").write_text("id,label\n" + "".join(f"r{i:04d},{i % 10}\n" for i in range(400)))
     (root / "pipeline.yaml").write_text(textwrap.dedent(PIPELINE))
-    build(load_pipeline(root / "pipeline.yaml"), Store(str(root / "store")), client=dask_client)
+    build(load_pipeline(root / "pipeline.yaml"), Store(str(root / "store")), execution=Execution(client=dask_client))
     return root / "store"
 
 

@@ -105,16 +105,17 @@ BUILDER = textwrap.dedent("""
     import json, logging, sys
     from distributed import Client, LocalCluster
     from datapipe.builder.config import load_pipeline
-    from datapipe.builder.run import build
+    from datapipe.builder.run import Execution, build
     from datapipe.versioning.store import Store
 
     if __name__ == "__main__":
-        pipeline, store, workers, limit = sys.argv[1:] with LocalCluster(n_workers=int(workers),
-        threads_per_worker=1, memory_limit=limit, dashboard_address=None,
-                          silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
-            limits = [w["memory_limit"] for w in client.scheduler_info()["workers"].values()] result
-            = build(load_pipeline(pipeline), Store(store), client=client)  # keep_encoded: the build
-            decides
+        pipeline, store, workers, limit = sys.argv[1:]
+        with LocalCluster(n_workers=int(workers), threads_per_worker=1, memory_limit=limit,
+                          dashboard_address=None, silence_logs=logging.CRITICAL) as cluster, \
+                Client(cluster) as client:
+            limits = [w["memory_limit"] for w in client.scheduler_info()["workers"].values()]
+            # keep_encoded: the build decides
+            result = build(load_pipeline(pipeline), Store(store), execution=Execution(client=client))
         print(json.dumps({"limits": limits, **result.summary()}))
 """)
 

@@ -22,7 +22,8 @@ from helpers.cli import datapipe_in_process
 
 import datapipe
 from datapipe.builder.config import load_pipeline
-from datapipe.builder.run import build
+from datapipe.builder.result import PartitionCounts
+from datapipe.builder.run import Execution, build
 from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.storage.cache import ShardCache
 from datapipe.versioning.store import Store
@@ -154,7 +155,7 @@ def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(digits_on
     # the same pipeline (the S3 copy has no splits section, unlike the session's digits) built into
     # a local store
     local = tmp_path / "local"
-    build(load_pipeline(digits_on_s3["dir"] / "digits.yaml"), Store(str(local)), client=in_process)
+    build(load_pipeline(digits_on_s3["dir"] / "digits.yaml"), Store(str(local)), execution=Execution(client=in_process))
     same = datapipe.Loader(f"{local}/digits", batch_size=64, num_workers=0, seed=3)
     assert [(b["__key__"], b["cls"].tolist()) for b in same] == cold
 
@@ -456,14 +457,14 @@ def test_an_incremental_build_on_s3_shares_the_parents_shards(s3, tmp_path):
     again = build(load_pipeline(pipeline), store)
     scratch = build(load_pipeline(pipeline), Store(f"s3://{s3['bucket']}/scratch"))
     assert again.manifest.version == scratch.manifest.version
-    assert again.incremental["partitions"] == {"measured": 1, "reused": 3} and again.incremental["shards"]["reused"]
+    assert again.incremental.partitions == PartitionCounts(measured=1, reused=3) and again.incremental.shards.reused
     shared = [s for s in again.manifest.shards if s.stored_in]
     # renumbered
-    assert len(shared) == again.incremental["shards"]["reused"] and any(s.stored_as for s in shared)
+    assert len(shared) == again.incremental.shards.reused and any(s.stored_as for s in shared)
     assert not verify_version(store, "rows", again.manifest, again.manifest.version)
     from datapipe.versioning.history import usage
 
-    assert usage(store, "rows")["stored_bytes"] == first.manifest.bytes + again.incremental["shards"]["bytes_written"]
+    assert usage(store, "rows")["stored_bytes"] == first.manifest.bytes + again.incremental.shards.bytes_written
     keys = {k for b in datapipe.Loader(again.url, batch_size=10, shuffle=False, drop_last="pad") for k in b["__key__"]}
     assert keys == {f"f{n}r{i:03d}" for n in (0, 1, 2, 4) for i in range(40)}
 

@@ -18,7 +18,7 @@ from helpers.cli import datapipe_in_process, datapipe_installed, on_session_clus
 
 import datapipe
 from datapipe.builder.config import load_pipeline
-from datapipe.builder.run import build
+from datapipe.builder.run import Execution, build
 from datapipe.versioning.manifest import CodeRef, SourceFile
 from datapipe.versioning.rebuild_report import lineage_changes
 from datapipe.versioning.store import Store
@@ -71,7 +71,7 @@ def sha256(path: Path) -> str:
 def test_lineage_records_code_sources_config_seed_and_environment(tmp_path, client):
     pipeline, module = make_project(tmp_path)
     store = Store(str(tmp_path / "store"))
-    m = build(load_pipeline(pipeline), store, client=client).manifest
+    m = build(load_pipeline(pipeline), store, execution=Execution(client=client)).manifest
     lineage = m.lineage
     assert lineage.code == (CodeRef(module, sha256(tmp_path / f"{module}.py")),)
     raw = tmp_path / "raw/words.csv"
@@ -106,23 +106,23 @@ def test_lineage_records_code_sources_config_seed_and_environment(tmp_path, clie
 def test_editing_the_map_code_changes_the_version_and_undoing_it_restores_it(tmp_path, client):
     pipeline, module = make_project(tmp_path)
     store = Store(str(tmp_path / "store"))
-    first = build(load_pipeline(pipeline), store, client=client).manifest
-    again = build(load_pipeline(pipeline), store, client=client).manifest
+    first = build(load_pipeline(pipeline), store, execution=Execution(client=client)).manifest
+    again = build(load_pipeline(pipeline), store, execution=Execution(client=client)).manifest
     assert again.version == first.version  # same inputs, config and code: same id
 
     code = tmp_path / f"{module}.py"
     code.write_text(CODE + "# only a comment: the bytes are the same, the code is not\n")
-    edited = build(load_pipeline(pipeline), store, client=client).manifest
+    edited = build(load_pipeline(pipeline), store, execution=Execution(client=client)).manifest
     assert edited.version != first.version
     assert [s.sha256 for s in edited.shards] == [s.sha256 for s in first.shards]
     assert edited.lineage.code == (CodeRef(module, sha256(code)),)
     assert lineage_changes(first, edited) == [f"code changed: {module}"]
 
     code.write_text(CODE)
-    assert build(load_pipeline(pipeline), store, client=client).manifest.version == first.version
+    assert build(load_pipeline(pipeline), store, execution=Execution(client=client)).manifest.version == first.version
 
     make_project(tmp_path, seed=8)  # same module, same code
-    reseeded = build(load_pipeline(pipeline), store, client=client).manifest
+    reseeded = build(load_pipeline(pipeline), store, execution=Execution(client=client)).manifest
     assert reseeded.version != first.version
     assert lineage_changes(first, reseeded) == ["pipeline config: shards.shuffle_seed", "seed: 7 -> 8"]
 
@@ -132,7 +132,7 @@ def test_check_names_the_sample_and_field_that_changed(tmp_path, client):
     (--scheduler)."""
     pipeline, _ = make_project(tmp_path)
     # what `datapipe build` makes
-    build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), client=client)
+    build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), execution=Execution(client=client))
 
     def datapipe_cli(*args: str) -> subprocess.CompletedProcess:
         return datapipe_in_process(*args, cwd=tmp_path)
@@ -156,7 +156,7 @@ def test_check_names_the_sample_and_field_that_changed(tmp_path, client):
 
 def test_check_gives_up_on_an_unreachable_scheduler_after_scheduler_timeout(tmp_path, client):
     pipeline, _ = make_project(tmp_path)
-    build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), client=client)
+    build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), execution=Execution(client=client))
     # the installed command (the `check` smoke test)
     out = datapipe_installed(
         "check", "pipeline.yaml", "--scheduler", "tcp://127.0.0.1:9", "--scheduler-timeout", "1", cwd=tmp_path

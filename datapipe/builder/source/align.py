@@ -3,7 +3,7 @@ block."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -100,6 +100,19 @@ def align_here(source: Source) -> Source:
     )
 
 
+def align_on(run: Callable[[str, list[Any]], list[BlockScan]], source: Source) -> Source:
+    """``align_parts`` with the quote scans run as a pass of ``run`` (the build's PassRunner): one
+    quote-counting task per nominal block."""
+    needed = scans_needed(source)
+    if not needed:
+        return source
+    from dask import delayed
+
+    scan = delayed(scan_block, pure=False)
+    tasks = [scan(source.fs, source.files[i].path, p.start, p.length, source.quote) for i, p in needed]
+    return align_parts(source, run("find record boundaries", tasks))
+
+
 def _aligned(f: InputFile, index: int, blocks: list[tuple[Part, BlockScan]], first: int) -> list[Part]:
     parities = [0]
     for _, scan in blocks:
@@ -114,7 +127,12 @@ def _aligned(f: InputFile, index: int, blocks: list[tuple[Part, BlockScan]], fir
                 return hit + 1
         return None
 
-    cuts = sorted({0, *(c for c in (record_end(j) for j in range(1, len(blocks))) if c is not None and c < f.size)})
+    cuts = sorted(
+        {
+            0,
+            *(c for c in (record_end(j) for j in range(1, len(blocks))) if c is not None and c < f.size),
+        }
+    )
     ends = [*cuts[1:], f.size]
     return [
         Part(first + n, index, start, end - start, exact=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 from datapipe.builder.source.base import InputFile, SourceSpec
 from datapipe.errors import NotFoundError
-from datapipe.storage.fs import filesystem, is_local
+from datapipe.storage.fs import filesystem, is_local, protocol_of
 
 _GLOB = set("*?[")
 
@@ -26,8 +26,7 @@ def _label(path: str, url: str, fs: Any, base_dir: str) -> str:
     if is_local(fs):
         rel = os.path.relpath(path, base_dir)
         return rel if not rel.startswith("..") else path
-    protocol = fs.protocol[0] if isinstance(fs.protocol, tuple | list) else fs.protocol
-    return f"{protocol}://{path}"
+    return f"{protocol_of(fs)}://{path}"
 
 
 def stamp_of(st: os.stat_result) -> str:

@@ -1,16 +1,17 @@
-"""Runs one pass of a build (a list of dask.delayed tasks) on the client, with progress and stall
-detection
-(or in this process, for a small build: builder/in_process.py)."""
+"""Runs a build's passes (lists of Dask tasks) on its client, with progress and stall detection."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from datapipe.builder.in_process import InProcessClient
 from datapipe.builder.progress import BuildProgress
 from datapipe.errors import BuildError
+
+T = TypeVar("T")
 
 STALL_CHECK_SECONDS = 20
 STALL_CHECKS = 3  # a minute without progress, workers paused or gone
@@ -19,11 +20,13 @@ FOLLOW_POLL_SECONDS = 0.01  # how often a pass looks for finished tasks when non
 
 class PassRunner:
     """Runs passes on ``client``, reporting each to ``progress`` and keeping each one's wall time in
-    ``seconds``."""
+    ``seconds``. ``ran_on`` says what the client is ("in-process", "local cluster", "scheduler" or
+    "client": ``client.open_client``)."""
 
-    def __init__(self, client: Any, progress: BuildProgress) -> None:
+    def __init__(self, client: Any, progress: BuildProgress, ran_on: str = "client") -> None:
         self.client = client
         self.progress = progress
+        self.ran_on = ran_on
         self.seconds: dict[str, float] = {}
 
     def __call__(self, phase: str, tasks: Sequence[Any]) -> list[Any]:
@@ -50,6 +53,30 @@ class PassRunner:
                 f"{phase}: a Dask worker died while running this pass ({type(e).__name__}: {e}); "
                 "check the workers' memory limit, then run the build again"
             ) from None
+
+    def timed(self, phase: str, step: Callable[..., T], *args: Any) -> T:
+        """``step(*args)``, its wall time kept in ``seconds`` as ``phase`` (a step of the client,
+        not a pass of tasks)."""
+        start = time.perf_counter()
+        value = step(*args)
+        self.seconds[phase] = time.perf_counter() - start
+        return value
+
+    def share_job(self, job: Any) -> Any:
+        """``job`` as an argument of later tasks, one copy per worker instead of one per task (a
+        'files' source lists every file).
+
+        Persisted as a graph literal, not scattered: the scheduler can re-create it when the worker
+        holding it dies, where lost scattered data fails the build.
+        """
+        from dask import delayed
+
+        return self.client.persist(delayed(job, name=f"build-job-{uuid.uuid4().hex}"))
+
+    def keep(self, tasks: Sequence[Any]) -> list[Any]:
+        """``tasks`` computed and held on the workers, as arguments of later tasks; what they hold
+        is freed when the last reference to them goes."""
+        return self.client.persist(list(tasks))
 
     def _follow(self, phase: str, futures: list[Any]) -> None:
         """Advance the progress as tasks finish; a pass whose workers all stay paused (Dask stops a

@@ -1,0 +1,141 @@
+"""The passes before the plan: each dedupe stage's masks, then every partition measured."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from datapipe.builder.config import StageConfig
+from datapipe.builder.pass_runner import PassRunner
+from datapipe.builder.passes import (
+    Measured,
+    dedupe_pass,
+    duplicates_pass,
+    encode_pass,
+    measure_pass,
+    measured_of,
+)
+from datapipe.builder.quarantine import Reject
+from datapipe.builder.result import PartitionCounts
+from datapipe.builder.reuse import Reuse
+from datapipe.builder.shard_plan import Dedupe, first_occurrences
+from datapipe.builder.source.base import Part
+
+
+@dataclass(frozen=True)
+class Measure:
+    """The passes over the source, per partition of ``parts``: its dedupe masks, its report, its
+    kept keys (the first sample of each key), its rejects (duplicate keys included) and, with
+    keep_encoded, its encoded block held on a worker for the write pass."""
+
+    parts: Sequence[Part]
+    dedupe: Dedupe
+    reports: list[Measured]
+    key_keep: list[np.ndarray]
+    rejects: Mapping[int, list[Reject]]
+    encoded: Mapping[int, Any]
+    fresh: int  # partitions the pass read; the others' reports are the parent's
+
+    def masks(self, part: int) -> dict[int, np.ndarray]:
+        """Partition ``part``'s dedupe masks (stage -> keep-mask)."""
+        return self.dedupe.of(part)
+
+    @property
+    def partition_counts(self) -> PartitionCounts:
+        """The partitions the pass read, and those whose report came from the parent."""
+        return PartitionCounts(measured=self.fresh, reused=len(self.parts) - self.fresh)
+
+    @property
+    def duplicates(self) -> int:
+        """The samples dropped for a key an earlier sample has."""
+        return sum(int((~keep).sum()) for keep in self.key_keep)
+
+
+def dedupe_stages(
+    run: PassRunner,
+    job: Any,
+    parts: Sequence[Part],
+    stages: Sequence[StageConfig],
+    reuse: Reuse,
+) -> Dedupe:
+    """Each dedupe stage's masks, from every partition's row hashes: the parent's where the
+    partition and the masks before this stage are the same, else a pass over the rest."""
+    from dask import delayed
+
+    done = Dedupe()
+    for i, stage in enumerate(stages):
+        if stage.kind != "dedupe":
+            continue
+        known = {p.number: reuse.dedupe(i, p.number, done.of(p.number)) for p in parts}
+        todo = [p for p in parts if known[p.number] is None]
+        if todo:
+            tasks = [delayed(dedupe_pass, pure=False)(job, p, done.of(p.number), i) for p in todo]
+            fresh = run(f"stages[{i}].dedupe", tasks)
+            known.update({p.number: h for p, h in zip(todo, fresh, strict=True)})
+        done = done.then(i, [known[p.number] for p in parts])
+    return done
+
+
+def measure_parts(
+    run: PassRunner,
+    job: Any,
+    parts: Sequence[Part],
+    dedupe: Dedupe,
+    reuse: Reuse,
+    keep_encoded: bool,
+) -> Measure:
+    """Every partition's report (the parent's where it is the same partition, else a pass over the
+    rest), its kept keys and its rejects. With ``keep_encoded`` the pass keeps each partition's
+    samples encoded on its worker; only the reports come here."""
+    from dask import delayed
+
+    carried = {p.number: reuse.measured(p.number, dedupe.of(p.number)) for p in parts}
+    todo = [p for p in parts if carried[p.number] is None]
+    encoded: dict[int, Any] = {}
+    if not todo:  # every partition carries over
+        fresh: list[Measured] = []
+    elif keep_encoded:
+        encode = delayed(encode_pass, pure=False)
+        blocks = run.keep([encode(job, p, dedupe.of(p.number)) for p in todo])
+        encoded = {p.number: block for p, block in zip(todo, blocks, strict=True)}
+        fresh = run("clean, encode and measure", [delayed(measured_of)(block) for block in blocks])
+    else:
+        tasks = [delayed(measure_pass, pure=False)(job, p, dedupe.of(p.number)) for p in todo]
+        fresh = run("clean and measure", tasks)
+    carried.update({p.number: m for p, m in zip(todo, fresh, strict=True)})
+    reports = [carried[p.number] for p in parts]
+    key_keep = first_occurrences([m.key_hashes for m in reports])
+    rejects = _with_duplicates(run, job, parts, dedupe, reuse, reports, key_keep)
+    return Measure(parts, dedupe, reports, key_keep, rejects, encoded, len(todo))
+
+
+def _with_duplicates(
+    run: PassRunner,
+    job: Any,
+    parts: Sequence[Part],
+    dedupe: Dedupe,
+    reuse: Reuse,
+    reports: Sequence[Measured],
+    key_keep: Sequence[np.ndarray],
+) -> dict[int, list[Reject]]:
+    """Per partition, its rejects with a reject for each duplicate key: the parent's where the
+    partition and its kept keys are the same, else the report's and a pass for the duplicates."""
+    from dask import delayed
+
+    rejects: dict[int, list[Reject]] = {}
+    todo = []
+    for p, m in zip(parts, reports, strict=True):
+        keep = key_keep[p.number]
+        kept = reuse.rejects(p.number, dedupe.of(p.number), keep)
+        rejects[p.number] = list(m.rejects) if kept is None else kept
+        if kept is None and not keep.all():
+            todo.append(p)
+    if todo:
+        find = delayed(duplicates_pass, pure=False)
+        tasks = [find(job, p, dedupe.of(p.number), key_keep[p.number]) for p in todo]
+        for p, dups in zip(todo, run("duplicate keys", tasks), strict=True):
+            rejects[p.number].extend(dups)
+    return rejects
