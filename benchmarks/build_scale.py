@@ -27,10 +27,14 @@ import time
 from benchmarks import build_model
 
 MDS_SCRIPT = """
-import sys, pyarrow.parquet as pq from benchmarks.peers import MDS_COLUMNS, SHARD_BYTES,
-patch_torchvision patch_torchvision() from streaming import MDSWriter with
-MDSWriter(out=sys.argv[2], columns=MDS_COLUMNS, size_limit=SHARD_BYTES, progress_bar=False) as
-writer:
+import sys, pyarrow.parquet as pq
+from benchmarks.peers import MDS_COLUMNS, SHARD_BYTES, patch_torchvision
+patch_torchvision()
+from streaming import MDSWriter
+writing = MDSWriter(
+    out=sys.argv[2], columns=MDS_COLUMNS, size_limit=SHARD_BYTES, progress_bar=False
+)
+with writing as writer:
     for batch in pq.ParquetFile(sys.argv[1]).iter_batches(batch_size=8192):
         for key, label, payload in zip(*(batch.column(i).to_pylist() for i in range(3))):
             writer.write({"key": key, "cls": label, "bin": payload})

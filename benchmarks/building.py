@@ -34,15 +34,19 @@ from multiprocessing import forkserver
 
 import dask
 
-multiprocessing.get_context("forkserver").set_forkserver_preload(["distributed", "pandas",
-"pyarrow.parquet"]) forkserver.ensure_running() from distributed import Client, LocalCluster
+PRELOAD = ["distributed", "pandas", "pyarrow.parquet"]
+multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+forkserver.ensure_running()
+from distributed import Client, LocalCluster
 
 def imports():
     import pandas, pyarrow.parquet
 
 with dask.config.set({{"distributed.worker.multiprocessing-method": "forkserver"}}), \\
-        LocalCluster(n_workers={workers}, threads_per_worker=1, dashboard_address=None) as cluster,
-        \\ Client(cluster) as client:
+        LocalCluster(
+            n_workers={workers}, threads_per_worker=1, dashboard_address=None
+        ) as cluster, \\
+        Client(cluster) as client:
     client.run(imports)
 """
 

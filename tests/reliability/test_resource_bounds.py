@@ -54,8 +54,10 @@ READER = textwrap.dedent("""
 
     workers = int(sys.argv[1])
     for url in sys.argv[2:]:
-        loader = datapipe.Loader(url, batch_size=256, shuffle=True, seed=3, num_workers=workers,
-        drop_last="pad") peak, done = [status_mb("RssAnon")], threading.Event()
+        loader = datapipe.Loader(
+            url, batch_size=256, shuffle=True, seed=3, num_workers=workers, drop_last="pad"
+        )
+        peak, done = [status_mb("RssAnon")], threading.Event()
 
         def sample():
             while not done.wait(0.01):
@@ -66,10 +68,12 @@ READER = textwrap.dedent("""
         keys = set()
         for batch in loader:
             keys.update(batch["__key__"])
-        done.set() watcher.join() del loader print(json.dumps({"samples": len(keys), "anon_peak_mb":
-        max(peak), "hwm_mb": status_mb("VmHWM"),
-                          "children_hwm_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-                          / 1024}),
+        done.set()
+        watcher.join()
+        del loader
+        children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        print(json.dumps({"samples": len(keys), "anon_peak_mb": max(peak),
+                          "hwm_mb": status_mb("VmHWM"), "children_hwm_mb": children_mb}),
               flush=True)
 """)
 
