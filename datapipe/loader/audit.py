@@ -271,7 +271,13 @@ def audit(
     """
     if epochs < 1:
         raise ConfigError(f"epochs must be at least 1, got {epochs}")
-    settings = LoaderSettings(batch_size, shuffle, seed, drop_last, block_shards)
+    settings = LoaderSettings(
+        batch_size=batch_size,
+        shuffle=shuffle,
+        seed=seed,
+        drop_last=drop_last,
+        block_shards=block_shards,
+    )
     plan = [r if isinstance(r, Resume) else Resume.parse(r) for r in resumes]
     auditor = _Auditor(data, settings)
     run = replay(data, settings, world_size, epochs, plan)

@@ -27,7 +27,7 @@ from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import PAYLOAD_DECODERS, Decoder
 from datapipe.loader.dataset import Dataset
 from datapipe.loader.mix import Mix
-from datapipe.loader.opening import open_data
+from datapipe.loader.opening import open_checked
 from datapipe.loader.packing import pack, unpack
 from datapipe.loader.prefetch import prefetch as prefetched
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, DropLast, worker_steps
@@ -111,9 +111,17 @@ class ShardDataset(IterableDataset):
         position: int = 0,
         split: str | None = None,
     ) -> None:
-        settings = LoaderSettings(batch_size, shuffle, seed, drop_last, block_shards, fields, decode, prefetch=prefetch)
-        dataset = open_data(dataset, split=split)
-        dataset.check_shards()
+        settings = LoaderSettings(
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            block_shards=block_shards,
+            fields=fields,
+            decode=decode,
+            prefetch=prefetch,
+        )
+        dataset, _ = open_checked(dataset, split=split)
         world = resolve_world(rank, world_size, os.environ, distributed_world)
         self.source = BatchSource(dataset, settings, world, epoch, position)
         self.num_batches = self.source.plan.num_batches()
