@@ -19,7 +19,7 @@ import numpy as np
 from datapipe.errors import ConfigError
 from datapipe.loader.mix import Mix
 from datapipe.loader.run_state import RunState
-from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, BatchPlan, DropLast
+from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, BatchPlan, DropLast, runs
 from datapipe.loader.settings import LoaderSettings
 from datapipe.loader.shard_set import Order, ShardSet
 from datapipe.loader.world import World
@@ -167,8 +167,9 @@ def _deliveries(data: ShardSet, order: Order, stretches: list[_Stretch]) -> dict
 
 def _repeats(keys: np.ndarray) -> np.ndarray:
     """Indices of the deliveries whose key came before (second and later occurrences), ascending."""
-    order = np.argsort(keys, kind="stable")
-    again = np.flatnonzero(keys[order][1:] == keys[order][:-1]) + 1
+    order, bounds = runs(keys)
+    again = np.ones(len(keys), dtype=bool)
+    again[bounds[:-1]] = False  # the first of each run of one key
     return np.sort(order[again])
 
 
@@ -181,7 +182,7 @@ class _Auditor:
         shard, local = d["shard"][i : i + 1], d["local"][i : i + 1]
         names = self.data.source_names(shard)
         source = names[0] if names is not None else getattr(self.data, "name", "dataset")
-        key = self.data.keys_of(shard, local)[0]
+        key = self.data.files.keys_of(shard, local)[0]
         self.violations.append(Violation(epoch, int(d["step"][i]), int(d["rank"][i]), source, key, problem))
 
     def epoch(self, epoch: int, stretches: list[_Stretch]) -> tuple[EpochAudit, dict[str, np.ndarray]]:
@@ -234,7 +235,7 @@ class _Auditor:
                     -1,
                     -1,
                     names[0] if names else getattr(self.data, "name", ""),
-                    self.data.keys_of(shard, local)[0],
+                    self.data.files.keys_of(shard, local)[0],
                     f"is never delivered ({report.never} samples are not; the drop accounts for {tail})",
                 )
             )

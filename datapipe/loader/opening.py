@@ -47,7 +47,7 @@ def open_checked(
     opened = open_data(data, storage_options, split, **options)
     owned = opened is not data
     try:
-        opened.check_shards()
+        opened.files.check()
     except BaseException:
         if owned:  # what was opened here is let go here: its leases with it
             opened.close()

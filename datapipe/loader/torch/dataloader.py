@@ -204,7 +204,7 @@ def iterate(
     # be forked from a process that is using it: a lock held at the fork stays held in the worker.
     # Workers of remote datasets start from a clean forkserver instead; local ones fork, which is
     # faster.
-    context = _forkserver() if source.dataset.cache is not None else None
+    context = _forkserver() if source.dataset.files.remote else None
     loader = DataLoader(
         dataset,
         batch_size=None,
