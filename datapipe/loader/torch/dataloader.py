@@ -299,9 +299,10 @@ def _forkserver() -> Any:
     import multiprocessing
     from multiprocessing import forkserver
 
-    server = getattr(forkserver, "_forkserver", None)
-    if server is not None and getattr(server, "_forkserver_pid", None) is None:  # not started yet
-        wanted = list(getattr(server, "_preload_modules", None) or ["__main__"])
+    import datapipe.forkserver
+
+    if datapipe.forkserver.idle():  # not started yet: its preload list may grow
+        wanted = datapipe.forkserver.preload_list()
         for module in ("torch", __name__):
             if module not in wanted:
                 wanted.append(module)
