@@ -262,7 +262,7 @@ class Loader:
         if _torch_available():
             from datapipe.loader.torch import iterate
 
-            batches = iterate(source, n, settings.num_workers, self.prefetch_depth(), settings.pin_memory)
+            batches = iterate(source, settings.num_workers, self.prefetch_depth(), settings.pin_memory)
         else:
             batches = prefetched(source.produce(steps), self.prefetch_depth())
         gpu = gpu_images(source)
