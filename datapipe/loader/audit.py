@@ -186,59 +186,26 @@ class _Auditor:
         self.violations.append(Violation(epoch, int(d["step"][i]), int(d["rank"][i]), source, key, problem))
 
     def epoch(self, epoch: int, stretches: list[_Stretch]) -> tuple[EpochAudit, dict[str, np.ndarray]]:
-        order = self.data.order(self.settings.seed, epoch, self.settings.shuffle, self.settings.block_shards)
+        """What epoch ``epoch`` delivers in ``stretches``, checked; and its deliveries."""
+        s = self.settings
+        order = self.data.order(s.seed, epoch, s.shuffle, s.block_shards)
         d = _deliveries(self.data, order, stretches)
-        report = EpochAudit(
-            epoch, samples=len(d["sample"]), batches_per_rank=[(s.plan.world_size, len(s.steps)) for s in stretches]
-        )
-        real = ~d["pad"]
+        per_rank = [(stretch.plan.world_size, len(stretch.steps)) for stretch in stretches]
+        report = EpochAudit(epoch, samples=len(d["sample"]), batches_per_rank=per_rank)
         report.padded = int(d["pad"].sum())
         mixed = isinstance(self.data, Mix)
-        if mixed:  # within a pass of each source
-            source, item = order.items(d["position"])
-            sizes = np.array([len(ds) for ds in self.data.datasets], dtype=np.int64)
-            keys = (item // sizes[source]) * (int(self.data.shard_sizes.sum()) + 1) + d["sample"]
-            counts = np.bincount(source[real], minlength=len(sizes))
-            report.shares = {
-                n: round(float(c) / max(int(real.sum()), 1), 6)
-                for n, c in zip(self.data.names, counts.tolist(), strict=True)
-            }
-        else:
-            keys = d["sample"]
+        keys = self._pass_keys(order, d, report) if mixed else d["sample"]
+        real = ~d["pad"]
         repeats = _repeats(np.where(real, keys, -1 - np.arange(len(keys))))
         report.repeated = len(repeats)
         if len(repeats):
-            self.violation(epoch, d, int(repeats[0]), "is delivered a second time" + (" in one pass" if mixed else ""))
-        last = stretches[-1].plan if stretches else BatchPlan(len(self.data), self.settings.batch_size)
-        # a mix's epoch is positions of a stream (its sources repeat across passes); one dataset's
-        # is its samples
-        delivered = np.unique(d["position"][real] if mixed else d["sample"][real])
-        report.never = len(self.data) - len(delivered)
-        tail = max(last.total - last.start - last.num_batches() * last.global_batch, 0) if last.drop_last is True else 0
-        expected_pad = (
-            0 if last.drop_last is True else max(last.num_batches() * last.global_batch - (last.total - last.start), 0)
-        )
-        if report.never == tail and tail:
-            report.never_reason = f"drop_last: the last {tail} of {last.total} positions fill no global batch"
-        elif report.never != tail and not self.violations:
-            missing = np.setdiff1d(np.arange(len(self.data)), delivered)[:1]
-            if mixed:
-                shard, local = order.locate(missing)
-            else:
-                starts = np.concatenate([[0], np.cumsum(self.data.shard_sizes)])
-                shard = np.searchsorted(starts, missing, side="right") - 1
-                local = missing - starts[shard]
-            names = self.data.source_names(shard)
-            self.violations.append(
-                Violation(
-                    epoch,
-                    -1,
-                    -1,
-                    names[0] if names else getattr(self.data, "name", ""),
-                    self.data.files.keys_of(shard, local)[0],
-                    f"is never delivered ({report.never} samples are not; the drop accounts for {tail})",
-                )
-            )
+            problem = "is delivered a second time" + (" in one pass" if mixed else "")
+            self.violation(epoch, d, int(repeats[0]), problem)
+        last = stretches[-1].plan if stretches else BatchPlan(len(self.data), s.batch_size)
+        self._check_never(epoch, order, d, report, last)
+        expected_pad = 0
+        if last.drop_last is not True:
+            expected_pad = max(last.num_batches() * last.global_batch - (last.total - last.start), 0)
         if report.padded != expected_pad and not self.violations:
             self.violation(
                 epoch,
@@ -247,6 +214,53 @@ class _Auditor:
                 f"starts {report.padded} padded deliveries, the plan pads {expected_pad}",
             )
         return report, d
+
+    def _pass_keys(self, order: Order, d: dict[str, np.ndarray], report: EpochAudit) -> np.ndarray:
+        """A mix's deliveries keyed within a pass of each source (a source repeats across its
+        passes); each source's share goes to ``report``."""
+        assert isinstance(self.data, Mix)
+        real = ~d["pad"]
+        source, item = order.items(d["position"])
+        sizes = np.array([len(ds) for ds in self.data.datasets], dtype=np.int64)
+        keys = (item // sizes[source]) * (int(self.data.shard_sizes.sum()) + 1) + d["sample"]
+        counts = np.bincount(source[real], minlength=len(sizes))
+        report.shares = {
+            n: round(float(c) / max(int(real.sum()), 1), 6)
+            for n, c in zip(self.data.names, counts.tolist(), strict=True)
+        }
+        return keys
+
+    def _check_never(
+        self, epoch: int, order: Order, d: dict[str, np.ndarray], report: EpochAudit, last: BatchPlan
+    ) -> None:
+        """Count what the epoch never delivers; a violation naming the first, unless the plan's
+        drop (``last``: the epoch's last plan) accounts for them all."""
+        mixed = isinstance(self.data, Mix)
+        real = ~d["pad"]
+        # a mix's epoch is positions of a stream (its sources repeat across passes); one dataset's
+        # is its samples
+        delivered = np.unique(d["position"][real] if mixed else d["sample"][real])
+        report.never = len(self.data) - len(delivered)
+        tail = 0
+        if last.drop_last is True:
+            tail = max(last.total - last.start - last.num_batches() * last.global_batch, 0)
+        if report.never == tail and tail:
+            report.never_reason = f"drop_last: the last {tail} of {last.total} positions fill no global batch"
+            return
+        if report.never == tail or self.violations:
+            return
+        missing = np.setdiff1d(np.arange(len(self.data)), delivered)[:1]
+        if mixed:
+            shard, local = order.locate(missing)
+        else:
+            starts = np.concatenate([[0], np.cumsum(self.data.shard_sizes)])
+            shard = np.searchsorted(starts, missing, side="right") - 1
+            local = missing - starts[shard]
+        names = self.data.source_names(shard)
+        source = names[0] if names else getattr(self.data, "name", "")
+        problem = f"is never delivered ({report.never} samples are not; the drop accounts for {tail})"
+        key = self.data.files.keys_of(shard, local)[0]
+        self.violations.append(Violation(epoch, -1, -1, source, key, problem))
 
 
 def audit(
