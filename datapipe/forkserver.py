@@ -1,4 +1,4 @@
-"""The process's multiprocessing forkserver, read and stopped through CPython's private attributes."""
+"""The process's multiprocessing forkserver, read and stopped through CPython's internals."""
 
 from __future__ import annotations
 

@@ -203,9 +203,9 @@ class _Auditor:
             self.violation(epoch, d, int(repeats[0]), problem)
         last = stretches[-1].plan if stretches else BatchPlan(len(self.data), s.batch_size)
         self._check_never(epoch, order, d, report, last)
-        expected_pad = 0
+        expected_pad, planned = 0, last.num_batches() * last.global_batch
         if last.drop_last is not True:
-            expected_pad = max(last.num_batches() * last.global_batch - (last.total - last.start), 0)
+            expected_pad = max(planned - (last.total - last.start), 0)
         if report.padded != expected_pad and not self.violations:
             self.violation(
                 epoch,
@@ -231,7 +231,12 @@ class _Auditor:
         return keys
 
     def _check_never(
-        self, epoch: int, order: Order, d: dict[str, np.ndarray], report: EpochAudit, last: BatchPlan
+        self,
+        epoch: int,
+        order: Order,
+        d: dict[str, np.ndarray],
+        report: EpochAudit,
+        last: BatchPlan,
     ) -> None:
         """Count what the epoch never delivers; a violation naming the first, unless the plan's
         drop (``last``: the epoch's last plan) accounts for them all."""
@@ -245,7 +250,8 @@ class _Auditor:
         if last.drop_last is True:
             tail = max(last.total - last.start - last.num_batches() * last.global_batch, 0)
         if report.never == tail and tail:
-            report.never_reason = f"drop_last: the last {tail} of {last.total} positions fill no global batch"
+            positions = f"the last {tail} of {last.total} positions"
+            report.never_reason = f"drop_last: {positions} fill no global batch"
             return
         if report.never == tail or self.violations:
             return
@@ -258,7 +264,8 @@ class _Auditor:
             local = missing - starts[shard]
         names = self.data.source_names(shard)
         source = names[0] if names else getattr(self.data, "name", "")
-        problem = f"is never delivered ({report.never} samples are not; the drop accounts for {tail})"
+        count = f"{report.never} samples are not; the drop accounts for {tail}"
+        problem = f"is never delivered ({count})"
         key = self.data.files.keys_of(shard, local)[0]
         self.violations.append(Violation(epoch, -1, -1, source, key, problem))
 

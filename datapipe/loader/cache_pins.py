@@ -18,11 +18,11 @@ class CachePins:
     of them (a version's lease, versioning/leases.py, keeps the version itself from gc).
 
     The consumer calls ``opened`` after each read and ``read`` once the batch is made, then
-    ``close``.
-    Resident memory stays at the pages of the last DROP_BYTES read, not of every shard read so far.
-    With ``done_at`` (per shard, the epoch position from which the consumer reads it no more; for a
-    cached dataset), a shard goes back to the cache as soon as the consumer's next read starts at or
-    past it, so the cache holds the shards in use plus those ``upcoming`` ones downloaded ``ahead``.
+    ``close``. Resident memory stays at the pages of the last DROP_BYTES read, not of every shard
+    read so far. With ``done_at`` (per shard, the epoch position from which the consumer reads it no
+    more; for a cached dataset), a shard goes back to the cache as soon as the consumer's next read
+    starts at or past it, so the cache holds the shards in use plus those ``upcoming`` ones
+    downloaded ``ahead``.
     """
 
     def __init__(
@@ -62,8 +62,8 @@ class CachePins:
 
     def read(self, shard_ids: np.ndarray, until: int | None) -> None:
         """A batch of ``shard_ids`` is made: unmap read pages past DROP_BYTES, and give back the
-        shards done
-        before epoch position ``until``, the consumer's next read (None: it reads no more)."""
+        shards done before epoch position ``until``, the consumer's next read (None: it reads no
+        more)."""
         shards = shard_ids.tolist()
         self._mapped.update(shards)
         self._unmapped_bytes += len(shards) * self._sample_bytes

@@ -48,7 +48,8 @@ def batch_keys(
     pairs: list[tuple[str, str]] = []
     for rank in ranks:
         shard_ids, local = step_samples(data, settings, timeline, step, rank)
-        pairs.extend(zip(sources_of(data, shard_ids), data.files.keys_of(shard_ids, local), strict=True))
+        keys = data.files.keys_of(shard_ids, local)
+        pairs.extend(zip(sources_of(data, shard_ids), keys, strict=True))
     return pairs
 
 

@@ -59,8 +59,7 @@ def _distributed() -> Detect | None:
 
 class Loader:
     """Iterate batches of a dataset version (or a mix) for this rank; docs/guide/loading.md has the
-    order and
-    guarantees, docs/guide/training-runs.md the mix, the step ledger and skips."""
+    order and guarantees, docs/guide/training-runs.md the mix, the step ledger and skips."""
 
     def __init__(
         self,
@@ -262,7 +261,8 @@ class Loader:
         if _torch_available():
             from datapipe.loader.torch import iterate
 
-            batches = iterate(source, settings.num_workers, self.prefetch_depth(), settings.pin_memory)
+            workers, depth = settings.num_workers, self.prefetch_depth()
+            batches = iterate(source, workers, depth, settings.pin_memory)
         else:
             batches = prefetched(source.produce(steps), self.prefetch_depth())
         gpu = gpu_images(source)

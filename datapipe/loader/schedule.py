@@ -55,7 +55,8 @@ def groups(keys: np.ndarray) -> list[tuple[int, np.ndarray | slice]]:
     if keys[0] == keys[-1] and not (keys != keys[0]).any():
         return [(int(keys[0]), slice(None))]
     order, bounds = runs(keys)
-    return [(int(keys[order[a]]), order[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+    edges = bounds.tolist()
+    return [(int(keys[order[a]]), order[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
 def block_permutation(seed: int, epoch: int, block: int, n: int) -> np.ndarray:

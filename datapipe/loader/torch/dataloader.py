@@ -174,7 +174,11 @@ def _share(source: BatchSource) -> tuple[Sequence[int], Any]:
     return worker_steps(source.delivered(), info.id, info.num_workers), info
 
 
-def _made_here(source: BatchSource, prefetch: int, pinned: bool = False) -> Iterator[dict[str, Any]]:
+def _made_here(
+    source: BatchSource,
+    prefetch: int,
+    pinned: bool = False,
+) -> Iterator[dict[str, Any]]:
     """This process's share of ``source``'s batches (``_share``) as tensors, made in this process
     ``prefetch`` ahead by a thread (0: each when asked); ``pinned``: gathered straight into
     page-locked memory, one copy."""
@@ -190,7 +194,12 @@ def _made_here(source: BatchSource, prefetch: int, pinned: bool = False) -> Iter
     yield from batches if info is None else map(_sendable, batches)
 
 
-def iterate(source: BatchSource, num_workers: int, prefetch: int, pin_memory: bool = False) -> Iterator[dict[str, Any]]:
+def iterate(
+    source: BatchSource,
+    num_workers: int,
+    prefetch: int,
+    pin_memory: bool = False,
+) -> Iterator[dict[str, Any]]:
     """The rank's batches in order: in process (num_workers=0) or through a DataLoader.
 
     ``pin_memory`` (where a CUDA device makes page-locked memory available; else ignored): every

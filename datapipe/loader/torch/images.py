@@ -70,7 +70,13 @@ def decode_batch(spec: ImageSpec, keys: Sequence[str], payloads: Sequence[bytes]
     return out.float().div_(255) if spec.dtype == "float32" else out
 
 
-def _jpegs_on_gpu(spec: ImageSpec, payloads: Sequence[bytes], jpegs: list[int], u: Any, out: Any) -> None:
+def _jpegs_on_gpu(
+    spec: ImageSpec,
+    payloads: Sequence[bytes],
+    jpegs: list[int],
+    u: Any,
+    out: Any,
+) -> None:
     """Decode ``payloads[jpegs]`` on the GPU in one call, and crop, resize and flip each into its
     row of ``out`` with the CPU path's boxes."""
     import torch
