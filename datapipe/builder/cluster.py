@@ -181,24 +181,22 @@ def worker_server(enabled: bool = True) -> Iterator[None]:
     """
     from multiprocessing import forkserver
 
-    # the process's one forkserver (multiprocessing keeps a single one)
-    server = forkserver._forkserver
-    # (private attributes of CPython's forkserver: where they differ, leave the start to Dask, as
-    # before)
-    started = enabled and _forkserver_available() and getattr(server, "_forkserver_pid", False) is None
-    preload = list(getattr(server, "_preload_modules", None) or ["__main__"])
+    import datapipe.forkserver
+
+    # the process's one forkserver; where it cannot be read, the start is left to Dask
+    started = enabled and _forkserver_available() and datapipe.forkserver.idle()
+    preload = datapipe.forkserver.preload_list()
     if started:
-        server.set_forkserver_preload(WORKER_PRELOAD)
-        server.ensure_running()
+        forkserver.set_forkserver_preload(WORKER_PRELOAD)
+        forkserver.ensure_running()
     try:
         yield
     finally:
-        if started and hasattr(server, "_stop"):
-            server._stop()
+        if started and datapipe.forkserver.stop():
             # and the preload list as it was: the cluster's start set Dask's own (every package
             # distributed knows), which a later forkserver, such as a remote Loader's, would import
             # for nothing
-            server.set_forkserver_preload(preload)
+            forkserver.set_forkserver_preload(preload)
 
 
 @contextlib.contextmanager

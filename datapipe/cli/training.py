@@ -43,7 +43,13 @@ def _run_options(command: Any) -> Any:
 def _settings(batch_size: int, seed: int, drop_last: str, no_shuffle: bool, block_shards: int) -> Any:
     from datapipe.loader.settings import LoaderSettings
 
-    return LoaderSettings(batch_size, not no_shuffle, seed, True if drop_last == "drop" else "pad", block_shards)
+    return LoaderSettings(
+        batch_size=batch_size,
+        shuffle=not no_shuffle,
+        seed=seed,
+        drop_last=True if drop_last == "drop" else "pad",
+        block_shards=block_shards,
+    )
 
 
 def _steps(step: int | None, steps: str | None) -> range:

@@ -19,7 +19,7 @@ import numpy as np
 from datapipe.errors import ConfigError
 from datapipe.loader.mix import Mix
 from datapipe.loader.run_state import RunState
-from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, BatchPlan, DropLast
+from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, BatchPlan, DropLast, runs
 from datapipe.loader.settings import LoaderSettings
 from datapipe.loader.shard_set import Order, ShardSet
 from datapipe.loader.world import World
@@ -167,8 +167,9 @@ def _deliveries(data: ShardSet, order: Order, stretches: list[_Stretch]) -> dict
 
 def _repeats(keys: np.ndarray) -> np.ndarray:
     """Indices of the deliveries whose key came before (second and later occurrences), ascending."""
-    order = np.argsort(keys, kind="stable")
-    again = np.flatnonzero(keys[order][1:] == keys[order][:-1]) + 1
+    order, bounds = runs(keys)
+    again = np.ones(len(keys), dtype=bool)
+    again[bounds[:-1]] = False  # the first of each run of one key
     return np.sort(order[again])
 
 
@@ -181,63 +182,30 @@ class _Auditor:
         shard, local = d["shard"][i : i + 1], d["local"][i : i + 1]
         names = self.data.source_names(shard)
         source = names[0] if names is not None else getattr(self.data, "name", "dataset")
-        key = self.data.keys_of(shard, local)[0]
+        key = self.data.files.keys_of(shard, local)[0]
         self.violations.append(Violation(epoch, int(d["step"][i]), int(d["rank"][i]), source, key, problem))
 
     def epoch(self, epoch: int, stretches: list[_Stretch]) -> tuple[EpochAudit, dict[str, np.ndarray]]:
-        order = self.data.order(self.settings.seed, epoch, self.settings.shuffle, self.settings.block_shards)
+        """What epoch ``epoch`` delivers in ``stretches``, checked; and its deliveries."""
+        s = self.settings
+        order = self.data.order(s.seed, epoch, s.shuffle, s.block_shards)
         d = _deliveries(self.data, order, stretches)
-        report = EpochAudit(
-            epoch, samples=len(d["sample"]), batches_per_rank=[(s.plan.world_size, len(s.steps)) for s in stretches]
-        )
-        real = ~d["pad"]
+        per_rank = [(stretch.plan.world_size, len(stretch.steps)) for stretch in stretches]
+        report = EpochAudit(epoch, samples=len(d["sample"]), batches_per_rank=per_rank)
         report.padded = int(d["pad"].sum())
         mixed = isinstance(self.data, Mix)
-        if mixed:  # within a pass of each source
-            source, item = order.items(d["position"])
-            sizes = np.array([len(ds) for ds in self.data.datasets], dtype=np.int64)
-            keys = (item // sizes[source]) * (int(self.data.shard_sizes.sum()) + 1) + d["sample"]
-            counts = np.bincount(source[real], minlength=len(sizes))
-            report.shares = {
-                n: round(float(c) / max(int(real.sum()), 1), 6)
-                for n, c in zip(self.data.names, counts.tolist(), strict=True)
-            }
-        else:
-            keys = d["sample"]
+        keys = self._pass_keys(order, d, report) if mixed else d["sample"]
+        real = ~d["pad"]
         repeats = _repeats(np.where(real, keys, -1 - np.arange(len(keys))))
         report.repeated = len(repeats)
         if len(repeats):
-            self.violation(epoch, d, int(repeats[0]), "is delivered a second time" + (" in one pass" if mixed else ""))
-        last = stretches[-1].plan if stretches else BatchPlan(len(self.data), self.settings.batch_size)
-        # a mix's epoch is positions of a stream (its sources repeat across passes); one dataset's
-        # is its samples
-        delivered = np.unique(d["position"][real] if mixed else d["sample"][real])
-        report.never = len(self.data) - len(delivered)
-        tail = max(last.total - last.start - last.num_batches() * last.global_batch, 0) if last.drop_last is True else 0
-        expected_pad = (
-            0 if last.drop_last is True else max(last.num_batches() * last.global_batch - (last.total - last.start), 0)
-        )
-        if report.never == tail and tail:
-            report.never_reason = f"drop_last: the last {tail} of {last.total} positions fill no global batch"
-        elif report.never != tail and not self.violations:
-            missing = np.setdiff1d(np.arange(len(self.data)), delivered)[:1]
-            if mixed:
-                shard, local = order.locate(missing)
-            else:
-                starts = np.concatenate([[0], np.cumsum(self.data.shard_sizes)])
-                shard = np.searchsorted(starts, missing, side="right") - 1
-                local = missing - starts[shard]
-            names = self.data.source_names(shard)
-            self.violations.append(
-                Violation(
-                    epoch,
-                    -1,
-                    -1,
-                    names[0] if names else getattr(self.data, "name", ""),
-                    self.data.keys_of(shard, local)[0],
-                    f"is never delivered ({report.never} samples are not; the drop accounts for {tail})",
-                )
-            )
+            problem = "is delivered a second time" + (" in one pass" if mixed else "")
+            self.violation(epoch, d, int(repeats[0]), problem)
+        last = stretches[-1].plan if stretches else BatchPlan(len(self.data), s.batch_size)
+        self._check_never(epoch, order, d, report, last)
+        expected_pad, planned = 0, last.num_batches() * last.global_batch
+        if last.drop_last is not True:
+            expected_pad = max(planned - (last.total - last.start), 0)
         if report.padded != expected_pad and not self.violations:
             self.violation(
                 epoch,
@@ -246,6 +214,60 @@ class _Auditor:
                 f"starts {report.padded} padded deliveries, the plan pads {expected_pad}",
             )
         return report, d
+
+    def _pass_keys(self, order: Order, d: dict[str, np.ndarray], report: EpochAudit) -> np.ndarray:
+        """A mix's deliveries keyed within a pass of each source (a source repeats across its
+        passes); each source's share goes to ``report``."""
+        assert isinstance(self.data, Mix)
+        real = ~d["pad"]
+        source, item = order.items(d["position"])
+        sizes = np.array([len(ds) for ds in self.data.datasets], dtype=np.int64)
+        keys = (item // sizes[source]) * (int(self.data.shard_sizes.sum()) + 1) + d["sample"]
+        counts = np.bincount(source[real], minlength=len(sizes))
+        report.shares = {
+            n: round(float(c) / max(int(real.sum()), 1), 6)
+            for n, c in zip(self.data.names, counts.tolist(), strict=True)
+        }
+        return keys
+
+    def _check_never(
+        self,
+        epoch: int,
+        order: Order,
+        d: dict[str, np.ndarray],
+        report: EpochAudit,
+        last: BatchPlan,
+    ) -> None:
+        """Count what the epoch never delivers; a violation naming the first, unless the plan's
+        drop (``last``: the epoch's last plan) accounts for them all."""
+        mixed = isinstance(self.data, Mix)
+        real = ~d["pad"]
+        # a mix's epoch is positions of a stream (its sources repeat across passes); one dataset's
+        # is its samples
+        delivered = np.unique(d["position"][real] if mixed else d["sample"][real])
+        report.never = len(self.data) - len(delivered)
+        tail = 0
+        if last.drop_last is True:
+            tail = max(last.total - last.start - last.num_batches() * last.global_batch, 0)
+        if report.never == tail and tail:
+            positions = f"the last {tail} of {last.total} positions"
+            report.never_reason = f"drop_last: {positions} fill no global batch"
+            return
+        if report.never == tail or self.violations:
+            return
+        missing = np.setdiff1d(np.arange(len(self.data)), delivered)[:1]
+        if mixed:
+            shard, local = order.locate(missing)
+        else:
+            starts = np.concatenate([[0], np.cumsum(self.data.shard_sizes)])
+            shard = np.searchsorted(starts, missing, side="right") - 1
+            local = missing - starts[shard]
+        names = self.data.source_names(shard)
+        source = names[0] if names else getattr(self.data, "name", "")
+        count = f"{report.never} samples are not; the drop accounts for {tail}"
+        problem = f"is never delivered ({count})"
+        key = self.data.files.keys_of(shard, local)[0]
+        self.violations.append(Violation(epoch, -1, -1, source, key, problem))
 
 
 def audit(
@@ -271,7 +293,13 @@ def audit(
     """
     if epochs < 1:
         raise ConfigError(f"epochs must be at least 1, got {epochs}")
-    settings = LoaderSettings(batch_size, shuffle, seed, drop_last, block_shards)
+    settings = LoaderSettings(
+        batch_size=batch_size,
+        shuffle=shuffle,
+        seed=seed,
+        drop_last=drop_last,
+        block_shards=block_shards,
+    )
     plan = [r if isinstance(r, Resume) else Resume.parse(r) for r in resumes]
     auditor = _Auditor(data, settings)
     run = replay(data, settings, world_size, epochs, plan)

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from datapipe.loader.cache_pins import CachePins
 from datapipe.loader.collate import Decoder, collate, decoders_for
 from datapipe.loader.download import first_uses
 from datapipe.loader.images.spec import ImageSpec
-from datapipe.loader.lease import ShardLease
 from datapipe.loader.pool import BufferPool
 from datapipe.loader.schedule import BatchPlan
 from datapipe.loader.settings import LoaderSettings
@@ -85,7 +85,7 @@ class BatchSource:
         remote dataset's cache holds the shards of one batch in use, not of several."""
         if (
             defer
-            or self.dataset.cache is not None
+            or self.dataset.files.remote
             or any(callable(d) or d == "image" or isinstance(d, ImageSpec) for d in self.decoders.values())
         ):
             return 1
@@ -93,7 +93,10 @@ class BatchSource:
         return int(max(1, min(CHUNK_BATCHES, CHUNK_BYTES // max(batch_bytes, 1))))
 
     def produce(
-        self, steps: Iterable[int], finish: Callable[[dict[str, Any]], Any] | None = None, defer: Collection[str] = ()
+        self,
+        steps: Iterable[int],
+        finish: Callable[[dict[str, Any]], Any] | None = None,
+        defer: Collection[str] = (),
     ) -> Iterator[Any]:
         """The collated batches of ``steps`` (batch numbers after the plan's start), in order.
 
@@ -103,41 +106,64 @@ class BatchSource:
         buffer. Small batches are read and collated a few at a time (``chunk_batches``), then cut
         apart.
 
-        The shards read are held by a ``ShardLease`` (loader/lease.py). A remote (cached) shard goes
-        back as soon as no later step of ``steps`` reads it (steps ascend, so positions do: a shard
-        is done once the next step starts past ``done_at``), which lets the cache evict it
+        The shards read are pinned by ``CachePins`` (loader/cache_pins.py). A remote (cached) shard
+        goes back as soon as no later step of ``steps`` reads it (steps ascend, so positions do: a
+        shard is done once the next step starts past ``done_at``), which lets the cache evict it
         mid-epoch: the cache holds the shards in use plus ``download_ahead``.
         """
-        order, plan, rank = self.order(), self.plan, self.world.rank
         if not isinstance(steps, range):
             # read twice (the downloader's order, then the batches); a range stays O(1)
             steps = list(steps)
-        cached = self.dataset.cache is not None
-        upcoming = first_uses(self._shards(self.order(), steps)) if cached else None
-        lease = ShardLease(self.dataset, order.done_at() if cached else None, upcoming, self.settings.download_ahead)
+        order, plan, rank = self.order(), self.plan, self.world.rank
+        pins = self._pins(order, steps)
         pool = BufferPool()
         chunk = self.chunk_batches(defer)
         try:
             for chunk_steps, following in _chunks(steps, chunk):
-                positions = [plan.positions(rank, step) for step in chunk_steps]
-                shard_ids, local = order.locate(positions[0] if chunk == 1 else np.concatenate(positions))
-                keys, columns = self.dataset.read_columns(shard_ids, local, list(self.decoders))
-                lease.opened(shard_ids)
-                collated = collate(keys, columns, self.decoders, defer=defer, allocate=pool.allocate)
-                names = self.dataset.source_names(shard_ids)
-                if names is not None:
-                    collated[SOURCE] = names
-                del columns
-                batches = [collated] if chunk == 1 else cut(collated, [len(p) for p in positions])
+                batches, shard_ids = self._read(order, chunk_steps, chunk, pins, pool, defer)
                 if finish is not None:
                     batches = [finish(batch) for batch in batches]
-                until = None if following is None or not lease.releases else int(plan.positions(rank, following).min())
-                lease.read(shard_ids, until)
-                del collated
+                until = None
+                if following is not None and pins.releases:
+                    until = int(plan.positions(rank, following).min())
+                pins.read(shard_ids, until)
                 while batches:
                     yield batches.pop(0)
         finally:
-            lease.close()
+            pins.close()
+
+    def _pins(self, order: Order, steps: Iterable[int]) -> CachePins:
+        """What pins the shards ``steps`` read; for a remote dataset, also what downloads them ahead
+        and gives each back to the cache once ``order`` is past it."""
+        files, sample_bytes = self.dataset.files, self.dataset.sample_bytes
+        if not files.remote:
+            return CachePins(files, sample_bytes)
+        # the downloader's thread walks an order of its own (an order caches the block it is in)
+        upcoming = first_uses(self._shards(self.order(), steps))
+        ahead = self.settings.download_ahead
+        return CachePins(files, sample_bytes, order.done_at(), upcoming, ahead)
+
+    def _read(
+        self,
+        order: Order,
+        steps: list[int],
+        chunk: int,
+        pins: CachePins,
+        pool: BufferPool,
+        defer: Collection[str],
+    ) -> tuple[list[dict[str, Any]], np.ndarray]:
+        """The collated batches of ``steps`` (read as one when ``chunk`` > 1, then cut apart), and
+        the shards they read."""
+        positions = [self.plan.positions(self.world.rank, step) for step in steps]
+        shard_ids, local = order.locate(positions[0] if chunk == 1 else np.concatenate(positions))
+        keys, columns = self.dataset.files.read_columns(shard_ids, local, list(self.decoders))
+        pins.opened(shard_ids)
+        collated = collate(keys, columns, self.decoders, defer=defer, allocate=pool.allocate)
+        names = self.dataset.source_names(shard_ids)
+        if names is not None:
+            collated[SOURCE] = names
+        del columns
+        return ([collated] if chunk == 1 else cut(collated, [len(p) for p in positions])), shard_ids
 
 
 def _chunks(steps: Iterable[int], size: int) -> Iterator[tuple[list[int], int | None]]:

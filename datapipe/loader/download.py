@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Iterable, Iterator
 
-from datapipe.loader.dataset import Dataset
+from datapipe.loader.shard_set import Files
 from datapipe.storage.cache import CachedFile
 
 log = logging.getLogger(__name__)
@@ -32,8 +32,8 @@ class Downloader:
     the thread only logs them, so a failed prefetch never hides or doubles an error.
     """
 
-    def __init__(self, dataset: Dataset, order: Iterable[int], ahead: int) -> None:
-        self.dataset = dataset
+    def __init__(self, files: Files, order: Iterable[int], ahead: int) -> None:
+        self.files = files
         self.ahead = ahead
         self._order = iter(order)
         self._started = 0  # shards the consumer has opened
@@ -64,7 +64,8 @@ class Downloader:
                 if shard in self._consumed:  # the consumer got there first
                     continue
             try:
-                held = self.dataset.fetch(shard)
+                files, number = self.files.part(shard)
+                held = files.fetch(number)
             except Exception as e:  # the consumer's read of this shard will raise it properly
                 log.debug("download ahead of shard %d failed: %s", shard, e)
                 continue

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datapipe.loader.dataset import Dataset
-from datapipe.loader.mix import Mix
 from datapipe.loader.settings import LoaderSettings
 from datapipe.loader.shard_set import ShardSet
 from datapipe.loader.timeline import Timeline
@@ -35,17 +33,12 @@ def step_samples(
     return data.order(settings.seed, epoch, settings.shuffle, settings.block_shards).locate(positions)
 
 
-def member(data: ShardSet, shard: int) -> tuple[Dataset, int]:
-    """The dataset that holds ``shard`` and the shard's number in it."""
-    # ignore[return-value]
-    return data.member(shard) if isinstance(data, Mix) else (data, shard)  # type:
-
-
 def sources_of(data: ShardSet, shard_ids: np.ndarray) -> list[str]:
     """Each sample's source: the mix source's name, or the dataset's name."""
     names = data.source_names(shard_ids)
-    # ignore[attr-defined]
-    return names if names is not None else [data.name] * len(shard_ids)  # type:
+    if names is not None:
+        return names
+    return [data.name] * len(shard_ids)  # type: ignore[attr-defined]  # one dataset: its name
 
 
 def batch_keys(
@@ -55,7 +48,8 @@ def batch_keys(
     pairs: list[tuple[str, str]] = []
     for rank in ranks:
         shard_ids, local = step_samples(data, settings, timeline, step, rank)
-        pairs.extend(zip(sources_of(data, shard_ids), data.keys_of(shard_ids, local), strict=True))
+        keys = data.files.keys_of(shard_ids, local)
+        pairs.extend(zip(sources_of(data, shard_ids), keys, strict=True))
     return pairs
 
 
@@ -66,11 +60,11 @@ def entries(data: ShardSet, settings: LoaderSettings, timeline: Timeline, steps:
     for step in steps:
         for rank in ranks:
             shard_ids, local = step_samples(data, settings, timeline, step, rank)
-            keys = data.keys_of(shard_ids, local)
+            keys = data.files.keys_of(shard_ids, local)
             for shard, row, source, key in zip(
                 shard_ids.tolist(), local.tolist(), sources_of(data, shard_ids), keys, strict=True
             ):
-                ds, number = member(data, shard)
-                offset = int(ds.index(number).sample_start[row])
-                out.append(Entry(step, rank, source, key, ds.shards[number].path, offset))
+                files, number = data.files.part(shard)
+                offset = int(files.index(number).sample_start[row])
+                out.append(Entry(step, rank, source, key, files.entries[number].path, offset))
     return out

@@ -16,7 +16,7 @@ from datapipe.loader.dataset import Dataset
 from datapipe.loader.images.spec import ImageSpec
 from datapipe.loader.ledger import batch_keys
 from datapipe.loader.mix import Mix
-from datapipe.loader.opening import open_data
+from datapipe.loader.opening import open_checked
 from datapipe.loader.prefetch import prefetch as prefetched
 from datapipe.loader.run_state import STATE_FORMAT, RunState
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, BatchPlan, DropLast
@@ -59,8 +59,7 @@ def _distributed() -> Detect | None:
 
 class Loader:
     """Iterate batches of a dataset version (or a mix) for this rank; docs/guide/loading.md has the
-    order and
-    guarantees, docs/guide/training-runs.md the mix, the step ledger and skips."""
+    order and guarantees, docs/guide/training-runs.md the mix, the step ledger and skips."""
 
     def __init__(
         self,
@@ -89,22 +88,24 @@ class Loader:
         lease_ttl: float | None = DEFAULT_TTL,
     ) -> None:
         settings = LoaderSettings(
-            batch_size,
-            shuffle,
-            seed,
-            drop_last,
-            block_shards,
-            fields,
-            decode,
-            num_workers,
-            prefetch,
-            pin_memory,
-            download_ahead,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            block_shards=block_shards,
+            fields=fields,
+            decode=decode,
+            num_workers=num_workers,
+            prefetch=prefetch,
+            pin_memory=pin_memory,
+            download_ahead=download_ahead,
         )
         if num_workers and not _torch_available():
             raise ConfigError("num_workers > 0 needs torch (pip install 'datapipe[torch]'), or use num_workers=0")
         self.settings = settings
-        data = open_data(
+        # what it opened from a URL or a mix file it closes (and so releases their leases); a
+        # Dataset or Mix given is the caller's
+        data, self._owns_data = open_checked(
             dataset,
             storage_options,
             split,
@@ -114,26 +115,65 @@ class Loader:
             retries=retries,
             lease_ttl=lease_ttl,
         )
-        # what it opened from a URL or a mix file it closes (and so releases their leases); a
-        # Dataset or Mix given is the caller's
-        self._owns_data = data is not dataset
-        try:
-            data.check_shards()
-        except BaseException:
-            if self._owns_data:
-                data.close()
-            raise
         world = resolve_world(rank, world_size, os.environ, _distributed())
         self.run = RunState(data, settings, world, Skips.of(skip_steps))
         # an unknown field or decoder, or no device, fails here, not at the first batch
         gpu_images(self.batch_source())
 
-    def __getattr__(self, name: str) -> Any:
-        """The settings read as attributes (``loader.batch_size``, ``loader.prefetch``)."""
-        settings = self.__dict__.get("settings")
-        if settings is not None and name in LoaderSettings.__dataclass_fields__:
-            return getattr(settings, name)
-        raise AttributeError(f"'Loader' object has no attribute {name!r}")
+    @property
+    def batch_size(self) -> int:
+        """Samples per rank and batch."""
+        return self.settings.batch_size
+
+    @property
+    def shuffle(self) -> bool:
+        """Whether the epochs are shuffled (else storage order)."""
+        return self.settings.shuffle
+
+    @property
+    def seed(self) -> int:
+        """The seed of the epochs' orders."""
+        return self.settings.seed
+
+    @property
+    def drop_last(self) -> DropLast:
+        """True: the last partial global batch of an epoch is dropped; 'pad': filled."""
+        return self.settings.drop_last
+
+    @property
+    def block_shards(self) -> int:
+        """Consecutive shards of the order whose samples are shuffled together."""
+        return self.settings.block_shards
+
+    @property
+    def fields(self) -> Sequence[str] | None:
+        """The fields a batch holds (None: every field)."""
+        return self.settings.fields
+
+    @property
+    def decode(self) -> Mapping[str, Decoder] | None:
+        """Field -> decoder asked for (the rest by their kind)."""
+        return self.settings.decode
+
+    @property
+    def num_workers(self) -> int:
+        """DataLoader worker processes (0: batches are made in this process)."""
+        return self.settings.num_workers
+
+    @property
+    def prefetch(self) -> int:
+        """Batches prepared ahead per worker (or in process): the default settled."""
+        return self.settings.prefetch
+
+    @property
+    def pin_memory(self) -> bool:
+        """Whether batches are gathered into page-locked memory (with a CUDA device)."""
+        return self.settings.pin_memory
+
+    @property
+    def download_ahead(self) -> int:
+        """Remote shards downloaded ahead of the ones being read."""
+        return self.settings.download_ahead
 
     @property
     def dataset(self) -> ShardSet:
@@ -221,7 +261,8 @@ class Loader:
         if _torch_available():
             from datapipe.loader.torch import iterate
 
-            batches = iterate(source, n, settings.num_workers, self.prefetch_depth(), settings.pin_memory)
+            workers, depth = settings.num_workers, self.prefetch_depth()
+            batches = iterate(source, workers, depth, settings.pin_memory)
         else:
             batches = prefetched(source.produce(steps), self.prefetch_depth())
         gpu = gpu_images(source)

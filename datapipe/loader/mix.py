@@ -14,13 +14,10 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import ConfigError
-from datapipe.formats.base import ShardReader
-from datapipe.loader.columns import Column, batch_order
+from datapipe.loader.chained_files import ChainedFiles
 from datapipe.loader.dataset import Dataset, open_dataset
 from datapipe.loader.interleave import Interleave
 from datapipe.loader.mix_order import MixOrder, Segment
-from datapipe.loader.schedule import groups
-from datapipe.storage.cache import CachedFile, ShardCache
 
 # a URL, a Dataset, or {dataset: URL, split: NAME}
 SourceSpec = str | os.PathLike[str] | Dataset | Mapping[str, Any]
@@ -57,8 +54,8 @@ class Mix:
         self.interleave = Interleave(self.weights)
         self._fields = _common_fields(self.names, self.datasets)
         self.shard_sizes = np.concatenate([d.shard_sizes for d in self.datasets]).astype(np.int64)
-        self.shard_offsets = np.concatenate([[0], np.cumsum([len(d.shard_sizes) for d in self.datasets])])
-        self.cache: ShardCache | None = next((d.cache for d in self.datasets if d.cache is not None), None)
+        # shards are numbered source after source
+        self.files = ChainedFiles([d.files for d in self.datasets])
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{n}={w:g}" for n, w in zip(self.names, self.weights, strict=True))
@@ -125,11 +122,6 @@ class Mix:
         resumed.segment = replace(segment, cursors=tuple(segment.cursors))
         return resumed
 
-    def check_shards(self) -> None:
-        """Fail now, naming the shard, when a shard of any source is missing."""
-        for ds in self.datasets:
-            ds.check_shards()
-
     def check_fields(self, fields: Sequence[str] | None, decode: Mapping[str, Any] | None) -> None:
         """Fail, naming the source, when a field asked for or decoded is not in every source."""
         for name in [*(fields or ()), *(decode or {})]:
@@ -145,69 +137,16 @@ class Mix:
                 f"{', '.join(sorted(self._fields)) or 'none'}"
             )
 
-    def _split(self, shard_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
-        """(source, batch positions) of the samples of each source among ``shard_ids``."""
-        owner = np.searchsorted(self.shard_offsets, shard_ids, side="right") - 1
-        return [(s, np.arange(len(owner))[where]) for s, where in groups(owner)]
-
-    def member(self, shard: int) -> tuple[Dataset, int]:
-        """The source dataset of global shard ``shard`` and the shard's number there."""
-        source = int(np.searchsorted(self.shard_offsets, shard, side="right") - 1)
-        return self.datasets[source], shard - int(self.shard_offsets[source])
-
-    def read_columns(
-        self, shard_ids: np.ndarray, local: np.ndarray, fields: Sequence[str]
-    ) -> tuple[list[str], dict[str, Column]]:
-        """Keys and per-field columns of a batch, in batch order, gathered source by source."""
-        n = len(shard_ids)
-        columns = {name: Column(n) for name in fields}
-        keys: list[str] = []
-        groups: list[np.ndarray] = []
-        for source, slots in self._split(shard_ids):
-            part_keys, part_groups = self.datasets[source].gather(
-                shard_ids[slots] - self.shard_offsets[source], local[slots], slots, columns
-            )
-            keys.extend(part_keys)
-            groups.extend(part_groups)
-        if len(groups) > 1:
-            keys = [keys[i] for i in batch_order(n, groups).tolist()]
-        return keys, columns
-
     def source_names(self, shard_ids: np.ndarray) -> list[str]:
         """The source name of each sample."""
-        owner = np.searchsorted(self.shard_offsets, shard_ids, side="right") - 1
-        return self._name_array[owner].tolist()
-
-    def keys_of(self, shard_ids: np.ndarray, local: np.ndarray) -> list[str]:
-        """The keys of samples, from the shard indexes alone."""
-        keys: list[str] = [""] * len(shard_ids)
-        for source, slots in self._split(shard_ids):
-            found = self.datasets[source].keys_of(shard_ids[slots] - self.shard_offsets[source], local[slots])
-            for slot, key in zip(slots.tolist(), found, strict=True):
-                keys[slot] = key
-        return keys
-
-    def reader(self, shard: int) -> ShardReader:
-        """The open reader of global shard ``shard``."""
-        ds, local = self.member(shard)
-        return ds.reader(local)
-
-    def fetch(self, shard: int) -> tuple[CachedFile, CachedFile]:
-        """Cached copies of a remote shard and its index."""
-        ds, local = self.member(shard)
-        return ds.fetch(local)
-
-    def release(self, shard: int) -> None:
-        """Done with global shard ``shard`` for now."""
-        ds, local = self.member(shard)
-        ds.release(local)
+        return self._name_array[self.files.owner(shard_ids)].tolist()
 
     def held(self) -> list[int]:
         """Global ids of the shards whose cached copies are held."""
-        return [int(off) + s for off, ds in zip(self.shard_offsets, self.datasets, strict=False) for s in ds.held()]
+        return self.files.held()
 
     def close(self) -> None:
-        """Release every shard of every source."""
+        """Release every shard of every source, and the sources' leases."""
         for ds in self.datasets:
             ds.close()
 

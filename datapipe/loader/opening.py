@@ -34,3 +34,22 @@ def open_data(
     if is_mix:
         return mix(text, storage_options=storage_options, **options)
     return open_dataset(text, storage_options, split=split, **options)
+
+
+def open_checked(
+    data: str | os.PathLike[str] | Dataset | Mix,
+    storage_options: Mapping[str, Any] | None = None,
+    split: str | None = None,
+    **options: Any,
+) -> tuple[ShardSet, bool]:
+    """``open_data`` with every shard checked present (a missing one fails now, before workers
+    start), and whether it was opened here rather than given (then the caller closes it)."""
+    opened = open_data(data, storage_options, split, **options)
+    owned = opened is not data
+    try:
+        opened.files.check()
+    except BaseException:
+        if owned:  # what was opened here is let go here: its leases with it
+            opened.close()
+        raise
+    return opened, owned

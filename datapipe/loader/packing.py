@@ -82,6 +82,18 @@ def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout
         else:
             layout.append((name, "object", value))
     handle, buffer = allocate(total)
+    _fill(buffer, arrays, images, ragged)
+    return handle, layout
+
+
+def _fill(
+    buffer: np.ndarray,
+    arrays: list[tuple[int, np.ndarray]],
+    images: list[tuple[int, Images]],
+    ragged: list[tuple[int, int, Ragged]],
+) -> None:
+    """Copy each placed value into ``buffer`` at its start: arrays, images decoded there, ragged
+    payloads gathered there with their offsets."""
     for start, array in arrays:
         buffer[start : start + array.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     for start, field in images:
@@ -89,7 +101,6 @@ def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout
     for data_start, offsets_start, field in ragged:
         _, bounds = field.column.ragged(lambda nbytes, at=data_start: buffer[at : at + nbytes])
         buffer[offsets_start : offsets_start + bounds.nbytes] = bounds.view(np.uint8)
-    return handle, layout
 
 
 def unpack(buffer: Any, layout: Layout, view: Callable[[Any, int, str, tuple[int, ...]], Any]) -> dict[str, Any]:

@@ -37,18 +37,26 @@ def _rng(*words: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([w & 0xFFFFFFFF for w in words])))
 
 
+def runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a stable argsort of ``keys``, where its runs of equal keys start in that order, then
+    ``len(keys)``): the one sort that groups and duplicate checks are read from."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    starts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+    first = [0] if len(keys) else []
+    return order, np.concatenate([first, starts, [len(keys)]]).astype(np.int64)
+
+
 def groups(keys: np.ndarray) -> list[tuple[int, np.ndarray | slice]]:
-    """(key, where it is in ``keys``) of each distinct key: one sort, not a mask per key (an epoch
-    has
-    thousands of blocks); a slice when ``keys`` is one run, as a batch's often is."""
+    """(key, where it is in ``keys``) of each distinct key, ascending: one sort, not a mask per key
+    (an epoch has thousands of blocks); a slice when ``keys`` is one run, as a batch's often is."""
     if len(keys) == 0:
         return []
     if keys[0] == keys[-1] and not (keys != keys[0]).any():
         return [(int(keys[0]), slice(None))]
-    order = np.argsort(keys, kind="stable")
-    ordered = keys[order]
-    bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(keys)]
-    return [(int(ordered[a]), order[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    order, bounds = runs(keys)
+    edges = bounds.tolist()
+    return [(int(keys[order[a]]), order[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
 def block_permutation(seed: int, epoch: int, block: int, n: int) -> np.ndarray:

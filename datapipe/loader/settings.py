@@ -13,7 +13,7 @@ from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, DropLast
 WORKER_PREFETCH = 4  # the default batches a DataLoader worker prepares ahead
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoaderSettings:
     """How a rank's batches are made and delivered: the ``datapipe.Loader`` keywords that are not
     about

@@ -7,9 +7,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from datapipe.formats.base import ShardReader
 from datapipe.loader.columns import Column
-from datapipe.storage.cache import CachedFile, ShardCache
+from datapipe.loader.shard_files import ShardFiles
 
 
 class Order(Protocol):
@@ -26,11 +25,35 @@ class Order(Protocol):
         """Per shard, the epoch position from which the order reads it no more (None: not known)."""
 
 
+class Files(Protocol):
+    """A shard set's files as this process reads them, in its numbering: ``ShardFiles`` of one
+    version, or ``ChainedFiles`` of a mix's sources."""
+
+    @property
+    def remote(self) -> bool:
+        """Whether shards come through the local cache (fetched, held, released)."""
+
+    def check(self) -> None:
+        """Fail now, naming the shard, when one is missing."""
+
+    def part(self, shard: int) -> tuple[ShardFiles, int]:
+        """The one version's files that hold shard ``shard``, and its number there."""
+
+    def read_columns(
+        self, shard_ids: np.ndarray, local: np.ndarray, fields: Sequence[str]
+    ) -> tuple[list[str], dict[str, Column]]:
+        """Keys and per-field columns of a batch, in batch order."""
+
+    def keys_of(self, shard_ids: np.ndarray, local: np.ndarray) -> list[str]:
+        """The keys of samples, from the shard indexes alone (no payload is read)."""
+
+
 class ShardSet(Protocol):
-    """Shards with sizes, fields and readers; ``Dataset`` and ``Mix`` are the two kinds."""
+    """Numbered shards with sizes and fields, an order per epoch, and the files they are read from;
+    ``Dataset`` and ``Mix`` are the two kinds."""
 
     shard_sizes: np.ndarray
-    cache: ShardCache | None
+    files: Files
 
     @property
     def version(self) -> str:
@@ -50,34 +73,11 @@ class ShardSet(Protocol):
     def order(self, seed: int, epoch: int, shuffle: bool, block_shards: int) -> Order:
         """The global order of epoch ``epoch``."""
 
-    def check_shards(self) -> None:
-        """Fail now, naming the shard, when one is missing."""
-
     def check_fields(self, fields: Sequence[str] | None, decode: Mapping[str, Any] | None) -> None:
         """Fail now, naming the source, when a field asked for is not in every sample."""
-
-    def read_columns(
-        self, shard_ids: np.ndarray, local: np.ndarray, fields: Sequence[str]
-    ) -> tuple[list[str], dict[str, Column]]:
-        """Keys and per-field columns of a batch, in batch order."""
 
     def source_names(self, shard_ids: np.ndarray) -> list[str] | None:
         """The source name of each sample of a mix (None for one dataset)."""
 
-    def keys_of(self, shard_ids: np.ndarray, local: np.ndarray) -> list[str]:
-        """The keys of samples, from the shard indexes alone (no payload is read)."""
-
-    def reader(self, shard: int) -> ShardReader:
-        """The open reader of a shard."""
-
-    def fetch(self, shard: int) -> tuple[CachedFile, CachedFile]:
-        """Cached local copies of a remote shard and its index."""
-
-    def release(self, shard: int) -> None:
-        """Done with a shard for now."""
-
-    def held(self) -> list[int]:
-        """Shards whose cached copies are held."""
-
     def close(self) -> None:
-        """Release every shard."""
+        """Release every shard, and the leases on the versions."""

@@ -241,12 +241,12 @@ def test_scattered_samples_of_a_shuffled_batch_are_read_by_pread(tmp_path, monke
     real = os.preadv
     monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: calls.append(offset) or real(fd, buffers, offset))
     # fewer descriptors than shards stay open
-    monkeypatch.setattr("datapipe.loader.dataset.OPEN_FDS", 2)
+    monkeypatch.setattr("datapipe.loader.preads.OPEN_FDS", 2)
     loader = datapipe.Loader(url, batch_size=8, num_workers=0, decode={"bin": "ragged"}, block_shards=80)
     batches = [ragged_contents(b) for b in loader]
     # one read per sample for most of them (a lone sample goes through the map)
     assert len(calls) > 400
-    assert 0 < len(loader.dataset._fds) <= 2
+    assert 0 < len(loader.dataset.files._preads) <= 2
     seen = []
     for keys, labels, payloads in batches:
         assert labels == [int(k[1:]) for k in keys] and payloads == [bytes([n % 251]) * 100 for n in labels]

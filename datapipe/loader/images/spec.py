@@ -83,20 +83,17 @@ def image(
     draft: bool = True,
 ) -> ImageSpec:
     """A decoder for ``Loader(decode={FIELD: datapipe.image(...)})``: each image of a batch decoded
-    straight into
-    its slot of one (batch, 3, H, W) uint8 tensor (``layout="HWC"``: (batch, H, W, 3);
-    ``dtype="float32"``:
-    values / 255).
+    straight into its slot of one (batch, 3, H, W) uint8 tensor (``layout="HWC"``: (batch, H, W,
+    3); ``dtype="float32"``: values / 255).
 
     ``size``: the output side (or (height, width)). ``crop``: "random-resized" (torchvision's
-    RandomResizedCrop:
-    area fraction in ``scale``, aspect ratio in ``ratio``, 10 tries then a center crop), "center"
-    (resize the short side to ``resize``, default size * 256 / 224, then crop the center) or None
-    (the whole image resized to ``size``). ``flip``: a horizontal flip with probability 1/2. The
-    crop box and the flip of a sample are a function of (the loader's seed, the epoch, the sample
-    key) only: the same pixels under any world size, worker count or resume. ``draft``: JPEGs decode
-    at the smallest DCT scale (1/2, 1/4, 1/8) whose pixels still cover the crop at ``size``.
-    ``device="cuda"``: JPEG batches are decoded on the GPU in the training process
+    RandomResizedCrop: area fraction in ``scale``, aspect ratio in ``ratio``, 10 tries then a center
+    crop), "center" (resize the short side to ``resize``, default size * 256 / 224, then crop the
+    center) or None (the whole image resized to ``size``). ``flip``: a horizontal flip with
+    probability 1/2. The crop box and the flip of a sample are a function of (the loader's seed, the
+    epoch, the sample key) only: the same pixels under any world size, worker count or resume.
+    ``draft``: JPEGs decode at the smallest DCT scale (1/2, 1/4, 1/8) whose pixels still cover the
+    crop at ``size``. ``device="cuda"``: JPEG batches are decoded on the GPU in the training process
     (torchvision.io.decode_jpeg) and the batch is a CUDA tensor.
     """
     h, w = _pair("size", size, int, 0)

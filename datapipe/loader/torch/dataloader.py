@@ -27,7 +27,7 @@ from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import PAYLOAD_DECODERS, Decoder
 from datapipe.loader.dataset import Dataset
 from datapipe.loader.mix import Mix
-from datapipe.loader.opening import open_data
+from datapipe.loader.opening import open_checked
 from datapipe.loader.packing import pack, unpack
 from datapipe.loader.prefetch import prefetch as prefetched
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, DropLast, worker_steps
@@ -70,8 +70,7 @@ class Packed(NamedTuple):
 
     def pin_memory(self, device: Any = None) -> Packed:
         """The DataLoader's pinning thread calls this (it would pass numpy buffers by unpinned): a
-        copy of the
-        buffer in page-locked memory, made off the training loop's thread."""
+        copy of the buffer in page-locked memory, made off the training loop's thread."""
         if isinstance(self.buffer, WorkerFailure):
             return self
         buffer = torch.from_numpy(self.buffer) if isinstance(self.buffer, np.ndarray) else self.buffer
@@ -82,16 +81,9 @@ class ShardDataset(IterableDataset):
     """The batches of one rank and epoch, split across DataLoader workers round-robin by batch.
 
     Use with ``DataLoader(ds, batch_size=None, num_workers=N)``; each item is a whole batch.
-    Build one with the same arguments as ``datapipe.Loader``, or let the Loader make it.
+    Build one with the same arguments as ``datapipe.Loader``. (A Loader makes its batches the
+    same way when it has no workers; its own DataLoader workers send theirs packed.)
     """
-
-    # Loader-internal: yield (one uint8 buffer, layout, slot) per batch; see loader/packing.py
-    packed = False
-    # Loader-internal: the shared-memory slot table (WorkerSegments)
-    slots: torch.Tensor | None = None
-    token = ""  # Loader-internal: names this DataLoader run's segments (SegmentBatch)
-    # Loader-internal, in process: batches gathered into page-locked memory (pin_memory)
-    pinned = False
 
     def __init__(
         self,
@@ -111,71 +103,102 @@ class ShardDataset(IterableDataset):
         position: int = 0,
         split: str | None = None,
     ) -> None:
-        settings = LoaderSettings(batch_size, shuffle, seed, drop_last, block_shards, fields, decode, prefetch=prefetch)
-        dataset = open_data(dataset, split=split)
-        dataset.check_shards()
+        settings = LoaderSettings(
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            block_shards=block_shards,
+            fields=fields,
+            decode=decode,
+            prefetch=prefetch,
+        )
+        data, _ = open_checked(dataset, split=split)
         world = resolve_world(rank, world_size, os.environ, distributed_world)
-        self.source = BatchSource(dataset, settings, world, epoch, position)
+        self.source = BatchSource(data, settings, world, epoch, position)
         self.num_batches = self.source.plan.num_batches()
         # a thread ahead in each process only if asked: DataLoader prefetches
         self.prefetch = settings.prefetch
-
-    @classmethod
-    def from_source(cls, source: BatchSource, num_batches: int, prefetch: int, packed: bool = False) -> ShardDataset:
-        """A ShardDataset over an existing batch source (what the Loader uses)."""
-        ds = cls.__new__(cls)
-        ds.source, ds.num_batches, ds.prefetch, ds.packed = source, num_batches, prefetch, packed
-        return ds
 
     def __len__(self) -> int:
         return self.num_batches
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        if info is not None:  # the DataLoader's workers use the cores already
-            copies.set_threads(1)
-        steps = worker_steps(self.source.delivered(), worker, workers)
-        if self.packed:
-            segments = WorkerSegments(self.slots, worker, self.token) if self.slots is not None else None
+        return _made_here(self.source, self.prefetch)
 
-            def allocate(nbytes: int) -> tuple[Any, np.ndarray]:
-                # big batches are packed straight into a pooled shared-memory segment and cross as
-                # its name; small ones as a pickled copy, which costs about as little
-                if nbytes < PIPE_LIMIT or segments is None:
-                    buffer = np.empty(nbytes, dtype=np.uint8)
-                    return (buffer, None), buffer
-                return segments.allocate(nbytes)
 
-            def packed(batch: dict[str, Any]) -> tuple[Any, bytes]:
-                handle, layout = pack(batch, allocate)
-                return handle, _pickled_layout(layout)
+class _PackedBatches(IterableDataset):
+    """The Loader's transport out of its DataLoader workers: each worker makes its share of the
+    rank's batches (``source``) and yields each packed in one buffer (loader/packing.py), big ones
+    in a pooled shared-memory segment whose slot ``slots`` tracks, named by the run's ``token``."""
 
-            # no thread ahead here: the DataLoader asks each worker for `prefetch` batches ahead
-            # already,
-            try:
-                # and a second thread in the worker only contends for its GIL (benchmarks/README.md)
-                for (buffer, slot), layout in self.source.produce(steps, packed, SENT_AS_BYTES):
-                    yield Packed(buffer, layout, slot)
-            except DatapipeError as e:
-                if info is None or not _picklable(e):
-                    raise
-                yield Packed(WorkerFailure(e, worker), None, None)
-        elif self.pinned:  # gathered straight into page-locked memory: one copy, ahead
-            for buffer, layout in prefetched(
-                self.source.produce(steps, lambda b: pack(b, pinned_buffer), ("ragged",)), self.prefetch
-            ):
-                yield unpack(buffer, layout, tensor_view)
-        else:
-            # tensors made ahead too
-            batches = prefetched(self.source.produce(steps, to_tensors), self.prefetch)
-            # in a user's own DataLoader: a batch its queue thread cannot pickle would be dropped,
-            # and waited for
-            yield from batches if info is None else map(_sendable, batches)
+    def __init__(self, source: BatchSource, slots: torch.Tensor, token: str) -> None:
+        self.source, self.slots, self.token = source, slots, token
+
+    def __iter__(self) -> Iterator[Packed]:
+        steps, info = _share(self.source)
+        worker = info.id if info is not None else 0
+        segments = WorkerSegments(self.slots, worker, self.token)
+
+        def allocate(nbytes: int) -> tuple[Any, np.ndarray]:
+            # big batches are packed straight into a pooled shared-memory segment and cross as its
+            # name; small ones as a pickled copy, which costs about as little
+            if nbytes < PIPE_LIMIT:
+                buffer = np.empty(nbytes, dtype=np.uint8)
+                return (buffer, None), buffer
+            return segments.allocate(nbytes)
+
+        def packed(batch: dict[str, Any]) -> tuple[Any, bytes]:
+            handle, layout = pack(batch, allocate)
+            return handle, _pickled_layout(layout)
+
+        # no thread ahead here: the DataLoader asks each worker for `prefetch` batches ahead
+        # already, and a second thread in the worker only contends for its GIL
+        # (benchmarks/README.md)
+        try:
+            for (buffer, slot), layout in self.source.produce(steps, packed, SENT_AS_BYTES):
+                yield Packed(buffer, layout, slot)
+        except DatapipeError as e:
+            if info is None or not _picklable(e):
+                raise
+            yield Packed(WorkerFailure(e, worker), None, None)
+
+
+def _share(source: BatchSource) -> tuple[Sequence[int], Any]:
+    """The steps of ``source`` this process makes (a DataLoader worker every n-th, from its id;
+    else all), and the DataLoader's worker info (None outside a worker)."""
+    info = get_worker_info()
+    if info is None:
+        return worker_steps(source.delivered(), 0, 1), None
+    copies.set_threads(1)  # the DataLoader's workers use the cores already
+    return worker_steps(source.delivered(), info.id, info.num_workers), info
+
+
+def _made_here(
+    source: BatchSource,
+    prefetch: int,
+    pinned: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """This process's share of ``source``'s batches (``_share``) as tensors, made in this process
+    ``prefetch`` ahead by a thread (0: each when asked); ``pinned``: gathered straight into
+    page-locked memory, one copy."""
+    steps, info = _share(source)
+    if pinned:
+        packed = source.produce(steps, lambda b: pack(b, pinned_buffer), ("ragged",))
+        for buffer, layout in prefetched(packed, prefetch):
+            yield unpack(buffer, layout, tensor_view)
+        return
+    batches = prefetched(source.produce(steps, to_tensors), prefetch)
+    # in a user's own DataLoader: a batch its queue thread cannot pickle would be dropped, and
+    # waited for
+    yield from batches if info is None else map(_sendable, batches)
 
 
 def iterate(
-    source: BatchSource, num_batches: int, num_workers: int, prefetch: int, pin_memory: bool = False
+    source: BatchSource,
+    num_workers: int,
+    prefetch: int,
+    pin_memory: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """The rank's batches in order: in process (num_workers=0) or through a DataLoader.
 
@@ -185,20 +208,18 @@ def iterate(
     """
     pin_memory = pin_memory and can_pin()
     if num_workers == 0:
-        dataset = ShardDataset.from_source(source, num_batches, prefetch)
-        dataset.pinned = pin_memory
-        yield from dataset
+        yield from _made_here(source, prefetch, pin_memory)
         return
-    dataset = ShardDataset.from_source(source, num_batches, prefetch, packed=True)
-    dataset.slots = slot_table(num_workers, prefetch)
-    releases = Releases(dataset.slots)
+    slots = slot_table(num_workers, prefetch)
+    transport = _PackedBatches(source, slots, secrets.token_hex(8))
+    releases = Releases(slots)
     # A remote store's client (s3fs: an event loop thread, connection pools, their locks) must not
     # be forked from a process that is using it: a lock held at the fork stays held in the worker.
     # Workers of remote datasets start from a clean forkserver instead; local ones fork, which is
     # faster.
-    context = _forkserver() if source.dataset.cache is not None else None
+    context = _forkserver() if source.dataset.files.remote else None
     loader = DataLoader(
-        dataset,
+        transport,
         batch_size=None,
         num_workers=num_workers,
         prefetch_factor=max(prefetch, 1),
@@ -207,7 +228,6 @@ def iterate(
         collate_fn=_as_is,
         multiprocessing_context=context,
     )
-    dataset.token = secrets.token_hex(8)
     batches = iter(loader)
     _widen_pipe(getattr(batches, "_worker_result_queue", None))
     # DataLoader.__next__ wraps each batch in a profiler record_function, a cost per batch worth
@@ -233,7 +253,7 @@ def iterate(
             shutdown()
         raise
     finally:
-        forget_segments(dataset.token)  # batches still held keep their own views
+        forget_segments(transport.token)  # batches still held keep their own views
 
 
 def _widen_pipe(queue: Any) -> None:
@@ -291,9 +311,10 @@ def _forkserver() -> Any:
     import multiprocessing
     from multiprocessing import forkserver
 
-    server = getattr(forkserver, "_forkserver", None)
-    if server is not None and getattr(server, "_forkserver_pid", None) is None:  # not started yet
-        wanted = list(getattr(server, "_preload_modules", None) or ["__main__"])
+    import datapipe.forkserver
+
+    if datapipe.forkserver.idle():  # not started yet: its preload list may grow
+        wanted = datapipe.forkserver.preload_list()
         for module in ("torch", __name__):
             if module not in wanted:
                 wanted.append(module)
