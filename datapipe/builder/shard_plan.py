@@ -24,7 +24,7 @@ def first_occurrences(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [np.zeros(0, dtype=bool) for _ in hashes]
     flat = np.concatenate([np.asarray(h, dtype=np.uint64).reshape(-1, 2) for h in hashes])
     keep = np.ones(len(flat), dtype=bool)
-    values = np.sort(flat[:, 0])  # a value sort is several times faster than an argsort
+    values = np.sort(flat[:, 0])  # a value sort is cheaper than an argsort
     if not (values[1:] == values[:-1]).any():
         return np.split(keep, np.cumsum(counts)[:-1])
     # ties in any order: the rows that share a half are put in source order below

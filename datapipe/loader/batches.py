@@ -79,8 +79,7 @@ class BatchSource:
 
     def chunk_batches(self, defer: Collection[str]) -> int:
         """How many consecutive steps to read and collate as one: much of a small batch's cost is
-        per batch,
-        not per sample (benchmarks/README.md, "Where the time goes"). Only where that changes
+        per batch, not per sample. Only where that changes
         nothing a user sees: batches come out the same, no decoder of theirs runs ahead, and a
         remote dataset's cache holds the shards of one batch in use, not of several."""
         if (

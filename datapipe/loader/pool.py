@@ -20,10 +20,9 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux
 
 
 def fresh_buffer(nbytes: int) -> np.ndarray:
-    """A new uint8 array whose pages the kernel maps in one call (MAP_POPULATE) rather than one
-    fault per 4 KiB
-    page at first write, which makes a new buffer's first fill faster (benchmarks/README.md). Each
-    process pays that once for each buffer it keeps in flight."""
+    """A new uint8 array whose pages the kernel maps in one call (MAP_POPULATE), not one fault
+    per 4 KiB page at first write, so a new buffer fills faster. Each process pays that once for
+    each buffer it keeps in flight."""
     if not _POPULATE:
         return np.empty(nbytes, dtype=np.uint8)
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE)

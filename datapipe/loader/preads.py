@@ -20,8 +20,8 @@ class ScatteredReads:
     """Reads of scattered samples by pread, through descriptors of the shards' local files, at most
     OPEN_FDS of them open (a dataset may have more shards than the process may open files).
 
-    Through the map, each scattered sample faults in its pages, and those pages must be unmapped
-    again after the batch to bound resident memory: slower than the reads (benchmarks/README.md).
+    One pread per sample costs less than faulting the map's pages in and unmapping them after the
+    batch to bound resident memory.
     The descriptors are this process's: a pickled copy starts with none.
     """
 

@@ -16,14 +16,12 @@ WORKER_PREFETCH = 4  # the default batches a DataLoader worker prepares ahead
 @dataclass(frozen=True, kw_only=True)
 class LoaderSettings:
     """How a rank's batches are made and delivered: the ``datapipe.Loader`` keywords that are not
-    about
-    opening the dataset or the world.
+    about opening the dataset or the world.
 
     ``fields`` and ``decode`` are checked against a dataset's fields where a BatchSource is made.
     ``prefetch=None`` becomes the default: ``WORKER_PREFETCH`` per DataLoader worker, none in
-    process (there a batch is made when asked, as with torch's DataLoader(num_workers=0); a thread
-    ahead shares the GIL with the training loop and holds the memory of its batches:
-    benchmarks/README.md).
+    process (there a batch is made when asked, as with torch's DataLoader(num_workers=0): a thread
+    ahead would share the GIL with the training loop and hold its batches' memory).
     """
 
     batch_size: int = 256

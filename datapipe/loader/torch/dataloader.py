@@ -40,8 +40,7 @@ from datapipe.loader.world import resolve_world
 # bytes of a packed batch below which workers pickle it rather than share memory
 PIPE_LIMIT = 64 << 10
 # fields a worker packs as raw bytes and offsets, not pickled objects: the training process makes
-# the lists again from the batch's buffer (packing.unpack), which costs it less than unpickling them
-# (benchmarks/README.md)
+# the lists again from the batch's buffer (packing.unpack) for less than unpickling them
 SENT_AS_BYTES = ("ragged", *PAYLOAD_DECODERS)
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
 
@@ -152,9 +151,8 @@ class _PackedBatches(IterableDataset):
             handle, layout = pack(batch, allocate)
             return handle, _pickled_layout(layout)
 
-        # no thread ahead here: the DataLoader asks each worker for `prefetch` batches ahead
-        # already, and a second thread in the worker only contends for its GIL
-        # (benchmarks/README.md)
+        # no thread ahead: the DataLoader already asks each worker for `prefetch` batches, and a
+        # second thread in the worker would only contend for its GIL
         try:
             for (buffer, slot), layout in self.source.produce(steps, packed, SENT_AS_BYTES):
                 yield Packed(buffer, layout, slot)
@@ -230,8 +228,8 @@ def iterate(
     )
     batches = iter(loader)
     _widen_pipe(getattr(batches, "_worker_result_queue", None))
-    # DataLoader.__next__ wraps each batch in a profiler record_function, a cost per batch worth
-    # skipping (benchmarks/README.md); the batches themselves come from _next_data
+    # _next_data, not __next__: the same batches without __next__'s per-batch profiler
+    # record_function
     next_batch = getattr(batches, "_next_data", batches.__next__)
     try:
         while True:
