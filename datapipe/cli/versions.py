@@ -15,7 +15,7 @@ from datapipe.versioning.history import as_json as entry_json
 from datapipe.versioning.history import history, usage
 from datapipe.versioning.leases import parse_duration as duration
 from datapipe.versioning.leases import read_leases, release_lease, take_lease
-from datapipe.versioning.manifest import shown_time
+from datapipe.versioning.manifest import short_id, shown_time
 from datapipe.versioning.store import Store, parse_dataset_url
 
 
@@ -50,7 +50,7 @@ def lease(dataset: str | None, for_: str | None, note: str, release: str | None,
             return
         click.echo(record.id)
         click.echo(
-            f"{name}@{version[:12]} leased until {record.expires}; end it with "
+            f"{name}@{short_id(version)} leased until {record.expires}; end it with "
             f"`datapipe lease {store_url}/{name} --release {record.id}`",
             err=True,
         )
@@ -67,7 +67,7 @@ def lease(dataset: str | None, for_: str | None, note: str, release: str | None,
     for r in records:
         holder = f"{r.host}:{r.pid}" if r.pid is not None else "(by hand)"
         click.echo(
-            f"{r.id:16} {r.version[:12]:12} {r.kind:7} {r.state(now):7} {r.expires:25} {holder[:24]:24} {r.note}"
+            f"{r.id:16} {short_id(r.version):12} {r.kind:7} {r.state(now):7} {r.expires:25} {holder[:24]:24} {r.note}"
         )
 
 
@@ -82,7 +82,7 @@ def _release(where: str, lease_id: str) -> None:
     for store, name in candidates:
         record = release_lease(store, name, lease_id)
         if record is not None:
-            click.echo(f"released {lease_id} ({name}@{record.version[:12]})")
+            click.echo(f"released {lease_id} ({name}@{short_id(record.version)})")
             return
     searched = ", ".join(f"{s.url}/{n}" for s, n in candidates) or f"{where} (no datasets)"
     raise NotFoundError(
@@ -139,8 +139,8 @@ def log_command(dataset: str, as_json: bool) -> None:
         return
     for e in entries:
         marks = ", ".join(e.tags + [f"leased {lid}" for lid in e.leases] + ([] if e.reachable else ["not on latest"]))
-        click.echo(f"version {e.version[:12]}" + (f" ({marks})" if marks else ""))
-        parent = "-" if e.parent is None else e.parent[:12] + (" (pruned)" if e.parent_state == "pruned" else "")
+        click.echo(f"version {short_id(e.version)}" + (f" ({marks})" if marks else ""))
+        parent = "-" if e.parent is None else short_id(e.parent) + (" (pruned)" if e.parent_state == "pruned" else "")
         click.echo(
             f"  created {shown_time(e.created_at)}, {e.samples} samples, {format_size(e.bytes)} "
             f"({format_size(e.own_bytes)} own, "

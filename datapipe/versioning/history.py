@@ -12,6 +12,7 @@ from typing import Any
 from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.storage.fs import is_local, read_bytes
 from datapipe.versioning.leases import held_versions
+from datapipe.versioning.manifest import short_id
 from datapipe.versioning.rebuild_report import lineage_changes
 from datapipe.versioning.retention import PRUNED_NAME, newest_first
 from datapipe.versioning.sample_diff import Side, VersionPair
@@ -111,7 +112,7 @@ def history(
                 try:
                     changes[pair] = (_counts(versions.diff()), {s: _counts(d) for s, d in versions.splits().items()})
                 except DatapipeError as e:  # a damaged index: say so, keep going
-                    problems.append(f"{name}@{version[:12]}: cannot compare with its parent: {e}")
+                    problems.append(f"{name}@{short_id(version)}: cannot compare with its parent: {e}")
             if pair in changes:
                 entry.changes, entry.splits = changes[pair]
             entry.lineage = lineage_changes(manifests[m.parent], m)

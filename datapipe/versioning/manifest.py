@@ -251,6 +251,11 @@ def manifest_json_schema() -> dict[str, Any]:
     return schema
 
 
+def short_id(digest: str) -> str:
+    """A version id (or any sha256) as people see it: its first 12 hex digits."""
+    return digest[:12]
+
+
 def canonical_json(data: Any) -> bytes:
     """One byte string per value: sorted keys, no whitespace, UTF-8."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()

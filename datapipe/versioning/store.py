@@ -45,7 +45,7 @@ from datapipe.formats.shards import INDEX_SUFFIX, write_shard_to
 from datapipe.storage.fs import filesystem, is_local, put_atomic, read_bytes, remote
 from datapipe.storage.retry import RetryPolicy
 from datapipe.versioning.leases import Lease
-from datapipe.versioning.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from datapipe.versioning.manifest import MANIFEST_NAME, Manifest, ShardEntry, short_id
 
 VERSIONS = "versions"
 REFS = "refs"
@@ -242,7 +242,9 @@ class Store:
             return version
         refs = ", ".join(self.refs(name)) or "none"
         known = self.versions(name)
-        versions = ", ".join(v[:12] for v in known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+        versions = ", ".join(short_id(v) for v in known[:10]) + (
+            f" and {len(known) - 10} more" if len(known) > 10 else ""
+        )
         if len(ref) >= MIN_PREFIX and _HEX.match(ref):
             matches = [v for v in known if v.startswith(ref)]
             if len(matches) == 1:
