@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import click
 
 from datapipe.builder.byte_size import format_size
-from datapipe.cli.options import storage_options
+from datapipe.cli.options import echo_json, json_option, storage_options
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.versioning.gc import collect
 from datapipe.versioning.leases import parse_duration
@@ -18,16 +17,10 @@ from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
 from datapipe.versioning.store import Store, check_ref_name, open_dataset_url, parse_dataset_url
 from datapipe.versioning.verify import verify_version
 
-_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-
-
-def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False))
-
 
 @click.command(name="ls")
 @click.argument("store_url", metavar="STORE", default="storage")
-@_JSON
+@json_option
 def ls(store_url: str, as_json: bool) -> None:
     """List datasets, versions, tags, samples, size (own: in the version's directory; shared: stored
     once in
@@ -54,7 +47,7 @@ def ls(store_url: str, as_json: bool) -> None:
                 }
             )
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
         return
     rows.sort(key=lambda r: (r["dataset"], r["created_at"]))
     click.echo(
@@ -135,14 +128,14 @@ def _splits(m: Manifest) -> dict[str, Any]:
 
 @click.command()
 @click.argument("dataset")
-@_JSON
+@json_option
 def info(dataset: str, as_json: bool) -> None:
     """Summarise the manifest of DATASET (STORE/NAME[@REF]): fields, shards, stage counts,
     lineage."""
     _, _, m = open_dataset_url(dataset, storage_options())
     s = _summary(m)
     if as_json:
-        _echo_json(s)
+        echo_json(s)
         return
     click.echo(f"{m.name}@{short_id(m.version)}  ({m.version})")
     click.echo(
@@ -211,7 +204,7 @@ def tag(dataset: str, tag: str) -> None:
 @click.command()
 @click.argument("a")
 @click.argument("b")
-@_JSON
+@json_option
 def diff(a: str, b: str, as_json: bool) -> None:
     """Samples added, removed and changed (by key and content hash) from version A to B; per split
     too, when
@@ -221,7 +214,7 @@ def diff(a: str, b: str, as_json: bool) -> None:
     pair = VersionPair(Side(sa, na, ma), Side(sb, nb, mb))
     d, per_split = pair.diff(), pair.splits()
     if as_json:
-        _echo_json(
+        echo_json(
             {
                 "a": ma.version,
                 "b": mb.version,
