@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from datapipe.builder.byte_size import format_size
 from datapipe.cli.options import echo_json, json_option, storage_options
 from datapipe.errors import ConfigError, NotFoundError
+from datapipe.storage.byte_size import format_size
 from datapipe.versioning.gc import collect
 from datapipe.versioning.leases import parse_duration
 from datapipe.versioning.manifest import Manifest, short_id, shown_time

@@ -7,10 +7,10 @@ import time
 
 import click
 
-from datapipe.builder.byte_size import format_size
 from datapipe.cli.datasets import dataset_of
 from datapipe.cli.options import echo_json, json_option, storage_options
 from datapipe.errors import ConfigError, NotFoundError
+from datapipe.storage.byte_size import format_size
 from datapipe.versioning.history import as_json as entry_json
 from datapipe.versioning.history import history, usage
 from datapipe.versioning.leases import parse_duration as duration

@@ -16,11 +16,11 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from datapipe.builder.byte_size import format_size
 from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.serve import pages
 from datapipe.serve.resolve import Versions
 from datapipe.serve.samples import Thumbnails
+from datapipe.storage.byte_size import format_size
 from datapipe.versioning.manifest import short_id
 from datapipe.versioning.store import Store
 
