@@ -11,10 +11,11 @@ from datapipe.cli.options import echo_json, json_option, storage_options
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.storage.byte_size import format_size
 from datapipe.versioning.gc import collect
+from datapipe.versioning.layout import check_ref_name, parse_dataset_url
 from datapipe.versioning.leases import parse_duration
 from datapipe.versioning.manifest import Manifest, short_id, shown_time
 from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
-from datapipe.versioning.store import Store, check_ref_name, open_dataset_url, parse_dataset_url
+from datapipe.versioning.store import Store, open_dataset_url
 from datapipe.versioning.verify import verify_version
 
 

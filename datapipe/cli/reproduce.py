@@ -16,9 +16,10 @@ import click
 from datapipe.cli.options import scheduler_timeout_option, storage_options
 from datapipe.errors import ConfigError
 from datapipe.versioning.dvc import DVC_IGNORE, build_stage, find_repo, relative, update_dvc_yaml, update_dvcignore
+from datapipe.versioning.layout import parse_dataset_url
 from datapipe.versioning.manifest import short_id
 from datapipe.versioning.rebuild_report import manifest_differences, sample_differences
-from datapipe.versioning.store import Store, parse_dataset_url
+from datapipe.versioning.store import Store
 from datapipe.versioning.verify import verify_version
 
 SCRATCH_PREFIX = ".check-"  # not a dataset name (names start with a letter or digit)

@@ -13,10 +13,11 @@ from datapipe.errors import ConfigError, NotFoundError
 from datapipe.storage.byte_size import format_size
 from datapipe.versioning.history import as_json as entry_json
 from datapipe.versioning.history import history, usage
+from datapipe.versioning.layout import parse_dataset_url
 from datapipe.versioning.leases import parse_duration as duration
 from datapipe.versioning.leases import read_leases, release_lease, take_lease
 from datapipe.versioning.manifest import short_id, shown_time
-from datapipe.versioning.store import Store, parse_dataset_url
+from datapipe.versioning.store import Store
 
 
 @click.command()

@@ -13,9 +13,10 @@ from starlette.responses import HTMLResponse
 from datapipe.errors import IntegrityError, NotFoundError
 from datapipe.loader.dataset import Dataset
 from datapipe.serve.samples import PREVIEW, Field, describe, read_sample
+from datapipe.versioning.layout import VERSIONS
 from datapipe.versioning.manifest import short_id
 from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
-from datapipe.versioning.store import VERSIONS, Store
+from datapipe.versioning.store import Store
 
 # builder/accounting.py's: STORE/NAME/rejected/TIME-ID.parquet (a test keeps them equal)
 FAILED_QUARANTINE = "rejected"

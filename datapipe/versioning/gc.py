@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 from datapipe.errors import NotFoundError
 from datapipe.storage.fs import read_bytes
+from datapipe.versioning.layout import OWNER_NAME, PARTIAL_PREFIX, REFS, VERSIONS
 from datapipe.versioning.manifest import MANIFEST_NAME
 from datapipe.versioning.retention import PRUNED_NAME, RetentionPlan, apply_retention, plan_retention
-from datapipe.versioning.store import OWNER_NAME, PARTIAL_PREFIX, REFS, VERSIONS, Store
+from datapipe.versioning.store import Store
 
 STALE_AFTER = 24 * 3600  # a partial version from another host is taken as abandoned after this
 

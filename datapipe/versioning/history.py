@@ -11,12 +11,13 @@ from typing import Any
 
 from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.storage.fs import is_local, read_bytes
+from datapipe.versioning.layout import LATEST, VERSIONS
 from datapipe.versioning.leases import held_versions
 from datapipe.versioning.manifest import short_id
 from datapipe.versioning.rebuild_report import lineage_changes
 from datapipe.versioning.retention import PRUNED_NAME, newest_first
 from datapipe.versioning.sample_diff import Side, VersionPair
-from datapipe.versioning.store import LATEST, VERSIONS, Store
+from datapipe.versioning.store import Store
 
 
 @dataclass

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from datapipe.storage.fs import sha256_of
+from datapipe.versioning.layout import BUILD_STATE_NAME, VERSIONS
 from datapipe.versioning.manifest import MANIFEST_NAME, Manifest
-from datapipe.versioning.store import BUILD_STATE_NAME, VERSIONS, Store
+from datapipe.versioning.store import Store
 
 
 @dataclass(frozen=True)
