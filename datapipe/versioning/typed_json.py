@@ -36,12 +36,13 @@ _SHAPES = {
 class Value:
     """What one JSON value must be: its pydantic core schema (built by ``core`` from the
     ``pydantic_core.core_schema`` module), a rule the core schema cannot say (``check``), JSON
-    Schema keywords beside the ones the core schema gives, and what an error says was expected."""
+    Schema keywords beside the ones the core schema gives (``schema``), and what an error says was
+    expected."""
 
     expected: str
     core: Callable[[Any], Any]
     check: Callable[[Any], bool] | None = None
-    json: Mapping[str, Any] = field(default_factory=dict)
+    schema: Mapping[str, Any] = field(default_factory=dict)
     # a wrong string is shown as itself (a name, a hash) and anything else as "expected a string"
     quoted: bool = False
 
@@ -51,7 +52,7 @@ class Value:
         return core_schema.no_info_wrap_validator_function(self._validate, self.core(core_schema))
 
     def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
-        return {**handler(schema), **self.json}
+        return {**handler(schema), **self.schema}
 
     def _validate(self, value: Any, handler: Callable[[Any], Any]) -> Any:
         from pydantic_core import PydanticCustomError, ValidationError
@@ -73,8 +74,7 @@ class Value:
 
 
 class Malformed(Exception):
-    """A field of a record with the wrong type or value (``field`` is its path, as in
-    ``shards[0].samples``)."""
+    """A field of a record with the wrong type or value, named by its path (``shards[0].samples``)."""
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"field {field!r}: {problem}")
@@ -118,6 +118,7 @@ def _adapter(record: type) -> Any:
 
 
 def _problem(error: Mapping[str, Any]) -> str:
+    """What is wrong, in the words of the Value that refused it or of the record's shape."""
     if error["type"] == "json_value":
         return error["ctx"]["problem"]
     if error["type"] == "missing":
