@@ -25,7 +25,7 @@ SHARD = 64 << 20
 # size, key hash, output position, shard number: held by the client
 PLAN_BYTES_PER_SAMPLE = 8 + 16 + 8 + 8
 S3_COPY_SECONDS = 1.0  # assumed, not measured: a 64 MB server-side CopyObject in one region
-MOVE_THREADS = 16  # datapipe.versioning.store.MOVE_THREADS
+MOVE_THREADS = 16  # datapipe.versioning.writer.MOVE_THREADS
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from datapipe.builder.byte_size import SIZE_PATTERN, parse_size
 from datapipe.builder.config_lines import describe, dotted, key_lines
 from datapipe.builder.config_parts import (
     FORBID,
@@ -38,6 +37,7 @@ from datapipe.builder.source.options import EXECUTION_OPTIONS
 from datapipe.builder.source.registry import check_source_options
 from datapipe.builder.splits import SplitsConfig
 from datapipe.errors import ConfigError, NotFoundError
+from datapipe.storage.byte_size import SIZE_PATTERN, parse_size
 
 STAGE_KINDS = ("dropna", "fillna", "filter", "dedupe", "cast", "map", "validate", "image")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"

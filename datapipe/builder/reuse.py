@@ -26,7 +26,7 @@ from datapipe.builder.known_hashes import trusted
 from datapipe.builder.passes import Masks, Measured
 from datapipe.builder.quarantine import Reject
 from datapipe.builder.source.base import InputFile
-from datapipe.versioning.manifest import ShardEntry, SourceFile
+from datapipe.versioning.manifest import ShardEntry, SourceFile, short_id
 from datapipe.versioning.store import LATEST, Store
 
 
@@ -154,7 +154,7 @@ def read_parent(store: Store, name: str, key: str) -> Parent:
         return Parent(None, None, "no earlier version")
     if version not in store.versions(name):
         gone = "is missing from the store (deleted or pruned)"
-        return Parent(None, None, f"the latest version, {version[:12]}, {gone}")
+        return Parent(None, None, f"the latest version, {short_id(version)}, {gone}")
     data = store.build_state(name, version)
     if data is None:
         return Parent(version, None, "the latest version has no build state")

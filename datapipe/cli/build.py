@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from datapipe.builder.byte_size import format_size
 from datapipe.cli.options import scheduler_timeout_option, storage_options
 from datapipe.errors import ConfigError
+from datapipe.storage.byte_size import format_size
+from datapipe.versioning.manifest import short_id
 from datapipe.versioning.store import Store
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def _incremental_line(report: IncrementalReport) -> str:
         return f"full build: {report.full_because}"
     parts, shards, files = report.partitions, report.shards, report.source_files
     return (
-        f"incremental from {str(report.parent)[:12]}: partitions "
+        f"incremental from {short_id(report.parent)}: partitions "
         f"{parts.measured} measured, "
         f"{parts.reused} reused; shards {shards.written} written "
         f"({format_size(shards.bytes_written)}), "
@@ -153,10 +154,10 @@ def build(
     as_json: bool,
 ) -> None:
     """Build PIPELINE (a YAML file) into a new version of its dataset."""
-    from datapipe.builder.byte_size import parse_size
     from datapipe.builder.config import load_pipeline
     from datapipe.builder.run import Execution
     from datapipe.builder.run import build as run_build
+    from datapipe.storage.byte_size import parse_size
 
     limit = None
     if memory_limit is not None:

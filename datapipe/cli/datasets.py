@@ -2,32 +2,26 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import click
 
-from datapipe.builder.byte_size import format_size
-from datapipe.cli.options import storage_options
+from datapipe.cli.options import echo_json, json_option, storage_options
 from datapipe.errors import ConfigError, NotFoundError
+from datapipe.storage.byte_size import format_size
 from datapipe.versioning.gc import collect
+from datapipe.versioning.layout import check_ref_name, parse_dataset_url
 from datapipe.versioning.leases import parse_duration
-from datapipe.versioning.manifest import Manifest, shown_time
+from datapipe.versioning.manifest import Manifest, short_id, shown_time
 from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
-from datapipe.versioning.store import Store, check_ref_name, open_dataset_url, parse_dataset_url
+from datapipe.versioning.store import Store, open_dataset_url
 from datapipe.versioning.verify import verify_version
-
-_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-
-
-def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False))
 
 
 @click.command(name="ls")
 @click.argument("store_url", metavar="STORE", default="storage")
-@_JSON
+@json_option
 def ls(store_url: str, as_json: bool) -> None:
     """List datasets, versions, tags, samples, size (own: in the version's directory; shared: stored
     once in
@@ -54,7 +48,7 @@ def ls(store_url: str, as_json: bool) -> None:
                 }
             )
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
         return
     rows.sort(key=lambda r: (r["dataset"], r["created_at"]))
     click.echo(
@@ -64,11 +58,11 @@ def ls(store_url: str, as_json: bool) -> None:
     )
     for r in rows:
         click.echo(
-            f"{r['dataset']:16} {r['version'][:12]:12} "
+            f"{r['dataset']:16} {short_id(r['version']):12} "
             f"{','.join(r['tags']) or '-':16} {r['samples']:>10} "
             f"{format_size(r['bytes']):>9} {format_size(r['own_bytes']):>9} "
             f"{format_size(r['shared_bytes']):>9}  "
-            f"{shown_time(r['created_at']):25} {(r['parent'] or '-')[:12]}"
+            f"{shown_time(r['created_at']):25} {short_id(r['parent']) if r['parent'] else '-'}"
         )
 
 
@@ -135,17 +129,19 @@ def _splits(m: Manifest) -> dict[str, Any]:
 
 @click.command()
 @click.argument("dataset")
-@_JSON
+@json_option
 def info(dataset: str, as_json: bool) -> None:
     """Summarise the manifest of DATASET (STORE/NAME[@REF]): fields, shards, stage counts,
     lineage."""
     _, _, m = open_dataset_url(dataset, storage_options())
     s = _summary(m)
     if as_json:
-        _echo_json(s)
+        echo_json(s)
         return
-    click.echo(f"{m.name}@{m.version[:12]}  ({m.version})")
-    click.echo(f"  created {shown_time(m.created_at)} on {m.host or '?'}, parent {(m.parent or '-')[:12]}")
+    click.echo(f"{m.name}@{short_id(m.version)}  ({m.version})")
+    click.echo(
+        f"  created {shown_time(m.created_at)} on {m.host or '?'}, parent {short_id(m.parent) if m.parent else '-'}"
+    )
     click.echo(
         f"  {m.samples} samples in {s['shards']['count']} {m.shard_format} "
         f"shards, {format_size(m.bytes)} "
@@ -173,7 +169,7 @@ def info(dataset: str, as_json: bool) -> None:
         + ", ".join(f"{k} {v}" for k, v in sorted(lin.environment.items()))
     )
     for c in lin.code:
-        click.echo(f"  code: {c.module} sha256 {c.sha256[:12]}")
+        click.echo(f"  code: {c.module} sha256 {short_id(c.sha256)}")
 
 
 @click.command()
@@ -188,10 +184,10 @@ def verify(dataset: str) -> None:
     for p in problems:
         click.echo(str(p))
     if problems:
-        click.echo(f"error: {name}@{m.version[:12]}: {len(problems)} problem(s)", err=True)
+        click.echo(f"error: {name}@{short_id(m.version)}: {len(problems)} problem(s)", err=True)
         sys.exit(1)
     click.echo(
-        f"{name}@{m.version[:12]}: the manifest and its {len(m.shards)} shards and indexes match"
+        f"{name}@{short_id(m.version)}: the manifest and its {len(m.shards)} shards and indexes match"
         + (f", {m.rejected} present" if m.rejected else "")
     )
 
@@ -203,13 +199,13 @@ def tag(dataset: str, tag: str) -> None:
     """Point TAG at the version DATASET names."""
     store, name, m = open_dataset_url(dataset, storage_options())
     store.set_ref(name, check_ref_name(tag), m.version)
-    click.echo(f"{name}@{tag} -> {m.version[:12]}")
+    click.echo(f"{name}@{tag} -> {short_id(m.version)}")
 
 
 @click.command()
 @click.argument("a")
 @click.argument("b")
-@_JSON
+@json_option
 def diff(a: str, b: str, as_json: bool) -> None:
     """Samples added, removed and changed (by key and content hash) from version A to B; per split
     too, when
@@ -219,7 +215,7 @@ def diff(a: str, b: str, as_json: bool) -> None:
     pair = VersionPair(Side(sa, na, ma), Side(sb, nb, mb))
     d, per_split = pair.diff(), pair.splits()
     if as_json:
-        _echo_json(
+        echo_json(
             {
                 "a": ma.version,
                 "b": mb.version,
@@ -228,7 +224,7 @@ def diff(a: str, b: str, as_json: bool) -> None:
             }
         )
         return
-    click.echo(f"{na}@{ma.version[:12]} -> {nb}@{mb.version[:12]}: {_counts(d)}")
+    click.echo(f"{na}@{short_id(ma.version)} -> {nb}@{short_id(mb.version)}: {_counts(d)}")
     for split, sd in per_split.items():
         click.echo(f"  split {split}: {_counts(sd)}")
     for mark, keys in (("+", d.added), ("-", d.removed), ("~", d.changed)):
@@ -291,10 +287,10 @@ def gc(dataset: str, prune: bool, keep_last: int | None, keep_within: str | None
         for damaged in plan.damaged:
             click.echo(f"warning: {damaged}", err=True)
         for version, why in sorted(plan.kept.items(), key=lambda kv: kv[0]):
-            click.echo(f"keep {version[:12]} ({', '.join(why)})")
+            click.echo(f"keep {short_id(version)} ({', '.join(why)})")
         for d in plan.doomed:
             if d.restored:
-                click.echo(f"keep {d.version[:12]} (leased while gc ran)")
+                click.echo(f"keep {short_id(d.version)} (leased while gc ran)")
                 continue
             what = "pruned directory" if d.pruned_before else "version"
             shared = (
@@ -303,7 +299,7 @@ def gc(dataset: str, prune: bool, keep_last: int | None, keep_within: str | None
                 else ""
             )
             click.echo(
-                f"{'would delete' if dry_run else 'delete'} {what} {d.version[:12]}: "
+                f"{'would delete' if dry_run else 'delete'} {what} {short_id(d.version)}: "
                 f"{len(d.delete)} files, "
                 f"{format_size(d.bytes)}{shared}"
             )

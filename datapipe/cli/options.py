@@ -1,5 +1,5 @@
 """Options shared by the commands: fsspec storage options (-o KEY=VALUE on the root command),
---scheduler-timeout."""
+--json, --scheduler-timeout."""
 
 from __future__ import annotations
 
@@ -38,3 +38,12 @@ scheduler_timeout_option = click.option(
     metavar="SECONDS",
     help="How long to keep trying to reach --scheduler [default: 10; env DATAPIPE_SCHEDULER_TIMEOUT].",
 )
+
+
+# shared by the commands that print a table: print JSON instead (written by echo_json)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+def echo_json(data: Any) -> None:
+    """Print ``data`` as --json prints it: indented, keys sorted, UTF-8 as is."""
+    click.echo(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False))

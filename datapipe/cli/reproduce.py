@@ -16,8 +16,10 @@ import click
 from datapipe.cli.options import scheduler_timeout_option, storage_options
 from datapipe.errors import ConfigError
 from datapipe.versioning.dvc import DVC_IGNORE, build_stage, find_repo, relative, update_dvc_yaml, update_dvcignore
+from datapipe.versioning.layout import parse_dataset_url
+from datapipe.versioning.manifest import short_id
 from datapipe.versioning.rebuild_report import manifest_differences, sample_differences
-from datapipe.versioning.store import Store, parse_dataset_url
+from datapipe.versioning.store import Store
 from datapipe.versioning.verify import verify_version
 
 SCRATCH_PREFIX = ".check-"  # not a dataset name (names start with a letter or digit)
@@ -115,10 +117,10 @@ def check(
             if not problems:  # damaged stored shards cannot be read back sample by sample
                 differences += sample_differences((store, name, recorded), (rebuilt_store, rebuilt.name, rebuilt))
     if not problems and not differences:
-        click.echo(f"reproducible: {name}@{recorded.version[:12]} rebuilds to the same version")
+        click.echo(f"reproducible: {name}@{short_id(recorded.version)} rebuilds to the same version")
         return
     if differences:
-        click.echo(f"not reproducible: {name}@{recorded.version[:12]} rebuilds to {rebuilt.version[:12]}")
+        click.echo(f"not reproducible: {name}@{short_id(recorded.version)} rebuilds to {short_id(rebuilt.version)}")
     for line in problems + differences:
         click.echo(f"  {line}")
     ctx.exit(1)

@@ -7,16 +7,17 @@ import time
 
 import click
 
-from datapipe.builder.byte_size import format_size
-from datapipe.cli.datasets import _JSON, _echo_json, dataset_of
-from datapipe.cli.options import storage_options
+from datapipe.cli.datasets import dataset_of
+from datapipe.cli.options import echo_json, json_option, storage_options
 from datapipe.errors import ConfigError, NotFoundError
+from datapipe.storage.byte_size import format_size
 from datapipe.versioning.history import as_json as entry_json
 from datapipe.versioning.history import history, usage
+from datapipe.versioning.layout import parse_dataset_url
 from datapipe.versioning.leases import parse_duration as duration
 from datapipe.versioning.leases import read_leases, release_lease, take_lease
-from datapipe.versioning.manifest import shown_time
-from datapipe.versioning.store import Store, parse_dataset_url
+from datapipe.versioning.manifest import short_id, shown_time
+from datapipe.versioning.store import Store
 
 
 @click.command()
@@ -24,7 +25,7 @@ from datapipe.versioning.store import Store, parse_dataset_url
 @click.option("--for", "for_", metavar="DURATION", help="Take a lease for DURATION (7d, 12h, 2w) and print its id.")
 @click.option("--note", default="", help="Why the lease is held (shown by `datapipe lease DATASET`).")
 @click.option("--release", metavar="ID", help="End lease ID (DATASET: its STORE/NAME, or the STORE to search).")
-@_JSON
+@json_option
 def lease(dataset: str | None, for_: str | None, note: str, release: str | None, as_json: bool) -> None:
     """Hold DATASET (STORE/NAME[@REF]) against gc with --for, end a lease with --release ID, or list
     the
@@ -46,11 +47,11 @@ def lease(dataset: str | None, for_: str | None, note: str, release: str | None,
         version = store.resolve(name, ref)
         record = take_lease(store, name, version, seconds, note)
         if as_json:
-            _echo_json(vars(record))
+            echo_json(vars(record))
             return
         click.echo(record.id)
         click.echo(
-            f"{name}@{version[:12]} leased until {record.expires}; end it with "
+            f"{name}@{short_id(version)} leased until {record.expires}; end it with "
             f"`datapipe lease {store_url}/{name} --release {record.id}`",
             err=True,
         )
@@ -61,13 +62,13 @@ def lease(dataset: str | None, for_: str | None, note: str, release: str | None,
     for d in damaged:
         click.echo(f"warning: {d}", err=True)
     if as_json:
-        _echo_json([{**vars(r), "state": r.state(now)} for r in records])
+        echo_json([{**vars(r), "state": r.state(now)} for r in records])
         return
     click.echo(f"{'ID':16} {'VERSION':12} {'KIND':7} {'STATE':7} {'EXPIRES':25} {'HOLDER':24} NOTE")
     for r in records:
         holder = f"{r.host}:{r.pid}" if r.pid is not None else "(by hand)"
         click.echo(
-            f"{r.id:16} {r.version[:12]:12} {r.kind:7} {r.state(now):7} {r.expires:25} {holder[:24]:24} {r.note}"
+            f"{r.id:16} {short_id(r.version):12} {r.kind:7} {r.state(now):7} {r.expires:25} {holder[:24]:24} {r.note}"
         )
 
 
@@ -82,7 +83,7 @@ def _release(where: str, lease_id: str) -> None:
     for store, name in candidates:
         record = release_lease(store, name, lease_id)
         if record is not None:
-            click.echo(f"released {lease_id} ({name}@{record.version[:12]})")
+            click.echo(f"released {lease_id} ({name}@{short_id(record.version)})")
             return
     searched = ", ".join(f"{s.url}/{n}" for s, n in candidates) or f"{where} (no datasets)"
     raise NotFoundError(
@@ -92,7 +93,7 @@ def _release(where: str, lease_id: str) -> None:
 
 @click.command()
 @click.argument("target", metavar="STORE[/NAME]", default="storage")
-@_JSON
+@json_option
 def du(target: str, as_json: bool) -> None:
     """Shard bytes per dataset of STORE (or of one dataset): own, shared (stored once, listed by
     several
@@ -111,7 +112,7 @@ def du(target: str, as_json: bool) -> None:
         for k in ("versions", "own_bytes", "shared_bytes", "stored_bytes", "listed_bytes")
     }
     if as_json:
-        _echo_json({"datasets": rows, "total": total})
+        echo_json({"datasets": rows, "total": total})
         return
     click.echo(f"{'DATASET':16} {'VERSIONS':>8} {'OWN':>9} {'SHARED':>9} {'STORED':>9}")
     for n, r in [*rows.items(), ("total", total)]:
@@ -124,7 +125,7 @@ def du(target: str, as_json: bool) -> None:
 
 @click.command(name="log")
 @click.argument("dataset")
-@_JSON
+@json_option
 def log_command(dataset: str, as_json: bool) -> None:
     """The versions of DATASET (STORE/NAME), newest first along the parent links from latest, then
     those not
@@ -135,12 +136,12 @@ def log_command(dataset: str, as_json: bool) -> None:
     for problem in problems:
         click.echo(f"warning: {problem}", err=True)
     if as_json:
-        _echo_json([entry_json(e) for e in entries])
+        echo_json([entry_json(e) for e in entries])
         return
     for e in entries:
         marks = ", ".join(e.tags + [f"leased {lid}" for lid in e.leases] + ([] if e.reachable else ["not on latest"]))
-        click.echo(f"version {e.version[:12]}" + (f" ({marks})" if marks else ""))
-        parent = "-" if e.parent is None else e.parent[:12] + (" (pruned)" if e.parent_state == "pruned" else "")
+        click.echo(f"version {short_id(e.version)}" + (f" ({marks})" if marks else ""))
+        parent = "-" if e.parent is None else short_id(e.parent) + (" (pruned)" if e.parent_state == "pruned" else "")
         click.echo(
             f"  created {shown_time(e.created_at)}, {e.samples} samples, {format_size(e.bytes)} "
             f"({format_size(e.own_bytes)} own, "

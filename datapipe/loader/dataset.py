@@ -20,7 +20,7 @@ from datapipe.storage.cache import ShardCache
 from datapipe.storage.fs import is_local
 from datapipe.storage.retry import RetryPolicy
 from datapipe.versioning.leases import DEFAULT_TTL, Lease, try_lease
-from datapipe.versioning.manifest import Manifest, ShardEntry
+from datapipe.versioning.manifest import Manifest, ShardEntry, short_id
 from datapipe.versioning.store import Store, open_dataset_url
 
 
@@ -87,7 +87,7 @@ class Dataset:
     def __repr__(self) -> str:
         split = f", split {self.split}" if self.split is not None else ""
         size = f"{len(self)} samples, {len(self.shard_sizes)} shards"
-        return f"Dataset({self.name}@{self.version[:12]}{split}, {size})"
+        return f"Dataset({self.name}@{short_id(self.version)}{split}, {size})"
 
     def __getitem__(self, i: int) -> Sample:
         n = len(self)
@@ -158,7 +158,7 @@ def _split_shards(manifest: Manifest, name: str, split: str | None) -> tuple[Sha
     have."""
     if split is None:
         return manifest.shards
-    where = f"{name}@{manifest.version[:12]}"
+    where = f"{name}@{short_id(manifest.version)}"
     if manifest.splits is None:
         raise ConfigError(
             f"split={split!r}: {where} has no splits (it was built without a splits section); "

@@ -22,6 +22,7 @@ from datapipe.loader.settings import LoaderSettings
 from datapipe.loader.shard_set import ShardSet
 from datapipe.loader.timeline import Skips, Timeline
 from datapipe.loader.world import World
+from datapipe.versioning.manifest import short_id
 
 STATE_FORMAT = 2
 READS = ("format", "dataset", "epoch", "position", "seed", "shuffle", "block_shards", "world_size", "batch_size")
@@ -126,9 +127,9 @@ class RunState:
             self.data = _resumed_mix(self.data, state)
         elif state["dataset"] != self.data.version:
             raise ConfigError(
-                f"the state is for version {str(state['dataset'])[:12]} of the dataset, "
+                f"the state is for version {short_id(state['dataset'])} of the dataset, "
                 "this loader "
-                f"reads {self.data.version[:12]}; open the same version (pin it with NAME@VERSION)"
+                f"reads {short_id(self.data.version)}; open the same version (pin it with NAME@VERSION)"
             )
         # states from before splits: the whole version
         elif state.get("split") != getattr(self.data, "split", None):
@@ -178,7 +179,7 @@ def _resumed_mix(data: Mix, state: Mapping[str, Any]) -> Mix:
     saved = state.get("mix")
     if saved is None:
         raise ConfigError(
-            f"the state is for one dataset (version {str(state['dataset'])[:12]}), this loader "
+            f"the state is for one dataset (version {short_id(state['dataset'])}), this loader "
             "reads a mix; resume with the loader the state came from"
         )
     ours, theirs = data.identity, {k: list(v) for k, v in saved["sources"].items()}
@@ -193,8 +194,8 @@ def _resumed_mix(data: Mix, state: Mapping[str, Any]) -> Mix:
     for name in data.names:
         if ours[name] != theirs[name]:
             raise ConfigError(
-                f"mix source {name!r}: the state is for version {str(theirs[name][0])[:12]}"
-                f" (split {theirs[name][1]}), this mix reads {str(ours[name][0])[:12]} "
+                f"mix source {name!r}: the state is for version {short_id(theirs[name][0])}"
+                f" (split {theirs[name][1]}), this mix reads {short_id(ours[name][0])} "
                 f"(split {ours[name][1]}); open the same versions (pin them with NAME@VERSION)"
             )
     if int(saved["epoch_samples"]) != data.epoch_samples:

@@ -19,7 +19,7 @@ from datapipe.loader.columns import Column, batch_order
 from datapipe.loader.preads import ScatteredReads
 from datapipe.loader.schedule import groups
 from datapipe.storage.cache import CachedFile, ShardCache
-from datapipe.versioning.manifest import ShardEntry
+from datapipe.versioning.manifest import ShardEntry, short_id
 from datapipe.versioning.store import Store
 
 INDEXES_KEPT = 64  # indexes read alone (``index``) kept, most recently used
@@ -87,7 +87,7 @@ class ShardFiles:
             for filename in entry.stored_names():
                 if filename not in listings[directory]:
                     raise NotFoundError(
-                        f"{directory}/{filename}: missing from {self.name}@{self.version[:12]} "
+                        f"{directory}/{filename}: missing from {self.name}@{short_id(self.version)} "
                         f"(shard {i}); check the store with "
                         f"`datapipe verify {self.store.url}/{self.name}`"
                     )
@@ -129,7 +129,7 @@ class ShardFiles:
                 sha256=sha256,
             )
         except (NotFoundError, FileNotFoundError):
-            where = f"{self.name}@{self.version[:12]}"
+            where = f"{self.name}@{short_id(self.version)}"
             raise NotFoundError(f"{path}: shard {shard} of {where} is missing") from None
         self._paths[shard] = local
         return reader
@@ -245,7 +245,7 @@ class ShardFiles:
         try:
             data = self.store.remote(path, lambda: self.store.fs.cat_file(path))
         except FileNotFoundError:
-            where = f"shard {shard} of {self.name}@{self.version[:12]}"
+            where = f"shard {shard} of {self.name}@{short_id(self.version)}"
             raise NotFoundError(f"{path}: the index of {where} is missing") from None
         if hashlib.sha256(data).hexdigest() != self.entries[shard].index_sha256:
             raise IntegrityError(

@@ -16,11 +16,12 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from datapipe.builder.byte_size import format_size
 from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.serve import pages
 from datapipe.serve.resolve import Versions
 from datapipe.serve.samples import Thumbnails
+from datapipe.storage.byte_size import format_size
+from datapipe.versioning.manifest import short_id
 from datapipe.versioning.store import Store
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ def create_app(
         store = Store(store, storage_options)
     env = Environment(loader=PackageLoader("datapipe.serve"), autoescape=True)
     env.filters["size"] = format_size
+    env.filters["short"] = short_id  # a version id as listings show it
     static = resources.files("datapipe.serve").joinpath("static")
     files = {
         "style.css": (static.joinpath("style.css").read_bytes(), "text/css"),

@@ -13,8 +13,10 @@ from starlette.responses import HTMLResponse
 from datapipe.errors import IntegrityError, NotFoundError
 from datapipe.loader.dataset import Dataset
 from datapipe.serve.samples import PREVIEW, Field, describe, read_sample
+from datapipe.versioning.layout import VERSIONS
+from datapipe.versioning.manifest import short_id
 from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
-from datapipe.versioning.store import VERSIONS, Store
+from datapipe.versioning.store import Store
 
 # builder/accounting.py's: STORE/NAME/rejected/TIME-ID.parquet (a test keeps them equal)
 FAILED_QUARANTINE = "rejected"
@@ -40,7 +42,7 @@ def read_quarantine(ds: Dataset) -> list[dict[str, Any]]:
     # a name beside the manifest, never a path elsewhere
     if "/" in m.rejected or m.rejected.startswith("."):
         raise IntegrityError(
-            f"{ds.name}@{m.version[:12]}: the manifest's rejected is {m.rejected!r}, not a "
+            f"{ds.name}@{short_id(m.version)}: the manifest's rejected is {m.rejected!r}, not a "
             "file name in the version's directory"
         )
     return _parquet_rows(ds.store, ds.store.path(ds.name, VERSIONS, m.version, m.rejected))
@@ -159,7 +161,7 @@ def diff_page(c: Any, name: str, request: Request) -> HTMLResponse:
     b = c.versions.dataset(name, request.query_params.get("b") or "latest")
     a_ref = request.query_params.get("a") or b.manifest.parent
     if a_ref is None:
-        raise NotFoundError(f"{name}@{b.version[:12]} has no parent: pick the version to compare with (?a=REF)")
+        raise NotFoundError(f"{name}@{short_id(b.version)} has no parent: pick the version to compare with (?a=REF)")
     a = c.versions.dataset(name, a_ref)
     diff, where_a, where_b = c.diffs.get(a, b)
     page = _number(request, "page")

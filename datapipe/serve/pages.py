@@ -18,7 +18,7 @@ from datapipe.serve.changes import Diffs, diff_page, failed_builds, failed_page,
 from datapipe.serve.resolve import Versions
 from datapipe.serve.samples import PREVIEW, Thumbnails, describe, read_sample
 from datapipe.versioning.history import history
-from datapipe.versioning.manifest import shown_time
+from datapipe.versioning.manifest import short_id, shown_time
 
 PAGE = 48  # samples per page of the grid
 MAX_PAGE = 10**6
@@ -101,7 +101,7 @@ def version_page(c: Context, name: str, ref: str) -> HTMLResponse:
         for s in m.stages
         for what, attr in (("in", "rows_in"), ("out", "rows_out"), ("dropped", "dropped"), ("rejected", "rejected"))
     ]
-    url = f"{c.versions.store.url}/{name}@{m.version[:12]}"
+    url = f"{c.versions.store.url}/{name}@{short_id(m.version)}"
     return c.render(
         "version.html",
         name=name,
@@ -136,7 +136,7 @@ def samples_page(c: Context, name: str, ref: str, request: Request) -> HTMLRespo
     ds = c.versions.dataset(name, ref)
     split = request.query_params.get("split") or None
     if split is not None and (ds.manifest.splits is None or split not in ds.manifest.splits.names):
-        raise NotFoundError(f"{name}@{ds.version[:12]} has no split {split!r}")
+        raise NotFoundError(f"{name}@{short_id(ds.version)} has no split {split!r}")
     prefix = request.query_params.get("q", "")
     page = _int(request, "page", 0)
     found = list(_limited(_positions(ds, split, prefix), (page + 1) * PAGE + 1))
@@ -197,7 +197,9 @@ def thumbnail(c: Context, name: str, ref: str, shard: int, row: int, field: str)
     shard = c.versions.shard(ds, shard)
     thumb = c.thumbnails.get(ds, shard, row, field)
     if thumb is None:
-        raise NotFoundError(f"{name}@{ds.version[:12]} shard {shard} sample {row}: field {field!r} is not an image")
+        raise NotFoundError(
+            f"{name}@{short_id(ds.version)} shard {shard} sample {row}: field {field!r} is not an image"
+        )
     return Response(thumb, media_type="image/png", headers={"cache-control": "max-age=3600"})
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from datapipe.errors import NotFoundError
 from datapipe.loader.dataset import Dataset
+from datapipe.versioning.manifest import short_id
 from datapipe.versioning.store import Store
 
 
@@ -55,7 +56,7 @@ class Versions:
     def shard(self, ds: Dataset, shard: int) -> int:
         """``shard`` when the manifest has it, else NotFoundError."""
         if not 0 <= shard < len(ds.shards):
-            raise NotFoundError(f"{ds.name}@{ds.version[:12]} has no shard {shard} ({len(ds.shards)} shards)")
+            raise NotFoundError(f"{ds.name}@{short_id(ds.version)} has no shard {shard} ({len(ds.shards)} shards)")
         return shard
 
     def close(self) -> None:

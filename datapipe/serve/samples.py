@@ -17,6 +17,7 @@ import numpy as np
 
 from datapipe.errors import NotFoundError, ShardCorruptError
 from datapipe.loader.dataset import Dataset
+from datapipe.versioning.manifest import short_id
 
 TAR_END = b"\0" * 1024  # the end-of-archive marker, so one sample's members read as a whole tar
 SHOWN = 4096  # characters of a field shown before it is cut (the size of the rest is given)
@@ -43,7 +44,7 @@ def locate(ds: Dataset, shard: int, row: int) -> tuple[int, int]:
     lacks."""
     index = ds.index(shard)
     if not 0 <= row < len(index):
-        raise NotFoundError(f"shard {shard} of {ds.name}@{ds.version[:12]} has no sample {row} ({len(index)})")
+        raise NotFoundError(f"shard {shard} of {ds.name}@{short_id(ds.version)} has no sample {row} ({len(index)})")
     return int(index.sample_start[row]), int(index.sample_end[row])
 
 
@@ -54,7 +55,7 @@ def read_sample(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
     try:
         data = ds.store.remote(path, lambda: ds.store.fs.cat_file(path, start=start, end=end))
     except FileNotFoundError:
-        raise NotFoundError(f"{path}: shard {shard} of {ds.name}@{ds.version[:12]} is missing") from None
+        raise NotFoundError(f"{path}: shard {shard} of {ds.name}@{short_id(ds.version)} is missing") from None
     if hashlib.sha256(data).digest() != ds.index(shard).sample_hash[row].tobytes():
         raise ShardCorruptError(
             path,

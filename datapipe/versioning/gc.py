@@ -8,13 +8,15 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from datapipe.errors import NotFoundError
 from datapipe.storage.fs import read_bytes
+from datapipe.versioning.layout import OWNER_NAME, PARTIAL_PREFIX, REFS, VERSIONS
 from datapipe.versioning.manifest import MANIFEST_NAME
 from datapipe.versioning.retention import PRUNED_NAME, RetentionPlan, apply_retention, plan_retention
-from datapipe.versioning.store import OWNER_NAME, PARTIAL_PREFIX, REFS, VERSIONS, Store
+from datapipe.versioning.store import Store
 
 STALE_AFTER = 24 * 3600  # a partial version from another host is taken as abandoned after this
 
@@ -77,11 +79,6 @@ def collect(
     report says what would go (``plan``).
     """
     fs, report, now = store.fs, GcReport(), time.time()
-    versions_dir = store.path(name, VERSIONS)
-    entries = store.entry_names(versions_dir)
-    live = [e for e in entries if e.startswith(PARTIAL_PREFIX) and _writer_alive(store, f"{versions_dir}/{e}", now)]
-    # their shards move in right now
-    committing = {_committing(store, f"{versions_dir}/{e}") for e in live}
 
     # retried on object stores, like every store call
     def remove(path: str, *, recursive: bool = False) -> None:
@@ -89,6 +86,31 @@ def collect(
             store.remote(path, lambda: fs.rm(path, recursive=True) if recursive else fs.rm_file(path))
         report.removed.append(path)
 
+    _sweep_versions(store, name, now, report, remove)
+    for ref in store.entry_names(store.path(name, REFS)):
+        if ref.startswith("."):
+            remove(store.path(name, REFS, ref))
+    if prune or keep_last is not None or keep_within is not None:
+        report.plan = plan_retention(store, name, prune=prune, keep_last=keep_last, keep_within=keep_within, now=now)
+        if not dry_run:
+            report.removed += apply_retention(store, name, report.plan)
+        for version in report.plan.kept:
+            # a gc that died before the manifest went
+            marker = store.path(name, VERSIONS, version, PRUNED_NAME)
+            if not dry_run and store.remote(marker, lambda m=marker: fs.exists(m)):
+                remove(marker)
+    return report
+
+
+def _sweep_versions(store: Store, name: str, now: float, report: GcReport, remove: Callable[..., None]) -> None:
+    """Remove (with ``remove``) what is in the versions directory of ``name`` but in no version:
+    partial directories of dead writers, directories without a manifest, temporary files; note the
+    partial directories of live writers in ``report``."""
+    fs, versions_dir = store.fs, store.path(name, VERSIONS)
+    entries = store.entry_names(versions_dir)
+    live = [e for e in entries if e.startswith(PARTIAL_PREFIX) and _writer_alive(store, f"{versions_dir}/{e}", now)]
+    # their shards move in right now
+    committing = {_committing(store, f"{versions_dir}/{e}") for e in live}
     for entry in entries:
         path = f"{versions_dir}/{entry}"
         if entry in live:
@@ -109,16 +131,3 @@ def collect(
             report.kept_live.append(path)
             continue
         remove(path, recursive=True)
-    for ref in store.entry_names(store.path(name, REFS)):
-        if ref.startswith("."):
-            remove(store.path(name, REFS, ref))
-    if prune or keep_last is not None or keep_within is not None:
-        report.plan = plan_retention(store, name, prune=prune, keep_last=keep_last, keep_within=keep_within, now=now)
-        if not dry_run:
-            report.removed += apply_retention(store, name, report.plan)
-        for version in report.plan.kept:
-            # a gc that died before the manifest went
-            marker = store.path(name, VERSIONS, version, PRUNED_NAME)
-            if not dry_run and store.remote(marker, lambda m=marker: fs.exists(m)):
-                remove(marker)
-    return report

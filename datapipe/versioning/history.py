@@ -11,11 +11,13 @@ from typing import Any
 
 from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.storage.fs import is_local, read_bytes
+from datapipe.versioning.layout import LATEST, VERSIONS
 from datapipe.versioning.leases import held_versions
+from datapipe.versioning.manifest import Manifest, short_id
 from datapipe.versioning.rebuild_report import lineage_changes
 from datapipe.versioning.retention import PRUNED_NAME, newest_first
 from datapipe.versioning.sample_diff import Side, VersionPair
-from datapipe.versioning.store import LATEST, VERSIONS, Store
+from datapipe.versioning.store import Store
 
 
 @dataclass
@@ -70,17 +72,7 @@ def history(
     are read each time."""
     changes = {} if changes is None else changes
     manifests = {v: store.manifest(name, v) for v in store.versions(name)}
-    problems = []
-    tags: dict[str, list[str]] = {}
-    for ref, version in sorted(store.refs(name).items()):
-        if version not in manifests:
-            problems.append(
-                f"ref {ref} names version {version}, which is missing (deleted, or "
-                "never committed); "
-                f"point it elsewhere with `datapipe tag {store.url}/{name}@VERSION {ref}`"
-            )
-        else:
-            tags.setdefault(version, []).append(ref)
+    tags, problems = _tags(store, name, manifests)
     held, damaged = held_versions(store, name)
     problems += [str(d) for d in damaged]
     chain, at = [], store.read_ref(name, LATEST)
@@ -107,16 +99,37 @@ def history(
         if entry.parent_state == "present":
             pair = (m.parent, version)
             if pair not in changes:
-                versions = VersionPair(Side(store, name, manifests[m.parent]), Side(store, name, m))
                 try:
-                    changes[pair] = (_counts(versions.diff()), {s: _counts(d) for s, d in versions.splits().items()})
+                    changes[pair] = _changes(store, name, manifests[m.parent], m)
                 except DatapipeError as e:  # a damaged index: say so, keep going
-                    problems.append(f"{name}@{version[:12]}: cannot compare with its parent: {e}")
+                    problems.append(f"{name}@{short_id(version)}: cannot compare with its parent: {e}")
             if pair in changes:
                 entry.changes, entry.splits = changes[pair]
             entry.lineage = lineage_changes(manifests[m.parent], m)
         entries.append(entry)
     return entries, problems
+
+
+def _tags(store: Store, name: str, manifests: dict[str, Manifest]) -> tuple[dict[str, list[str]], list[str]]:
+    """Version -> the refs naming it; and a problem for each ref naming a version that is missing."""
+    problems = []
+    tags: dict[str, list[str]] = {}
+    for ref, version in sorted(store.refs(name).items()):
+        if version not in manifests:
+            problems.append(
+                f"ref {ref} names version {version}, which is missing (deleted, or "
+                "never committed); "
+                f"point it elsewhere with `datapipe tag {store.url}/{name}@VERSION {ref}`"
+            )
+        else:
+            tags.setdefault(version, []).append(ref)
+    return tags, problems
+
+
+def _changes(store: Store, name: str, parent: Manifest, manifest: Manifest) -> Changes:
+    """What ``manifest`` changed against ``parent``: the counts, and per split."""
+    versions = VersionPair(Side(store, name, parent), Side(store, name, manifest))
+    return _counts(versions.diff()), {s: _counts(d) for s, d in versions.splits().items()}
 
 
 def as_json(entry: Entry) -> dict[str, Any]:

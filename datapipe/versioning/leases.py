@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 from datapipe.errors import ConfigError, DatapipeError, NotFoundError
 from datapipe.storage.fs import is_local, put_atomic, read_bytes
 from datapipe.storage.retry import RetryPolicy
+from datapipe.versioning.manifest import short_id
 
 T = TypeVar("T")
 
@@ -209,7 +210,7 @@ def take_lease(
     store.remote(path, lambda: put_atomic(store.fs, path, record.to_json()))
     if not store.is_complete(name, version):
         _remove(store, path)
-        raise NotFoundError(f"{store.url}/{name}@{version[:12]}: no such version (deleted by gc?); nothing leased")
+        raise NotFoundError(f"{store.url}/{name}@{short_id(version)}: no such version (deleted by gc?); nothing leased")
     return record
 
 
@@ -295,7 +296,7 @@ def try_lease(store: LeaseStore, name: str, version: str, ttl: float | None) -> 
             "%s/%s@%s: reading without a lease (%s); gc --keep-last may delete it meanwhile",
             store.url,
             name,
-            version[:12],
+            short_id(version),
             e,
         )
         return None

@@ -2,9 +2,15 @@
 
 The version id is the sha256 of the canonical JSON of the manifest without the fields that
 cannot be reproduced or do not change a byte: ``version`` itself, ``parent``, ``created_at``,
-``host``, each shard's ``stored_in`` (where its file lies) and ``lineage.environment`` (tool
-versions; a change there that alters output shows up in the shard hashes anyway).
-Same inputs, config and code give the same id.
+``host``, each shard's ``stored_in`` and ``stored_as`` (where its file lies) and
+``lineage.environment`` (tool versions; a change there that alters output shows up in the shard
+hashes anyway). Same inputs, config and code give the same id.
+
+``Manifest`` and its parts (:mod:`datapipe.versioning.manifest_parts`) are the one description of
+manifest.json: reading checks each value against its annotation
+(:mod:`datapipe.versioning.typed_json`), and ``schemas/manifest.schema.json`` is generated from
+them (``python -m datapipe.versioning.manifest > schemas/manifest.schema.json``; a test fails when
+it drifts).
 """
 
 from __future__ import annotations
@@ -12,123 +18,70 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from datapipe.errors import ConfigError, FormatVersionError, IntegrityError
+from datapipe.versioning.manifest_parts import (
+    FORMAT_VERSION,
+    READABLE_FORMATS,
+    ClassName,
+    CodeRef,
+    Count,
+    FileName,
+    FormatVersion,
+    Lineage,
+    Name,
+    Sha256,
+    ShardEntry,
+    ShardFormatName,
+    SourceFile,
+    Splits,
+    StageCounts,
+    Str,
+)
+from datapipe.versioning.typed_json import RECORD, Malformed, read_record, record_json_schema
 
-FORMAT_VERSION = 2  # 2: builds cut shards by content (builder/shard_plan.py); 1 read as well
-READABLE_FORMATS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 REJECTED_NAME = "rejected.parquet"
 _NOT_IN_ID = ("version", "parent", "created_at", "host")
-
-
-@dataclass(frozen=True)
-class ShardEntry:
-    """One shard file of a version and its index, with their sizes and hashes."""
-
-    path: str  # relative to the version directory
-    samples: int
-    bytes: int
-    sha256: str
-    index_path: str
-    index_bytes: int
-    index_sha256: str
-    # the split its samples belong to, in a version with splits (left out of JSON when None)
-    split: str | None = None
-    # the version whose directory holds the file and its index (None: this version's own); where the
-    # bytes are, not what they are: left out of JSON when None and never part of the version id
-    stored_in: str | None = None
-    # the names of the file and its index in that directory, where they differ from
-    # ``path``/``index_path`` (a reused shard renumbered by an incremental build); likewise out of
-    # JSON when None and out of the id
-    stored_as: tuple[str, str] | None = None
-
-    def stored_names(self) -> tuple[str, str]:
-        """The file names of the shard and its index in the directory that holds them."""
-        return self.stored_as or (self.path, self.index_path)
-
-
-@dataclass(frozen=True)
-class StageCounts:
-    """Rows through one build stage: rows_in = rows_out + dropped + rejected."""
-
-    stage: str
-    rows_in: int
-    rows_out: int
-    dropped: int = 0
-    rejected: int = 0
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    """A raw input file: its URL, size and content hash (sha256, or etag on object stores)."""
-
-    path: str
-    size: int
-    hash: str
-
-
-@dataclass(frozen=True)
-class CodeRef:
-    """User code a pipeline references: module and the sha256 of its file."""
-
-    module: str
-    sha256: str
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """Everything the version was made from."""
-
-    pipeline: dict[str, Any] = field(default_factory=dict)  # the canonical pipeline config
-    sources: tuple[SourceFile, ...] = ()
-    code: tuple[CodeRef, ...] = ()
-    seed: int | None = None
-    # datapipe, dask, pyarrow, python versions
-    environment: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Splits:
-    """How a version's samples were split: the pipeline's fractions, ``by`` column and seed, and per
-    split its
-    samples. Each split has its own shards (``ShardEntry.split``); splits take their intervals in
-    name order."""
-
-    fractions: dict[str, float]
-    samples: dict[str, int]
-    by: str | None = None  # None: the sample key decides
-    seed: int = 0
-
-    @property
-    def names(self) -> list[str]:
-        """The split names, in the order of their intervals and shards (sorted)."""
-        return sorted(self.fractions)
+# in every manifest.json, though code building a manifest may leave them to their defaults
+_ALWAYS_WRITTEN = ("format_version", "version")
 
 
 @dataclass(frozen=True)
 class Manifest:
     """A complete description of one dataset version (stored as manifest.json)."""
 
-    name: str
-    shard_format: str
-    fields: dict[str, str]  # field name -> type
+    __pydantic_config__ = RECORD
+
+    name: Name
+    shard_format: ShardFormatName
+    fields: dict[str, Str]
+    """Field name -> the kinds of value it held (``int|str``)."""
     shards: tuple[ShardEntry, ...]
     stages: tuple[StageCounts, ...] = ()
     lineage: Lineage = field(default_factory=Lineage)
-    rejected: str | None = None  # relative path of the quarantine file, when rows were rejected
-    rejected_rows: int = 0
-    parent: str | None = None
-    created_at: str = ""
-    host: str = ""
-    version: str = ""
-    format_version: int = FORMAT_VERSION
-    splits: Splits | None = None  # left out of JSON (and so of the id) when None
-    # a class_folders source's class names, label order; left out when None
-    classes: tuple[str, ...] | None = None
+    rejected: FileName | None = None
+    """The quarantine file (rejected.parquet) in the version directory, when rows were rejected."""
+    rejected_rows: Count = 0
+    parent: Sha256 | None = None
+    created_at: Str = ""
+    """The commit's UTC time in ISO 8601, to the microsecond."""
+    host: Str = ""
+    version: Sha256 = ""
+    """The version id: sha256 of the canonical manifest without version, parent, created_at, host,
+    shards[].stored_in, shards[].stored_as and lineage.environment."""
+    format_version: FormatVersion = FORMAT_VERSION
+    """2: shards cut by content (a build since datapipe 0.2); 1: cut greedily by size."""
+    splits: Splits | None = None
+    """Only in a version built with a splits section (left out of the JSON, and so of the id,
+    otherwise)."""
+    classes: tuple[ClassName, ...] | None = None
+    """Only in a version built from a class_folders source: the class names in label order (label
+    i is classes[i])."""
 
     @property
     def samples(self) -> int:
@@ -209,170 +162,61 @@ class Manifest:
         return _manifest_from_dict(raw, where)
 
 
-class _Malformed(Exception):
-    """A field of a manifest with the wrong type or value (``field`` is its dotted path)."""
+@dataclass(frozen=True)
+class _Totals:
+    """Totals manifest.json holds beside the manifest's fields, for readers that do not sum;
+    recomputed from the shards when read."""
 
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"field {field!r}: {problem}")
+    __pydantic_config__ = {**RECORD, "extra": "ignore"}
+
+    samples: Count | None = None
+    """Samples over all shards."""
+    bytes: Count | None = None
+    """Bytes of all shards (indexes not counted)."""
 
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_FILE_NAME = re.compile(r"^[^/\\]+$")
-
-# name -> (type, required) per record; "sha256" and "file" are strings with a pattern, "count" a
-# non-negative int
-_SPEC: dict[str, dict[str, tuple[str, bool]]] = {
-    "manifest": {
-        "format_version": ("int", True),
-        "name": ("str", True),
-        "version": ("sha256", True),
-        "parent": ("sha256?", False),
-        "shard_format": ("str", True),
-        "fields": ("dict[str]", True),
-        "shards": ("list[shard]", True),
-        "stages": ("list[stage]", False),
-        "lineage": ("lineage", False),
-        "rejected": ("file?", False),
-        "rejected_rows": ("count", False),
-        "created_at": ("str", False),
-        "host": ("str", False),
-        "samples": ("count", False),
-        "bytes": ("count", False),
-        "splits": ("splits", False),
-        "classes": ("list[str]", False),
-    },
-    "splits": {
-        "fractions": ("dict[number]", True),
-        "samples": ("dict[count]", True),
-        "by": ("str?", False),
-        "seed": ("int", False),
-    },
-    "shard": {
-        "path": ("file", True),
-        "samples": ("count", True),
-        "bytes": ("count", True),
-        "sha256": ("sha256", True),
-        "index_path": ("file", True),
-        "index_bytes": ("count", True),
-        "index_sha256": ("sha256", True),
-        "split": ("str", False),
-        "stored_in": ("sha256", False),
-        "stored_as": ("list[file]?", False),
-    },
-    "stage": {
-        "stage": ("str", True),
-        "rows_in": ("count", True),
-        "rows_out": ("count", True),
-        "dropped": ("count", False),
-        "rejected": ("count", False),
-    },
-    "lineage": {
-        "pipeline": ("dict", False),
-        "sources": ("list[source]", False),
-        "code": ("list[code]", False),
-        "seed": ("int?", False),
-        "environment": ("dict[str]", False),
-    },
-    "source": {"path": ("str", True), "size": ("count", True), "hash": ("str", True)},
-    "code": {"module": ("str", True), "sha256": ("sha256", True)},
+_RECORD_NAMES = {
+    Manifest: "manifest",
+    Splits: "splits",
+    ShardEntry: "shard",
+    StageCounts: "stage",
+    Lineage: "lineage",
+    SourceFile: "source",
+    CodeRef: "code",
 }
-_KINDS = {
-    "splits": Splits,
-    "shard": ShardEntry,
-    "stage": StageCounts,
-    "lineage": Lineage,
-    "source": SourceFile,
-    "code": CodeRef,
-}
-
-
-def _describe(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
-
-
-def _convert(kind: str, value: Any, where: str) -> Any:
-    """``value`` checked against ``kind`` and turned into the model's type; _Malformed naming
-    ``where``."""
-    if kind.endswith("?"):
-        return None if value is None else _convert(kind[:-1], value, where)
-    if kind in ("int", "count"):
-        if not isinstance(value, int) or isinstance(value, bool) or (kind == "count" and value < 0):
-            raise _Malformed(
-                where, f"expected {'a non-negative ' if kind == 'count' else 'an '}integer, got {_describe(value)}"
-            )
-        return value
-    if kind == "number":
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise _Malformed(where, f"expected a number, got {_describe(value)}")
-        return value
-    if kind in ("str", "sha256", "file"):
-        if not isinstance(value, str):
-            raise _Malformed(where, f"expected a string, got {_describe(value)}")
-        if kind == "sha256" and not _HEX64.match(value):
-            raise _Malformed(where, f"expected 64 lowercase hex digits (a sha256), got {value[:80]!r}")
-        if kind == "file" and (not _FILE_NAME.match(value) or value in (".", "..")):
-            raise _Malformed(where, f"expected a file name inside the version directory, got {value[:80]!r}")
-        return value
-    if kind.startswith("dict"):
-        if not isinstance(value, dict):
-            raise _Malformed(where, f"expected an object, got {_describe(value)}")
-        if kind != "dict":
-            for key, item in value.items():
-                _convert(kind[5:-1], item, f"{where}.{key}")
-        return value
-    if kind.startswith("list["):
-        if not isinstance(value, list):
-            raise _Malformed(where, f"expected a list, got {_describe(value)}")
-        return tuple(_convert(kind[5:-1], item, f"{where}[{i}]") for i, item in enumerate(value))
-    return _record(kind, value, where)
-
-
-def _record(kind: str, raw: Any, where: str) -> Any:
-    if not isinstance(raw, dict):
-        raise _Malformed(where, f"expected an object, got {_describe(raw)}")
-    spec, prefix = _SPEC[kind], f"{where}." if where else ""
-    values = {}
-    for name, (field_kind, required) in spec.items():
-        if name in raw:
-            values[name] = _convert(field_kind, raw[name], prefix + name)
-        elif required:
-            raise _Malformed(prefix + name, "missing")
-    unknown = sorted(set(raw) - set(spec))
-    if unknown:
-        raise _Malformed(prefix + unknown[0], f"not a {kind} field (known: {', '.join(spec)})")
-    if kind == "manifest":
-        for total in ("samples", "bytes"):  # totals, recomputed from the shards
-            values.pop(total, None)
-        return Manifest(**values)
-    return _KINDS[kind](**values)
+_TOTALS = tuple(f.name for f in fields(_Totals))
 
 
 def _manifest_from_dict(raw: dict[str, Any], where: str = "manifest") -> Manifest:
     """A manifest from parsed JSON; every wrong or missing field is an IntegrityError naming
     ``where`` and it."""
+    fields_only = {key: value for key, value in raw.items() if key not in _TOTALS}
     try:
-        manifest = _record("manifest", raw, "")
-    except _Malformed as e:
+        missing = next((key for key in _ALWAYS_WRITTEN if key not in raw), None)
+        if missing is not None:
+            raise Malformed(missing, "missing")
+        manifest = read_record(Manifest, fields_only, _RECORD_NAMES, also=_TOTALS)
+        totals = read_record(_Totals, raw, _RECORD_NAMES)
+    except Malformed as e:
         raise IntegrityError(
             f"{where}: malformed manifest: {e}; the file was edited or damaged "
             "(restore it from a copy, or delete its version directory and build again)"
         ) from None
-    problem = _split_problem(manifest)
+    problem = _split_problem(manifest) or _totals_problem(manifest, totals)
     if problem:
         raise IntegrityError(f"{where}: malformed manifest: {problem}; the file was edited or damaged")
-    for total in ("samples", "bytes"):
-        if total in raw and raw[total] != getattr(manifest, total):
-            raise IntegrityError(
-                f"{where}: malformed manifest: field {total!r} is {raw[total]} but the shards "
-                f"add up to {getattr(manifest, total)}; the file was edited or damaged"
-            )
-    if (manifest.rejected is None) != (manifest.rejected_rows == 0):
-        raise IntegrityError(
-            f"{where}: malformed manifest: field 'rejected' is {manifest.rejected!r} but "
-            f"'rejected_rows' is {manifest.rejected_rows}; the file was edited or damaged"
-        )
     return manifest
+
+
+def _totals_problem(manifest: Manifest, totals: _Totals) -> str | None:
+    """Why the totals or the quarantine disagree with the shards, if they do."""
+    for total in _TOTALS:
+        written, actual = getattr(totals, total), getattr(manifest, total)
+        if written is not None and written != actual:
+            return f"field {total!r} is {written} but the shards add up to {actual}"
+    if (manifest.rejected is None) != (manifest.rejected_rows == 0):
+        return f"field 'rejected' is {manifest.rejected!r} but 'rejected_rows' is {manifest.rejected_rows}"
+    return None
 
 
 def _split_problem(manifest: Manifest) -> str | None:
@@ -392,6 +236,27 @@ def _split_problem(manifest: Manifest) -> str | None:
     if wrong is not None:
         return f"field 'splits.samples.{wrong}' is {splits.samples[wrong]} but its shards add up to {counts[wrong]}"
     return None
+
+
+def manifest_json_schema() -> dict[str, Any]:
+    """The JSON Schema of manifest.json (``schemas/manifest.schema.json`` holds a copy)."""
+    schema = record_json_schema(Manifest)
+    schema["properties"].update(record_json_schema(_Totals)["properties"])
+    for key in _ALWAYS_WRITTEN:
+        schema["properties"][key].pop("default")
+    schema["required"] = [*_ALWAYS_WRITTEN, *schema["required"]]
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://datapipe.dev/schemas/manifest.schema.json"
+    schema["title"] = "datapipe version manifest (STORE/NAME/versions/VERSION/manifest.json)"
+    return schema
+
+
+def short_id(digest: object) -> str:
+    """A version id (or any sha256) as people see it: its first 12 hex digits.
+
+    Anything else is shown by its ``str`` cut the same way: a run's state read from a file may
+    hold a value of another type where an id belongs."""
+    return str(digest)[:12]
 
 
 def canonical_json(data: Any) -> bytes:
@@ -441,3 +306,7 @@ def shown_time(created_at: str) -> str:
     committed
     within one second still sort by when they were made)."""
     return re.sub(r"\.\d+", "", created_at)  # an ISO 8601 time has no other dot
+
+
+if __name__ == "__main__":
+    sys.stdout.write(json.dumps(manifest_json_schema(), indent=2, sort_keys=True) + "\n")

@@ -13,7 +13,7 @@ import numpy as np
 from datapipe.formats.base import KEY
 from datapipe.formats.registry import get_format
 from datapipe.formats.shards import read_shard_from
-from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.manifest import Manifest, short_id
 from datapipe.versioning.sample_diff import sample_locations
 from datapipe.versioning.store import Store
 
@@ -80,7 +80,7 @@ def manifest_differences(recorded: Manifest, rebuilt: Manifest) -> list[str]:
             lines.append(
                 f"shard {path}: content differs ({old[path].samples} -> "
                 f"{new[path].samples} samples, "
-                f"sha256 {old[path].sha256[:12]} -> {new[path].sha256[:12]})"
+                f"sha256 {short_id(old[path].sha256)} -> {short_id(new[path].sha256)})"
             )
     if recorded.stages != rebuilt.stages:
         lines.append(

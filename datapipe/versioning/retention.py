@@ -23,9 +23,10 @@ import time
 from dataclasses import dataclass, field
 
 from datapipe.storage.fs import put_atomic, read_bytes
+from datapipe.versioning.layout import VERSIONS
 from datapipe.versioning.leases import Damaged, held_versions
 from datapipe.versioning.manifest import MANIFEST_NAME, Manifest
-from datapipe.versioning.store import VERSIONS, Store
+from datapipe.versioning.store import Store
 
 PRUNED_NAME = "pruned.json"
 

@@ -1,13 +1,38 @@
-"""The check in tests/conftest.py that validates every manifest the tests leave behind really runs
-and fails."""
+"""schemas/manifest.schema.json: generated from the manifest's model, and the check in
+tests/conftest.py that validates every manifest the tests leave behind really runs and fails."""
 
+import json
 import shutil
 import textwrap
 from pathlib import Path
 
+import jsonschema
 import pytest
 
+from datapipe.versioning.manifest import Manifest, manifest_json_schema
+
 TESTS = Path(__file__).parents[1]
+SCHEMA_FILE = TESTS.parent / "schemas" / "manifest.schema.json"
+
+
+def test_schema_file_matches_the_model():
+    expected = json.dumps(manifest_json_schema(), indent=2, sort_keys=True) + "\n"
+    assert SCHEMA_FILE.read_text() == expected, (
+        "schemas/manifest.schema.json is out of date with datapipe/versioning/manifest.py; "
+        "regenerate it with `python -m datapipe.versioning.manifest > schemas/manifest.schema.json`"
+    )
+
+
+def test_schema_is_valid_and_requires_what_every_manifest_has():
+    schema = json.loads(SCHEMA_FILE.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$schema"].startswith("https://json-schema.org/") and schema["title"]
+    assert {"format_version", "version", "name", "shard_format", "fields", "shards"} <= set(schema["required"])
+    assert {"samples", "bytes"} <= set(schema["properties"])  # the totals beside the fields
+    minimal = {"format_version": 2, "name": "toy", "version": "a" * 64, "shard_format": "tfrecord"}
+    jsonschema.validate({**minimal, "fields": {}, "shards": []}, schema)
+    assert Manifest.from_json(json.dumps({**minimal, "fields": {}, "shards": []}).encode(), "m").samples == 0
+
 
 INNER = """
 import json

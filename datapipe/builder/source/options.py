@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from datapipe.builder.byte_size import parse_size
 from datapipe.errors import ConfigError
+from datapipe.storage.byte_size import parse_size
 
 EXECUTION_OPTIONS = frozenset({"blocksize", "files_per_partition", "storage_options"})
 DEFAULT_BLOCKSIZE = 64 << 20

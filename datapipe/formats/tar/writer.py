@@ -97,47 +97,18 @@ class TarShardWriter(ShardWriter):
         path.
         """
         names = sorted(fields)
-        n, f = len(keys), len(names)
-        if not n or not f or any(set(map(type, fields[name])) != {bytes} for name in names):
+        plain = _plain_members(keys, fields, names)
+        if plain is None:
             return super().encode_samples(keys, fields)
-        key_bytes = [k.encode("utf-8", "surrogateescape") for k in keys]
-        key_len = np.fromiter(map(len, key_bytes), dtype=np.int64, count=n)
-        sizes = np.stack([np.fromiter(map(len, fields[name]), dtype=np.int64, count=n) for name in names], axis=1)
-        name_len = key_len[:, None] + 1 + np.array([len(name.encode()) for name in names])
-        if (
-            (name_len > 100).any()
-            or (sizes > MAX_USTAR_SIZE).any()
-            or not all(name.isascii() for name in names)
-            or not b"".join(key_bytes).isascii()
-        ):
-            return super().encode_samples(keys, fields)
+        key_bytes, key_len, sizes, name_len = plain
+        n, f = sizes.shape
         # member j of sample i is row i * f + j; each is a header block, the payload, zero padding
         spans = BLOCK + sizes.reshape(-1) + (-sizes.reshape(-1) % BLOCK)
         ends = np.cumsum(spans)
         header_at = ends - spans
-        total = int(ends[-1])
-        data = bytearray(total)
+        data = bytearray(int(ends[-1]))
         flat = np.frombuffer(data, dtype=np.uint8)
-        blocks, rows = flat.reshape(-1, BLOCK), header_at // BLOCK
-        # then each header's own fields:
-        blocks[rows] = np.frombuffer(USTAR_TEMPLATE, dtype=np.uint8)
-        suffixes = [b"." + name.encode() for name in names]
-        blob = np.frombuffer(b"".join([k + suffix for k in key_bytes for suffix in suffixes]), dtype=np.uint8)
-        lengths = name_len.reshape(-1)
-        starts = np.cumsum(lengths) - lengths
-        flat[np.repeat(header_at - starts, lengths) + np.arange(len(blob))] = blob  # name
-        size_digits = ((sizes.reshape(-1, 1) >> (3 * np.arange(10, -1, -1))) & 7) + ord("0")
-        blocks[rows, 124:135] = size_digits  # size: 11 octal digits and the template's NUL
-        blocks[rows, 156] = ord("0")  # typeflag: regular file
-        name_sums = np.add.reduceat(blob.astype(np.int64), starts)
-        checksum = USTAR_TEMPLATE_SUM + ord("0") + name_sums + size_digits.sum(axis=1)
-        blocks[rows, 148:156] = np.concatenate(
-            [
-                ((checksum[:, None] >> (3 * np.arange(5, -1, -1))) & 7) + ord("0"),
-                np.broadcast_to([0, ord(" ")], (len(rows), 2)),
-            ],
-            axis=1,
-        )
+        _write_headers(flat, header_at, key_bytes, names, name_len, sizes)
         payload_at = header_at + BLOCK
         for i, name in enumerate(names):
             _place(flat, payload_at[i::f], sizes[:, i], fields[name])
@@ -151,7 +122,7 @@ class TarShardWriter(ShardWriter):
             bounds=bounds,
             hashes=np.frombuffer(hashes, dtype=np.uint8).reshape(n, HASH_SIZE),
             member_counts=np.full(n, f, dtype=np.int64),
-            member_offset=header_at + BLOCK,
+            member_offset=payload_at,
             member_size=sizes.reshape(-1),
             member_field=np.tile(np.arange(f), n),
             fields=tuple(names),
@@ -161,6 +132,60 @@ class TarShardWriter(ShardWriter):
 
     def _write_end(self) -> None:
         self._emit(END_OF_ARCHIVE)
+
+
+def _plain_members(
+    keys: Sequence[str], fields: Mapping[str, Sequence[Any]], names: list[str]
+) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray] | None:
+    """The encoded keys, their lengths, and the payload sizes and member name lengths (a row per
+    sample, a column per field of ``names``) when every member is plain ustar (bytes payloads, an
+    ASCII name of 100 bytes or less, a size ustar can write); None when some member is not."""
+    n, f = len(keys), len(names)
+    if not n or not f or any(set(map(type, fields[name])) != {bytes} for name in names):
+        return None
+    key_bytes = [k.encode("utf-8", "surrogateescape") for k in keys]
+    key_len = np.fromiter(map(len, key_bytes), dtype=np.int64, count=n)
+    sizes = np.stack([np.fromiter(map(len, fields[name]), dtype=np.int64, count=n) for name in names], axis=1)
+    name_len = key_len[:, None] + 1 + np.array([len(name.encode()) for name in names])
+    if (
+        (name_len > 100).any()
+        or (sizes > MAX_USTAR_SIZE).any()
+        or not all(name.isascii() for name in names)
+        or not b"".join(key_bytes).isascii()
+    ):
+        return None
+    return key_bytes, key_len, sizes, name_len
+
+
+def _write_headers(
+    flat: np.ndarray,
+    header_at: np.ndarray,
+    key_bytes: list[bytes],
+    names: list[str],
+    name_len: np.ndarray,
+    sizes: np.ndarray,
+) -> None:
+    """The ustar header of every member (``KEY.FIELD``, in rows of samples) at ``header_at`` of
+    ``flat``: the template, then each header's own name, size, typeflag and checksum."""
+    blocks, rows = flat.reshape(-1, BLOCK), header_at // BLOCK
+    blocks[rows] = np.frombuffer(USTAR_TEMPLATE, dtype=np.uint8)
+    suffixes = [b"." + name.encode() for name in names]
+    blob = np.frombuffer(b"".join([k + suffix for k in key_bytes for suffix in suffixes]), dtype=np.uint8)
+    lengths = name_len.reshape(-1)
+    starts = np.cumsum(lengths) - lengths
+    flat[np.repeat(header_at - starts, lengths) + np.arange(len(blob))] = blob  # name
+    size_digits = ((sizes.reshape(-1, 1) >> (3 * np.arange(10, -1, -1))) & 7) + ord("0")
+    blocks[rows, 124:135] = size_digits  # size: 11 octal digits and the template's NUL
+    blocks[rows, 156] = ord("0")  # typeflag: regular file
+    name_sums = np.add.reduceat(blob.astype(np.int64), starts)
+    checksum = USTAR_TEMPLATE_SUM + ord("0") + name_sums + size_digits.sum(axis=1)
+    blocks[rows, 148:156] = np.concatenate(
+        [
+            ((checksum[:, None] >> (3 * np.arange(5, -1, -1))) & 7) + ord("0"),
+            np.broadcast_to([0, ord(" ")], (len(rows), 2)),
+        ],
+        axis=1,
+    )
 
 
 STRIDED_BELOW = 16 << 10  # payload size from which each payload is copied into place by itself

@@ -1,5 +1,5 @@
-"""Byte sizes as a pipeline file writes them (64MB, 512KiB, 1.5GB or a number of bytes), and as they
-are shown."""
+"""Byte sizes as people write them (64MB, 512KiB, 1.5GB or a number of bytes) and as they are shown
+(1.2 KB): for pipeline files and options, listings and pages alike."""
 
 from __future__ import annotations
 

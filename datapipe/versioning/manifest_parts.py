@@ -1,0 +1,176 @@
+"""The parts of a manifest (its shards, stage counts, lineage and splits) and the kinds of JSON
+value in them: what each value must be, which reading checks and the JSON Schema states."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from datapipe.formats.registry import FORMATS
+from datapipe.versioning.typed_json import RECORD, Value
+
+FORMAT_VERSION = 2  # 2: builds cut shards by content (builder/shard_plan.py); 1 read as well
+READABLE_FORMATS = (1, 2)
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # dataset names and refs
+SPLIT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+
+
+def _integer(cs: Any, **limits: int) -> Any:
+    return cs.int_schema(strict=True, **limits)
+
+
+def _string(cs: Any, **limits: Any) -> Any:
+    return cs.str_schema(strict=True, **limits)
+
+
+# The kinds of JSON value in a manifest: what each must be, and what an error says.
+Int = Annotated[int, Value("an integer", _integer)]
+Count = Annotated[int, Value("a non-negative integer", lambda cs: _integer(cs, ge=0))]
+Str = Annotated[str, Value("a string", _string)]
+Sha256 = Annotated[
+    str,
+    Value(
+        "64 lowercase hex digits (a sha256)",
+        lambda cs: _string(cs, pattern=r"^[0-9a-f]{64}$"),
+        quoted=True,
+    ),
+]
+FileName = Annotated[
+    str,
+    Value(
+        "a file name inside the version directory",
+        lambda cs: _string(cs, pattern=r"^[^/\\]+$"),
+        check=lambda name: name not in (".", ".."),
+        schema={"not": {"enum": [".", ".."]}, "description": "a file name inside the version directory"},
+        quoted=True,
+    ),
+]
+Name = Annotated[
+    str,
+    Value(
+        "a name of letters, digits, '.', '_' and '-'",
+        lambda cs: _string(cs, pattern=NAME_PATTERN),
+        quoted=True,
+    ),
+]
+SplitName = Annotated[
+    str,
+    Value("a split name", lambda cs: _string(cs, pattern=SPLIT_PATTERN), quoted=True),
+]
+ClassName = Annotated[str, Value("a class name", lambda cs: _string(cs, min_length=1), quoted=True)]
+ShardFormatName = Annotated[
+    str,
+    Value(
+        f"one of {', '.join(FORMATS)}",
+        lambda cs: cs.literal_schema(list(FORMATS)),
+        quoted=True,
+    ),
+]
+FormatVersion = Annotated[int, Value("an integer", _integer, schema={"enum": list(READABLE_FORMATS)})]
+Fraction = Annotated[
+    float,
+    Value("a number in (0, 1]", lambda cs: cs.float_schema(strict=True, gt=0, le=1)),
+]
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard file of a version and its index, with their sizes and hashes."""
+
+    __pydantic_config__ = RECORD
+
+    path: FileName
+    """The shard file, in the version directory."""
+    samples: Count
+    bytes: Count
+    sha256: Sha256
+    index_path: FileName
+    """The binary index (layout in schemas/shard-index.md); holds each sample's key and sha256."""
+    index_bytes: Count
+    index_sha256: Sha256
+    split: SplitName | None = None
+    """The split of its samples: only in a version with splits, where every shard has one."""
+    stored_in: Sha256 | None = None
+    """The version whose directory holds this shard and its index
+    (STORE/NAME/versions/STORED_IN/PATH), for a shard shared with an earlier version; absent: this
+    version's own directory. Where the bytes lie, not what they are: not part of the version id."""
+    stored_as: tuple[FileName, FileName] | None = None
+    """The file names of the shard and its index in the stored_in directory, where they differ from
+    path and index_path (an incremental build renumbered the shard); not part of the version id."""
+
+    def stored_names(self) -> tuple[str, str]:
+        """The file names of the shard and its index in the directory that holds them."""
+        return self.stored_as or (self.path, self.index_path)
+
+
+@dataclass(frozen=True)
+class StageCounts:
+    """Rows through one build stage: rows_in = rows_out + dropped + rejected."""
+
+    __pydantic_config__ = RECORD
+
+    stage: Str
+    rows_in: Count
+    rows_out: Count
+    dropped: Count = 0
+    rejected: Count = 0
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A raw input file: its URL, size and content hash (sha256, or etag on object stores)."""
+
+    __pydantic_config__ = RECORD
+
+    path: Str
+    size: Count
+    hash: Str
+
+
+@dataclass(frozen=True)
+class CodeRef:
+    """User code a pipeline references: module and the sha256 of its file."""
+
+    __pydantic_config__ = RECORD
+
+    module: Str
+    sha256: Sha256
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Everything the version was made from."""
+
+    __pydantic_config__ = RECORD
+
+    pipeline: dict[str, Any] = field(default_factory=dict)
+    """The canonical pipeline config."""
+    sources: tuple[SourceFile, ...] = ()
+    code: tuple[CodeRef, ...] = ()
+    seed: Int | None = None
+    environment: dict[str, Str] = field(default_factory=dict)
+    """Versions of datapipe, dask, pyarrow and python; not part of the version id."""
+
+
+@dataclass(frozen=True)
+class Splits:
+    """How a version's samples were split: the pipeline's fractions, ``by`` column and seed, and per
+    split its samples. Each split has its own shards (``ShardEntry.split``); splits take their
+    intervals in name order."""
+
+    __pydantic_config__ = RECORD
+
+    fractions: dict[str, Fraction]
+    """Split name -> fraction; the splits take their intervals of the hash's [0, 1) in name
+    order."""
+    samples: dict[str, Count]
+    """Split name -> samples in its shards."""
+    by: Str | None = None
+    """The column whose value decided the split; null: the sample key."""
+    seed: Count = 0
+    """Salt of the hash."""
+
+    @property
+    def names(self) -> list[str]:
+        """The split names, in the order of their intervals and shards (sorted)."""
+        return sorted(self.fractions)
