@@ -54,14 +54,23 @@ class Fit:
 def measured(samples: int, summary: dict) -> Build:
     """A Build from `datapipe build --json`'s summary."""
     sec = summary["seconds"]
-    return Build(samples, summary["bytes"], sec["start"], sec["clean and measure"], sec["write shards"])
+    return Build(
+        samples, summary["bytes"], sec["start"], sec["clean and measure"], sec["write shards"]
+    )
 
 
 def fit(one: Build, two: Build, task_seconds: float, unique_per_row: float) -> Fit:
     """The costs that make the model give ``one`` and ``two`` exactly."""
     s = one.samples
     exchange = max(0.0, (2 * two.write - one.write) / (one.shard_bytes / 2))
-    return Fit(one.measure / s, one.write / s, one.measure / (2 * two.measure), exchange, task_seconds, unique_per_row)
+    return Fit(
+        one.measure / s,
+        one.write / s,
+        one.measure / (2 * two.measure),
+        exchange,
+        task_seconds,
+        unique_per_row,
+    )
 
 
 def predict(
@@ -105,7 +114,10 @@ def task_seconds(tasks: int = 4000) -> float:
     from dask import delayed
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster) as c:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
+        Client(cluster) as c,
+    ):
         c.gather(c.compute([delayed(int, pure=False)(i) for i in range(100)]))  # warm
         t = time.perf_counter()
         c.gather(c.compute([delayed(int, pure=False)(i) for i in range(tasks)]))
@@ -117,7 +129,11 @@ def unique_seconds(rows: int = 2_000_000) -> float:
     ``rows``."""
     from datapipe.builder.shard_plan import first_occurrences
 
-    hashes = np.random.default_rng(0).integers(0, 2**63, size=(rows, 2), dtype=np.int64).astype(np.uint64)
+    hashes = (
+        np.random.default_rng(0)
+        .integers(0, 2**63, size=(rows, 2), dtype=np.int64)
+        .astype(np.uint64)
+    )
     t = time.perf_counter()
     first_occurrences([hashes])
     return (time.perf_counter() - t) / rows

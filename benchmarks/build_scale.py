@@ -69,7 +69,9 @@ def timed(cmd: list[str], cwd: str | None = None) -> tuple[float, str]:
 def build(pipeline: str, store: str, *options: str) -> dict:
     """One `datapipe build` from outside: wall seconds and its summary."""
     shutil.rmtree(store, ignore_errors=True)
-    seconds, out = timed([sys.executable, "-m", "datapipe", "build", pipeline, "--out", store, "--json", *options])
+    seconds, out = timed(
+        [sys.executable, "-m", "datapipe", "build", pipeline, "--out", store, "--json", *options]
+    )
     shutil.rmtree(store, ignore_errors=True)
     return {"seconds": seconds, "summary": json.loads(out.strip().splitlines()[-1])}
 
@@ -131,7 +133,9 @@ def on_real_cluster(pipeline: str, store: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=2_000_000)
-    parser.add_argument("--workdir", default=None, help="where W3 is written (kept); default: a temporary directory")
+    parser.add_argument(
+        "--workdir", default=None, help="where W3 is written (kept); default: a temporary directory"
+    )
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="datapipe-w3-")
     pipeline = prepare(args.samples, workdir)
@@ -150,7 +154,10 @@ def main() -> None:
         "real cluster, 2 workers": on_real_cluster(pipeline, store),
     }
     n = args.samples
-    print(f"W3: {n:,} samples x 1 KiB from Parquet; MDSWriter in one process: {n / mds:,.0f} samples/s ({mds:.1f} s)")
+    print(
+        f"W3: {n:,} samples x 1 KiB from Parquet; MDSWriter in one process: "
+        f"{n / mds:,.0f} samples/s ({mds:.1f} s)"
+    )
     for name, r in runs.items():
         peak = r["summary"].get("worker_peak_rss") or 0
         print(
@@ -158,17 +165,28 @@ def main() -> None:
             f"{n / r['seconds'] * mds / n:.2f}x MDS; peak worker RSS {peak / 1e6:.0f} MB; ran on "
             f"{r['summary'].get('ran_on')}; seconds {r['summary'].get('seconds')}"
         )
-    one, two, real = (runs[k]["seconds"] for k in ("1 worker", "2 workers", "real cluster, 2 workers"))
+    one, two, real = (
+        runs[k]["seconds"] for k in ("1 worker", "2 workers", "real cluster, 2 workers")
+    )
     print(
         f"2 workers / 1 worker: {one / two:.2f}x (target >= 1.7); real cluster "
         f"/ embedded: {two / real:.2f}x "
         f"(target >= 0.9); 2 workers / MDS: {mds / two:.2f}x (target >= 1.5)"
     )
     with open(os.path.join(workdir, "runs.json"), "w") as f:
-        json.dump({"samples": n, "source_bytes": os.path.getsize(parquet), "mds_seconds": mds, "runs": runs}, f)
+        json.dump(
+            {
+                "samples": n,
+                "source_bytes": os.path.getsize(parquet),
+                "mds_seconds": mds,
+                "runs": runs,
+            },
+            f,
+        )
     print(
         build_model.report(
-            *(build_model.measured(n, runs[k]["summary"]) for k in ("1 worker", "2 workers")), os.path.getsize(parquet)
+            *(build_model.measured(n, runs[k]["summary"]) for k in ("1 worker", "2 workers")),
+            os.path.getsize(parquet),
         )
     )
 

@@ -63,13 +63,28 @@ def prepare(data: Data, directory: str) -> str:
 
 
 def build(
-    pipeline: str, store: str, workers: int, timeout: float = 3600, keep: bool = False, env: dict | None = None
+    pipeline: str,
+    store: str,
+    workers: int,
+    timeout: float = 3600,
+    keep: bool = False,
+    env: dict | None = None,
 ) -> dict:
     """Run ``python -m datapipe build PIPELINE --out STORE --workers N --json`` once; the store is
-    removed after
-    unless ``keep``."""
+    removed after unless ``keep``."""
     shutil.rmtree(store, ignore_errors=True)
-    cmd = [sys.executable, "-m", "datapipe", "build", pipeline, "--out", store, "--workers", str(workers), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "datapipe",
+        "build",
+        pipeline,
+        "--out",
+        store,
+        "--workers",
+        str(workers),
+        "--json",
+    ]
     t = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     seconds = time.perf_counter() - t
@@ -81,19 +96,27 @@ def build(
     return {"workers": workers, "seconds": seconds, "summary": summary}
 
 
-def fixed_costs(workload: Workload, directory: str, workers: int, repeats: int = 3, timeout: float = 600) -> dict:
+def fixed_costs(
+    workload: Workload, directory: str, workers: int, repeats: int = 3, timeout: float = 600
+) -> dict:
     """Seconds (medians of ``repeats``) that do not depend on the data: ``datapipe build`` of a
-    10-row Parquet
-    file of the workload, and DASK_FLOOR, both with ``workers`` workers. The workload's samples over
-    either is the most samples/s its build can reach end to end, however fast the passes."""
+    10-row Parquet file of the workload, and DASK_FLOOR, both with ``workers`` workers. The
+    workload's samples over either is the most samples/s its build can reach end to end, however
+    fast the passes."""
     tiny = Workload(f"{workload.name}-10-rows", 10, workload.payload, workload.seed)
     pipeline = prepare(generate(tiny), directory)
-    builds = [build(pipeline, os.path.join(directory, "built"), workers, timeout)["seconds"] for _ in range(repeats)]
+    builds = [
+        build(pipeline, os.path.join(directory, "built"), workers, timeout)["seconds"]
+        for _ in range(repeats)
+    ]
     floors = []
     for _ in range(repeats):
         t = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-c", DASK_FLOOR.format(workers=workers)], check=True, timeout=timeout, capture_output=True
+            [sys.executable, "-c", DASK_FLOOR.format(workers=workers)],
+            check=True,
+            timeout=timeout,
+            capture_output=True,
         )
         floors.append(time.perf_counter() - t)
     return {

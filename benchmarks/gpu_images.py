@@ -46,7 +46,10 @@ def check() -> str:
             "run this on a machine with an NVIDIA GPU and a CUDA build of torch"
         )
     if not image_run.decoder_ready():
-        fail("this datapipe has no datapipe.image (issue 18's decoder); check out a commit that has it")
+        fail(
+            "this datapipe has no datapipe.image (issue 18's decoder); check out a "
+            "commit that has it"
+        )
     return torch.cuda.get_device_name(0)
 
 
@@ -85,7 +88,10 @@ def read(store: str, kind: str, workers: int) -> dict:
         for batch in loader:
             jpg = batch["jpg"]
             if not (jpg.is_cuda and jpg.shape[1:] == (3, 224, 224)):
-                raise RuntimeError(f"expected a CUDA uint8 (N, 3, 224, 224) batch, got {jpg.device} {tuple(jpg.shape)}")
+                raise RuntimeError(
+                    f"expected a CUDA uint8 (N, 3, 224, 224) batch, got {jpg.device} "
+                    f"{tuple(jpg.shape)}"
+                )
             images += jpg.shape[0]
             first += int(jpg[:, 0, 0, 0].sum())
         return images, first
@@ -117,7 +123,9 @@ def nvjpeg_floor(paths: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", required=True, help="where W4's JPEGs and the datapipe build go (kept, reused)")
+    parser.add_argument(
+        "--workdir", required=True, help="where W4's JPEGs and the datapipe build go (kept, reused)"
+    )
     parser.add_argument("--quick", action="store_true", help="2,000 images instead of 20,000")
     parser.add_argument("--out", help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
@@ -131,7 +139,11 @@ def main(argv: list[str] | None = None) -> None:
         from benchmarks import building
 
         building.build(
-            image_ours.prepare(images, os.path.join(workdir, "source")), store, 2, keep=True, env=image_run.build_env()
+            image_ours.prepare(images, os.path.join(workdir, "source")),
+            store,
+            2,
+            keep=True,
+            env=image_run.build_env(),
         )
     results = {
         "device": device,

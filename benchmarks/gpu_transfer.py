@@ -49,21 +49,31 @@ def write(root: str, samples: int, payload: int) -> str:
             )
         )
     writer.commit(
-        Manifest(name="gpu", shard_format=fmt.name, fields={"cls": "int", "bin": "bytes"}, shards=tuple(entries))
+        Manifest(
+            name="gpu",
+            shard_format=fmt.name,
+            fields={"cls": "int", "bin": "bytes"},
+            shards=tuple(entries),
+        )
     )
     return f"{root}/gpu"
 
 
 def epoch(url: str, num_workers: int, pin: bool, device: str, check: bool) -> dict:
     """One epoch to ``device``: rate and pinned batches; with ``check``, every byte copied back and
-    compared
-    with the CPU batch (not timed: run it as a separate epoch)."""
+    compared with the CPU batch (not timed: run it as a separate epoch)."""
     import torch
 
     import datapipe
 
     loader = datapipe.Loader(
-        url, batch_size=256, num_workers=num_workers, shuffle=True, seed=1, pin_memory=pin, decode={"bin": "ragged"}
+        url,
+        batch_size=256,
+        num_workers=num_workers,
+        shuffle=True,
+        seed=1,
+        pin_memory=pin,
+        decode={"bin": "ragged"},
     )
     nbytes = batches = pinned = 0
     mismatches = 0
@@ -73,14 +83,21 @@ def epoch(url: str, num_workers: int, pin: bool, device: str, check: bool) -> di
         pinned += int(values.is_pinned()) if device == "cuda" else 0
         on_device = values.to(device, non_blocking=pin)
         labels = batch["cls"].to(device, non_blocking=pin)
-        if check and not (torch.equal(on_device.cpu(), values) and torch.equal(labels.cpu(), batch["cls"])):
+        if check and not (
+            torch.equal(on_device.cpu(), values) and torch.equal(labels.cpu(), batch["cls"])
+        ):
             mismatches += 1
         nbytes += values.numel()
         batches += 1
     if device == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    result = {"workers": num_workers, "pin_memory": pin, "batches": batches, "pinned_batches": pinned}
+    result = {
+        "workers": num_workers,
+        "pin_memory": pin,
+        "batches": batches,
+        "pinned_batches": pinned,
+    }
     if check:
         return {**result, "mismatched_batches": mismatches}
     return {**result, "GB/s": round(nbytes / seconds / 1e9, 3), "seconds": round(seconds, 3)}
@@ -95,7 +112,12 @@ def main() -> None:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(
-        json.dumps({"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "torch": torch.__version__})
+        json.dumps(
+            {
+                "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+                "torch": torch.__version__,
+            }
+        )
     )
     with tempfile.TemporaryDirectory() as root:
         url = write(root, args.samples, args.payload)

@@ -34,19 +34,22 @@ shards: {{max_bytes: 64MB}}
 
 def key_and_label(frame: pd.DataFrame) -> pd.DataFrame:
     """The map stage: ``key`` = the file name without its extension (unique in W4); ``label`` from
-    the class
-    folder when the source does not give it (the ``files`` source)."""
+    the class folder when the source does not give it (the ``files`` source)."""
     frame = frame.copy()
     frame["key"] = [os.path.splitext(name)[0] for name in frame["name"]]
     if "label" not in frame:
         frame["label"] = [int(parent[1:]) for parent in frame["parent"]]
-    return frame.drop(columns=[c for c in ("path", "name", "parent", "class", "group") if c in frame])
+    return frame.drop(
+        columns=[c for c in ("path", "name", "parent", "class", "group") if c in frame]
+    )
 
 
 def prepare(images: str, directory: str, class_folders: bool = False) -> str:
     """Write the W4 pipeline file into ``directory``; returns its path."""
     os.makedirs(directory, exist_ok=True)
-    source = (SOURCE_CLASS_FOLDERS if class_folders else SOURCE_FILES).format(images=os.path.abspath(images))
+    source = (SOURCE_CLASS_FOLDERS if class_folders else SOURCE_FILES).format(
+        images=os.path.abspath(images)
+    )
     path = os.path.join(directory, f"{NAME}.yaml")
     with open(path, "w") as f:
         f.write(PIPELINE.format(name=NAME, source=source))
@@ -65,9 +68,17 @@ def image_spec(kind: str, device: str | None = None):
 
     extra = {"device": device} if device else {}
     if kind == "train":
-        return datapipe.image(size=tf.SIZE, crop="random-resized", flip=True, layout="CHW", dtype="uint8", **extra)
+        return datapipe.image(
+            size=tf.SIZE, crop="random-resized", flip=True, layout="CHW", dtype="uint8", **extra
+        )
     return datapipe.image(
-        size=tf.SIZE, crop="center", resize=tf.RESIZE, flip=False, layout="CHW", dtype="uint8", **extra
+        size=tf.SIZE,
+        crop="center",
+        resize=tf.RESIZE,
+        flip=False,
+        layout="CHW",
+        dtype="uint8",
+        **extra,
     )
 
 
@@ -77,7 +88,11 @@ def read(store: str, kind: str, workers: int) -> list[int]:
     import datapipe
 
     loader = datapipe.Loader(
-        url(store), batch_size=tf.BATCH, num_workers=workers, shuffle=False, decode={"jpg": image_spec(kind)}
+        url(store),
+        batch_size=tf.BATCH,
+        num_workers=workers,
+        shuffle=False,
+        decode={"jpg": image_spec(kind)},
     )
     return tf.read_batches(batch["jpg"] for batch in loader)
 

@@ -64,7 +64,9 @@ def wds_read(path: str, kind: str, workers: int) -> list[int]:
     import webdataset as wds
 
     pipeline = _wds_pipeline(path, kind)
-    batches = pipeline if workers == 0 else wds.WebLoader(pipeline, batch_size=None, num_workers=workers)
+    batches = (
+        pipeline if workers == 0 else wds.WebLoader(pipeline, batch_size=None, num_workers=workers)
+    )
     return tf.read_batches(b[0] for b in batches)
 
 
@@ -104,7 +106,9 @@ def mds_read(path: str, kind: str, workers: int) -> list[int]:
     ds = _mds_dataset(path, kind)
     if workers == 0:
         return tf.read_batches(tf.stacked(image for image, _ in ds))
-    return tf.read_batches(b[0] for b in StreamingDataLoader(ds, batch_size=tf.BATCH, num_workers=workers))
+    return tf.read_batches(
+        b[0] for b in StreamingDataLoader(ds, batch_size=tf.BATCH, num_workers=workers)
+    )
 
 
 # --- LitData ----------------------------------------------------------------------------------
@@ -138,7 +142,9 @@ def _litdata_dataset(path: str, kind: str):
     from litdata import StreamingDataset
 
     sample = tf.SAMPLE[kind]
-    return StreamingDataset(path, shuffle=False, transform=lambda item: (sample(item["jpg"]), item["cls"]))
+    return StreamingDataset(
+        path, shuffle=False, transform=lambda item: (sample(item["jpg"]), item["cls"])
+    )
 
 
 def litdata_read(path: str, kind: str, workers: int) -> list[int]:
@@ -147,7 +153,9 @@ def litdata_read(path: str, kind: str, workers: int) -> list[int]:
     ds = _litdata_dataset(path, kind)
     if workers == 0:
         return tf.read_batches(tf.stacked(image for image, _ in ds))
-    return tf.read_batches(b[0] for b in StreamingDataLoader(ds, batch_size=tf.BATCH, num_workers=workers))
+    return tf.read_batches(
+        b[0] for b in StreamingDataLoader(ds, batch_size=tf.BATCH, num_workers=workers)
+    )
 
 
 Reader = Callable[[str], list[int]]

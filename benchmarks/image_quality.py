@@ -52,7 +52,9 @@ def measure(paths: list[str], spec: datapipe.loader.images.spec.ImageSpec, epoch
             with Image.open(path) as img:
                 box = crop_box(spec, *img.size, u[i])
             decodes += 1
-            reduce = min((box.right - box.left) / spec.size[1], (box.bottom - box.top) / spec.size[0])
+            reduce = min(
+                (box.right - box.left) / spec.size[1], (box.bottom - box.top) / spec.size[0]
+            )
             if reduce < 2:  # decoded in full either way
                 continue
             decode_into(spec.at(0, epoch), data, u[i], draft)

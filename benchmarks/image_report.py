@@ -6,7 +6,12 @@ from __future__ import annotations
 from benchmarks.peers import WORKERS
 
 TOOLS = ["datapipe-img", "wds-img", "mds-img", "litdata-img"]
-LABELS = {"datapipe-img": "datapipe", "wds-img": "WebDataset", "mds-img": "Mosaic MDS", "litdata-img": "LitData"}
+LABELS = {
+    "datapipe-img": "datapipe",
+    "wds-img": "WebDataset",
+    "mds-img": "Mosaic MDS",
+    "litdata-img": "LitData",
+}
 READS = [
     ("train-one", "train, 1 process"),
     ("train-loader", f"train, DataLoader {WORKERS} workers"),
@@ -59,19 +64,36 @@ def _disk(w: dict, tool: str) -> float | None:
 
 def _figures() -> list[tuple[str, bool, object, object]]:
     figures = [
-        ("write from the files, images/s (datapipe: `datapipe build`, 2 Dask workers)", True, _write, _rate),
+        (
+            "write from the files, images/s (datapipe: `datapipe build`, 2 Dask workers)",
+            True,
+            _write,
+            _rate,
+        ),
         ("disk / JPEG bytes", False, _disk, lambda v: f"{v:.3f}x"),
     ]
     for mode, label in READS:
-        figures.append((f"{label}, images/s", True, lambda w, t, m=mode: _images_per_s(w, t, m), _rate))
+        figures.append(
+            (f"{label}, images/s", True, lambda w, t, m=mode: _images_per_s(w, t, m), _rate)
+        )
     for mode, label in READS:
         figures.append(
-            (f"{label}, share of the Pillow floor", True, lambda w, t, m=mode: _share(w, t, m), lambda v: f"{v:.2f}")
+            (
+                f"{label}, share of the Pillow floor",
+                True,
+                lambda w, t, m=mode: _share(w, t, m),
+                lambda v: f"{v:.2f}",
+            )
         )
     for mode, label in READS:
         main = "main + worker" if mode.endswith("loader") else "1 process"
         figures.append(
-            (f"{label}, peak RSS ({main}), MB", False, lambda w, t, m=mode: _rss(w, t, m), lambda v: f"{v:.0f}")
+            (
+                f"{label}, peak RSS ({main}), MB",
+                False,
+                lambda w, t, m=mode: _rss(w, t, m),
+                lambda v: f"{v:.0f}",
+            )
         )
     return figures
 
@@ -111,5 +133,6 @@ def describe(w: dict) -> str:
     """The workload's line, with the images' measured mean size."""
     s = w["images"]
     return (
-        f"{w['describe']}; measured: mean {s['mean_bytes'] / 1e3:.1f} KB, {s['mean_width']:.0f}x{s['mean_height']:.0f}"
+        f"{w['describe']}; measured: mean {s['mean_bytes'] / 1e3:.1f} KB, "
+        f"{s['mean_width']:.0f}x{s['mean_height']:.0f}"
     )

@@ -49,7 +49,10 @@ def _disk(path: str) -> int:
 def build_env() -> dict:
     """The environment of ``datapipe build``: its map stage is ``benchmarks.image_ours``, so ROOT is
     on the path."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+    }
 
 
 def write_all(w: ImageWorkload, images: str, workdir: str, timeout: float) -> dict:
@@ -75,12 +78,19 @@ def write_all(w: ImageWorkload, images: str, workdir: str, timeout: float) -> di
         "build": b,
         "read": {},
     }
-    log(f"  datapipe build, 2 workers: {b['seconds']:.1f}s, {w.images / b['seconds']:,.0f} images/s")
+    log(
+        f"  datapipe build, 2 workers: {b['seconds']:.1f}s, {w.images / b['seconds']:,.0f} images/s"
+    )
     return tools
 
 
 def run_w4(
-    readers: Readers, w: ImageWorkload, workdir: str, timeout: float, repeats: int, read_rounds: Callable
+    readers: Readers,
+    w: ImageWorkload,
+    workdir: str,
+    timeout: float,
+    repeats: int,
+    read_rounds: Callable,
 ) -> dict:
     """The whole of W4; the result that ``benchmarks.image_report`` turns into rows."""
     log(w.describe())
@@ -102,11 +112,19 @@ def run_w4(
     }
     tools = [t for t in TOOLS if t != OURS or decoder_ready()]
     if OURS not in tools:
-        log("  datapipe.image does not exist yet (issue 18's decoder): datapipe's W4 reads are skipped")
+        log(
+            "  datapipe.image does not exist yet (issue 18's decoder): datapipe's "
+            "W4 reads are skipped"
+        )
     reads = [(tool, mode, os.path.join(workdir, tool)) for tool in tools for mode in READ_MODES]
     result["floor"] = {}
-    for (tool, mode), r in read_rounds(readers, reads + [(FLOOR, "decode", images)], timeout, repeats).items():
-        line = f"{r['samples'] / r['seconds']:,.0f} images/s, RSS {r['rss_mb']:.0f}+{r['child_rss_mb']:.0f} MB"
+    for (tool, mode), r in read_rounds(
+        readers, reads + [(FLOOR, "decode", images)], timeout, repeats
+    ).items():
+        line = (
+            f"{r['samples'] / r['seconds']:,.0f} images/s, RSS "
+            f"{r['rss_mb']:.0f}+{r['child_rss_mb']:.0f} MB"
+        )
         if tool == FLOOR:
             result["floor"][mode] = r
             log(f"  floor: Pillow full decode, 1 process: {line}")

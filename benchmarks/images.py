@@ -151,4 +151,6 @@ def jpeg_files(w: ImageWorkload, directory: str) -> list[tuple[str, int]]:
     """(path, label) of every image, sorted by path: class folder, then name (the order every writer
     uses)."""
     classes = labels(w)
-    return sorted((image_path(directory, int(classes[i]), i), int(classes[i])) for i in range(w.images))
+    return sorted(
+        (image_path(directory, int(classes[i]), i), int(classes[i])) for i in range(w.images)
+    )

@@ -6,9 +6,9 @@ writes W3 (2,000,000 x 1 KiB + int label by default) as FILES Parquet files of 1
 builds it with ``datapipe build --workers N`` (the full build), then for each change (a file added
 in the middle of the source order, that file edited, a file removed) rebuilds from the previous
 version REPEAT times (from a hard-linked copy of the store as it was) and once from scratch into an
-empty store, each in a fresh process;
-prints the rebuild's median wall seconds and shard bytes written (the summary's
-``incremental.shards.bytes_written``), as shares of the median of the four full builds.
+empty store, each in a fresh process; prints the rebuild's median wall seconds and shard bytes
+written (the summary's ``incremental.shards.bytes_written``), as shares of the median of the four
+full builds.
 """
 
 from __future__ import annotations
@@ -46,9 +46,13 @@ def write_file(path: str, first: int, n: int, seed: int) -> None:
             writer.write_table(
                 pa.table(
                     {
-                        "key": pa.array([f"s{i:08d}" for i in range(start, start + m)], pa.string()),
+                        "key": pa.array(
+                            [f"s{i:08d}" for i in range(start, start + m)], pa.string()
+                        ),
                         "label": pa.array(rng.integers(0, 10, m), pa.int64()),
-                        "payload": pa.array([blob[j * 1024 : (j + 1) * 1024] for j in range(m)], pa.binary()),
+                        "payload": pa.array(
+                            [blob[j * 1024 : (j + 1) * 1024] for j in range(m)], pa.binary()
+                        ),
                     },
                     schema=schema,
                 ),
@@ -59,8 +63,7 @@ def write_file(path: str, first: int, n: int, seed: int) -> None:
 
 def build(workdir: str, store: str, workers: int) -> dict:
     """One `datapipe build` from outside: wall seconds and its summary. The page cache is flushed
-    first, so a
-    build does not pay for writing back the one before it."""
+    first, so a build does not pay for writing back the one before it."""
     os.sync()
     start = time.perf_counter()
     done = subprocess.run(
@@ -92,7 +95,9 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--workdir", default=None)
-    parser.add_argument("--repeat", type=int, default=3, help="times each rebuild runs (its median is reported)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="times each rebuild runs (its median is reported)"
+    )
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="datapipe-incremental-")
     raw = os.path.join(workdir, "raw")
@@ -108,7 +113,10 @@ def main() -> None:
     shutil.rmtree(store, ignore_errors=True)
     full = build(workdir, store, args.workers)
     total = full["summary"]["bytes"]
-    print(f"full build: {full['seconds']:.1f} s, {total / 1e9:.2f} GB of shards, {full['summary']['shards']} shards")
+    print(
+        f"full build: {full['seconds']:.1f} s, {total / 1e9:.2f} GB of shards, "
+        f"{full['summary']['shards']} shards"
+    )
     middle = os.path.join(raw, f"f{args.files // 2:03d}a.parquet")  # sorts between f050 and f051
     changes = [
         ("added", lambda: write_file(middle, args.samples, per, 999)),

@@ -88,8 +88,7 @@ COPY_CHUNK = 25 * 2**20  # about one W2 batch
 
 def memmap_copy(files: list[str]) -> list[int]:
     """Copy every byte of each shard through np.memmap into one reused buffer (25 MiB at a time):
-    the
-    least that delivering payloads into batch arrays costs, as a copy reads and writes every
+    the least that delivering payloads into batch arrays costs, as a copy reads and writes every
     byte."""
     out = np.empty(COPY_CHUNK, dtype=np.uint8)
     nbytes = acc = 0
@@ -295,7 +294,10 @@ class Readers:
     """One server process per tool family, started before the benchmark holds any samples."""
 
     def __init__(self, cwd: str, families: Iterable[str] = BYTE_FAMILIES) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [cwd, os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [cwd, os.environ.get("PYTHONPATH")])),
+        }
         self.servers = {
             f: subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.measure", "--serve", f],
@@ -312,17 +314,23 @@ class Readers:
         for family, proc in self.servers.items():
             assert proc.stdout is not None
             if proc.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"the {family} reader server failed to start (see its stderr above)")
+                raise RuntimeError(
+                    f"the {family} reader server failed to start (see its stderr above)"
+                )
 
     def read(self, tool: str, mode: str, path: str, timeout: float) -> dict:
         proc = self.servers[FAMILIES[tool]]
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps({"tool": tool, "mode": mode, "path": path, "timeout": timeout}) + "\n")
+        proc.stdin.write(
+            json.dumps({"tool": tool, "mode": mode, "path": path, "timeout": timeout}) + "\n"
+        )
         proc.stdin.flush()
         line = proc.stdout.readline()
         result = json.loads(line) if line else {"error": "the reader server died"}
         if "error" in result:
-            raise RuntimeError(f"reading {path} with {tool} ({mode}) failed:\n{result['error'][-3000:]}")
+            raise RuntimeError(
+                f"reading {path} with {tool} ({mode}) failed:\n{result['error'][-3000:]}"
+            )
         return result
 
     def close(self) -> None:
@@ -340,7 +348,9 @@ class Readers:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="A reader server (used by benchmarks.run), or one reading.")
+    parser = argparse.ArgumentParser(
+        description="A reader server (used by benchmarks.run), or one reading."
+    )
     parser.add_argument("--serve", metavar="FAMILY", choices=sorted(set(FAMILIES.values())))
     parser.add_argument("read", nargs="*", metavar="TOOL MODE PATH")
     args = parser.parse_args()

@@ -50,9 +50,13 @@ def one(kind: str, outs: dict[str, str], workers: int) -> float:
         data = (
             ours.url(outs["single"])
             if kind == "single"
-            else datapipe.mix({"a": ours.url(outs["a"]), "b": ours.url(outs["b"])}, weights={"a": 0.5, "b": 0.5})
+            else datapipe.mix(
+                {"a": ours.url(outs["a"]), "b": ours.url(outs["b"])}, weights={"a": 0.5, "b": 0.5}
+            )
         )
-        return datapipe.Loader(data, batch_size=ours.BATCH, num_workers=workers, decode={"bin": "ragged"})
+        return datapipe.Loader(
+            data, batch_size=ours.BATCH, num_workers=workers, decode={"bin": "ragged"}
+        )
 
     rate = 0.0
     for _ in range(2):
@@ -74,7 +78,11 @@ def audit_seconds() -> dict:
         for i in range(10_000)
     )
     manifest = Manifest(
-        name="ten-million", shard_format="webdataset", fields={"bin": "bytes"}, shards=shards, version="f" * 64
+        name="ten-million",
+        shard_format="webdataset",
+        fields={"bin": "bytes"},
+        shards=shards,
+        version="f" * 64,
     )
     data = Dataset(Store(tempfile.mkdtemp(prefix="datapipe-audit-")), "ten-million", manifest)
     start = time.perf_counter()
@@ -94,7 +102,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="a tenth of W1")
     parser.add_argument("--workdir", default=None)
-    parser.add_argument("--one", nargs=3, metavar=("KIND", "WORKDIR", "WORKERS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--one", nargs=3, metavar=("KIND", "WORKDIR", "WORKERS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.one:
         outs = {k: os.path.join(args.one[1], k) for k in ("single", "a", "b")}
@@ -102,18 +112,30 @@ def main() -> None:
         return
     workdir = args.workdir or tempfile.mkdtemp(prefix="datapipe-mixing-")
     ensure(workdir, args.quick)
-    rates: dict[tuple[str, int], list[float]] = {(k, w): [] for k in ("single", "mix") for w in WORKERS}
+    rates: dict[tuple[str, int], list[float]] = {
+        (k, w): [] for k in ("single", "mix") for w in WORKERS
+    }
     for _ in range(args.rounds):
         for workers in WORKERS:
             for kind in ("single", "mix"):
                 done = subprocess.run(
-                    [sys.executable, "-m", "benchmarks.mixing", "--one", kind, workdir, str(workers)],
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.mixing",
+                        "--one",
+                        kind,
+                        workdir,
+                        str(workers),
+                    ],
                     capture_output=True,
                     text=True,
                     check=True,
                 )
                 rates[(kind, workers)].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"{'workers':>7} {'single samples/s':>22} {'mix 50/50 samples/s':>22} {'mix / single':>14}")
+    print(
+        f"{'workers':>7} {'single samples/s':>22} {'mix 50/50 samples/s':>22} {'mix / single':>14}"
+    )
     for workers in WORKERS:
         single, mixed = rates[("single", workers)], rates[("mix", workers)]
         ratios = [m / s for m, s in zip(mixed, single, strict=True)]

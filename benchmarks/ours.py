@@ -14,7 +14,9 @@ from benchmarks.workloads import Data
 NAME = "bench"
 
 
-def write(data: Data, out: str, fmt_name: str = "webdataset", shard_bytes: int = SHARD_BYTES) -> None:
+def write(
+    data: Data, out: str, fmt_name: str = "webdataset", shard_bytes: int = SHARD_BYTES
+) -> None:
     """Write ~64 MB shards (``shard_bytes``) through the store's VersionWriter and commit one
     version.
 
@@ -29,7 +31,9 @@ def write(data: Data, out: str, fmt_name: str = "webdataset", shard_bytes: int =
     fmt = get_format(fmt_name)
     first = data.samples[0]
     per_shard = max(
-        1, shard_bytes // fmt.writer.sample_size(first["__key__"], {"bin": first["bin"], "cls": first["cls"]})
+        1,
+        shard_bytes
+        // fmt.writer.sample_size(first["__key__"], {"bin": first["bin"], "cls": first["cls"]}),
     )
     writer = Store(out).begin(NAME)
     entries = [
@@ -37,7 +41,12 @@ def write(data: Data, out: str, fmt_name: str = "webdataset", shard_bytes: int =
         for i, start in enumerate(range(0, len(data.samples), per_shard))
     ]
     writer.commit(
-        Manifest(name=NAME, shard_format=fmt.name, fields={"cls": "int", "bin": "bytes"}, shards=tuple(entries))
+        Manifest(
+            name=NAME,
+            shard_format=fmt.name,
+            fields={"cls": "int", "bin": "bytes"},
+            shards=tuple(entries),
+        )
     )
 
 
@@ -63,12 +72,15 @@ def _touch_ragged(column) -> tuple[int, int, int]:
 
 def read(out: str, num_workers: int, ragged: bool = False) -> list[int]:
     """``datapipe.Loader(url, batch_size=256, num_workers=N, shuffle=False)``, every batch touched;
-    with
-    ``ragged``, ``decode={"bin": "ragged"}``."""
+    with ``ragged``, ``decode={"bin": "ragged"}``."""
     import datapipe
 
     loader = datapipe.Loader(
-        url(out), batch_size=BATCH, num_workers=num_workers, shuffle=False, decode={"bin": "ragged"} if ragged else None
+        url(out),
+        batch_size=BATCH,
+        num_workers=num_workers,
+        shuffle=False,
+        decode={"bin": "ragged"} if ragged else None,
     )
     total = [0, 0, 0]
     for batch in loader:

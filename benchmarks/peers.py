@@ -1,8 +1,8 @@
 """The peers, written and read the way their documentation shows: WebDataset 1.0.2, MosaicML
 Streaming, LitData.
 
-Every reader touches every payload (its length and first byte) and returns
-``(samples, payload bytes, sum of first bytes)``. Shard/chunk targets are 64 MB throughout.
+Every reader touches every payload (its length and first byte) and returns ``(samples, payload
+bytes, sum of first bytes)``. Shard/chunk targets are 64 MB throughout.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ def patch_torchvision() -> None:
 
     for op in ("nms", "qnms"):
         try:
-            torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+            torch.library.define(
+                f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"
+            )
         except RuntimeError:  # already defined (a working torchvision, or called twice)
             pass
 
@@ -108,7 +110,9 @@ def mds_write(data: Data, out: str) -> None:
     patch_torchvision()
     from streaming import MDSWriter
 
-    with MDSWriter(out=out, columns=MDS_COLUMNS, size_limit=SHARD_BYTES, progress_bar=False) as writer:
+    with MDSWriter(
+        out=out, columns=MDS_COLUMNS, size_limit=SHARD_BYTES, progress_bar=False
+    ) as writer:
         for sample, label in zip(data.samples, data.labels, strict=True):
             writer.write({"key": sample["__key__"], "cls": label, "bin": sample["bin"]})
 
@@ -228,15 +232,25 @@ def litdata_read_loader(path: str) -> list[int]:
 
 
 # name -> (label, writer, {read mode: reader}); the writer's output directory is the reader's path
-PEERS: dict[str, tuple[str, Callable[[Data, str], None] | None, dict[str, Callable[[str], list[int]]]]] = {
+PEERS: dict[
+    str, tuple[str, Callable[[Data, str], None] | None, dict[str, Callable[[str], list[int]]]]
+] = {
     "wds": ("WebDataset", wds_write, {"one": wds_read_one, "loader": wds_read_loader}),
     "wds-int": (
         "WebDataset int mtime",
         lambda d, o: wds_write(d, o, int_mtime=True),
         {"one": wds_read_one, "loader": wds_read_loader},
     ),
-    "mds": ("Mosaic MDS", mds_write, {"one": mds_read_one, "index": mds_read_index, "loader": mds_read_loader}),
-    "litdata": ("LitData optimize", litdata_write, {"one": litdata_read_one, "loader": litdata_read_loader}),
+    "mds": (
+        "Mosaic MDS",
+        mds_write,
+        {"one": mds_read_one, "index": mds_read_index, "loader": mds_read_loader},
+    ),
+    "litdata": (
+        "LitData optimize",
+        litdata_write,
+        {"one": litdata_read_one, "loader": litdata_read_loader},
+    ),
     "litdata-bw": ("LitData BinaryWriter", litdata_binary_write, {}),
 }
 

@@ -74,7 +74,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workdir", default=None)
-    parser.add_argument("--one", nargs=3, metavar=("OUT", "PREFETCH", "LOOP"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--one", nargs=3, metavar=("OUT", "PREFETCH", "LOOP"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one(args.one[0], int(args.one[1]), args.one[2])))
@@ -86,16 +88,29 @@ def main() -> None:
         for loop in LOOPS:
             for p in SETTINGS:
                 done = subprocess.run(
-                    [sys.executable, "-m", "benchmarks.prefetch", "--one", outs[loop], str(p), loop],
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.prefetch",
+                        "--one",
+                        outs[loop],
+                        str(p),
+                        loop,
+                    ],
                     capture_output=True,
                     text=True,
                     check=True,
                 )
                 rates[(loop, p)].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"Loader(num_workers=0), second epoch, median of {args.rounds} alternating processes (W1 unless w2)")
+    print(
+        f"Loader(num_workers=0), second epoch, median of {args.rounds} "
+        "alternating processes (W1 unless w2)"
+    )
     for loop in LOOPS:
         none, ahead = (statistics.median(rates[(loop, p)]) for p in SETTINGS)
-        spread = "  ".join(f"p{p}: " + ",".join(f"{r / 1e3:.0f}k" for r in rates[(loop, p)]) for p in SETTINGS)
+        spread = "  ".join(
+            f"p{p}: " + ",".join(f"{r / 1e3:.0f}k" for r in rates[(loop, p)]) for p in SETTINGS
+        )
         print(
             f"{loop:7s} prefetch=0 {none / 1e3:6.0f}k/s  prefetch=4 {ahead / 1e3:6.0f}k/s  "
             f"none/ahead {none / ahead:4.2f}x   ({spread})"

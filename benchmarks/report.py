@@ -29,7 +29,9 @@ def rate(n: float) -> str:
 
 
 def bandwidth(bytes_per_s: float) -> str:
-    return f"{bytes_per_s / 1e9:.2f} GB/s" if bytes_per_s >= 1e9 else f"{bytes_per_s / 1e6:.0f} MB/s"
+    return (
+        f"{bytes_per_s / 1e9:.2f} GB/s" if bytes_per_s >= 1e9 else f"{bytes_per_s / 1e6:.0f} MB/s"
+    )
 
 
 # figure: (label, higher is better, value(workload result, tool) -> float | None, format)
@@ -91,12 +93,37 @@ FIGURES: list[Figure] = [
     ("disk / payload", False, _disk, lambda v: f"{v:.2f}x"),
     ("read 1 process, samples/s", True, lambda w, t: _read(w, t, "one", "samples"), rate),
     ("read 1 process, payload MB/s", True, lambda w, t: _read(w, t, "one", "bytes"), bandwidth),
-    ("read 1 process by ds[i], samples/s", True, lambda w, t: _read(w, t, "index", "samples"), rate),
-    ("read DataLoader 2 workers, samples/s", True, lambda w, t: _read(w, t, "loader", "samples"), rate),
-    ("read DataLoader 2 workers, payload MB/s", True, lambda w, t: _read(w, t, "loader", "bytes"), bandwidth),
+    (
+        "read 1 process by ds[i], samples/s",
+        True,
+        lambda w, t: _read(w, t, "index", "samples"),
+        rate,
+    ),
+    (
+        "read DataLoader 2 workers, samples/s",
+        True,
+        lambda w, t: _read(w, t, "loader", "samples"),
+        rate,
+    ),
+    (
+        "read DataLoader 2 workers, payload MB/s",
+        True,
+        lambda w, t: _read(w, t, "loader", "bytes"),
+        bandwidth,
+    ),
     # datapipe with decode={"bin": "ragged"}, against the same reads of the peers
-    ("read 1 process, datapipe ragged, samples/s", True, lambda w, t: _ragged(w, t, "one", "samples"), rate),
-    ("read 1 process, datapipe ragged, payload MB/s", True, lambda w, t: _ragged(w, t, "one", "bytes"), bandwidth),
+    (
+        "read 1 process, datapipe ragged, samples/s",
+        True,
+        lambda w, t: _ragged(w, t, "one", "samples"),
+        rate,
+    ),
+    (
+        "read 1 process, datapipe ragged, payload MB/s",
+        True,
+        lambda w, t: _ragged(w, t, "one", "bytes"),
+        bandwidth,
+    ),
     (
         "read DataLoader 2 workers, datapipe ragged, samples/s",
         True,
@@ -110,14 +137,44 @@ FIGURES: list[Figure] = [
         bandwidth,
     ),
     ("peak RSS 1 process, MB", False, lambda w, t: _rss(w, t, "one"), lambda v: f"{v:.0f}"),
-    ("peak private memory (RssAnon) 1 process, MB", False, lambda w, t: _anon(w, t, "one"), lambda v: f"{v:.0f}"),
-    ("peak RSS DataLoader (main + worker), MB", False, lambda w, t: _rss(w, t, "loader"), lambda v: f"{v:.0f}"),
+    (
+        "peak private memory (RssAnon) 1 process, MB",
+        False,
+        lambda w, t: _anon(w, t, "one"),
+        lambda v: f"{v:.0f}",
+    ),
+    (
+        "peak RSS DataLoader (main + worker), MB",
+        False,
+        lambda w, t: _rss(w, t, "loader"),
+        lambda v: f"{v:.0f}",
+    ),
     ("datapipe build, 1 Dask worker, samples/s", True, lambda w, t: _build(w, t, 1), rate),
     ("datapipe build, 2 Dask workers, samples/s", True, lambda w, t: _build(w, t, 2), rate),
-    ("datapipe build passes (no start-up), 1 worker, samples/s", True, lambda w, t: _build(w, t, 1, True), rate),
-    ("datapipe build passes (no start-up), 2 workers, samples/s", True, lambda w, t: _build(w, t, 2, True), rate),
-    ("datapipe build, 1 worker: peak worker RSS, MB", False, lambda w, t: _build_rss(w, t, 1), lambda v: f"{v:.0f}"),
-    ("datapipe build, 2 workers: peak worker RSS, MB", False, lambda w, t: _build_rss(w, t, 2), lambda v: f"{v:.0f}"),
+    (
+        "datapipe build passes (no start-up), 1 worker, samples/s",
+        True,
+        lambda w, t: _build(w, t, 1, True),
+        rate,
+    ),
+    (
+        "datapipe build passes (no start-up), 2 workers, samples/s",
+        True,
+        lambda w, t: _build(w, t, 2, True),
+        rate,
+    ),
+    (
+        "datapipe build, 1 worker: peak worker RSS, MB",
+        False,
+        lambda w, t: _build_rss(w, t, 1),
+        lambda v: f"{v:.0f}",
+    ),
+    (
+        "datapipe build, 2 workers: peak worker RSS, MB",
+        False,
+        lambda w, t: _build_rss(w, t, 2),
+        lambda v: f"{v:.0f}",
+    ),
 ]
 
 
@@ -144,7 +201,11 @@ def _floor_rows(w: dict) -> list[list[str]]:
             bps = r["bytes"] / r["seconds"]
             floor_rate = bps / (disk / w["samples"])
             ratio = f"read 1 process = {one / floor_rate:.2f}x" if one else "—"
-            rows.append([label, f"{bandwidth(bps)} = {rate(floor_rate)} samples/s"] + [""] * (len(TOOLS) - 1) + [ratio])
+            rows.append(
+                [label, f"{bandwidth(bps)} = {rate(floor_rate)} samples/s"]
+                + [""] * (len(TOOLS) - 1)
+                + [ratio]
+            )
     return rows
 
 
@@ -170,10 +231,9 @@ def _write_floor_rows(w: dict) -> list[list[str]]:
 
 def _fixed_rows(w: dict) -> list[list[str]]:
     """What start-up alone allows a build, as the most samples/s end to end: the workload over a
-    10-row
-    build's seconds; over the Dask floor's (building.DASK_FLOOR); and over the Dask floor plus the
-    best peer's own in-memory write shared perfectly by the workers (no Parquet to read, no hashing
-    beyond the peer's).
+    10-row build's seconds; over the Dask floor's (building.DASK_FLOOR); and over the Dask floor
+    plus the best peer's own in-memory write shared perfectly by the workers (no Parquet to read, no
+    hashing beyond the peer's).
     The last column puts each ceiling against the best peer's write rate."""
     f = w.get("build_fixed")
     writes = {t: _write(w, t, "samples") for t in TOOLS if t != "datapipe"}
@@ -184,7 +244,10 @@ def _fixed_rows(w: dict) -> list[list[str]]:
     n = f["workers"]
     ceilings = [
         (f"build ceiling: datapipe build of 10 rows, {n} workers", f["build_10_rows"]),
-        (f"build ceiling: Python + LocalCluster({n}) + pandas/pyarrow in the workers + stop", f["dask_floor"]),
+        (
+            f"build ceiling: Python + LocalCluster({n}) + pandas/pyarrow in the workers + stop",
+            f["dask_floor"],
+        ),
         (
             f"build ceiling: that + {LABELS[best]}'s write split over {n} workers",
             f["dask_floor"] + w["samples"] / writes[best] / n,
@@ -222,7 +285,9 @@ def _many_shards_rows(w: dict) -> list[list[str]]:
     if not many or not one:
         return []
     rss = many["rss_mb"] + many["child_rss_mb"]
-    cells = [f"{rss:.0f} MB RSS, {rate(many['samples'] / many['seconds'])} samples/s"] + [""] * (len(TOOLS) - 1)
+    cells = [f"{rss:.0f} MB RSS, {rate(many['samples'] / many['seconds'])} samples/s"] + [""] * (
+        len(TOOLS) - 1
+    )
     return [
         [
             "datapipe 1 process, 10x as many shards",
@@ -237,14 +302,20 @@ def markdown(results: dict) -> str:
     out = []
     for w in results["workloads"].values():
         images = w.get("kind") == "images"  # W4: its own tools and rows
-        header = image_report.header() if images else ["figure", *(LABELS[t] for t in TOOLS), "datapipe / best peer"]
+        header = (
+            image_report.header()
+            if images
+            else ["figure", *(LABELS[t] for t in TOOLS), "datapipe / best peer"]
+        )
         out += [
             f"**{image_report.describe(w) if images else w['describe']}**",
             "",
             "| " + " | ".join(header) + " |",
             "|" + "---|" * len(header),
         ]
-        out += ["| " + " | ".join(row) + " |" for row in (image_report.table(w) if images else table(w))]
+        out += [
+            "| " + " | ".join(row) + " |" for row in (image_report.table(w) if images else table(w))
+        ]
         out += [""]
     m = results["machine"]
     out.append(
@@ -276,7 +347,10 @@ def check(results: dict) -> list[str]:
             for mode, m in r.get("read", {}).items():
                 expected = w["samples"] - (w["samples"] % 256 if tool.startswith("datapipe") else 0)
                 if m["samples"] != expected:
-                    problems.append(f"{w['workload']} {tool} {mode}: read {m['samples']} samples, expected {expected}")
+                    problems.append(
+                        f"{w['workload']} {tool} {mode}: read {m['samples']} samples, expected "
+                        f"{expected}"
+                    )
     return problems
 
 
@@ -313,7 +387,12 @@ def chart(results: dict, path: str) -> None:
     ax = axes[-1]
     for i, tool in enumerate(TOOLS):
         ys = [_rss(w, tool, "loader") or 0 for w in workloads]
-        ax.bar([g + (i - len(TOOLS) / 2 + 0.5) * width for g in range(len(workloads))], ys, width, label=LABELS[tool])
+        ax.bar(
+            [g + (i - len(TOOLS) / 2 + 0.5) * width for g in range(len(workloads))],
+            ys,
+            width,
+            label=LABELS[tool],
+        )
     ax.set_xticks(range(len(workloads)), [w["workload"] for w in workloads])
     ax.set_ylabel("peak RSS, DataLoader main + worker (MB)")
     ax.set_title("memory", fontsize=9)

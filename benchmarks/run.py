@@ -44,12 +44,28 @@ def log(msg: str) -> None:
 
 def machine() -> dict:
     cpu = next(
-        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+        (
+            line.split(":", 1)[1].strip()
+            for line in open("/proc/cpuinfo")
+            if line.startswith("model name")
+        ),
         platform.processor(),
     )
-    ram = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal")) / 2**20
+    ram = (
+        next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
+        / 2**20
+    )
     versions = {}
-    for dist in ("datapipe", "torch", "numpy", "webdataset", "mosaicml-streaming", "litdata", "dask", "pyarrow"):
+    for dist in (
+        "datapipe",
+        "torch",
+        "numpy",
+        "webdataset",
+        "mosaicml-streaming",
+        "litdata",
+        "dask",
+        "pyarrow",
+    ):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -72,10 +88,18 @@ def _git() -> str:
     """The commit the run measured, '+dirty' when datapipe/ has uncommitted changes."""
     try:
         head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "datapipe"], cwd=ROOT, capture_output=True, text=True, check=True
+            ["git", "status", "--porcelain", "--", "datapipe"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -113,7 +137,9 @@ def write_floors(data: Data, workdir: str) -> dict:
     gc.collect()
     floors = {
         "hash_copy": write_floor.hash_and_copy(data),
-        "hash_copy_file": write_floor.hash_copy_and_write(data, os.path.join(workdir, "write-floor")),
+        "hash_copy_file": write_floor.hash_copy_and_write(
+            data, os.path.join(workdir, "write-floor")
+        ),
     }
     for name, seconds in floors.items():
         log(f"  write floor {name}: {data.payload_bytes / seconds / 1e6:,.0f} MB/s")
@@ -125,7 +151,9 @@ WORKLOADS = ("w1", "w2", "w4")  # W3 is benchmarks/build_scale.py
 REPEAT_UNDER = 10.0
 
 
-def read_one(readers: Readers, tool: str, mode: str, path: str, timeout: float, repeats: int = 1) -> dict:
+def read_one(
+    readers: Readers, tool: str, mode: str, path: str, timeout: float, repeats: int = 1
+) -> dict:
     """A measurement in a fresh reader process, after reading the files once (warm page cache); with
     ``repeats``, the median by rate of that many (each one in "runs")."""
     return read_rounds(readers, [(tool, mode, path)], timeout, repeats)[(tool, mode)]
@@ -135,8 +163,8 @@ def read_rounds(
     readers: Readers, reads: list[tuple[str, str, str]], timeout: float, repeats: int
 ) -> dict[tuple[str, str], dict]:
     """Each (tool, mode, path) measured in rounds: every read once per round, ``repeats`` rounds,
-    each in a
-    fresh reader process after reading the files once (warm page cache); the median by rate is kept.
+    each in a fresh reader process after reading the files once (warm page cache); the median by
+    rate is kept.
 
     The VM's speed drifts by 2x within minutes (LitData's W1 read: 131-292k/s in three runs of one
     afternoon). Read tool after tool, each tool's repeats would sample a different minute and the
@@ -177,8 +205,14 @@ def run_workload(readers: Readers, w: Workload, workdir: str, timeout: float, re
     pipeline = building.prepare(data, os.path.join(workdir, "source"))
     del data
     gc.collect()
-    reads = [(tool, mode, os.path.join(workdir, tool)) for tool, modes in READ_MODES.items() for mode in modes]
-    floors = [("floor", mode, os.path.join(workdir, "datapipe")) for mode in ("cat", "memmap", "copy")]
+    reads = [
+        (tool, mode, os.path.join(workdir, tool))
+        for tool, modes in READ_MODES.items()
+        for mode in modes
+    ]
+    floors = [
+        ("floor", mode, os.path.join(workdir, "datapipe")) for mode in ("cat", "memmap", "copy")
+    ]
     result["floor"] = {}
     for (tool, mode), r in read_rounds(readers, reads + floors, timeout, repeats).items():
         if tool == "floor":  # in the same rounds as the reads: a floor of the same minutes
@@ -197,38 +231,61 @@ def run_workload(readers: Readers, w: Workload, workdir: str, timeout: float, re
         ours.write(generate(w), many, shard_bytes=ours.SHARD_BYTES // 10)
         r = read_one(readers, "datapipe", "one", many, timeout, repeats)
         result["rss_10x_shards"] = r
-        log(f"  read datapipe one, 10x shards: {r['samples'] / r['seconds']:,.0f} samples/s, RSS {r['rss_mb']:.0f} MB")
+        log(
+            f"  read datapipe one, 10x shards: {r['samples'] / r['seconds']:,.0f} "
+            f"samples/s, RSS {r['rss_mb']:.0f} MB"
+        )
         shutil.rmtree(many)
     result["build"] = []
     for workers in (1, 2):
         b = building.build(pipeline, os.path.join(workdir, "built"), workers, timeout)
         result["build"].append(b)
-        log(f"  build, {workers} worker(s): {b['seconds']:.1f}s, {w.samples / b['seconds']:,.0f} samples/s")
+        log(
+            f"  build, {workers} worker(s): {b['seconds']:.1f}s, "
+            f"{w.samples / b['seconds']:,.0f} samples/s"
+        )
     # issue 6's build target is W1 with 2 workers: what start-up alone leaves of it
     if w.name == "w1":
-        f = result["build_fixed"] = building.fixed_costs(w, os.path.join(workdir, "fixed"), 2, repeats)
-        log(f"  build of 10 rows, 2 workers: {f['build_10_rows']:.2f}s; Dask floor {f['dask_floor']:.2f}s")
+        f = result["build_fixed"] = building.fixed_costs(
+            w, os.path.join(workdir, "fixed"), 2, repeats
+        )
+        log(
+            f"  build of 10 rows, 2 workers: {f['build_10_rows']:.2f}s; Dask floor "
+            f"{f['dask_floor']:.2f}s"
+        )
     return result
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a tenth of the samples (a smoke run, < 2 minutes)")
-    parser.add_argument("--workdir", help="where the datasets go (kept); default: a temporary directory, removed")
+    parser.add_argument(
+        "--quick", action="store_true", help="a tenth of the samples (a smoke run, < 2 minutes)"
+    )
+    parser.add_argument(
+        "--workdir", help="where the datasets go (kept); default: a temporary directory, removed"
+    )
     parser.add_argument(
         "--out",
         default=os.path.join(ROOT, "benchmarks", "results"),
         help="where results.json/.md/.png go [benchmarks/results]",
     )
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for one measurement")
     parser.add_argument(
-        "--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)} [all of them]"
+        "--timeout", type=float, default=1800, help="seconds allowed for one measurement"
+    )
+    parser.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated, of {', '.join(WORKLOADS)} [all of them]",
     )
     args = parser.parse_args(argv)
     chosen = [n.strip().lower() for n in args.workloads.split(",") if n.strip()]
     if not chosen or set(chosen) - set(WORKLOADS):
-        parser.error(f"--workloads: {args.workloads!r}; use a comma-separated list of {', '.join(WORKLOADS)}")
-    families = ([*BYTE_FAMILIES] if set(chosen) - {"w4"} else []) + (image_run.FAMILIES if "w4" in chosen else [])
+        parser.error(
+            f"--workloads: {args.workloads!r}; use a comma-separated list of {', '.join(WORKLOADS)}"
+        )
+    families = ([*BYTE_FAMILIES] if set(chosen) - {"w4"} else []) + (
+        image_run.FAMILIES if "w4" in chosen else []
+    )
     start = time.perf_counter()
     results = {"quick": args.quick, "machine": machine(), "workloads": {}}
     tmp = None if args.workdir else tempfile.mkdtemp(prefix="datapipe-bench-")
@@ -247,7 +304,12 @@ def main(argv: list[str] | None = None) -> None:
                     shutil.rmtree(os.path.join(workdir, w.name), ignore_errors=True)
             if "w4" in chosen:
                 results["workloads"]["w4"] = image_run.run_w4(
-                    readers, image_workload(args.quick), os.path.join(workdir, "w4"), args.timeout, repeats, read_rounds
+                    readers,
+                    image_workload(args.quick),
+                    os.path.join(workdir, "w4"),
+                    args.timeout,
+                    repeats,
+                    read_rounds,
                 )
     finally:
         if tmp:

@@ -31,10 +31,16 @@ def write(store: Store, samples: list[dict], per_shard: int) -> None:
     fmt = get_format("webdataset")
     writer = store.begin("bench")
     entries = [
-        writer.write_shard(i, samples[s : s + per_shard], fmt) for i, s in enumerate(range(0, len(samples), per_shard))
+        writer.write_shard(i, samples[s : s + per_shard], fmt)
+        for i, s in enumerate(range(0, len(samples), per_shard))
     ]
     writer.commit(
-        Manifest(name="bench", shard_format="webdataset", fields={"cls": "int", "bin": "bytes"}, shards=tuple(entries))
+        Manifest(
+            name="bench",
+            shard_format="webdataset",
+            fields={"cls": "int", "bin": "bytes"},
+            shards=tuple(entries),
+        )
     )
 
 
@@ -58,7 +64,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=50_000)
     parser.add_argument("--payload", type=int, default=1024)
-    parser.add_argument("--limit-shards", type=int, default=6, help="cache limit of the bounded run, in shards")
+    parser.add_argument(
+        "--limit-shards", type=int, default=6, help="cache limit of the bounded run, in shards"
+    )
     args = parser.parse_args()
     import torch  # noqa: F401 - imported before timing: the loader imports it on its first epoch
 
@@ -102,7 +110,10 @@ def main() -> None:
             "on 127.0.0.1; bounded: "
             f"cache_limit of {args.limit_shards} shards"
         )
-        print(f"{'workers':>8} {'local disk':>12} {'S3 cold':>12} {'S3 warm':>12} {'S3 bounded':>12}   (samples/s)")
+        print(
+            f"{'workers':>8} {'local disk':>12} {'S3 cold':>12} {'S3 warm':>12} "
+            f"{'S3 bounded':>12}   (samples/s)"
+        )
         for workers, local, cold, warm, bounded in rows:
             print(f"{workers:>8} {local:>12,.0f} {cold:>12,.0f} {warm:>12,.0f} {bounded:>12,.0f}")
     finally:

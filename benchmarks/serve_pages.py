@@ -1,6 +1,6 @@
 """How fast `datapipe serve` answers on a large store (issue 20: under 300 ms a page with 100,000
-samples in
-1,000 shards): python -m benchmarks.serve_pages [--samples N] [--shards N] [--workdir DIR].
+samples in 1,000 shards): python -m benchmarks.serve_pages [--samples N] [--shards N] [--workdir
+DIR].
 
 It writes a store with the library's writer (small PNGs, a class, a JSON field), then a second
 version that shares all but one shard and adds one (an incremental build), and times each page
@@ -50,13 +50,23 @@ def build(root: Path, samples: int, shards: int):
 
     fields = {"png": "bytes", "cls": "int", "meta": "json"}
     writer = store.begin("big")
-    entries = [writer.write_shard(s, (sample(s * per + j) for j in range(per)), fmt) for s in range(shards)]
-    first = writer.commit(Manifest(name="big", shard_format="webdataset", fields=fields, shards=tuple(entries)))
+    entries = [
+        writer.write_shard(s, (sample(s * per + j) for j in range(per)), fmt) for s in range(shards)
+    ]
+    first = writer.commit(
+        Manifest(name="big", shard_format="webdataset", fields=fields, shards=tuple(entries))
+    )
     writer = store.begin("big")
     kept = [writer.share_shard(e, first.version) for e in entries[1:]]
     new = writer.write_shard(shards, (sample(samples + j) for j in range(per)), fmt)
     writer.commit(
-        Manifest(name="big", shard_format="webdataset", fields=fields, shards=(*kept, new), parent=first.version)
+        Manifest(
+            name="big",
+            shard_format="webdataset",
+            fields=fields,
+            shards=(*kept, new),
+            parent=first.version,
+        )
     )
     return store
 

@@ -17,7 +17,10 @@ from datapipe.formats.shards import open_shard, write_shard
 
 def w1(n: int) -> list[dict]:
     rnd = random.Random(0)
-    return [{"__key__": f"s{i:07d}", "cls": str(i % 10).encode(), "bin": rnd.randbytes(1024)} for i in range(n)]
+    return [
+        {"__key__": f"s{i:07d}", "cls": str(i % 10).encode(), "bin": rnd.randbytes(1024)}
+        for i in range(n)
+    ]
 
 
 def main() -> None:
@@ -28,7 +31,9 @@ def main() -> None:
     samples = w1(args.samples)
     payload = sum(len(s["bin"]) + len(s["cls"]) for s in samples)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        print(f"{'format':10} {'write/s':>10} {'read idx/s':>11} {'scan/s':>10} {'disk/payload':>13}")
+        print(
+            f"{'format':10} {'write/s':>10} {'read idx/s':>11} {'scan/s':>10} {'disk/payload':>13}"
+        )
         for ext in ("tar", "tfrecord"):
             path = os.path.join(tmp, f"w1.{ext}")
             t = time.perf_counter()

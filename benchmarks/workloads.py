@@ -31,7 +31,10 @@ class Workload:
 def workloads(quick: bool) -> list[Workload]:
     """W1 and W2 at full size, or a tenth of it with ``quick``."""
     scale = 10 if quick else 1
-    return [Workload("w1", 200_000 // scale, 1024, seed=1), Workload("w2", 10_000 // scale, 100 * 1024, seed=2)]
+    return [
+        Workload("w1", 200_000 // scale, 1024, seed=1),
+        Workload("w2", 10_000 // scale, 100 * 1024, seed=2),
+    ]
 
 
 @dataclass

@@ -76,11 +76,18 @@ def evaluate(net: nn.Module, url: str) -> float:
     return correct / max(total, 1)
 
 
-def save(path: str, net: nn.Module, optimiser: torch.optim.Optimizer, loader: datapipe.Loader) -> None:
+def save(
+    path: str, net: nn.Module, optimiser: torch.optim.Optimizer, loader: datapipe.Loader
+) -> None:
     """Model, optimiser and loader state, written atomically (a job killed while saving keeps the
     previous one)."""
     torch.save(
-        {"model": net.state_dict(), "optimiser": optimiser.state_dict(), "loader": loader.state_dict()}, path + ".tmp"
+        {
+            "model": net.state_dict(),
+            "optimiser": optimiser.state_dict(),
+            "loader": loader.state_dict(),
+        },
+        path + ".tmp",
     )
     os.replace(path + ".tmp", path)
 
@@ -93,8 +100,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--checkpoint", default="digits.pt")
-    parser.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
-    parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (then restart)")
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=10, help="steps between checkpoints"
+    )
+    parser.add_argument(
+        "--max-steps", type=int, default=None, help="stop after this many steps (then restart)"
+    )
     args = parser.parse_args()
     if args.checkpoint_every < 1:
         parser.error("--checkpoint-every must be at least 1")

@@ -42,7 +42,9 @@ def draw(cls: str, rng: random.Random) -> Image.Image:
 def main() -> None:
     """Write the images."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(HERE, "raw", "images"), help="directory to write")
+    parser.add_argument(
+        "--out", default=os.path.join(HERE, "raw", "images"), help="directory to write"
+    )
     out = parser.parse_args().out
     rng = random.Random(18)
     for group, count in (("train", 8), ("val", 2)):

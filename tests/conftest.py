@@ -26,9 +26,15 @@ settings.register_profile(
     "default",
     max_examples=60,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
-settings.register_profile("long", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
+settings.register_profile(
+    "long", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck)
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # The suite writes gigabytes it throws away, so its temporary files go to a tmpfs with room where
@@ -74,13 +80,18 @@ _MEMORY_BEFORE = pytest.StashKey[dict]()
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "broken_manifests: the test writes manifests that break the schema on purpose (not validated)"
+        "markers",
+        "broken_manifests: the test writes manifests that break the schema on "
+        "purpose (not validated)",
     )
     # pytest-xdist's --dist loadfile hands out the files in collection order (see
     # pytest_collection_modifyitems), not the files with the most tests first, which left the
     # few-test, long ones (DDP, DVC) for the end. As --no-loadscope-reorder would, but set here, so
     # that a run without xdist (-p no:xdist) still parses.
-    if getattr(config.option, "loadscopereorder", False) and "--loadscope-reorder" not in config.invocation_params.args:
+    if (
+        getattr(config.option, "loadscopereorder", False)
+        and "--loadscope-reorder" not in config.invocation_params.args
+    ):
         config.option.loadscopereorder = False
 
 
@@ -104,7 +115,10 @@ def manifest_problems(data: bytes, where: str) -> list[str]:
     ]
     directory = where.replace("\\", "/").rsplit("/", 2)[-2]
     if isinstance(manifest, dict) and manifest.get("version") != directory:
-        problems.append(f"{where}: version {manifest.get('version')!r} is not its directory's name {directory!r}")
+        problems.append(
+            f"{where}: version {manifest.get('version')!r} is not its directory's "
+            f"name {directory!r}"
+        )
     return problems
 
 
@@ -144,9 +158,8 @@ COSTLY = ("slow", "distributed", "s3")  # the markers of cost (pyproject's marke
 
 def pytest_collection_modifyitems(items):
     """The files holding costly tests first, each file's tests in their order: pytest-xdist's
-    loadfile hands files
-    out in this order (pytest_configure), so that the long ones start early and no worker is left
-    running one while the other is done."""
+    loadfile hands files out in this order (pytest_configure), so that the long ones start early and
+    no worker is left running one while the other is done."""
     costly = {item.path for item in items if any(item.get_closest_marker(m) for m in COSTLY)}
     # a stable sort: the order stays within each group
     items.sort(key=lambda item: item.path not in costly)
@@ -165,7 +178,10 @@ def pytest_runtest_call(item):
     result = yield
     exempt = item.get_closest_marker("broken_manifests") is not None
     problems = []
-    for root in (item.funcargs.get("tmp_path"), getattr(item.funcargs.get("pytester"), "path", None)):
+    for root in (
+        item.funcargs.get("tmp_path"),
+        getattr(item.funcargs.get("pytester"), "path", None),
+    ):
         if root is not None:
             problems += _check_local(root, exempt)
     if not exempt:
@@ -177,7 +193,10 @@ def pytest_runtest_call(item):
             for p in manifest_problems(data, f"memory://{path.lstrip('/')}")
         ]
     if problems:
-        pytest.fail("manifests that break schemas/manifest.schema.json:\n" + "\n".join(problems), pytrace=False)
+        pytest.fail(
+            "manifests that break schemas/manifest.schema.json:\n" + "\n".join(problems),
+            pytrace=False,
+        )
     return result
 
 
@@ -187,7 +206,10 @@ def _session_manifests_follow_the_schema(tmp_path_factory):
     yield
     problems = _check_local(tmp_path_factory.getbasetemp(), exempt=False)
     if problems:
-        pytest.fail("manifests that break schemas/manifest.schema.json:\n" + "\n".join(problems), pytrace=False)
+        pytest.fail(
+            "manifests that break schemas/manifest.schema.json:\n" + "\n".join(problems),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -200,7 +222,9 @@ def dask_client():
 
     with (
         dask.config.set(QUIET_WHILE_IDLE),
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
         Client(cluster) as client,
     ):
         yield client
@@ -219,10 +243,9 @@ QUIET_WHILE_IDLE = {
 @pytest.fixture(scope="session")
 def in_process():
     """The client a small build gets when it asks for no cluster: Dask's threaded scheduler, 2
-    threads in this
-    process (builder.client's InProcessClient). For the tests of what a build makes; the tests of
-    workers, transport between processes and errors raised on workers take dask_client or a cluster
-    of their own."""
+    threads in this process (builder.client's InProcessClient). For the tests of what a build makes;
+    the tests of workers, transport between processes and errors raised on workers take dask_client
+    or a cluster of their own."""
     from datapipe.builder.in_process import InProcessClient
 
     return InProcessClient(threads=2)
@@ -248,8 +271,8 @@ def scheduler(dask_client) -> str:
 @pytest.fixture(scope="session")
 def copy_digits(tmp_path_factory):
     """copy_digits(directory, *pipeline_files): the digits example (the pipeline files named, from
-    pipelines/) with
-    its prepared raw data in DIRECTORY/raw, as `prepare_digits.py --out DIRECTORY/raw` leaves it.
+    pipelines/) with its prepared raw data in DIRECTORY/raw, as `prepare_digits.py --out
+    DIRECTORY/raw` leaves it.
 
     pipelines/prepare_digits.py runs once, at the first copy (it takes seconds: scikit-learn's
     import); its output is the same every run."""
@@ -276,17 +299,25 @@ def copy_digits(tmp_path_factory):
 @pytest.fixture(scope="session")
 def digits_built(tmp_path_factory, copy_digits, scheduler):
     """The digits example (digits.yaml, webdataset) built once per session by `datapipe build
-    --json` in process on
-    the session's cluster, into PROJECT/store. Read it, never change it (DigitsBuild.copy makes a
-    copy to change)."""
+    --json` in process on the session's cluster, into PROJECT/store. Read it, never change it
+    (DigitsBuild.copy makes a copy to change)."""
     from helpers.cli import datapipe_in_process, on_session_cluster
     from helpers.digits import DigitsBuild
 
     project = copy_digits(
-        tmp_path_factory.mktemp("digits-built"), "digits.yaml", "digits_tfrecord.yaml", "digits_code.py"
+        tmp_path_factory.mktemp("digits-built"),
+        "digits.yaml",
+        "digits_tfrecord.yaml",
+        "digits_code.py",
     )
     out = datapipe_in_process(
-        "build", "digits.yaml", "--out", "store", *on_session_cluster(scheduler), "--json", cwd=project
+        "build",
+        "digits.yaml",
+        "--out",
+        "store",
+        *on_session_cluster(scheduler),
+        "--json",
+        cwd=project,
     )
     assert out.returncode == 0, out.stderr
     return DigitsBuild(project, project / "store", json.loads(out.stdout.strip().splitlines()[-1]))

@@ -20,13 +20,17 @@ _KEY_ALPHABET = st.characters(blacklist_categories=("Cc", "Cs"), blacklist_chara
 def keys(allow_dots: bool) -> st.SearchStrategy[str]:
     """Valid sample keys for a format (tar refuses dots)."""
     alphabet = (
-        _KEY_ALPHABET if allow_dots else st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="/.")
+        _KEY_ALPHABET
+        if allow_dots
+        else st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="/.")
     )
     return st.text(alphabet, min_size=1, max_size=120)
 
 
 field_names = st.text(
-    st.characters(blacklist_categories=("Cc", "Cs", "Lu", "Lt"), blacklist_characters="/"), min_size=1, max_size=12
+    st.characters(blacklist_categories=("Cc", "Cs", "Lu", "Lt"), blacklist_characters="/"),
+    min_size=1,
+    max_size=12,
 ).filter(lambda s: not s.startswith("__"))
 
 
@@ -50,7 +54,11 @@ def plain(sample: dict[str, Any]) -> dict[str, Any]:
 def simple_samples(n: int, size: int = 100, seed: int = 0) -> list[dict[str, Any]]:
     """``n`` samples with a class label and a payload of ``size`` bytes."""
     return [
-        {KEY: f"sample{i:06d}", "cls": str(i % 10).encode(), "bin": payload(size, seed * 1_000_003 + i)}
+        {
+            KEY: f"sample{i:06d}",
+            "cls": str(i % 10).encode(),
+            "bin": payload(size, seed * 1_000_003 + i),
+        }
         for i in range(n)
     ]
 
@@ -61,7 +69,11 @@ SIZES = [7, 13, 20, 5, 11, 9, 16]
 
 
 def toy_sample(n: int) -> dict:
-    return {"__key__": f"k{n:05d}", "cls": str(n % 10).encode(), "bin": bytes([n % 251]) * (n % 17 + 1)}
+    return {
+        "__key__": f"k{n:05d}",
+        "cls": str(n % 10).encode(),
+        "bin": bytes([n % 251]) * (n % 17 + 1),
+    }
 
 
 def make_dataset(root, sizes=SIZES, fmt="webdataset", name="toy") -> str:
@@ -73,5 +85,9 @@ def make_dataset(root, sizes=SIZES, fmt="webdataset", name="toy") -> str:
     for i, size in enumerate(sizes):
         shards.append(writer.write_shard(i, [toy_sample(n + j) for j in range(size)], shard_format))
         n += size
-    writer.commit(Manifest(name=name, shard_format=fmt, fields={"bin": "bytes", "cls": "int"}, shards=tuple(shards)))
+    writer.commit(
+        Manifest(
+            name=name, shard_format=fmt, fields={"bin": "bytes", "cls": "int"}, shards=tuple(shards)
+        )
+    )
     return f"{root}/{name}"

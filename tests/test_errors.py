@@ -6,7 +6,9 @@ import datapipe.errors as errors
 
 
 def test_every_error_derives_from_the_root_and_has_its_own_exit_code():
-    classes = [c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, Exception)]
+    classes = [
+        c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, Exception)
+    ]
     assert all(issubclass(c, errors.DatapipeError) for c in classes)
     own = [c for c in classes if "exit_code" in vars(c)]
     codes = [c.exit_code for c in own]

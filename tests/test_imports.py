@@ -13,7 +13,10 @@ def test_import_datapipe_is_light():
 
 
 def test_formats_and_cli_do_not_pull_heavy_modules():
-    code = f"import sys, datapipe.formats.shards, datapipe.cli.main; print([m for m in {HEAVY!r} if m in sys.modules])"
+    code = (
+        "import sys, datapipe.formats.shards, datapipe.cli.main; print([m for "
+        f"m in {HEAVY!r} if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

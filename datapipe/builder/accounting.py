@@ -20,7 +20,9 @@ from datapipe.versioning.store import Store
 FAILED_QUARANTINE = "rejected"
 
 
-def quarantine(source: Source, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]) -> bytes:
+def quarantine(
+    source: Source, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]
+) -> bytes:
     """The quarantine file (Parquet) of a build's rejects."""
     return quarantine_bytes(placed(source, measured, rejects))
 
@@ -94,7 +96,8 @@ def check_counts(
     rows_read = stages[0].rows_in
     rejected = sum(s.rejected for s in stages)
     counts = ", ".join(
-        f"{s.stage}: {s.rows_in} in, {s.rows_out} out, {s.dropped} dropped, {s.rejected} rejected" for s in stages
+        f"{s.stage}: {s.rows_in} in, {s.rows_out} out, {s.dropped} dropped, {s.rejected} rejected"
+        for s in stages
     )
     if rows_read == 0:
         files = ", ".join(f.label for f in source.files[:5])

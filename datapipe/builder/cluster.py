@@ -48,7 +48,8 @@ def check_scheduler(scheduler: str, timeout: float) -> None:
             pool.submit(asyncio.run, asyncio.wait_for(identity(), 2 * timeout + 1)).result()
         except ValueError as e:
             raise ConfigError(
-                f"--scheduler {scheduler}: not a Dask scheduler address ({e}); give one like tcp://HOST:8786"
+                f"--scheduler {scheduler}: not a Dask scheduler address ({e}); give one "
+                "like tcp://HOST:8786"
             ) from None
         except (OSError, TimeoutError) as e:
             raise ConfigError(_unreachable(scheduler, 2 * timeout + 1, e)) from None
@@ -170,9 +171,8 @@ def _forkserver_available() -> bool:
 @contextlib.contextmanager
 def worker_server(enabled: bool = True) -> Iterator[None]:
     """Start the forkserver the embedded cluster's workers will come from, and let it import
-    WORKER_PRELOAD
-    while this process opens the build's source (it imports in the background; a worker's start
-    waits for it).
+    WORKER_PRELOAD while this process opens the build's source (it imports in the background; a
+    worker's start waits for it).
 
     The forkserver is stopped on the way out if this started it: a forkserver keeps the environment
     it started with, so one left running would give later workers (this process's next build, or a
@@ -213,14 +213,21 @@ def _forkserver_workers() -> Iterator[None]:
     if not _forkserver_available():
         yield
         return
-    with worker_server(), dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+    with (
+        worker_server(),
+        dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}),
+    ):
         yield
 
 
 def dashboard_link(client: Any) -> str | None:
     """The dashboard URL of the client's cluster, when it serves one."""
     try:
-        return client.dashboard_link if client.scheduler_info().get("services", {}).get("dashboard") else None
+        return (
+            client.dashboard_link
+            if client.scheduler_info().get("services", {}).get("dashboard")
+            else None
+        )
     except Exception:  # an old or remote scheduler without the info
         return None
 

@@ -87,7 +87,9 @@ class SourceConfig(BaseModel):
     @classmethod
     def _classes(cls, value: list[str] | ClassesFile | None, info: pydantic.ValidationInfo) -> Any:
         if value is not None and info.data.get("format") != "class_folders":
-            raise ValueError("only a class_folders source takes classes; remove it or set format: class_folders")
+            raise ValueError(
+                "only a class_folders source takes classes; remove it or set format: class_folders"
+            )
         problem = class_names_problem(value) if isinstance(value, list) else None
         if problem is not None:
             raise ValueError(problem)
@@ -98,7 +100,9 @@ class SourceConfig(BaseModel):
         problem = check_source_options(self.format, self.options)
         if problem is not None:
             raise PydanticCustomError(
-                "source_option", "options.{key}: {problem}", {"key": problem[0], "problem": problem[1]}
+                "source_option",
+                "options.{key}: {problem}",
+                {"key": problem[0], "problem": problem[1]},
             )
         return self
 
@@ -110,7 +114,9 @@ with warnings.catch_warnings():
     class StageConfig(BaseModel):
         """One cleaning stage, written in YAML as a mapping with exactly one key: its kind."""
 
-        model_config = ConfigDict(**_FORBID, json_schema_extra={"minProperties": 1, "maxProperties": 1})
+        model_config = ConfigDict(
+            **_FORBID, json_schema_extra={"minProperties": 1, "maxProperties": 1}
+        )
         dropna: DropnaArgs | None = None
         fillna: FillnaArgs | None = None
         filter: str | None = None
@@ -127,7 +133,11 @@ with warnings.catch_warnings():
             if isinstance(data, StageConfig):
                 return data
             if not isinstance(data, dict) or len(data) != 1:
-                got = f"keys {', '.join(str(k) for k in data)}" if isinstance(data, dict) else repr(data)
+                got = (
+                    f"keys {', '.join(str(k) for k in data)}"
+                    if isinstance(data, dict)
+                    else repr(data)
+                )
                 raise ValueError(
                     f"a stage is a mapping with exactly one key, got {got}; write one stage "
                     "per list "
@@ -136,7 +146,9 @@ with warnings.catch_warnings():
             ((kind, args),) = data.items()
             if kind not in STAGE_KINDS:
                 raise PydanticCustomError(
-                    "unknown_stage", "unknown stage '{key}'; use one of: {known}", {"key": kind, "known": known}
+                    "unknown_stage",
+                    "unknown stage '{key}'; use one of: {known}",
+                    {"key": kind, "known": known},
                 )
             if args is None:
                 if kind not in ("dropna", "fillna", "dedupe", "image"):
@@ -197,7 +209,10 @@ class SampleConfig(BaseModel):
             raise ValueError("needs at least one field, e.g. {png: image, cls: label}")
         for name, columns in value.items():
             if not name or "/" in name or name.startswith("__"):
-                raise ValueError(f"bad field name {name!r}: must be non-empty, without '/', not starting with '__'")
+                raise ValueError(
+                    f"bad field name {name!r}: must be non-empty, without '/', not starting "
+                    "with '__'"
+                )
             if isinstance(columns, list) and not columns:
                 raise ValueError(f"field {name!r} lists no columns")
         return value
@@ -229,7 +244,9 @@ class Pipeline(BaseModel):
     @classmethod
     def _name(cls, value: str) -> str:
         if not re.match(NAME_PATTERN, value):
-            raise ValueError("a name is 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
+            raise ValueError(
+                "a name is 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
         return value
 
     def canonical(self) -> dict[str, Any]:
@@ -237,7 +254,9 @@ class Pipeline(BaseModel):
         options."""
         # without splits, the dump a pipeline had before splits existed: its version ids stay
         data = self.model_dump(mode="json", exclude={"splits"} if self.splits is None else None)
-        data["source"]["options"] = {k: v for k, v in data["source"]["options"].items() if k not in EXECUTION_OPTIONS}
+        data["source"]["options"] = {
+            k: v for k, v in data["source"]["options"].items() if k not in EXECUTION_OPTIONS
+        }
         # only class_folders sources have classes: other ids stay as they were
         if self.source.classes is None:
             del data["source"]["classes"]
@@ -263,7 +282,9 @@ class LoadedPipeline:
         ``stages[2].map``)."""
         line = self.lines.get(key)
         while line is None and ("." in key or "[" in key):
-            key_up = key.rsplit(".", 1)[0] if key.rfind(".") > key.rfind("[") else key.rsplit("[", 1)[0]
+            key_up = (
+                key.rsplit(".", 1)[0] if key.rfind(".") > key.rfind("[") else key.rsplit("[", 1)[0]
+            )
             line, key = self.lines.get(key_up), key_up
         name = self.shown or self.path
         return f"{name}:{line}" if line is not None else name
@@ -288,7 +309,11 @@ def load_pipeline(path: str | os.PathLike) -> LoadedPipeline:
     absolute = os.path.abspath(where)
     pipeline, lines = _parse(text, where)
     return LoadedPipeline(
-        pipeline, absolute, os.path.dirname(absolute), {dotted(k): v for k, v in lines.items()}, where
+        pipeline,
+        absolute,
+        os.path.dirname(absolute),
+        {dotted(k): v for k, v in lines.items()},
+        where,
     )
 
 
@@ -309,15 +334,22 @@ def _parse(text: str, where: str) -> tuple[Pipeline, dict[tuple, int]]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        problem = ": ".join(p for p in (getattr(e, "context", None), getattr(e, "problem", None)) if p) or str(e)
+        problem = ": ".join(
+            p for p in (getattr(e, "context", None), getattr(e, "problem", None)) if p
+        ) or str(e)
         start = getattr(e, "context_mark", None)
         if start is not None and mark is not None and start.line != mark.line:
             problem += f" (it starts on line {start.line + 1})"
         raise ConfigError(f"{where}{line}: invalid YAML: {problem}; fix the syntax") from None
     if data is None:
-        raise ConfigError(f"{where}: the file is empty; a pipeline needs at least name, source and sample")
+        raise ConfigError(
+            f"{where}: the file is empty; a pipeline needs at least name, source and sample"
+        )
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}:1: the top level must be a mapping with keys {', '.join(Pipeline.model_fields)}")
+        raise ConfigError(
+            f"{where}:1: the top level must be a mapping with keys "
+            f"{', '.join(Pipeline.model_fields)}"
+        )
     lines: dict[tuple, int] = {}
     problems = key_lines(node, (), lines)
     try:

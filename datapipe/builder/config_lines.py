@@ -21,7 +21,9 @@ def key_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> list[Pro
         for key, value in node.value:
             sub, line = (*path, str(key.value)), key.start_mark.line + 1
             if sub in lines:
-                problems.append((line, dotted(sub), f"duplicate key (first on line {lines[sub]})", ""))
+                problems.append(
+                    (line, dotted(sub), f"duplicate key (first on line {lines[sub]})", "")
+                )
             lines.setdefault(sub, line)
             problems += key_lines(value, sub, lines)
     elif isinstance(node, yaml.SequenceNode):
@@ -33,7 +35,10 @@ def key_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> list[Pro
 
 def dotted(path: tuple) -> str:
     """A key path as written in messages: ``stages[2].map``."""
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".") or "(top level)"
+    return (
+        "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+        or "(top level)"
+    )
 
 
 def describe(err: dict, lines: dict[tuple, int], root: type[BaseModel]) -> Problem:
@@ -57,7 +62,9 @@ def describe(err: dict, lines: dict[tuple, int], root: type[BaseModel]) -> Probl
         msg = "required key is missing; add it"
     elif err["type"] == "extra_forbidden":
         allowed = model_at(root, path[:-1])
-        msg = f"unknown key '{path[-1]}'" + (f"; use one of: {', '.join(allowed.model_fields)}" if allowed else "")
+        msg = f"unknown key '{path[-1]}'" + (
+            f"; use one of: {', '.join(allowed.model_fields)}" if allowed else ""
+        )
     elif "[key]" in loc:
         msg = "keys here must be strings; quote it"
     elif isinstance(err.get("input"), (str, int, float, type(None))):

@@ -120,7 +120,9 @@ def class_names_problem(names: typing.Sequence[str]) -> str | None:
     seen: set[str] = set()
     for name in names:
         if not name or "/" in name or "\\" in name or name in (".", ".."):
-            return f"{name!r} is not a folder name; a class is the name of a folder under source.path"
+            return (
+                f"{name!r} is not a folder name; a class is the name of a folder under source.path"
+            )
         if name in seen:
             return f"class {name!r} is listed twice; each class has one label"
         seen.add(name)

@@ -70,12 +70,16 @@ def jsonable(value: Any) -> Any:
 
 
 def _json(value: Any) -> bytes:
-    return json.dumps(jsonable(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return json.dumps(
+        jsonable(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    ).encode()
 
 
 def _npy(array: np.ndarray) -> bytes:
     if array.dtype.hasobject:
-        raise SampleError("object arrays cannot be stored as .npy; convert them to a numeric dtype in a map stage")
+        raise SampleError(
+            "object arrays cannot be stored as .npy; convert them to a numeric dtype in a map stage"
+        )
     buf = io.BytesIO()
     np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
     return buf.getvalue()
@@ -102,17 +106,26 @@ def encode_value(value: Any, numeric: bool) -> tuple[Any, str]:
         return _json(value), "json"
     if hasattr(value, "isoformat"):  # timestamps, dates
         return value.isoformat().encode(), "str"
-    raise SampleError(f"cannot encode a value of type {type(value).__name__}; convert it in a map stage")
+    raise SampleError(
+        f"cannot encode a value of type {type(value).__name__}; convert it in a map stage"
+    )
 
 
 class SampleEncoder:
     """Builds samples from rows: ``fields`` maps a field name to a column or a list of columns."""
 
     def __init__(
-        self, key_column: str, fields: Mapping[str, str | Sequence[str]], *, numeric: bool, allow_dots_in_keys: bool
+        self,
+        key_column: str,
+        fields: Mapping[str, str | Sequence[str]],
+        *,
+        numeric: bool,
+        allow_dots_in_keys: bool,
     ) -> None:
         self.key_column = key_column
-        self.fields = {name: (cols if isinstance(cols, str) else tuple(cols)) for name, cols in fields.items()}
+        self.fields = {
+            name: (cols if isinstance(cols, str) else tuple(cols)) for name, cols in fields.items()
+        }
         self.numeric = numeric
         self.allow_dots = allow_dots_in_keys
 
@@ -204,7 +217,16 @@ def _fast_payloads(series: Any, numeric: bool) -> tuple[list[Any], str] | None:
     if series.isna().any():
         return None
     kind = series.dtype.kind
-    if kind in "iu" or str(series.dtype) in ("Int64", "Int32", "Int16", "Int8", "UInt8", "UInt16", "UInt32", "UInt64"):
+    if kind in "iu" or str(series.dtype) in (
+        "Int64",
+        "Int32",
+        "Int16",
+        "Int8",
+        "UInt8",
+        "UInt16",
+        "UInt32",
+        "UInt64",
+    ):
         values = series.to_numpy(dtype=np.int64 if kind != "u" else np.uint64)
         return (values.tolist() if numeric else values.astype("S").tolist()), "int"
     if kind == "f":
@@ -251,7 +273,9 @@ def _encode_rows_one_by_one(encoder: SampleEncoder, frame: Any, row_ids: list[in
     out = EncodedRows([], [], {name: [] for name in encoder.fields}, {}, {})
     if not row_ids:
         return out
-    for row, values in zip(row_ids, zip(*(frame[c].array for c in columns), strict=True), strict=True):
+    for row, values in zip(
+        row_ids, zip(*(frame[c].array for c in columns), strict=True), strict=True
+    ):
         try:
             key, fields, kinds = encoder.encode(dict(zip(columns, values, strict=True)))
         except SampleError as e:

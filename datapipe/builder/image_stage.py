@@ -53,7 +53,9 @@ def pixel_limit(image_module: Any, max_pixels: int | None) -> int | None:
     return min(limits) if limits else None
 
 
-def check_images(frame: pd.DataFrame, args: ImageArgs, label: str) -> tuple[pd.DataFrame, dict[Any, str]]:
+def check_images(
+    frame: pd.DataFrame, args: ImageArgs, label: str
+) -> tuple[pd.DataFrame, dict[Any, str]]:
     """The rows whose image passes (re-encoded where ``args.resize`` says), and row id -> reason for
     the rest."""
     image_module = _pillow(label)
@@ -110,7 +112,9 @@ def _check_one(image_module: Any, value: Any, args: ImageArgs, limit: int | None
         except (image_module.DecompressionBombError, image_module.DecompressionBombWarning) as e:
             raise _Rejected(f"decompression bomb, not decoded ({e})") from None
         except image_module.UnidentifiedImageError:
-            raise _Rejected("not an image Pillow can read (unsupported format, or a corrupt header)") from None
+            raise _Rejected(
+                "not an image Pillow can read (unsupported format, or a corrupt header)"
+            ) from None
         except Exception as e:  # a broken header can raise nearly anything inside a decoder plugin
             raise _Rejected(f"corrupt image header ({type(e).__name__}: {e})") from None
     width, height = im.size
@@ -120,7 +124,9 @@ def _check_one(image_module: Any, value: Any, args: ImageArgs, limit: int | None
             f"the limit of {limit} (max_pixels, or Pillow's Image.MAX_IMAGE_PIXELS)"
         )
     if min(width, height) < args.min_side:
-        raise _Rejected(f"{im.format} image of {width}x{height} is smaller than min_side {args.min_side}")
+        raise _Rejected(
+            f"{im.format} image of {width}x{height} is smaller than min_side {args.min_side}"
+        )
     try:
         if args.verify == "full":
             im.load()
@@ -128,7 +134,9 @@ def _check_one(image_module: Any, value: Any, args: ImageArgs, limit: int | None
             im.verify()
     # truncated or corrupt data: OSError, SyntaxError, ValueError... per plugin
     except Exception as e:
-        raise _Rejected(f"corrupt or truncated {im.format} image ({type(e).__name__}: {e})") from None
+        raise _Rejected(
+            f"corrupt or truncated {im.format} image ({type(e).__name__}: {e})"
+        ) from None
     if args.resize is None:
         return None
     if args.verify != "full":  # verify() leaves the image unusable: open it again to decode
@@ -139,14 +147,15 @@ def _check_one(image_module: Any, value: Any, args: ImageArgs, limit: int | None
     try:
         return reencode(im, args.resize.max_side, args.resize.quality)
     except Exception as e:  # the decode of a header-verified image fails here
-        raise _Rejected(f"corrupt or truncated {im.format} image ({type(e).__name__}: {e})") from None
+        raise _Rejected(
+            f"corrupt or truncated {im.format} image ({type(e).__name__}: {e})"
+        ) from None
 
 
 def jpeg_ready(im: Any) -> Any:
     """``im`` in a mode JPEG holds: RGB and L stay; 16-bit grey is scaled to 8 bits (value / 256) as
-    L; images
-    with alpha (RGBA, LA, a palette with transparency) are laid on white; CMYK, palettes and the
-    rest become RGB."""
+    L; images with alpha (RGBA, LA, a palette with transparency) are laid on white; CMYK, palettes
+    and the rest become RGB."""
     from PIL import Image
 
     if im.mode in ("RGB", "L"):
@@ -167,8 +176,7 @@ def jpeg_ready(im: Any) -> Any:
 
 def reencode(im: Any, max_side: int, quality: int) -> bytes:
     """``im`` upright, in RGB or L, its longer side at most ``max_side`` (Lanczos), as JPEG bytes
-    that depend
-    only on its pixels and the settings."""
+    that depend only on its pixels and the settings."""
     from PIL import Image, ImageOps
 
     im = jpeg_ready(ImageOps.exif_transpose(im))
@@ -178,5 +186,7 @@ def reencode(im: Any, max_side: int, quality: int) -> bytes:
         size = (max(1, round(width * scale)), max(1, round(height * scale)))
         im = im.resize(size, Image.Resampling.LANCZOS)
     out = io.BytesIO()
-    im.save(out, format="JPEG", quality=quality, subsampling="4:2:0", optimize=False, progressive=False)
+    im.save(
+        out, format="JPEG", quality=quality, subsampling="4:2:0", optimize=False, progressive=False
+    )
     return out.getvalue()

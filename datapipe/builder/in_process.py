@@ -19,8 +19,7 @@ SMALL_BUILD_BYTES = 64 << 20
 
 def _sync(*args: Any, **kwargs: Any) -> Any:
     """Dask's synchronous scheduler, passed as a function: by name, dask would import distributed to
-    look for
-    a client first."""
+    look for a client first."""
     from dask.local import get_sync
 
     return get_sync(*args, **kwargs)
@@ -50,8 +49,7 @@ class InProcessClient:
 
     def run_each(self, tasks: Sequence[Any], done: Callable[[], None]) -> list[Any]:
         """The values of ``tasks``, on ``threads`` threads, calling ``done`` as each ends (for
-        progress); what
-        several tasks share is computed once."""
+        progress); what several tasks share is computed once."""
         import dask
         from dask.callbacks import Callback
 
@@ -67,13 +65,15 @@ class InProcessClient:
         # a pool of its own, left only when its threads are done: when a task fails, dask raises at
         # once, and the tasks still running must not write into a partial version the build is about
         # to remove
-        with Callback(posttask=finished), ThreadPoolExecutor(self.threads, thread_name_prefix="datapipe-build") as pool:
+        with (
+            Callback(posttask=finished),
+            ThreadPoolExecutor(self.threads, thread_name_prefix="datapipe-build") as pool,
+        ):
             return list(dask.compute(*tasks, scheduler=_threads, pool=pool))
 
     def persist(self, collection: Any) -> Any:
         """``collection`` with its values computed, still usable as an argument of later tasks (not
-        through
-        ``dask.persist``, which imports distributed to look for a client)."""
+        through ``dask.persist``, which imports distributed to look for a client)."""
         import uuid
 
         import dask
@@ -90,11 +90,14 @@ class InProcessClient:
 
     def scheduler_info(self) -> dict[str, Any]:
         """A 'worker' per thread, the machine's memory shared among them (what a LocalCluster of
-        that many
-        workers would get): the build sizes its partitions to what one thread's task may hold."""
+        that many workers would get): the build sizes its partitions to what one thread's task may
+        hold."""
         share = self.memory // self.threads
         return {
-            "workers": {f"in-process-{i}": {"memory_limit": share, "status": "running"} for i in range(self.threads)},
+            "workers": {
+                f"in-process-{i}": {"memory_limit": share, "status": "running"}
+                for i in range(self.threads)
+            },
             "services": {},
         }
 
@@ -107,9 +110,9 @@ def small(
     unread_bytes: int | None = None,
 ) -> bool:
     """Whether a build runs in process: a small source and no cluster asked for; or, without a
-    scheduler or a
-    worker memory limit, a rebuild whose parent vouches for all its partitions but ``unread_bytes``
-    of source (``--workers`` then only sizes a cluster that the build does not need)."""
+    scheduler or a worker memory limit, a rebuild whose parent vouches for all its partitions but
+    ``unread_bytes`` of source (``--workers`` then only sizes a cluster that the build does not
+    need)."""
     if scheduler is not None or memory_limit is not None:
         return False
     if unread_bytes is not None and unread_bytes < SMALL_BUILD_BYTES:

@@ -1,7 +1,6 @@
 """Incremental builds: what a version's build knew, kept beside its shards, so that the next build
-of a changed
-source measures only the partitions whose bytes changed and reuses the parent's shards whose samples
-did not.
+of a changed source measures only the partitions whose bytes changed and reuses the parent's shards
+whose samples did not.
 
 The state (``build-state.npz`` in the version directory, outside the manifest and the id) holds, for
 each partition, an identity (its source files' content hashes and its place in them, under a key of
@@ -60,8 +59,7 @@ class BuildState:
 
 def state_key(pipeline: Pipeline, code: Mapping[str, str], source: Source) -> str:
     """What must be equal for a partition's report to carry over: pipeline, code (module -> sha256),
-    source schema
-    and options, and the class list of a class-folders source."""
+    source schema and options, and the class list of a class-folders source."""
     return hashlib.sha256(
         canonical_json(
             {
@@ -88,7 +86,10 @@ def why_unusable(state: BuildState | None, key: str) -> str | None:
     if state is None:
         return "the parent has no readable build state"
     if state.format != STATE_FORMAT:
-        return f"the parent's build state is of format {state.format}, this datapipe writes {STATE_FORMAT}"
+        return (
+            f"the parent's build state is of format {state.format}, this datapipe "
+            f"writes {STATE_FORMAT}"
+        )
     if state.key != key:
         return "the pipeline, its code or the source's schema changed"
     return None
@@ -96,8 +97,7 @@ def why_unusable(state: BuildState | None, key: str) -> str | None:
 
 def part_identities(parts: Sequence[Part], files: Sequence[SourceFile]) -> list[str]:
     """Per partition, a digest of its files (name and content hash: a 'files' or class-folders row
-    holds its
-    path) and where in them it lies."""
+    holds its path) and where in them it lies."""
     out = []
     for p in parts:
         hashes = [(files[i].path, files[i].hash) for i in (p.members or (p.file,))]
@@ -111,9 +111,8 @@ def part_identities(parts: Sequence[Part], files: Sequence[SourceFile]) -> list[
 
 def with_masks(identity: str, masks: Mapping[int, np.ndarray]) -> str:
     """A partition's identity once dedupe stages chose its rows: its rows, and so every later report
-    on it and
-    the numbering of its samples, depend on the masks too (a row dropped as a duplicate of a new
-    partition's)."""
+    on it and the numbering of its samples, depend on the masks too (a row dropped as a duplicate of
+    a new partition's)."""
     if not masks:
         return identity
     h = hashlib.blake2b(bytes.fromhex(identity), digest_size=16)
@@ -145,7 +144,10 @@ class Identities:
     def at(self, dedupe: Dedupe, before: int | None = None) -> list[str]:
         """Per partition, its identity with the masks of the dedupe stages before ``before`` (all
         of them when None)."""
-        return [with_masks(raw, dedupe.of(p.number, before)) for raw, p in zip(self.raw(), self._parts, strict=True)]
+        return [
+            with_masks(raw, dedupe.of(p.number, before))
+            for raw, p in zip(self.raw(), self._parts, strict=True)
+        ]
 
 
 def shard_digests(
@@ -156,11 +158,14 @@ def shard_digests(
     shards: int,
 ) -> list[str]:
     """Per shard of a plan, the digest of its (partition identity, row) sequence in output order,
-    written as
-    maximal runs of consecutive rows of one partition (an unshuffled shard is a few runs, not a row
-    each)."""
-    ids = np.frombuffer(b"".join(bytes.fromhex(i) for i in identities), dtype=np.uint8).reshape(-1, 16)
-    part = np.concatenate([np.full(len(pos), i, dtype=np.int64) for i, pos in enumerate(positions)] or [[]])
+    written as maximal runs of consecutive rows of one partition (an unshuffled shard is a few runs,
+    not a row each)."""
+    ids = np.frombuffer(b"".join(bytes.fromhex(i) for i in identities), dtype=np.uint8).reshape(
+        -1, 16
+    )
+    part = np.concatenate(
+        [np.full(len(pos), i, dtype=np.int64) for i, pos in enumerate(positions)] or [[]]
+    )
     row = np.concatenate([np.flatnonzero(keep) for keep in key_keep] or [[]]).astype(np.int64)
     dest = np.concatenate(list(destinations) or [[]]).astype(np.int64)
     pos = np.concatenate(list(positions) or [[]]).astype(np.int64)
@@ -189,7 +194,10 @@ def shard_digests(
         axis=1,
     )
     cuts = np.searchsorted(dest[starts], np.arange(shards + 1))
-    return [hashlib.sha256(runs[a:b].tobytes()).hexdigest() for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    return [
+        hashlib.sha256(runs[a:b].tobytes()).hexdigest()
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+    ]
 
 
 def save_state(state: BuildState) -> bytes:
@@ -205,7 +213,9 @@ def save_state(state: BuildState) -> bytes:
         "format": state.format,
         "configured_blocksize": state.configured_blocksize,
     }
-    for i, (m, rejects, keep) in enumerate(zip(state.measured, state.rejects, state.key_keep, strict=True)):
+    for i, (m, rejects, keep) in enumerate(
+        zip(state.measured, state.rejects, state.key_keep, strict=True)
+    ):
         arrays[f"sizes{i}"], arrays[f"keys{i}"], arrays[f"keep{i}"] = m.sizes, m.key_hashes, keep
         if m.splits is not None:
             arrays[f"splits{i}"] = m.splits
@@ -251,7 +261,9 @@ def load_state(data: bytes) -> BuildState | None:
                 rejects.append(all_rejects)
                 keep.append(z[f"keep{i}"])
             dedupe = {
-                int(stage): {identity: z[f"dedupe{stage}_{k}"] for k, identity in enumerate(identities)}
+                int(stage): {
+                    identity: z[f"dedupe{stage}_{k}"] for k, identity in enumerate(identities)
+                }
                 for stage, identities in (meta.get("dedupe") or {}).items()
             }
         return BuildState(

@@ -46,8 +46,7 @@ def records(
     reused: Mapping[int, SourceFile],
 ) -> dict[str, list[Any]]:
     """The records a build leaves for the next: every stamped file's stamp, hash and when it was
-    hashed (a
-    reused hash keeps the listing time of the build that read the file)."""
+    hashed (a reused hash keeps the listing time of the build that read the file)."""
     out = {}
     for i, (f, h) in enumerate(zip(files, hashes, strict=True)):
         if f.stamp is not None:
@@ -57,10 +56,11 @@ def records(
 
 class SourceHashes:
     """Every source file's hash: the trusted ones (``trusted``) as they are, the rest from tasks on
-    ``client``,
-    started now and gathered when first asked for (the passes run meanwhile)."""
+    ``client``, started now and gathered when first asked for (the passes run meanwhile)."""
 
-    def __init__(self, client: Any, source: Any, known: Mapping[int, SourceFile], listed_ns: int) -> None:
+    def __init__(
+        self, client: Any, source: Any, known: Mapping[int, SourceFile], listed_ns: int
+    ) -> None:
         self.client, self.known, self.files, self.listed_ns = (
             client,
             dict(known),
@@ -76,7 +76,9 @@ class SourceHashes:
         """Every file's SourceFile, in source order."""
         if self._all is None:
             computed = iter([h for group in self.client.gather(self._pending) for h in group])
-            self._all = [self.known[i] if i in self.known else next(computed) for i in range(self.count)]
+            self._all = [
+                self.known[i] if i in self.known else next(computed) for i in range(self.count)
+            ]
         return self._all
 
     def report(self) -> SourceFileCounts:

@@ -19,13 +19,14 @@ from datapipe.versioning.manifest import CodeRef, SourceFile
 
 def hash_source(fs: Any, f: InputFile) -> SourceFile:
     """Size and content hash of a source file: its etag on object stores, else its sha256."""
-    return SourceFile(f.label, f.size, f"etag:{f.etag}" if f.etag else f"sha256:{sha256_of(fs, f.path)}")
+    return SourceFile(
+        f.label, f.size, f"etag:{f.etag}" if f.etag else f"sha256:{sha256_of(fs, f.path)}"
+    )
 
 
 def hash_sources(fs: Any, files: Sequence[InputFile]) -> list[SourceFile]:
     """``hash_source`` of each of ``files`` (a worker task: one per group of files, not per file,
-    since a
-    folder of images has tens of thousands and each task costs the scheduler about a
+    since a folder of images has tens of thousands and each task costs the scheduler about a
     millisecond)."""
     return [hash_source(fs, f) for f in files]
 
@@ -51,14 +52,17 @@ def code_refs(pipeline: Pipeline, base_dir: str) -> tuple[CodeRef, ...]:
 
 def checked_code(loaded: LoadedPipeline) -> tuple[CodeRef, ...]:
     """``code_refs`` after importing every map stage's function here, before any cluster starts, so
-    a
-    missing module or function, or a module that fails on import, is an error naming the stage and
+    a missing module or function, or a module that fails on import, is an error naming the stage and
     its line."""
 
     def named(e: ConfigError, key: str) -> ConfigError:
         return ConfigError(f"{loaded.where(key)}: {key}: {str(e).removeprefix(key + ': ')}")
 
-    maps = [(f"stages[{i}].map", stage.args) for i, stage in enumerate(loaded.pipeline.stages) if stage.kind == "map"]
+    maps = [
+        (f"stages[{i}].map", stage.args)
+        for i, stage in enumerate(loaded.pipeline.stages)
+        if stage.kind == "map"
+    ]
     for key, spec in maps:
         try:
             find_module(spec.partition(":")[0], loaded.base_dir, key)

@@ -80,9 +80,8 @@ class PassRunner:
 
     def _follow(self, phase: str, futures: list[Any]) -> None:
         """Advance the progress as tasks finish; a pass whose workers all stay paused (Dask stops a
-        worker
-        whose memory passes its pause level, and memory a task left behind may never drop back) or
-        that has no worker left is a BuildError, not a build that waits for ever."""
+        worker whose memory passes its pause level, and memory a task left behind may never drop
+        back) or that has no worker left is a BuildError, not a build that waits for ever."""
         from distributed import as_completed
 
         # each future tracked once, not re-waited on

@@ -93,7 +93,11 @@ def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> 
             break
         label = stage_path(i, stage.kind)
         outcome = run_stage(stage, label, frame, job.base_dir, masks.get(i), job.code)
-        counts.append(StageCounts(label, len(frame), len(outcome.frame), outcome.dropped, len(outcome.rejected)))
+        counts.append(
+            StageCounts(
+                label, len(frame), len(outcome.frame), outcome.dropped, len(outcome.rejected)
+            )
+        )
         rejects.extend(outcome.rejected)
         frame = outcome.frame
     return Cleaned(frame, counts, rejects)
@@ -122,7 +126,10 @@ def encode_rows(job: BuildJob, frame: pd.DataFrame) -> tuple[EncodedRows, list[R
     encoder = job.encoder()
     _sample_columns(job, frame, encoder)
     encoded = encode_columns(encoder, frame)
-    rejects = [Reject(SAMPLE_STAGE, reason, int(row), row_json(frame, row)) for row, reason in encoded.rejects.items()]
+    rejects = [
+        Reject(SAMPLE_STAGE, reason, int(row), row_json(frame, row))
+        for row, reason in encoded.rejects.items()
+    ]
     return encoded, rejects
 
 
@@ -147,7 +154,10 @@ def measure_pass(job: BuildJob, part: Part, masks: Masks) -> Measured:
 def _measured(
     job: BuildJob, cleaned: Cleaned, encoded: EncodedRows, rejects: list[Reject], sizes: np.ndarray
 ) -> Measured:
-    counts = [*cleaned.counts, StageCounts(SAMPLE_STAGE, len(cleaned.frame), len(encoded.keys), 0, len(rejects))]
+    counts = [
+        *cleaned.counts,
+        StageCounts(SAMPLE_STAGE, len(cleaned.frame), len(encoded.keys), 0, len(rejects)),
+    ]
     return Measured(
         counts,
         cleaned.rejects + rejects,
@@ -160,8 +170,7 @@ def _measured(
 
 def sample_splits(job: BuildJob, frame: pd.DataFrame, encoded: EncodedRows) -> np.ndarray | None:
     """The split number of each encoded sample, from its ``splits.by`` value (default: its key);
-    None without
-    a splits section."""
+    None without a splits section."""
     splits = job.pipeline.splits
     if splits is None:
         return None
@@ -183,7 +192,9 @@ def encode_pass(job: BuildJob, part: Part, masks: Masks) -> tuple[Measured, Enco
     does not read and clean the source again (used when the encoded dataset fits in memory)."""
     cleaned = clean(job, part, masks)
     encoded, rejects = encode_rows(job, cleaned.frame)
-    block = get_format(job.pipeline.shards.format).writer.encode_samples(encoded.keys, encoded.fields)
+    block = get_format(job.pipeline.shards.format).writer.encode_samples(
+        encoded.keys, encoded.fields
+    )
     return _measured(job, cleaned, encoded, rejects, np.diff(block.bounds)), block
 
 
@@ -210,19 +221,29 @@ def duplicates_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarra
 
 
 def prepare_pass(
-    job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray, positions: np.ndarray, shards: np.ndarray
+    job: BuildJob,
+    part: Part,
+    masks: Masks,
+    key_keep: np.ndarray,
+    positions: np.ndarray,
+    shards: np.ndarray,
 ) -> dict[int, Piece]:
     """The samples of ``part``, encoded for the shard format and grouped by destination shard, with
-    their
-    output positions: blocks of bytes that cross to the shard's writer, not a dict per sample."""
+    their output positions: blocks of bytes that cross to the shard's writer, not a dict per
+    sample."""
     cleaned = clean(job, part, masks)
     encoded, _ = encode_rows(job, cleaned.frame)
-    block = get_format(job.pipeline.shards.format).writer.encode_samples(encoded.keys, encoded.fields)
+    block = get_format(job.pipeline.shards.format).writer.encode_samples(
+        encoded.keys, encoded.fields
+    )
     return split_block(block, key_keep, positions, shards)
 
 
 def split_pass(
-    result: tuple[Measured, EncodedSamples], key_keep: np.ndarray, positions: np.ndarray, shards: np.ndarray
+    result: tuple[Measured, EncodedSamples],
+    key_keep: np.ndarray,
+    positions: np.ndarray,
+    shards: np.ndarray,
 ) -> dict[int, Piece]:
     """``split_block`` of the block that ``encode_pass`` kept on its worker."""
     restore_dynamic_thresholds()
@@ -241,7 +262,8 @@ def split_block(
             "particular) must be deterministic"
         )
     return {
-        shard: (positions[shards == shard], block.take(keep[shards == shard])) for shard in np.unique(shards).tolist()
+        shard: (positions[shards == shard], block.take(keep[shards == shard]))
+        for shard in np.unique(shards).tolist()
     }
 
 
@@ -250,7 +272,9 @@ def take_piece(prepared: dict[int, Piece], shard: int) -> Piece | None:
     return prepared.get(shard)
 
 
-def write_shard_task(fs: Any, directory: str, filename: str, fmt_name: str, *pieces: Piece | None) -> ShardEntry:
+def write_shard_task(
+    fs: Any, directory: str, filename: str, fmt_name: str, *pieces: Piece | None
+) -> ShardEntry:
     """Write one shard from its pieces, in output order."""
     restore_dynamic_thresholds()
     blocks = in_output_order([p for p in pieces if p is not None])

@@ -34,12 +34,16 @@ class Reject:
 def row_json(frame: pd.DataFrame, row: Any) -> str:
     """The row ``row`` of ``frame`` as a JSON object (bytes as base64, missing as null)."""
     values = frame.loc[row]
-    return json.dumps({str(k): jsonable(v) for k, v in values.items()}, ensure_ascii=False, allow_nan=False)
+    return json.dumps(
+        {str(k): jsonable(v) for k, v in values.items()}, ensure_ascii=False, allow_nan=False
+    )
 
 
 def rejects_of(frame: pd.DataFrame, stage: str, reasons: dict[Any, str]) -> list[Reject]:
     """Rejects for the rows of ``frame`` named in ``reasons`` (row id -> reason)."""
-    return [Reject(stage, reason, int(row), row_json(frame, row)) for row, reason in reasons.items()]
+    return [
+        Reject(stage, reason, int(row), row_json(frame, row)) for row, reason in reasons.items()
+    ]
 
 
 def quarantine_bytes(records: Iterable[tuple[Reject, str, int]]) -> bytes:

@@ -56,7 +56,11 @@ class Dedupe:
     def of(self, part: int, before: int | None = None) -> dict[int, np.ndarray]:
         """Partition ``part``'s masks (stage -> keep-mask) of the stages before ``before`` (all
         of them when None)."""
-        return {stage: masks[part] for stage, masks in self.masks.items() if before is None or stage < before}
+        return {
+            stage: masks[part]
+            for stage, masks in self.masks.items()
+            if before is None or stage < before
+        }
 
 
 def output_positions(counts: Sequence[int], seed: int | None) -> list[np.ndarray]:
@@ -82,8 +86,7 @@ def shard_boundaries(
     end_size: int = 0,
 ) -> np.ndarray:
     """Start of every shard and the end: [0, b1, ..., n]. ``sizes`` and ``hashes`` (a 64-bit hash of
-    each sample's
-    key) are in output order.
+    each sample's key) are in output order.
 
     Cut by content, as restic and borg cut files into chunks: a shard ends after a sample whose hash
     falls under CUT_RATE x its share of a full shard (its bytes over ``max_bytes``, or 1 /
@@ -100,16 +103,22 @@ def shard_boundaries(
     if max_samples is not None:
         share = np.maximum(share, 1 / max_samples)
     fill = np.cumsum(share)
-    draws = (np.asarray(hashes, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    draws = (np.asarray(hashes, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) / float(
+        1 << 53
+    )
     cuts = np.flatnonzero(draws < CUT_RATE * share)  # samples after which a content cut may fall
     bounds = [0]
     start = 0
     while start < n:
         before = int(ends[start - 1]) if start else 0
-        stop = max(int(np.searchsorted(ends, before + max_bytes - end_size, side="right")), start + 1)
+        stop = max(
+            int(np.searchsorted(ends, before + max_bytes - end_size, side="right")), start + 1
+        )
         if max_samples is not None:
             stop = min(stop, start + max_samples)
-        filled = int(np.searchsorted(fill, (fill[start - 1] if start else 0.0) + MIN_FILL, side="left"))
+        filled = int(
+            np.searchsorted(fill, (fill[start - 1] if start else 0.0) + MIN_FILL, side="left")
+        )
         k = int(np.searchsorted(cuts, max(filled, start), side="left"))
         if k < len(cuts) and cuts[k] + 1 < stop:
             stop = int(cuts[k]) + 1
@@ -146,8 +155,7 @@ def split_shard_plan(
     end_size: int = 0,
 ) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:
     """Each split's samples placed in shards of their own: per partition, each sample's output
-    position
-    within its split and its shard number; and the number of shards of each split.
+    position within its split and its shard number; and the number of shards of each split.
 
     ``hashes`` holds a 64-bit hash of each sample's key, ``labels`` each sample's split (0 ..
     splits-1), per partition. The shards of split 0 come first, then those of split 1, and so on;
@@ -164,7 +172,9 @@ def split_shard_plan(
         placed = output_positions([int(m.sum()) for m in masks], seed)
         bounds = shard_boundaries(
             sizes_in_output_order([s[m] for s, m in zip(sizes, masks, strict=True)], placed),
-            sizes_in_output_order([h[m] for h, m in zip(hashes, masks, strict=True)], placed, np.uint64),
+            sizes_in_output_order(
+                [h[m] for h, m in zip(hashes, masks, strict=True)], placed, np.uint64
+            ),
             max_bytes,
             max_samples,
             end_size,

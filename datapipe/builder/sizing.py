@@ -34,8 +34,8 @@ def _all_known(limits: Sequence[int]) -> list[int]:
 
 def check_file_sizes(source: Source, limits: Sequence[int]) -> None:
     """A 'files' source whose largest file cannot be held (FILE_COPIES times) by a worker fails
-    before any
-    pass runs, naming the file: each file is one sample, read whole into its worker's memory."""
+    before any pass runs, naming the file: each file is one sample, read whole into its worker's
+    memory."""
     known = _all_known(limits)
     if source.format not in FILE_ROW_FORMATS or not known:
         return
@@ -51,18 +51,18 @@ def check_file_sizes(source: Source, limits: Sequence[int]) -> None:
 
 def fitting_blocksize(limits: Sequence[int]) -> int | None:
     """The largest blocksize whose partitions a worker of the smallest limit holds while it measures
-    or encodes
-    one, well below the level where Dask pauses it; None when a worker has no limit."""
+    or encodes one, well below the level where Dask pauses it; None when a worker has no limit."""
     known = _all_known(limits)
     if not known:
         return None
-    return max(MIN_BLOCKSIZE, int((TARGET_FRACTION * min(known) - WORKER_BASELINE) // PARTITION_EXPANSION))
+    return max(
+        MIN_BLOCKSIZE, int((TARGET_FRACTION * min(known) - WORKER_BASELINE) // PARTITION_EXPANSION)
+    )
 
 
 def fitted_blocksize(source: Source, limits: Sequence[int]) -> int:
     """The configured blocksize, or a smaller one where its partitions would not fit the workers'
-    memory
-    (an execution setting: the version is the same at any blocksize); Parquet row groups stay
+    memory (an execution setting: the version is the same at any blocksize); Parquet row groups stay
     whole."""
     fitting = fitting_blocksize(limits)
     if fitting is None or source.format == "parquet" or fitting >= source.blocksize:
@@ -81,7 +81,9 @@ def fits_in_memory(source: Source, limits: Sequence[int]) -> bool:
     """
     if not limits or 0 in limits:  # no limit known: do not guess
         return False
-    return ENCODED_PER_SOURCE_BYTE * sum(f.size for f in source.files) <= KEEP_FRACTION * sum(limits)
+    return ENCODED_PER_SOURCE_BYTE * sum(f.size for f in source.files) <= KEEP_FRACTION * sum(
+        limits
+    )
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,9 @@ class SplitsConfig(BaseModel):
             "nulls all go to one. Default: the sample key"
         ),
     )
-    seed: int = Field(default=0, ge=0, lt=2**63, description="salt of the hash: another seed, another assignment")
+    seed: int = Field(
+        default=0, ge=0, lt=2**63, description="salt of the hash: another seed, another assignment"
+    )
 
     @field_validator("fractions")
     @classmethod
@@ -65,12 +67,15 @@ class SplitsConfig(BaseModel):
         for name in value:
             if not re.match(SPLIT_PATTERN, name):
                 raise ValueError(
-                    f"bad split name {name!r}: 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+                    f"bad split name {name!r}: 1-64 letters, digits, '_' or '-', starting "
+                    "with a letter or digit"
                 )
         try:
             check_fractions(value, "fractions")
         except ConfigError as e:
-            raise ValueError(str(e).removeprefix("fractions: ").removeprefix("fractions.")) from None
+            raise ValueError(
+                str(e).removeprefix("fractions: ").removeprefix("fractions.")
+            ) from None
         return value
 
 
@@ -87,10 +92,14 @@ def check_fractions(fractions: Mapping[str, float], where: str = "splits.fractio
         raise ConfigError(f"{where}: no splits; give at least one, e.g. {{train: 0.9, val: 0.1}}")
     for name, fraction in fractions.items():
         if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not fraction > 0:
-            raise ConfigError(f"{where}.{name}: a fraction must be a number above 0, got {fraction!r}")
+            raise ConfigError(
+                f"{where}.{name}: a fraction must be a number above 0, got {fraction!r}"
+            )
     total = math.fsum(float(f) for f in fractions.values())
     if abs(total - 1) > FRACTION_TOLERANCE:
-        raise ConfigError(f"{where}: the fractions sum to {total:.10g}, not 1; make them add up to 1")
+        raise ConfigError(
+            f"{where}: the fractions sum to {total:.10g}, not 1; make them add up to 1"
+        )
 
 
 def value_text(value: Any) -> bytes:
@@ -122,7 +131,9 @@ def _is_na(value: Any) -> bool:
 def split_hashes(values: Iterable[Any], seed: int) -> np.ndarray:
     """The 64-bit salted hash (blake2b) of each value's text, as uint64."""
     key = _SALT + str(int(seed)).encode()
-    digests = b"".join(hashlib.blake2b(value_text(v), digest_size=8, key=key).digest() for v in values)
+    digests = b"".join(
+        hashlib.blake2b(value_text(v), digest_size=8, key=key).digest() for v in values
+    )
     return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
 
 
@@ -144,5 +155,7 @@ def assign_splits(
     if len(names) > 127:
         raise ConfigError("splits.fractions: at most 127 splits")
     edges = np.cumsum([float(fractions[n]) for n in names])[:-1]
-    points = split_points(split_hashes(values.tolist() if hasattr(values, "tolist") else values, seed))
+    points = split_points(
+        split_hashes(values.tolist() if hasattr(values, "tolist") else values, seed)
+    )
     return np.searchsorted(edges, points, side="right").astype(np.int8)

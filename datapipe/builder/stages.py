@@ -26,7 +26,10 @@ from datapipe.builder.user_code import load_function
 from datapipe.errors import BuildError, ConfigError
 
 _INT_RANGES = {
-    f"{p}{b}": (0 if p == "uint" else -(2 ** (b - 1)), 2**b - 1 if p == "uint" else 2 ** (b - 1) - 1)
+    f"{p}{b}": (
+        0 if p == "uint" else -(2 ** (b - 1)),
+        2**b - 1 if p == "uint" else 2 ** (b - 1) - 1,
+    )
     for p in ("int", "uint")
     for b in (8, 16, 32, 64)
 }
@@ -42,7 +45,12 @@ class StageOutcome:
 
 
 def _missing(value: Any) -> bool:
-    return value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and math.isnan(value))
+    return (
+        value is None
+        or value is pd.NA
+        or value is pd.NaT
+        or (isinstance(value, float) and math.isnan(value))
+    )
 
 
 def _columns(frame: pd.DataFrame, columns: list[str] | None, label: str) -> list[str]:
@@ -50,7 +58,10 @@ def _columns(frame: pd.DataFrame, columns: list[str] | None, label: str) -> list
         return list(frame.columns)
     unknown = [c for c in columns if c not in frame.columns]
     if unknown:
-        raise ConfigError(f"{label}: no column {', '.join(map(repr, unknown))} (columns: {', '.join(frame.columns)})")
+        raise ConfigError(
+            f"{label}: no column {', '.join(map(repr, unknown))} (columns: "
+            f"{', '.join(frame.columns)})"
+        )
     return list(columns)
 
 
@@ -77,7 +88,9 @@ def _fillna(frame: pd.DataFrame, args: Any, label: str) -> StageOutcome:
         try:
             frame[col] = frame[col].fillna(value)
         except (TypeError, ValueError) as e:
-            raise ConfigError(f"{label}.values.{col}: cannot fill column {col!r} with {value!r} ({e})") from None
+            raise ConfigError(
+                f"{label}.values.{col}: cannot fill column {col!r} with {value!r} ({e})"
+            ) from None
     return StageOutcome(frame)
 
 
@@ -91,8 +104,15 @@ def _filter(frame: pd.DataFrame, expr: str, label: str) -> StageOutcome:
             f"{label}: cannot evaluate {expr!r} ({type(e).__name__}: {e}); "
             f"columns: {', '.join(map(str, frame.columns))}"
         ) from None
-    if not isinstance(mask, pd.Series) or mask.dtype.kind not in "bO" and str(mask.dtype) != "boolean":
-        raise ConfigError(f"{label}: {expr!r} must give true or false per row, not {getattr(mask, 'dtype', mask)!r}")
+    if (
+        not isinstance(mask, pd.Series)
+        or mask.dtype.kind not in "bO"
+        and str(mask.dtype) != "boolean"
+    ):
+        raise ConfigError(
+            f"{label}: {expr!r} must give true or false per row, not "
+            f"{getattr(mask, 'dtype', mask)!r}"
+        )
     keep = mask.fillna(False).astype(bool)
     return StageOutcome(frame[keep], int((~keep).sum()))
 
@@ -101,7 +121,11 @@ def _cast_value(value: Any, kind: str) -> Any:
     if kind in _INT_RANGES:
         if isinstance(value, bool | np.bool_):
             raise ValueError("a bool is not an integer")
-        number = float(value) if isinstance(value, str) and not value.strip().lstrip("-").isdigit() else value
+        number = (
+            float(value)
+            if isinstance(value, str) and not value.strip().lstrip("-").isdigit()
+            else value
+        )
         if isinstance(number, float | np.floating) and not float(number).is_integer():
             raise ValueError(f"{value!r} is not a whole number")
         integer = int(number)
@@ -157,9 +181,16 @@ def _cast(frame: pd.DataFrame, casts: dict[str, str], label: str) -> StageOutcom
 
 
 _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
-    **{k: (lambda v: isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)) for k in _INT_RANGES},
-    "float32": lambda v: isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool),
-    "float64": lambda v: isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool),
+    **{
+        k: (lambda v: isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_))
+        for k in _INT_RANGES
+    },
+    "float32": lambda v: (
+        isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool)
+    ),
+    "float64": lambda v: (
+        isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool)
+    ),
     "string": lambda v: isinstance(v, str),
     "bool": lambda v: isinstance(v, bool | np.bool_),
     "bytes": lambda v: isinstance(v, bytes | bytearray),
@@ -180,7 +211,9 @@ def _rule_failure(col: str, rule: ColumnRule, value: Any) -> str | None:
         return f"{col}: {value!r} is above max {rule.max:g}"
     if rule.values is not None and value not in rule.values:
         return f"{col}: {value!r} is not one of {rule.values!r}"
-    if rule.pattern is not None and not (isinstance(value, str) and re.fullmatch(rule.pattern, value)):
+    if rule.pattern is not None and not (
+        isinstance(value, str) and re.fullmatch(rule.pattern, value)
+    ):
         return f"{col}: {value!r} does not match pattern {rule.pattern!r}"
     if rule.min_length is not None and len(value) < rule.min_length:
         return f"{col}: length {len(value)} is below min_length {rule.min_length}"
@@ -205,15 +238,23 @@ def _validate(frame: pd.DataFrame, rules: dict[str, ColumnRule], label: str) -> 
     return StageOutcome(frame.drop(index=list(reasons)), rejected=rejects_of(frame, label, reasons))
 
 
-def _map(frame: pd.DataFrame, spec: str, label: str, base_dir: str, sha256: str | None) -> StageOutcome:
+def _map(
+    frame: pd.DataFrame, spec: str, label: str, base_dir: str, sha256: str | None
+) -> StageOutcome:
     fn = load_function(spec, base_dir, sha256)
     try:
         result = fn(frame.copy())
     except Exception as e:
         raise BuildError(f"{label}: {spec} raised {type(e).__name__}: {e}") from e
     if not isinstance(result, pd.DataFrame):
-        raise BuildError(f"{label}: {spec} must return a pandas DataFrame, not {type(result).__name__}")
-    if len(result) > len(frame) or not result.index.isin(frame.index).all() or result.index.has_duplicates:
+        raise BuildError(
+            f"{label}: {spec} must return a pandas DataFrame, not {type(result).__name__}"
+        )
+    if (
+        len(result) > len(frame)
+        or not result.index.isin(frame.index).all()
+        or result.index.has_duplicates
+    ):
         raise BuildError(
             f"{label}: {spec} must return a subset of its input rows with their index kept "
             "(it may drop rows and change columns, not add rows or reset the index)"

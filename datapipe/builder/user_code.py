@@ -41,8 +41,8 @@ def _spec_in(module: str, directory: str) -> Any:
 
 def find_module(module: str, base_dir: str, where: str) -> str:
     """The file of map module ``module``: under ``base_dir`` first, else on the Python path;
-    ConfigError
-    naming ``where`` when there is none. Nothing is imported but the parents of a dotted name."""
+    ConfigError naming ``where`` when there is none. Nothing is imported but the parents of a dotted
+    name."""
     _pipeline_dir_first(base_dir)
     try:
         # not find_spec alone, which answers with the file of an already imported module of that
@@ -51,7 +51,9 @@ def find_module(module: str, base_dir: str, where: str) -> str:
     except (ImportError, ValueError) as e:
         raise ConfigError(f"{where}: cannot find module {module!r} ({e})") from None
     if spec is None or not spec.origin or not spec.has_location:
-        raise ConfigError(f"{where}: cannot find module {module!r} (looked in {base_dir} and the Python path)")
+        raise ConfigError(
+            f"{where}: cannot find module {module!r} (looked in {base_dir} and the Python path)"
+        )
     return spec.origin
 
 
@@ -65,11 +67,12 @@ def _file_sha256(module: Any) -> str | None:
 
 def _stale(module: Any, local: Any, sha256: str | None) -> bool:
     """Whether an imported module is not the file this pipeline means (``local``: the spec found in
-    the pipeline's
-    directory, or None): one of another directory (a long-lived worker's earlier build), one whose
-    file changed, or one whose file is gone."""
+    the pipeline's directory, or None): one of another directory (a long-lived worker's earlier
+    build), one whose file changed, or one whose file is gone."""
     imported = getattr(module, "__file__", None)
-    if local is not None and (imported is None or os.path.abspath(local.origin) != os.path.abspath(imported)):
+    if local is not None and (
+        imported is None or os.path.abspath(local.origin) != os.path.abspath(imported)
+    ):
         return True
     try:
         return sha256 is not None and _file_sha256(module) != sha256
@@ -79,8 +82,7 @@ def _stale(module: Any, local: Any, sha256: str | None) -> bool:
 
 def _forget(module_name: str, whole_package: bool) -> None:
     """Drop the imported module and its submodules, and with ``whole_package`` its top-level package
-    too (the
-    pipeline's own: an older import's parents would lead the next import back to their
+    too (the pipeline's own: an older import's parents would lead the next import back to their
     directory)."""
     top = module_name.split(".")[0] if whole_package else module_name
     for loaded in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
@@ -123,7 +125,8 @@ def _load(spec: str, base_dir: str, sha256: str | None) -> Callable[..., Any]:
     except SyntaxError as e:
         where = f"{e.filename}:{e.lineno}" if e.filename else module_name
         raise ConfigError(
-            f"map {spec!r}: module {module_name!r} has a syntax error ({where}: {e.msg}); fix the module"
+            f"map {spec!r}: module {module_name!r} has a syntax error ({where}: "
+            f"{e.msg}); fix the module"
         ) from None
     # the module's top-level code failed: the user's bug, reported without a traceback
     except Exception as e:
@@ -136,7 +139,9 @@ def _load(spec: str, base_dir: str, sha256: str | None) -> Callable[..., Any]:
         found = sorted(
             k
             for k, v in vars(module).items()
-            if callable(v) and not k.startswith("_") and getattr(v, "__module__", None) == module.__name__
+            if callable(v)
+            and not k.startswith("_")
+            and getattr(v, "__module__", None) == module.__name__
         )
         raise ConfigError(
             f"map {spec!r}: module {module_name!r} has no function {name!r}"

@@ -66,7 +66,9 @@ def _progress(rich_bars: bool) -> Any:
 def _print_summary(summary: dict[str, Any], incremental: IncrementalReport | None) -> None:
     click.echo(f"{'stage':<24} {'in':>10} {'out':>10} {'dropped':>10} {'rejected':>10}")
     for s in summary["stages"]:
-        click.echo(f"{s['stage']:<24} {s['in']:>10} {s['out']:>10} {s['dropped']:>10} {s['rejected']:>10}")
+        click.echo(
+            f"{s['stage']:<24} {s['in']:>10} {s['out']:>10} {s['dropped']:>10} {s['rejected']:>10}"
+        )
     click.echo(
         f"{summary['samples']} samples in {summary['shards']} shards, {summary['bytes']} bytes; "
         f"{summary['rejected']} rows quarantined"
@@ -104,7 +106,13 @@ def _incremental_line(report: IncrementalReport) -> str:
 
 @click.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False))
-@click.option("--out", "store_url", default="storage", show_default=True, help="Store URL (a path or any fsspec URL).")
+@click.option(
+    "--out",
+    "store_url",
+    default="storage",
+    show_default=True,
+    help="Store URL (a path or any fsspec URL).",
+)
 @click.option(
     "--workers",
     type=int,
@@ -113,7 +121,9 @@ def _incremental_line(report: IncrementalReport) -> str:
     "env DATAPIPE_WORKERS]. "
     "Without it, --scheduler or --memory-limit, a source under 64 MiB is built in this process.",
 )
-@click.option("--scheduler", help="Run on an existing Dask cluster: tcp://HOST:PORT of its scheduler.")
+@click.option(
+    "--scheduler", help="Run on an existing Dask cluster: tcp://HOST:PORT of its scheduler."
+)
 @scheduler_timeout_option
 @click.option(
     "--memory-limit",
@@ -123,7 +133,9 @@ def _incremental_line(report: IncrementalReport) -> str:
     "pauses the worker at 80% and restarts it at 95%) [default: the machine's memory shared among "
     "the workers].",
 )
-@click.option("--tag", "tags", multiple=True, help="Also point this tag at the new version (repeatable).")
+@click.option(
+    "--tag", "tags", multiple=True, help="Also point this tag at the new version (repeatable)."
+)
 @click.option(
     "--rehash",
     is_flag=True,
@@ -177,7 +189,11 @@ def build(
             rehash=rehash,
         )
         result = run_build(
-            loaded, Store(store_url, storage_options()), tags=tags, progress=progress, execution=execution
+            loaded,
+            Store(store_url, storage_options()),
+            tags=tags,
+            progress=progress,
+            execution=execution,
         )
     finally:
         bars = getattr(progress, "bars", None)

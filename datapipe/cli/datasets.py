@@ -24,8 +24,7 @@ from datapipe.versioning.verify import verify_version
 @json_option
 def ls(store_url: str, as_json: bool) -> None:
     """List datasets, versions, tags, samples, size (own: in the version's directory; shared: stored
-    once in
-    an earlier version's), creation time and parent in STORE."""
+    once in an earlier version's), creation time and parent in STORE."""
     store = Store(store_url, storage_options())
     rows = []
     for name in store.datasets():
@@ -104,7 +103,9 @@ def _classes_line(classes: tuple[str, ...]) -> str:
     """``N classes: 0 cat, 1 dog, ...``: the labels and names, cut after SHOWN_CLASSES."""
     shown = ", ".join(f"{i} {name}" for i, name in enumerate(classes[:SHOWN_CLASSES]))
     more = (
-        f", ... and {len(classes) - SHOWN_CLASSES} more (info --json lists all)" if len(classes) > SHOWN_CLASSES else ""
+        f", ... and {len(classes) - SHOWN_CLASSES} more (info --json lists all)"
+        if len(classes) > SHOWN_CLASSES
+        else ""
     )
     return f"  {len(classes)} classes (label name): {shown}{more}"
 
@@ -140,7 +141,8 @@ def info(dataset: str, as_json: bool) -> None:
         return
     click.echo(f"{m.name}@{short_id(m.version)}  ({m.version})")
     click.echo(
-        f"  created {shown_time(m.created_at)} on {m.host or '?'}, parent {short_id(m.parent) if m.parent else '-'}"
+        f"  created {shown_time(m.created_at)} on {m.host or '?'}, parent "
+        f"{short_id(m.parent) if m.parent else '-'}"
     )
     click.echo(
         f"  {m.samples} samples in {s['shards']['count']} {m.shard_format} "
@@ -161,7 +163,8 @@ def info(dataset: str, as_json: bool) -> None:
         )
     for st in m.stages:
         click.echo(
-            f"  stage {st.stage}: in {st.rows_in}, out {st.rows_out}, dropped {st.dropped}, rejected {st.rejected}"
+            f"  stage {st.stage}: in {st.rows_in}, out {st.rows_out}, dropped "
+            f"{st.dropped}, rejected {st.rejected}"
         )
     lin = m.lineage
     click.echo(
@@ -187,8 +190,8 @@ def verify(dataset: str) -> None:
         click.echo(f"error: {name}@{short_id(m.version)}: {len(problems)} problem(s)", err=True)
         sys.exit(1)
     click.echo(
-        f"{name}@{short_id(m.version)}: the manifest and its {len(m.shards)} shards and indexes match"
-        + (f", {m.rejected} present" if m.rejected else "")
+        f"{name}@{short_id(m.version)}: the manifest and its {len(m.shards)} "
+        "shards and indexes match" + (f", {m.rejected} present" if m.rejected else "")
     )
 
 
@@ -208,8 +211,8 @@ def tag(dataset: str, tag: str) -> None:
 @json_option
 def diff(a: str, b: str, as_json: bool) -> None:
     """Samples added, removed and changed (by key and content hash) from version A to B; per split
-    too, when
-    either has splits (a sample that changed split is removed from one and added to the other)."""
+    too, when either has splits (a sample that changed split is removed from one and added to the
+    other)."""
     (sa, na, ma), (sb, nb, mb) = (open_dataset_url(url, storage_options()) for url in (a, b))
     # reads only the shards the two do not share
     pair = VersionPair(Side(sa, na, ma), Side(sb, nb, mb))
@@ -239,7 +242,10 @@ def diff(a: str, b: str, as_json: bool) -> None:
 
 
 def _counts(d: VersionDiff) -> str:
-    return f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed, {d.unchanged} unchanged"
+    return (
+        f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} "
+        f"changed, {d.unchanged} unchanged"
+    )
 
 
 def dataset_of(dataset: str, verb: str) -> tuple[Store, str]:
@@ -257,31 +263,47 @@ def dataset_of(dataset: str, verb: str) -> tuple[Store, str]:
                 + ", ".join(f"{dataset.rstrip('/')}/{d}" for d in inner)
             )
         known = ", ".join(store.datasets()) or "none"
-        raise NotFoundError(f"{store.url}: no dataset {name!r} (datasets here: {known}); give STORE/NAME")
+        raise NotFoundError(
+            f"{store.url}: no dataset {name!r} (datasets here: {known}); give STORE/NAME"
+        )
     return store, name
 
 
 @click.command()
 @click.argument("dataset")
-@click.option("--prune", is_flag=True, help="Also delete complete versions that no ref names and no lease holds.")
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Also delete complete versions that no ref names and no lease holds.",
+)
 @click.option(
     "--keep-last",
     type=int,
     metavar="N",
-    help="Keep the N newest versions; delete the others outside --keep-within (never a tagged, latest or leased one).",
+    help="Keep the N newest versions; delete the others outside --keep-within "
+    "(never a tagged, latest or leased one).",
 )
-@click.option("--keep-within", metavar="DURATION", help="Keep versions created within DURATION (30d, 12h, 2w).")
-@click.option("--dry-run", is_flag=True, help="Print what would be deleted, with sizes; delete nothing.")
-def gc(dataset: str, prune: bool, keep_last: int | None, keep_within: str | None, dry_run: bool) -> None:
+@click.option(
+    "--keep-within",
+    metavar="DURATION",
+    help="Keep versions created within DURATION (30d, 12h, 2w).",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print what would be deleted, with sizes; delete nothing."
+)
+def gc(
+    dataset: str, prune: bool, keep_last: int | None, keep_within: str | None, dry_run: bool
+) -> None:
     """Remove partial versions and temporary files of DATASET (STORE/NAME); with --prune,
-    --keep-last or
-    --keep-within also the versions retention does not keep (their files that kept versions share
-    stay)."""
+    --keep-last or --keep-within also the versions retention does not keep (their files that kept
+    versions share stay)."""
     if keep_last is not None and keep_last < 0:
         raise ConfigError(f"--keep-last {keep_last}: give 0 or more versions to keep")
     within = parse_duration(keep_within, "--keep-within") if keep_within is not None else None
     store, name = dataset_of(dataset, "gc cleans")
-    report = collect(store, name, prune=prune, keep_last=keep_last, keep_within=within, dry_run=dry_run)
+    report = collect(
+        store, name, prune=prune, keep_last=keep_last, keep_within=within, dry_run=dry_run
+    )
     plan, verb = report.plan, "would remove" if dry_run else "removed"
     if plan is not None:
         for damaged in plan.damaged:
@@ -294,7 +316,8 @@ def gc(dataset: str, prune: bool, keep_last: int | None, keep_within: str | None
                 continue
             what = "pruned directory" if d.pruned_before else "version"
             shared = (
-                f", keeping {len(d.kept)} files shared by kept versions ({format_size(sum(d.kept.values()))})"
+                f", keeping {len(d.kept)} files shared by kept versions "
+                f"({format_size(sum(d.kept.values()))})"
                 if d.kept
                 else ""
             )
@@ -311,4 +334,6 @@ def gc(dataset: str, prune: bool, keep_last: int | None, keep_within: str | None
     for path in report.kept_live:
         click.echo(f"kept {path} (its writer is still running)")
     freed = f", {format_size(plan.bytes)} freed" if plan is not None else ""
-    click.echo(f"{len(report.removed)} {verb}{freed}" + (" (dry run: nothing deleted)" if dry_run else ""))
+    click.echo(
+        f"{len(report.removed)} {verb}{freed}" + (" (dry run: nothing deleted)" if dry_run else "")
+    )

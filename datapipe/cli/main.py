@@ -41,7 +41,9 @@ class DatapipeGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, verbose: bool, storage_options: tuple[str, ...]) -> None:
     """Build, version and stream sharded datasets for model training."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s: %(message)s"
+    )
     ctx.obj = {"storage_options": parse_storage_options(storage_options)}
 
 

@@ -15,7 +15,9 @@ def parse_storage_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"{pair!r}: expected KEY=VALUE", param_hint="-o/--storage-option")
+            raise click.BadParameter(
+                f"{pair!r}: expected KEY=VALUE", param_hint="-o/--storage-option"
+            )
         try:
             options[key] = json.loads(value)
         except ValueError:
@@ -36,7 +38,8 @@ scheduler_timeout_option = click.option(
     type=float,
     envvar="DATAPIPE_SCHEDULER_TIMEOUT",
     metavar="SECONDS",
-    help="How long to keep trying to reach --scheduler [default: 10; env DATAPIPE_SCHEDULER_TIMEOUT].",
+    help="How long to keep trying to reach --scheduler [default: 10; env "
+    "DATAPIPE_SCHEDULER_TIMEOUT].",
 )
 
 

@@ -15,7 +15,14 @@ import click
 
 from datapipe.cli.options import scheduler_timeout_option, storage_options
 from datapipe.errors import ConfigError
-from datapipe.versioning.dvc import DVC_IGNORE, build_stage, find_repo, relative, update_dvc_yaml, update_dvcignore
+from datapipe.versioning.dvc import (
+    DVC_IGNORE,
+    build_stage,
+    find_repo,
+    relative,
+    update_dvc_yaml,
+    update_dvcignore,
+)
 from datapipe.versioning.layout import parse_dataset_url
 from datapipe.versioning.manifest import short_id
 from datapipe.versioning.rebuild_report import manifest_differences, sample_differences
@@ -38,7 +45,13 @@ def _source_dep(url: str) -> str:
 
 @click.command(name="dvc")
 @click.argument("pipeline", type=click.Path(dir_okay=False))
-@click.option("--out", "store_url", default="storage", show_default=True, help="Local store the stage builds into.")
+@click.option(
+    "--out",
+    "store_url",
+    default="storage",
+    show_default=True,
+    help="Local store the stage builds into.",
+)
 def dvc_stage(pipeline: str, store_url: str) -> None:
     """Add or update the dvc.yaml stage that builds PIPELINE, so `dvc repro` rebuilds it when an
     input changes."""
@@ -47,7 +60,9 @@ def dvc_stage(pipeline: str, store_url: str) -> None:
     from datapipe.builder.source.listing import source_url
 
     if "://" in store_url:
-        raise ConfigError(f"--out {store_url}: DVC tracks a local store; push it to a DVC remote with `dvc push`")
+        raise ConfigError(
+            f"--out {store_url}: DVC tracks a local store; push it to a DVC remote with `dvc push`"
+        )
     loaded = load_pipeline(pipeline)
     p = loaded.pipeline
     root = find_repo(os.getcwd())
@@ -66,7 +81,10 @@ def dvc_stage(pipeline: str, store_url: str) -> None:
     click.echo(f"  deps: {', '.join(deps)}")
     click.echo(f"  outs: {store_rel}/{p.name} (persist)")
     if ignored:
-        click.echo(f"{DVC_IGNORE}: {', '.join(ignored)} (readers' leases and partial builds are not the dataset)")
+        click.echo(
+            f"{DVC_IGNORE}: {', '.join(ignored)} (readers' leases and partial "
+            "builds are not the dataset)"
+        )
     click.echo("run `dvc repro` to build, then commit dvc.yaml, dvc.lock and .dvcignore")
 
 
@@ -109,18 +127,27 @@ def check(
     recorded = store.manifest(name, version)
     problems = [f"stored {p}" for p in verify_version(store, name, recorded, version)]
     with _scratch_store(store, scheduler is not None) as rebuilt_store:
-        execution = Execution(workers=workers, scheduler=scheduler, scheduler_timeout=scheduler_timeout)
+        execution = Execution(
+            workers=workers, scheduler=scheduler, scheduler_timeout=scheduler_timeout
+        )
         rebuilt = build(loaded, rebuilt_store, execution=execution).manifest
         differences = []
         if rebuilt.version != recorded.version:
             differences = manifest_differences(recorded, rebuilt)
             if not problems:  # damaged stored shards cannot be read back sample by sample
-                differences += sample_differences((store, name, recorded), (rebuilt_store, rebuilt.name, rebuilt))
+                differences += sample_differences(
+                    (store, name, recorded), (rebuilt_store, rebuilt.name, rebuilt)
+                )
     if not problems and not differences:
-        click.echo(f"reproducible: {name}@{short_id(recorded.version)} rebuilds to the same version")
+        click.echo(
+            f"reproducible: {name}@{short_id(recorded.version)} rebuilds to the same version"
+        )
         return
     if differences:
-        click.echo(f"not reproducible: {name}@{short_id(recorded.version)} rebuilds to {short_id(rebuilt.version)}")
+        click.echo(
+            f"not reproducible: {name}@{short_id(recorded.version)} rebuilds to "
+            f"{short_id(rebuilt.version)}"
+        )
     for line in problems + differences:
         click.echo(f"  {line}")
     ctx.exit(1)
@@ -136,7 +163,9 @@ def _scratch_store(store: Store, in_store: bool) -> Iterator[Store]:
         return
     # absolute: the workers may run elsewhere
     base = store.url if "://" in store.url else store.root
-    scratch = Store(f"{base.rstrip('/')}/{SCRATCH_PREFIX}{uuid.uuid4().hex[:12]}", storage_options())
+    scratch = Store(
+        f"{base.rstrip('/')}/{SCRATCH_PREFIX}{uuid.uuid4().hex[:12]}", storage_options()
+    )
     click.echo(f"rebuilding into {scratch.url} (removed after)", err=True)
     try:
         yield scratch

@@ -30,7 +30,13 @@ def is_loopback(host: str) -> bool:
     show_default=True,
     help="Address to listen on; anything but loopback lets whoever reaches the port read the data.",
 )
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free one).")
+@click.option(
+    "--port",
+    default=8765,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port (0: any free one).",
+)
 @click.option(
     "-o",
     "--storage-option",
@@ -48,7 +54,8 @@ def serve(store_url: str, host: str, port: int, options: tuple[str, ...]) -> Non
         from datapipe.serve.app import LOOPBACK_NAMES, create_app
     except ImportError as e:
         raise ConfigError(
-            f"datapipe serve needs the [serve] extra ({e.name} is missing): pip install 'datapipe[serve]'"
+            f"datapipe serve needs the [serve] extra ({e.name} is missing): pip "
+            "install 'datapipe[serve]'"
         ) from None
     from datapipe.versioning.store import Store
 
@@ -57,7 +64,8 @@ def serve(store_url: str, host: str, port: int, options: tuple[str, ...]) -> Non
     store.datasets()
     if not is_loopback(host):
         click.echo(
-            f"warning: listening on {host}: anyone who can reach port {port} can read every dataset in {store_url}",
+            f"warning: listening on {host}: anyone who can reach port {port} can "
+            f"read every dataset in {store_url}",
             err=True,
         )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -79,5 +87,7 @@ def serve(store_url: str, host: str, port: int, options: tuple[str, ...]) -> Non
     # on loopback, only requests that name it (no DNS-rebound site's name); off it, the name users
     # reach it by
     hosts = list(LOOPBACK_NAMES) if is_loopback(host) else None
-    server = uvicorn.Server(uvicorn.Config(create_app(store, allowed_hosts=hosts), log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(store, allowed_hosts=hosts), log_level="warning")
+    )
     server.run(sockets=[sock])

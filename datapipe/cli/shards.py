@@ -11,7 +11,11 @@ from datapipe.formats.registry import FORMATS
 from datapipe.formats.shards import build_index, open_shard
 
 _FORMAT = click.option(
-    "--format", "fmt", type=click.Choice(list(FORMATS)), default=None, help="Shard format (default: by extension)."
+    "--format",
+    "fmt",
+    type=click.Choice(list(FORMATS)),
+    default=None,
+    help="Shard format (default: by extension).",
 )
 
 
@@ -30,15 +34,27 @@ def _describe(value: Any) -> str:
 
 @click.command()
 @click.argument("shard", type=click.Path(dir_okay=False))
-@click.option("-n", "--n", "count", type=click.IntRange(min=0), default=5, show_default=True, help="Samples to show.")
+@click.option(
+    "-n",
+    "--n",
+    "count",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Samples to show.",
+)
 @_FORMAT
 def inspect(shard: str, count: int, fmt: str | None) -> None:
     """Print keys, fields and sizes of the first samples of SHARD."""
     with open_shard(shard, fmt) as reader:
         if reader.index is not None:
-            click.echo(f"{shard}: {len(reader)} samples, fields: {', '.join(reader.index.fields) or '-'}")
+            click.echo(
+                f"{shard}: {len(reader)} samples, fields: {', '.join(reader.index.fields) or '-'}"
+            )
         else:
-            click.echo(f"{shard}: no index (run `datapipe index {shard}` for counts and random access)")
+            click.echo(
+                f"{shard}: no index (run `datapipe index {shard}` for counts and random access)"
+            )
         for i, sample in enumerate(reader):
             if i >= count:
                 break

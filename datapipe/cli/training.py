@@ -14,9 +14,20 @@ from datapipe.errors import ConfigError
 
 _RUN = [
     click.argument("data", metavar="DATASET|MIXFILE"),
-    click.option("--batch-size", "-b", type=click.IntRange(min=1), required=True, help="Samples per rank and step."),
     click.option(
-        "--world-size", "-w", type=click.IntRange(min=1), default=1, show_default=True, help="Ranks of the run."
+        "--batch-size",
+        "-b",
+        type=click.IntRange(min=1),
+        required=True,
+        help="Samples per rank and step.",
+    ),
+    click.option(
+        "--world-size",
+        "-w",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        help="Ranks of the run.",
     ),
     click.option("--seed", type=int, default=0, show_default=True, help="The loader's seed."),
     click.option(
@@ -24,11 +35,18 @@ _RUN = [
         type=click.Choice(["drop", "pad"]),
         default="drop",
         show_default=True,
-        help="drop: the last partial global batch of an epoch is dropped; pad: it is filled from the start.",
+        help="drop: the last partial global batch of an epoch is dropped; pad: it "
+        "is filled from the start.",
     ),
-    click.option("--no-shuffle", is_flag=True, help="The loader reads in storage order (shuffle=False)."),
     click.option(
-        "--block-shards", type=click.IntRange(min=1), default=4, show_default=True, help="The loader's block_shards."
+        "--no-shuffle", is_flag=True, help="The loader reads in storage order (shuffle=False)."
+    ),
+    click.option(
+        "--block-shards",
+        type=click.IntRange(min=1),
+        default=4,
+        show_default=True,
+        help="The loader's block_shards.",
     ),
     click.option("--json", "as_json", is_flag=True, help="Print JSON."),
 ]
@@ -40,7 +58,9 @@ def _run_options(command: Any) -> Any:
     return command
 
 
-def _settings(batch_size: int, seed: int, drop_last: str, no_shuffle: bool, block_shards: int) -> Any:
+def _settings(
+    batch_size: int, seed: int, drop_last: str, no_shuffle: bool, block_shards: int
+) -> Any:
     from datapipe.loader.settings import LoaderSettings
 
     return LoaderSettings(
@@ -113,7 +133,9 @@ def batches(
 
 @click.command(name="audit")
 @_run_options
-@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True, help="Epochs to replay.")
+@click.option(
+    "--epochs", type=click.IntRange(min=1), default=1, show_default=True, help="Epochs to replay."
+)
 @click.option(
     "--resume",
     "resumes",
@@ -159,12 +181,16 @@ def audit_command(
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=1, ensure_ascii=False))
     else:
-        click.echo(f"{'EPOCH':>5} {'DELIVERED':>10} {'REPEATED':>9} {'PADDED':>7} {'NEVER':>7}  BATCHES/RANK  SHARES")
+        click.echo(
+            f"{'EPOCH':>5} {'DELIVERED':>10} {'REPEATED':>9} {'PADDED':>7} "
+            f"{'NEVER':>7}  BATCHES/RANK  SHARES"
+        )
         for e in report.epochs:
             per_rank = ",".join(f"{n}@w{w}" for w, n in e.batches_per_rank)
             shares = " ".join(f"{k}={v:.4f}" for k, v in (e.shares or {}).items())
             click.echo(
-                f"{e.epoch:>5} {e.samples:>10} {e.repeated:>9} {e.padded:>7} {e.never:>7}  {per_rank:12}  {shares}"
+                f"{e.epoch:>5} {e.samples:>10} {e.repeated:>9} {e.padded:>7} "
+                f"{e.never:>7}  {per_rank:12}  {shares}"
             )
             if e.never_reason:
                 click.echo(f"      never delivered: {e.never_reason}")

@@ -22,14 +22,26 @@ from datapipe.versioning.store import Store
 
 @click.command()
 @click.argument("dataset", required=False)
-@click.option("--for", "for_", metavar="DURATION", help="Take a lease for DURATION (7d, 12h, 2w) and print its id.")
-@click.option("--note", default="", help="Why the lease is held (shown by `datapipe lease DATASET`).")
-@click.option("--release", metavar="ID", help="End lease ID (DATASET: its STORE/NAME, or the STORE to search).")
+@click.option(
+    "--for",
+    "for_",
+    metavar="DURATION",
+    help="Take a lease for DURATION (7d, 12h, 2w) and print its id.",
+)
+@click.option(
+    "--note", default="", help="Why the lease is held (shown by `datapipe lease DATASET`)."
+)
+@click.option(
+    "--release",
+    metavar="ID",
+    help="End lease ID (DATASET: its STORE/NAME, or the STORE to search).",
+)
 @json_option
-def lease(dataset: str | None, for_: str | None, note: str, release: str | None, as_json: bool) -> None:
+def lease(
+    dataset: str | None, for_: str | None, note: str, release: str | None, as_json: bool
+) -> None:
     """Hold DATASET (STORE/NAME[@REF]) against gc with --for, end a lease with --release ID, or list
-    the
-    leases of DATASET (STORE/NAME)."""
+    the leases of DATASET (STORE/NAME)."""
     if release is not None:
         if for_ is not None:
             raise ConfigError("--for and --release: give one of them")
@@ -68,7 +80,8 @@ def lease(dataset: str | None, for_: str | None, note: str, release: str | None,
     for r in records:
         holder = f"{r.host}:{r.pid}" if r.pid is not None else "(by hand)"
         click.echo(
-            f"{r.id:16} {short_id(r.version):12} {r.kind:7} {r.state(now):7} {r.expires:25} {holder[:24]:24} {r.note}"
+            f"{r.id:16} {short_id(r.version):12} {r.kind:7} {r.state(now):7} "
+            f"{r.expires:25} {holder[:24]:24} {r.note}"
         )
 
 
@@ -87,7 +100,8 @@ def _release(where: str, lease_id: str) -> None:
             return
     searched = ", ".join(f"{s.url}/{n}" for s, n in candidates) or f"{where} (no datasets)"
     raise NotFoundError(
-        f"--release {lease_id}: no such lease in {searched}; list them with `datapipe lease STORE/NAME`"
+        f"--release {lease_id}: no such lease in {searched}; list them with "
+        "`datapipe lease STORE/NAME`"
     )
 
 
@@ -96,8 +110,7 @@ def _release(where: str, lease_id: str) -> None:
 @json_option
 def du(target: str, as_json: bool) -> None:
     """Shard bytes per dataset of STORE (or of one dataset): own, shared (stored once, listed by
-    several
-    versions) and stored (each file once: the real size), and the total."""
+    several versions) and stored (each file once: the real size), and the total."""
     store_url, name, _ = parse_dataset_url(target)
     store = Store(store_url, storage_options())
     if "@" not in target and name in store.datasets():
@@ -128,9 +141,8 @@ def du(target: str, as_json: bool) -> None:
 @json_option
 def log_command(dataset: str, as_json: bool) -> None:
     """The versions of DATASET (STORE/NAME), newest first along the parent links from latest, then
-    those not
-    on that chain: tags, leases, sizes, and against the parent the samples added, removed and
-    changed (per split too) and the lineage inputs that changed."""
+    those not on that chain: tags, leases, sizes, and against the parent the samples added, removed
+    and changed (per split too) and the lineage inputs that changed."""
     store, name = dataset_of(dataset, "log shows")
     entries, problems = history(store, name)
     for problem in problems:
@@ -139,9 +151,17 @@ def log_command(dataset: str, as_json: bool) -> None:
         echo_json([entry_json(e) for e in entries])
         return
     for e in entries:
-        marks = ", ".join(e.tags + [f"leased {lid}" for lid in e.leases] + ([] if e.reachable else ["not on latest"]))
+        marks = ", ".join(
+            e.tags
+            + [f"leased {lid}" for lid in e.leases]
+            + ([] if e.reachable else ["not on latest"])
+        )
         click.echo(f"version {short_id(e.version)}" + (f" ({marks})" if marks else ""))
-        parent = "-" if e.parent is None else short_id(e.parent) + (" (pruned)" if e.parent_state == "pruned" else "")
+        parent = (
+            "-"
+            if e.parent is None
+            else short_id(e.parent) + (" (pruned)" if e.parent_state == "pruned" else "")
+        )
         click.echo(
             f"  created {shown_time(e.created_at)}, {e.samples} samples, {format_size(e.bytes)} "
             f"({format_size(e.own_bytes)} own, "
@@ -154,6 +174,9 @@ def log_command(dataset: str, as_json: bool) -> None:
                 f"{c['unchanged']} unchanged"
             )
             for split, c in e.splits.items():
-                click.echo(f"  split {split}: {c['added']} added, {c['removed']} removed, {c['changed']} changed")
+                click.echo(
+                    f"  split {split}: {c['added']} added, {c['removed']} removed, "
+                    f"{c['changed']} changed"
+                )
         for line in e.lineage:
             click.echo(f"  lineage: {line}")

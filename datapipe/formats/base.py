@@ -75,13 +75,17 @@ class ShardWriter(ABC):
         self._keys.add(key)
         self._index.add(key, start, self._pos, sample_sha.digest(), members, fields)
 
-    def write_many(self, samples: Iterable[Mapping[str, Any] | EncodedSamples], chunk: int = 4096) -> None:
+    def write_many(
+        self, samples: Iterable[Mapping[str, Any] | EncodedSamples], chunk: int = 4096
+    ) -> None:
         """Append samples (and encoded blocks) in order: what ``write`` does to each, with the same
-        checks,
-        but runs of samples with the same fields are encoded column-wise by ``encode_samples``."""
+        checks, but runs of samples with the same fields are encoded column-wise by
+        ``encode_samples``."""
         if not self.encodes_columns:
             for sample in samples:
-                self.write_encoded(sample) if isinstance(sample, EncodedSamples) else self.write(sample)
+                self.write_encoded(sample) if isinstance(sample, EncodedSamples) else self.write(
+                    sample
+                )
             return
         run: list[Mapping[str, Any]] = []
         layout: tuple[str, ...] = ()  # the field names of the run's samples, as they come
@@ -102,8 +106,7 @@ class ShardWriter(ABC):
 
     def _write_run(self, run: list[Mapping[str, Any]], layout: tuple[str, ...]) -> None:
         """Check a run of samples with the same field names as ``write`` would, but once per run
-        where it can
-        (a sample's own checks only to word an error), then encode it column-wise."""
+        where it can (a sample's own checks only to word an error), then encode it column-wise."""
         if not run:
             return
         keys = [sample.get(KEY) for sample in run]
@@ -135,7 +138,9 @@ class ShardWriter(ABC):
         block.add_to_index(self._index, start)
 
     @classmethod
-    def encode_samples(cls, keys: Sequence[str], fields: Mapping[str, Sequence[Any]]) -> EncodedSamples:
+    def encode_samples(
+        cls, keys: Sequence[str], fields: Mapping[str, Sequence[Any]]
+    ) -> EncodedSamples:
         """Samples given column-wise, encoded exactly as ``write`` would emit them, for
         ``write_encoded``.
 
@@ -150,7 +155,9 @@ class ShardWriter(ABC):
         return EncodedSamples.from_index(out.getvalue(), writer._index.build(writer._pos))
 
     @abstractmethod
-    def _write_sample(self, key: str, fields: dict[str, Any], sample_sha: Any) -> list[tuple[str, int, int]]:
+    def _write_sample(
+        self, key: str, fields: dict[str, Any], sample_sha: Any
+    ) -> list[tuple[str, int, int]]:
         """Emit one sample (fields sorted by name), update ``sample_sha`` with every byte emitted,
         and return its (field, payload offset, payload size) members."""
 
@@ -221,7 +228,13 @@ class ShardReader(ABC):
     format_code: ClassVar[int]
 
     def __init__(
-        self, buffer: Buffer, name: str, index: ShardIndex | None = None, *, copy: bool = False, verify_crc: bool = True
+        self,
+        buffer: Buffer,
+        name: str,
+        index: ShardIndex | None = None,
+        *,
+        copy: bool = False,
+        verify_crc: bool = True,
     ) -> None:
         self.name = name
         self._buffer = buffer
@@ -254,7 +267,8 @@ class ShardReader(ABC):
     def _require_index(self) -> ShardIndex:
         if self.index is None:
             raise IndexRequiredError(
-                f"{self.name}: random access needs the shard's index; build it with `datapipe index {self.name}`"
+                f"{self.name}: random access needs the shard's index; build it with "
+                f"`datapipe index {self.name}`"
             )
         return self.index
 
@@ -276,7 +290,9 @@ class ShardReader(ABC):
             for entry in self.scan():
                 yield entry.sample
 
-    def gather(self, indices: Sequence[int], fields: Sequence[str]) -> tuple[list[str], dict[str, list[Any]]]:
+    def gather(
+        self, indices: Sequence[int], fields: Sequence[str]
+    ) -> tuple[list[str], dict[str, list[Any]]]:
         """Keys and per-field payload lists of samples ``indices`` (index order), for batch
         collation.
 
@@ -361,8 +377,7 @@ class SpanReader(ShardReader):
     @abstractmethod
     def spans(self, indices: Sequence[int], field: str) -> tuple[np.ndarray, np.ndarray]:
         """Payload (offsets, sizes) int64 arrays of ``field`` within ``buffer`` for samples
-        ``indices``;
-        SampleError names the first sample that lacks the field."""
+        ``indices``; SampleError names the first sample that lacks the field."""
 
     @property
     def buffer(self) -> memoryview:

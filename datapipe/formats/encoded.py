@@ -104,7 +104,9 @@ class EncodedSamples:
             return self._run(int(order[0]), int(order[-1]) + 1)
         view = memoryview(self.data)
         starts, ends = self.bounds[:-1][order], self.bounds[1:][order]
-        data = bytearray().join([view[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)])
+        data = bytearray().join(
+            [view[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+        )
         sizes = ends - starts
         bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         first_member = np.concatenate([[0], np.cumsum(self.member_counts)])[:-1]
@@ -114,7 +116,12 @@ class EncodedSamples:
         key_starts = np.concatenate([[0], self.key_ends[:-1]])
         key_view = memoryview(self.key_blob)
         keys = b"".join(
-            [key_view[a:b] for a, b in zip(key_starts[order].tolist(), self.key_ends[order].tolist(), strict=True)]
+            [
+                key_view[a:b]
+                for a, b in zip(
+                    key_starts[order].tolist(), self.key_ends[order].tolist(), strict=True
+                )
+            ]
         )
         return EncodedSamples(
             data=data,
@@ -173,7 +180,9 @@ def _concat(blocks: Sequence[EncodedSamples]) -> EncodedSamples:
         ).astype(np.int64),
         hashes=np.concatenate([b.hashes for b in blocks]).reshape(-1, HASH_SIZE),
         member_counts=np.concatenate([b.member_counts for b in blocks]),
-        member_offset=np.concatenate([b.member_offset + s for b, s in zip(blocks, data_starts, strict=True)]),
+        member_offset=np.concatenate(
+            [b.member_offset + s for b, s in zip(blocks, data_starts, strict=True)]
+        ),
         member_size=np.concatenate([b.member_size for b in blocks]),
         member_field=np.concatenate([b.member_field for b in blocks]),
         fields=fields,

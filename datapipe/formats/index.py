@@ -62,13 +62,15 @@ class ShardIndex:
         ends = self.key_ends.tolist()
         starts = [0, *ends][:-1]
         blob = self.key_blob
-        return [blob[a:b].decode("utf-8", "surrogateescape") for a, b in zip(starts, ends, strict=True)]
+        return [
+            blob[a:b].decode("utf-8", "surrogateescape") for a, b in zip(starts, ends, strict=True)
+        ]
 
     def key_array(self) -> np.ndarray:
         """Every key as a numpy array, for gathers by batch: fixed-width bytes when the keys are
-        ASCII of
-        one length (the usual zero-padded counters: a view of the index, no str object per key until
-        one is asked for, see ``ShardReader.gather_keys``), else an object array of str."""
+        ASCII of one length (the usual zero-padded counters: a view of the index, no str object per
+        key until one is asked for, see ``ShardReader.gather_keys``), else an object array of
+        str."""
         n, blob = len(self.key_ends), self.key_blob
         width = len(blob) // n if n else 0
         if width and len(blob) == width * n and blob.isascii() and b"\0" not in blob:
@@ -114,34 +116,15 @@ class ShardIndex:
     @classmethod
     def from_bytes(cls, data: bytes | memoryview, name: str) -> ShardIndex:
         """Parse and validate an index; ``name`` (the index path) appears in every error."""
-        data = memoryview(data).cast("B")
-        if len(data) < _HEADER.size + _TRAILER.size:
-            raise ShardCorruptError(name, f"index is {len(data)} bytes, shorter than its header")
-        magic, version, code, shard_size, n, m, f, _flags, key_bytes, field_bytes = _HEADER.unpack_from(data)
-        if magic != MAGIC:
-            raise ShardCorruptError(name, "not a datapipe index (bad magic); rebuild it with `datapipe index`")
-        if version != VERSION:
-            raise FormatVersionError(
-                f"{name}: index format version {version} is not supported (this datapipe reads "
-                f"version {VERSION}); rebuild it with `datapipe index` or upgrade datapipe"
-            )
-        sizes = [8 * n, 8 * n, HASH_SIZE * n, 8 * (n + 1), 8 * m, 8 * m, 4 * m, 8 * n, 8 * f, key_bytes, field_bytes]
-        expected = _HEADER.size + sum(s + _pad8(s) for s in sizes) + _TRAILER.size
-        if expected != len(data):
-            raise ShardCorruptError(name, f"index is {len(data)} bytes but its header implies {expected}")
-        body_end = len(data) - _TRAILER.size
-        (crc, zero) = _TRAILER.unpack_from(data, body_end)
-        if crc32c.crc32c(data[:body_end]) != crc or zero != 0:
-            raise ShardCorruptError(name, "index checksum mismatch; rebuild it with `datapipe index`")
-        sections, pos = [], _HEADER.size
-        for s in sizes:
-            sections.append(data[pos : pos + s])
-            pos += s + _pad8(s)
+        code, shard_size, n, field_bytes, sections = _sections(memoryview(data).cast("B"), name)
         u8 = lambda b: np.frombuffer(b, dtype="<u8")  # noqa: E731
         field_blob = bytes(sections[10])
         field_ends = u8(sections[8]).tolist()
         try:
-            names = tuple(field_blob[a:b].decode() for a, b in zip([0, *field_ends][:-1], field_ends, strict=True))
+            names = tuple(
+                field_blob[a:b].decode()
+                for a, b in zip([0, *field_ends][:-1], field_ends, strict=True)
+            )
         except UnicodeDecodeError:
             raise ShardCorruptError(name, "field names in the index are not UTF-8") from None
         index = cls(
@@ -166,7 +149,9 @@ class ShardIndex:
         included)."""
 
         def bad(what: str) -> ShardCorruptError:
-            return ShardCorruptError(name, f"inconsistent index: {what}; rebuild it with `datapipe index`")
+            return ShardCorruptError(
+                name, f"inconsistent index: {what}; rebuild it with `datapipe index`"
+            )
 
         size = self.shard_size
         if len(self) and (
@@ -176,7 +161,11 @@ class ShardIndex:
         ):
             raise bad("sample spans overlap or lie outside the shard")
         members = self.sample_members
-        if members[0] != 0 or members[-1] != len(self.member_offset) or np.any(np.diff(members.astype(np.int64)) < 0):
+        if (
+            members[0] != 0
+            or members[-1] != len(self.member_offset)
+            or np.any(np.diff(members.astype(np.int64)) < 0)
+        ):
             raise bad("member ranges")
         if len(self.member_offset) and (
             np.any(self.member_offset > size)
@@ -185,7 +174,9 @@ class ShardIndex:
         ):
             raise bad("member payloads outside the shard or unknown field ids")
         ends = self.key_ends
-        if len(ends) and (np.any(np.diff(ends.astype(np.int64)) < 0) or ends[-1] != len(self.key_blob)):
+        if len(ends) and (
+            np.any(np.diff(ends.astype(np.int64)) < 0) or ends[-1] != len(self.key_blob)
+        ):
             raise bad("key table")
         if (field_ends[-1] if field_ends else 0) != field_bytes or field_ends != sorted(field_ends):
             raise bad("field-name table")
@@ -292,8 +283,45 @@ class IndexBuilder:
             sample_members=u8(self._members),
             member_offset=u8(self._offset),
             member_size=u8(self._size),
-            member_field=np.frombuffer(self._field, dtype=np.uint32) if len(self._field) else np.zeros(0, np.uint32),
+            member_field=np.frombuffer(self._field, dtype=np.uint32)
+            if len(self._field)
+            else np.zeros(0, np.uint32),
             key_ends=u8(self._key_ends),
             key_blob=bytes(self._keys),
             fields=tuple(self._field_ids),
         )
+
+
+def _sections(data: memoryview, name: str) -> tuple[int, int, int, int, list[memoryview]]:
+    """The header's format code, shard size, sample count and field-name bytes, and the index's
+    sections, once its size, magic, format version and checksum are checked."""
+    if len(data) < _HEADER.size + _TRAILER.size:
+        raise ShardCorruptError(name, f"index is {len(data)} bytes, shorter than its header")
+    magic, version, code, shard_size, n, m, f, _flags, key_bytes, field_bytes = _HEADER.unpack_from(
+        data
+    )
+    if magic != MAGIC:
+        raise ShardCorruptError(
+            name, "not a datapipe index (bad magic); rebuild it with `datapipe index`"
+        )
+    if version != VERSION:
+        raise FormatVersionError(
+            f"{name}: index format version {version} is not supported (this datapipe reads "
+            f"version {VERSION}); rebuild it with `datapipe index` or upgrade datapipe"
+        )
+    sizes = [8 * n, 8 * n, HASH_SIZE * n, 8 * (n + 1), 8 * m, 8 * m, 4 * m, 8 * n, 8 * f]
+    sizes += [key_bytes, field_bytes]
+    expected = _HEADER.size + sum(s + _pad8(s) for s in sizes) + _TRAILER.size
+    if expected != len(data):
+        raise ShardCorruptError(
+            name, f"index is {len(data)} bytes but its header implies {expected}"
+        )
+    body_end = len(data) - _TRAILER.size
+    (crc, zero) = _TRAILER.unpack_from(data, body_end)
+    if crc32c.crc32c(data[:body_end]) != crc or zero != 0:
+        raise ShardCorruptError(name, "index checksum mismatch; rebuild it with `datapipe index`")
+    sections, pos = [], _HEADER.size
+    for s in sizes:
+        sections.append(data[pos : pos + s])
+        pos += s + _pad8(s)
+    return code, shard_size, n, field_bytes, sections

@@ -63,6 +63,7 @@ def check_field(name: object, key: str) -> str:
         raise SampleError(f"sample {key!r}: field names must be non-empty str, got {name!r}")
     if "/" in name or _bad_char(name) is not None or name.startswith("__"):
         raise SampleError(
-            f"sample {key!r}: field name {name!r} is not allowed (no '/', control characters or leading '__')"
+            f"sample {key!r}: field name {name!r} is not allowed (no '/', control "
+            "characters or leading '__')"
         )
     return name

@@ -57,4 +57,6 @@ def format_for_path(path: str) -> ShardFormat:
         if lower.endswith(fmt.extensions):
             return fmt
     known = ", ".join(e for f in FORMATS.values() for e in f.extensions)
-    raise ConfigError(f"{path}: cannot tell the shard format from the name (known: {known}); pass --format")
+    raise ConfigError(
+        f"{path}: cannot tell the shard format from the name (known: {known}); pass --format"
+    )

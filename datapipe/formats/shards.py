@@ -56,7 +56,11 @@ def write_shard_to(
 
 
 def write_shard(
-    path: str | os.PathLike[str], samples: Iterable[Mapping[str, Any]], fmt: str | None = None, *, index: bool = True
+    path: str | os.PathLike[str],
+    samples: Iterable[Mapping[str, Any]],
+    fmt: str | None = None,
+    *,
+    index: bool = True,
 ) -> WrittenShard:
     """Write ``samples`` to a local shard file (and its index), each file atomically."""
     return write_shard_to(LocalFileSystem(), os.fspath(path), samples, fmt, index=index)[0]
@@ -70,7 +74,9 @@ def write_index(shard: str | os.PathLike[str], index: ShardIndex) -> Path:
     return target
 
 
-def read_index(shard: str | os.PathLike[str], index_file: str | os.PathLike[str] | None = None) -> ShardIndex | None:
+def read_index(
+    shard: str | os.PathLike[str], index_file: str | os.PathLike[str] | None = None
+) -> ShardIndex | None:
     """The index of ``shard`` (stored next to it, or at ``index_file``), or None when there is
     none."""
     target = index_path(shard) if index_file is None else index_file
@@ -106,20 +112,26 @@ def open_shard(
     if shard_index is None and index_file is not None:
         raise NotFoundError(f"{os.fspath(index_file)}: no such file (the index of {name})")
     if shard_index is None and index is True:
-        raise NotFoundError(f"{index_path(path)}: no index for this shard; build it with `datapipe index {name}`")
+        raise NotFoundError(
+            f"{index_path(path)}: no index for this shard; build it with `datapipe index {name}`"
+        )
     buffer = map_file(path)
     try:
         if size is not None and len(buffer) != size:
             raise ShardCorruptError(name, f"{len(buffer)} bytes, the manifest says {size}")
         if sha256 is not None and sha256_of(LocalFileSystem(), os.fspath(path)) != sha256:
-            raise ShardCorruptError(name, "sha256 does not match the manifest; the shard was changed or damaged")
+            raise ShardCorruptError(
+                name, "sha256 does not match the manifest; the shard was changed or damaged"
+            )
         return shard_format.reader(buffer, name, shard_index, copy=copy, verify_crc=verify_crc)
     except BaseException:
         release(buffer)
         raise
 
 
-def read_shard_from(fs: Any, path: str, index_file: str, fmt: str | ShardFormat | None = None) -> ShardReader:
+def read_shard_from(
+    fs: Any, path: str, index_file: str, fmt: str | ShardFormat | None = None
+) -> ShardReader:
     """Read a whole shard and its index through any fsspec filesystem into memory (``open_shard``
     maps local ones)."""
     index = ShardIndex.from_bytes(read_bytes(fs, index_file), index_file)

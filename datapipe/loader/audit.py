@@ -42,7 +42,9 @@ class Resume:
             if len(parts) not in (2, 3) or parts[0] < 0 or min(parts[1:]) < 1:
                 raise ValueError
         except ValueError:
-            raise ConfigError(f"--resume {text!r}: give STEP:WORLD_SIZE[:BATCH_SIZE], e.g. 120:4") from None
+            raise ConfigError(
+                f"--resume {text!r}: give STEP:WORLD_SIZE[:BATCH_SIZE], e.g. 120:4"
+            ) from None
         return cls(*parts)
 
 
@@ -58,7 +60,10 @@ class Violation:
     problem: str
 
     def __str__(self) -> str:
-        return f"epoch {self.epoch}, step {self.step}, rank {self.rank}: {self.source} key {self.key!r} {self.problem}"
+        return (
+            f"epoch {self.epoch}, step {self.step}, rank {self.rank}: {self.source} "
+            f"key {self.key!r} {self.problem}"
+        )
 
 
 @dataclass
@@ -109,7 +114,11 @@ class _Stretch:
 
 
 def replay(
-    data: ShardSet, settings: LoaderSettings, world_size: int, epochs: int, resumes: Sequence[Resume] = ()
+    data: ShardSet,
+    settings: LoaderSettings,
+    world_size: int,
+    epochs: int,
+    resumes: Sequence[Resume] = (),
 ) -> list[list[_Stretch]]:
     """Per epoch, the stretches a run delivers, stopping and resuming as ``resumes`` say (by their
     state dicts)."""
@@ -132,7 +141,9 @@ def replay(
                 run.consumed(plan, resume.step - first - 1)
             state = run.state_dict()
             batch_size = resume.batch_size or run.settings.batch_size
-            run = RunState(data, replace(run.settings, batch_size=batch_size), World(0, resume.world_size))
+            run = RunState(
+                data, replace(run.settings, batch_size=batch_size), World(0, resume.world_size)
+            )
             run.load_state_dict(state)
             continue
         out[run.epoch].append(_Stretch(plan, first, steps))
@@ -142,8 +153,7 @@ def replay(
 
 def _deliveries(data: ShardSet, order: Order, stretches: list[_Stretch]) -> dict[str, np.ndarray]:
     """Every delivery of an epoch (of ``order``) in (step, rank, sample) order: global sample id,
-    step, rank,
-    position, pad."""
+    step, rank, position, pad."""
     starts = np.concatenate([[0], np.cumsum(data.shard_sizes)])
     names = ("sample", "step", "rank", "position", "pad", "shard", "local")
     parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
@@ -158,7 +168,9 @@ def _deliveries(data: ShardSet, order: Order, stretches: list[_Stretch]) -> dict
         parts["shard"].append(shard)
         parts["local"].append(local)
         parts["step"].append(np.repeat(stretch.first + steps, plan.world_size * plan.batch_size))
-        parts["rank"].append(np.tile(np.repeat(np.arange(plan.world_size), plan.batch_size), len(steps)))
+        parts["rank"].append(
+            np.tile(np.repeat(np.arange(plan.world_size), plan.batch_size), len(steps))
+        )
         parts["position"].append(positions.ravel())
         parts["pad"].append(pad.ravel())
     empty = np.zeros(0, dtype=np.int64)
@@ -183,9 +195,13 @@ class _Auditor:
         names = self.data.source_names(shard)
         source = names[0] if names is not None else getattr(self.data, "name", "dataset")
         key = self.data.files.keys_of(shard, local)[0]
-        self.violations.append(Violation(epoch, int(d["step"][i]), int(d["rank"][i]), source, key, problem))
+        self.violations.append(
+            Violation(epoch, int(d["step"][i]), int(d["rank"][i]), source, key, problem)
+        )
 
-    def epoch(self, epoch: int, stretches: list[_Stretch]) -> tuple[EpochAudit, dict[str, np.ndarray]]:
+    def epoch(
+        self, epoch: int, stretches: list[_Stretch]
+    ) -> tuple[EpochAudit, dict[str, np.ndarray]]:
         """What epoch ``epoch`` delivers in ``stretches``, checked; and its deliveries."""
         s = self.settings
         order = self.data.order(s.seed, epoch, s.shuffle, s.block_shards)
@@ -303,19 +319,25 @@ def audit(
     plan = [r if isinstance(r, Resume) else Resume.parse(r) for r in resumes]
     auditor = _Auditor(data, settings)
     run = replay(data, settings, world_size, epochs, plan)
-    unchanged = all((r.world_size, r.batch_size or batch_size) == (world_size, batch_size) for r in plan)
+    unchanged = all(
+        (r.world_size, r.batch_size or batch_size) == (world_size, batch_size) for r in plan
+    )
     straight = replay(data, settings, world_size, epochs) if plan and unchanged else None
     reports = []
     for epoch, stretches in enumerate(run):
         report, d = auditor.epoch(epoch, stretches)
         reports.append(report)
         if straight is not None and not auditor.violations:
-            base = _deliveries(data, data.order(seed, epoch, shuffle, block_shards), straight[epoch])
+            base = _deliveries(
+                data, data.order(seed, epoch, shuffle, block_shards), straight[epoch]
+            )
             n = min(len(base["sample"]), len(d["sample"]))
             differ = np.flatnonzero(base["sample"][:n] != d["sample"][:n])
             if len(differ) or len(base["sample"]) != len(d["sample"]):
                 i = int(differ[0]) if len(differ) else n - 1
-                auditor.violation(epoch, d, i, "differs from the uninterrupted run's delivery there")
+                auditor.violation(
+                    epoch, d, i, "differs from the uninterrupted run's delivery there"
+                )
         if auditor.violations:
             break
     return AuditReport(reports, auditor.violations)

@@ -28,9 +28,8 @@ CHUNK_BATCHES = 8  # ... but at most this many batches at once
 @dataclass(frozen=True)
 class BatchSource:
     """Rank ``world.rank``'s batches of epoch ``epoch`` under ``settings``, read from ``dataset`` (a
-    Dataset or
-    a Mix), starting at epoch position ``position`` (the samples all ranks consumed of the epoch so
-    far).
+    Dataset or a Mix), starting at epoch position ``position`` (the samples all ranks consumed of
+    the epoch so far).
 
     ``steps``: the plan's batch steps to deliver, ascending (None: all; skipped steps are left out).
     """
@@ -59,7 +58,11 @@ class BatchSource:
         """Which epoch positions each of the world's batch steps holds, from ``position`` on."""
         settings = self.settings
         return BatchPlan(
-            len(self.dataset), settings.batch_size, self.world.world_size, settings.drop_last, self.position
+            len(self.dataset),
+            settings.batch_size,
+            self.world.world_size,
+            settings.drop_last,
+            self.position,
         )
 
     def delivered(self) -> range | np.ndarray:
@@ -75,17 +78,22 @@ class BatchSource:
     def order(self) -> Order:
         """The epoch's global order (built per process; holds one block's permutation at a time)."""
         settings = self.settings
-        return self.dataset.order(settings.seed, self.epoch, settings.shuffle, settings.block_shards)
+        return self.dataset.order(
+            settings.seed, self.epoch, settings.shuffle, settings.block_shards
+        )
 
     def chunk_batches(self, defer: Collection[str]) -> int:
         """How many consecutive steps to read and collate as one: much of a small batch's cost is
-        per batch, not per sample. Only where that changes
-        nothing a user sees: batches come out the same, no decoder of theirs runs ahead, and a
-        remote dataset's cache holds the shards of one batch in use, not of several."""
+        per batch, not per sample. Only where that changes nothing a user sees: batches come out the
+        same, no decoder of theirs runs ahead, and a remote dataset's cache holds the shards of one
+        batch in use, not of several."""
         if (
             defer
             or self.dataset.files.remote
-            or any(callable(d) or d == "image" or isinstance(d, ImageSpec) for d in self.decoders.values())
+            or any(
+                callable(d) or d == "image" or isinstance(d, ImageSpec)
+                for d in self.decoders.values()
+            )
         ):
             return 1
         batch_bytes = self.dataset.sample_bytes * self.plan.batch_size
@@ -181,8 +189,7 @@ def _chunks(steps: Iterable[int], size: int) -> Iterator[tuple[list[int], int | 
 
 def cut(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]:
     """A collated batch cut into consecutive batches of ``sizes``: views of its arrays, slices of
-    its lists,
-    and for ragged fields a view of the data with offsets starting at 0."""
+    its lists, and for ragged fields a view of the data with offsets starting at 0."""
     bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
     out: list[dict[str, Any]] = [{} for _ in sizes]
     for name, value in batch.items():

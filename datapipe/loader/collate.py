@@ -39,7 +39,11 @@ def _decode_image(data: bytes) -> np.ndarray:
 
 def _stack(values: list[Any]) -> Any:
     """One array when every value is an array of one shape, else the list."""
-    if values and all(isinstance(v, np.ndarray) for v in values) and len({(v.shape, v.dtype) for v in values}) == 1:
+    if (
+        values
+        and all(isinstance(v, np.ndarray) for v in values)
+        and len({(v.shape, v.dtype) for v in values}) == 1
+    ):
         return np.stack(values)
     return values
 
@@ -67,7 +71,8 @@ def _numbers(column: Column, dtype: type, array_dtype: type) -> np.ndarray:
         return np.array([parse(bytes(p)) for p in payloads], dtype=dtype)
     except (ValueError, OverflowError) as e:
         raise ConfigError(
-            f"{e}: a payload is not one {np.dtype(dtype).name} number; decode the field with 'str' or 'bytes'"
+            f"{e}: a payload is not one {np.dtype(dtype).name} number; decode the "
+            "field with 'str' or 'bytes'"
         ) from None
 
 
@@ -80,14 +85,22 @@ def _npy_header(column: Column) -> tuple[int, np.dtype, tuple[int, ...]] | None:
     head = column.head(12)
     if head[:6] != b"\x93NUMPY" or head[6] not in (1, 2):
         return None
-    length = 10 + int.from_bytes(head[8:10], "little") if head[6] == 1 else 12 + int.from_bytes(head[8:12], "little")
+    length = (
+        10 + int.from_bytes(head[8:10], "little")
+        if head[6] == 1
+        else 12 + int.from_bytes(head[8:12], "little")
+    )
     if length > size:
         return None
     header = column.head(length)
     stream = io.BytesIO(header)
     try:
         version = np.lib.format.read_magic(stream)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        read = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
         shape, fortran_order, dtype = read(stream)
     except ValueError:
         return None
@@ -112,10 +125,9 @@ def _npy(column: Column, allocate: Allocate | None) -> Any:
 
 class Ragged(NamedTuple):
     """A field whose payloads are not copied yet: ``packing.pack`` gathers them into its buffer, as
-    a "ragged"
-    field's data and offsets; for ``decoder`` "bytes", "str" or "json", ``decode_payloads`` makes
-    the lists of the decoder again from them where the batch is unpacked (in the training
-    process)."""
+    a "ragged" field's data and offsets; for ``decoder`` "bytes", "str" or "json",
+    ``decode_payloads`` makes the lists of the decoder again from them where the batch is unpacked
+    (in the training process)."""
 
     column: Column
     decoder: str = "ragged"
@@ -139,23 +151,33 @@ class Images(NamedTuple):
         """Decode into ``buffer`` (uint8, ``nbytes`` long); the batch array, a view of it."""
         from datapipe.loader.images.decode import decode_images
 
-        out = buffer[: self.nbytes].view(self.spec.numpy_dtype).reshape((self.column.n, *self.spec.shape))
+        out = (
+            buffer[: self.nbytes]
+            .view(self.spec.numpy_dtype)
+            .reshape((self.column.n, *self.spec.shape))
+        )
         return decode_images(self.spec, self.keys, self.column.values(), out, self.name)
 
 
 def decode_images_field(
-    column: Column, keys: list[str], spec: ImageSpec, name: str, defer: Collection[str], allocate: Allocate | None
+    column: Column,
+    keys: list[str],
+    spec: ImageSpec,
+    name: str,
+    defer: Collection[str],
+    allocate: Allocate | None,
 ) -> Any:
     """An image field: ``Images`` to pack where the batch is packed (``defer``), else decoded into
-    ``allocate``'s
-    array now; with device="cuda", its payloads as bytes, decoded on the GPU in the training
-    process."""
+    ``allocate``'s array now; with device="cuda", its payloads as bytes, decoded on the GPU in the
+    training process."""
     if spec.device == "cuda":
         return decode_column(column, "bytes", defer, allocate)
     images = Images(column, keys, spec, name)
     if defer:
         return images
-    return images.into(allocate(images.nbytes) if allocate is not None else np.empty(images.nbytes, np.uint8))
+    return images.into(
+        allocate(images.nbytes) if allocate is not None else np.empty(images.nbytes, np.uint8)
+    )
 
 
 # lists of one object per payload, which can travel as ragged bytes
@@ -166,10 +188,13 @@ def decode_column(
     column: Column, decoder: Decoder, defer: Collection[str] = (), allocate: Allocate | None = None
 ) -> Any:
     """Decode one field of a batch, into ``allocate``'s array where it makes one; a field whose
-    decoder is in
-    ``defer`` ("ragged", or one of PAYLOAD_DECODERS over byte ranges) as ``Ragged``, to be
-    packed."""
-    if isinstance(decoder, str) and decoder in defer and (decoder == "ragged" or column.spans_only()):
+    decoder is in ``defer`` ("ragged", or one of PAYLOAD_DECODERS over byte ranges) as ``Ragged``,
+    to be packed."""
+    if (
+        isinstance(decoder, str)
+        and decoder in defer
+        and (decoder == "ragged" or column.spans_only())
+    ):
         return Ragged(column, decoder)
     if decoder == "ragged":
         return column.ragged(allocate)
@@ -198,11 +223,14 @@ def decode_column(
 
 def decode_payloads(data: np.ndarray, offsets: np.ndarray, decoder: str) -> list[Any]:
     """The list a PAYLOAD_DECODERS decoder gives, from the payloads as ragged data and offsets: what
-    the
-    training process makes of a deferred field, the same values and types as ``decode_column``'s."""
+    the training process makes of a deferred field, the same values and types as
+    ``decode_column``'s."""
     if decoder == "str":
         view, bounds = memoryview(data), offsets.tolist()
-        return [str(view[a:b], "utf-8", "surrogateescape") for a, b in zip(bounds[:-1], bounds[1:], strict=False)]
+        return [
+            str(view[a:b], "utf-8", "surrogateescape")
+            for a, b in zip(bounds[:-1], bounds[1:], strict=False)
+        ]
     payloads = payload_bytes(data, offsets)
     return [json.loads(p) for p in payloads] if decoder == "json" else payloads
 
@@ -214,7 +242,9 @@ def decoders_for(
     names = list(kinds) if fields is None else list(fields)
     unknown = [f for f in [*names, *(decode or {})] if f not in kinds]
     if unknown:
-        raise ConfigError(f"no field {', '.join(map(repr, unknown))} in this dataset (fields: {', '.join(kinds)})")
+        raise ConfigError(
+            f"no field {', '.join(map(repr, unknown))} in this dataset (fields: {', '.join(kinds)})"
+        )
     out: dict[str, Decoder] = {}
     for name in names:
         decoder = (decode or {}).get(name, kinds[name].split("|")[0])
@@ -243,7 +273,9 @@ def collate(
     for name, decoder in decoders.items():
         try:
             if isinstance(decoder, ImageSpec):
-                batch[name] = decode_images_field(columns[name], keys, decoder, name, defer, allocate)
+                batch[name] = decode_images_field(
+                    columns[name], keys, decoder, name, defer, allocate
+                )
                 continue
             batch[name] = decode_column(columns[name], decoder, defer, allocate)
         except ConfigError as e:

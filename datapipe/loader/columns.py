@@ -1,10 +1,10 @@
 """One field of a batch as it is gathered: byte ranges of mapped shards (tar), or decoded objects
 (TFRecord).
 
-Keeping ranges lets the collators work per batch with numpy: payloads of one size are copied
-by one fancy index over a strided window of the map, big ones by a slice copy each (split over
-threads for big batches: loader/copies.py), ASCII integers are
-parsed as a digit matrix; no bytes object per sample on those paths.
+Keeping ranges lets the collators work per batch with numpy: payloads of one size are copied by one
+fancy index over a strided window of the map, big ones by a slice copy each (split over threads for
+big batches: loader/copies.py), ASCII integers are parsed as a digit matrix; no bytes object per
+sample on those paths.
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ class Column:
         self.n = n
         self._parts: list[tuple[np.ndarray, Any, np.ndarray | None, np.ndarray | None]] = []
 
-    def add_spans(self, slots: np.ndarray, buffer: memoryview, offsets: np.ndarray, sizes: np.ndarray) -> None:
+    def add_spans(
+        self, slots: np.ndarray, buffer: memoryview, offsets: np.ndarray, sizes: np.ndarray
+    ) -> None:
         """Payloads at ``offsets``/``sizes`` of ``buffer`` go to batch positions ``slots``."""
         self._parts.append((slots, buffer, offsets, sizes))
 
@@ -54,10 +56,17 @@ class Column:
             if offsets is None:
                 items.extend(source)
             else:
-                items.extend([source[a:b] for a, b in zip(offsets.tolist(), (offsets + sizes).tolist(), strict=True)])
+                items.extend(
+                    [
+                        source[a:b]
+                        for a, b in zip(offsets.tolist(), (offsets + sizes).tolist(), strict=True)
+                    ]
+                )
         if len(self._parts) == 1 and (self._parts[0][0] == np.arange(self.n)).all():
             return items
-        return [items[i] for i in batch_order(self.n, [slots for slots, *_ in self._parts]).tolist()]
+        return [
+            items[i] for i in batch_order(self.n, [slots for slots, *_ in self._parts]).tolist()
+        ]
 
     def sizes(self) -> np.ndarray:
         """Payload sizes in batch order."""
@@ -130,16 +139,24 @@ class Column:
 
     def rows(self, skip: int, width: int, allocate: Allocate | None = None) -> np.ndarray:
         """Bytes [skip, skip + width) of every payload (byte ranges only), as an (n, width) uint8
-        array in batch
-        order: one fancy index per shard over a window view of its map, or a slice copy per payload
-        when big."""
-        out = allocate(self.n * width) if allocate is not None else np.empty(self.n * width, dtype=np.uint8)
+        array in batch order: one fancy index per shard over a window view of its map, or a slice
+        copy per payload when big."""
+        out = (
+            allocate(self.n * width)
+            if allocate is not None
+            else np.empty(self.n * width, dtype=np.uint8)
+        )
         rows = out.reshape(self.n, width)
         if width >= BIG_PAYLOAD:
             copy_payloads(
                 out,
                 [
-                    (source, (slots * width).tolist(), (offsets + skip).tolist(), [width] * len(slots))
+                    (
+                        source,
+                        (slots * width).tolist(),
+                        (offsets + skip).tolist(),
+                        [width] * len(slots),
+                    )
                     for slots, source, offsets, _ in self._parts
                 ],
             )
@@ -157,7 +174,9 @@ class Column:
             if not len(sizes):
                 continue
             width = int(sizes.max())
-            if not 1 <= sizes.min() <= width <= _MAX_DIGITS or int(offsets.max()) + width > len(source):
+            if not 1 <= sizes.min() <= width <= _MAX_DIGITS or int(offsets.max()) + width > len(
+                source
+            ):
                 return None
             digits = _gather(source, offsets, width) - np.uint8(ord("0"))  # non-digits wrap above 9
             if width == int(sizes.min()):  # one width (labels 0-9, say): no masking
@@ -168,14 +187,15 @@ class Column:
             inside = np.arange(width) < sizes[:, None]
             if ((digits > 9) & inside).any():
                 return None
-            powers = np.where(inside, 10 ** np.clip(sizes[:, None] - 1 - np.arange(width), 0, None), 0)
+            powers = np.where(
+                inside, 10 ** np.clip(sizes[:, None] - 1 - np.arange(width), 0, None), 0
+            )
             values[slots] = (digits.astype(np.int64) * powers).sum(axis=1)
         return values
 
     def strings(self) -> np.ndarray | None:
         """The payloads as one fixed-width bytes array (numpy 'S', NUL-padded) in batch order; None
-        for objects,
-        or when a payload holds a NUL (that the 'S' dtype would drop)."""
+        for objects, or when a payload holds a NUL (that the 'S' dtype would drop)."""
         if not self.n or not self.spans_only():
             return None
         sizes = self.sizes()
@@ -238,8 +258,8 @@ class Column:
 
 def rows_as_bytes(rows: np.ndarray) -> list[bytes]:
     """One bytes object per row of a C-contiguous (n, width) uint8 array, made in C by numpy's
-    fixed-width
-    bytes type; it drops trailing NULs, so rows that end in one are copied again, whole."""
+    fixed-width bytes type; it drops trailing NULs, so rows that end in one are copied again,
+    whole."""
     n, width = rows.shape
     if width == 0:
         return [b""] * n
@@ -251,8 +271,7 @@ def rows_as_bytes(rows: np.ndarray) -> list[bytes]:
 
 def payload_bytes(data: np.ndarray, offsets: np.ndarray) -> list[bytes]:
     """Payload i as bytes, ``data[offsets[i]:offsets[i+1]]`` (a ragged pair of uint8 data and n+1
-    offsets): one
-    copy each, in C when they all have one size."""
+    offsets): one copy each, in C when they all have one size."""
     n = len(offsets) - 1
     if n <= 0:
         return []
@@ -265,28 +284,28 @@ def payload_bytes(data: np.ndarray, offsets: np.ndarray) -> list[bytes]:
     return [view[a:b].tobytes() for a, b in zip(bounds[:-1], bounds[1:], strict=False)]
 
 
-def _aligned(source: Any, offsets: np.ndarray, sizes: np.ndarray, width: int, right: bool) -> np.ndarray:
+def _aligned(
+    source: Any, offsets: np.ndarray, sizes: np.ndarray, width: int, right: bool
+) -> np.ndarray:
     """Rows of ``width`` bytes starting (or, ``right``, ending) where each payload does; the other
-    bytes of a row
-    are anything: a window view of the map, or a gather into zero-padded rows near the buffer's
-    ends."""
+    bytes of a row are anything: a window view of the map, or a gather into zero-padded rows near
+    the buffer's ends."""
     starts = offsets + sizes - width if right else offsets
     if int(starts.min()) >= 0 and int(starts.max()) + width <= memoryview(source).nbytes:
         return _windows(source, width)[starts]
     rows = np.zeros((len(offsets), width), dtype=np.uint8)
     within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
     columns = np.repeat(width - sizes, sizes) + within if right else within
-    rows[np.repeat(np.arange(len(offsets)), sizes), columns] = np.frombuffer(source, dtype=np.uint8)[
-        np.repeat(offsets, sizes) + within
-    ]
+    rows[np.repeat(np.arange(len(offsets)), sizes), columns] = np.frombuffer(
+        source, dtype=np.uint8
+    )[np.repeat(offsets, sizes) + within]
     return rows
 
 
 def _gather(source: Any, offsets: np.ndarray, width: int) -> np.ndarray:
     """The ``width`` bytes at each of ``offsets`` of ``source``, as rows. Evenly spaced offsets
-    (consecutive
-    samples of one layout, as unshuffled reads give) are a strided view, which numpy copies faster
-    than it gathers rows by a fancy index."""
+    (consecutive samples of one layout, as unshuffled reads give) are a strided view, which numpy
+    copies faster than it gathers rows by a fancy index."""
     if len(offsets) > 1:
         step = int(offsets[1] - offsets[0])
         first, last = int(offsets[0]), int(offsets[-1])
@@ -297,7 +316,13 @@ def _gather(source: Any, offsets: np.ndarray, width: int) -> np.ndarray:
             and first >= 0
             and last + width <= memoryview(source).nbytes
         ):
-            view = np.ndarray((len(offsets), width), dtype=np.uint8, buffer=source, offset=first, strides=(step, 1))
+            view = np.ndarray(
+                (len(offsets), width),
+                dtype=np.uint8,
+                buffer=source,
+                offset=first,
+                strides=(step, 1),
+            )
             view.flags.writeable = False
             return view
     return _windows(source, width)[offsets]
@@ -307,7 +332,11 @@ def _put(rows: np.ndarray, slots: np.ndarray, values: np.ndarray) -> None:
     """``rows[slots] = values``, as a slice assignment when ``slots`` is a run (one shard's part of
     a batch)."""
     first = int(slots[0]) if len(slots) else 0
-    if len(slots) and int(slots[-1]) == first + len(slots) - 1 and ((slots[1:] - slots[:-1]) == 1).all():
+    if (
+        len(slots)
+        and int(slots[-1]) == first + len(slots) - 1
+        and ((slots[1:] - slots[:-1]) == 1).all()
+    ):
         rows[first : first + len(slots)] = values
     else:
         rows[slots] = values

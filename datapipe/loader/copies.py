@@ -2,8 +2,8 @@
 
 One core copies less than the memory system delivers, and numpy releases the GIL for each slice
 copy, so threads copying parts of a big batch go faster. Batches under PARALLEL_BYTES stay on the
-calling thread, where handing work to another costs more than it saves. DataLoader workers copy on their own thread only
-(``set_threads(1)``): the workers already use the cores.
+calling thread, where handing work to another costs more than it saves. DataLoader workers copy on
+their own thread only (``set_threads(1)``): the workers already use the cores.
 """
 
 from __future__ import annotations

@@ -166,7 +166,8 @@ def _split_shards(manifest: Manifest, name: str, split: str | None) -> tuple[Sha
         )
     if split not in manifest.splits.fractions:
         raise ConfigError(
-            f"split={split!r}: {where} has no split {split!r}; its splits are " + ", ".join(manifest.splits.names)
+            f"split={split!r}: {where} has no split {split!r}; its splits are "
+            + ", ".join(manifest.splits.names)
         )
     return tuple(s for s in manifest.shards if s.split == split)
 
@@ -205,7 +206,9 @@ def open_dataset(
                 f"split={split!r}: this Dataset is split {url.split!r} of {url.name}; open "
                 f"split {split!r} from the dataset's URL or from the whole version"
             )
-        return Dataset(url.store, url.name, url.manifest, verify=url.verify, cache=url.cache, split=split)
+        return Dataset(
+            url.store, url.name, url.manifest, verify=url.verify, cache=url.cache, split=split
+        )
     policy = RetryPolicy.from_env(attempts=retries)
     store, name, manifest = open_dataset_url(os.fspath(url), storage_options, policy)
     cache = None if is_local(store.fs) else ShardCache(cache_dir, cache_limit, policy)

@@ -33,7 +33,9 @@ def quotas(weights: Sequence[float]) -> tuple[int, ...]:
     # largest remainder: floors, then the biggest remainders get one
     ideal = [f * MAX_PERIOD for f in exact]
     floors = [int(x) for x in ideal]
-    for i in sorted(range(len(ideal)), key=lambda i: (floors[i] - ideal[i], i))[: MAX_PERIOD - sum(floors)]:
+    for i in sorted(range(len(ideal)), key=lambda i: (floors[i] - ideal[i], i))[
+        : MAX_PERIOD - sum(floors)
+    ]:
         floors[i] += 1
     return tuple(floors)
 

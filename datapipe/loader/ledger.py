@@ -30,7 +30,9 @@ def step_samples(
     """(shard ids, samples in shard) of rank ``rank``'s batch at global step ``step``."""
     epoch, index = timeline.locate(step)
     positions = timeline.plan(epoch).positions(rank, index)
-    return data.order(settings.seed, epoch, settings.shuffle, settings.block_shards).locate(positions)
+    return data.order(settings.seed, epoch, settings.shuffle, settings.block_shards).locate(
+        positions
+    )
 
 
 def sources_of(data: ShardSet, shard_ids: np.ndarray) -> list[str]:
@@ -53,7 +55,9 @@ def batch_keys(
     return pairs
 
 
-def entries(data: ShardSet, settings: LoaderSettings, timeline: Timeline, steps: range, ranks: range) -> list[Entry]:
+def entries(
+    data: ShardSet, settings: LoaderSettings, timeline: Timeline, steps: range, ranks: range
+) -> list[Entry]:
     """Every sample of ``steps`` for ``ranks``, step by step and rank by rank, with shard and
     offset."""
     out: list[Entry] = []

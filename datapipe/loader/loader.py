@@ -37,10 +37,17 @@ def _torch_available() -> bool:
 def gpu_images(source: BatchSource) -> dict[str, ImageSpec]:
     """The image fields of ``source`` decoded on the GPU (datapipe.image(device="cuda")), checked
     for a device."""
-    gpu = {name: d for name, d in source.decoders.items() if isinstance(d, ImageSpec) and d.device == "cuda"}
+    gpu = {
+        name: d
+        for name, d in source.decoders.items()
+        if isinstance(d, ImageSpec) and d.device == "cuda"
+    }
     if gpu:
         if not _torch_available():
-            raise ConfigError("datapipe.image(device='cuda') needs torch with CUDA; install torch, or use device='cpu'")
+            raise ConfigError(
+                "datapipe.image(device='cuda') needs torch with CUDA; install torch, "
+                "or use device='cpu'"
+            )
         from datapipe.loader.torch.images import check_devices
 
         check_devices(gpu)
@@ -101,7 +108,9 @@ class Loader:
             download_ahead=download_ahead,
         )
         if num_workers and not _torch_available():
-            raise ConfigError("num_workers > 0 needs torch (pip install 'datapipe[torch]'), or use num_workers=0")
+            raise ConfigError(
+                "num_workers > 0 needs torch (pip install 'datapipe[torch]'), or use num_workers=0"
+            )
         self.settings = settings
         # what it opened from a URL or a mix file it closes (and so releases their leases); a
         # Dataset or Mix given is the caller's
@@ -207,9 +216,8 @@ class Loader:
 
     def skip_steps(self, start: int, end: int) -> None:
         """No rank delivers global steps [start, end) (end excluded), nor reads their payloads;
-        every other step
-        delivers the batch it would have. Call it on every rank (the skips travel in
-        ``state_dict``)."""
+        every other step delivers the batch it would have. Call it on every rank (the skips travel
+        in ``state_dict``)."""
         self.run.skip(start, end)
 
     def batch_keys(self, step: int, rank: int | None = None) -> list[tuple[str, str]]:
@@ -302,7 +310,6 @@ class Loader:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``; another world size, worker count or batch size finishes the
-        epoch exactly
-        once, and a mix with other weights continues each source from its cursor."""
+        epoch exactly once, and a mix with other weights continues each source from its cursor."""
         self.run.load_state_dict(state)
         self.batch_source()

@@ -46,8 +46,12 @@ class Mix:
         self.weights = _checked_weights(self.names, weights)
         for name, ds, w in zip(self.names, self.datasets, self.weights, strict=True):
             if w > 0 and len(ds) == 0:
-                raise ConfigError(f"mix source {name!r} ({ds!r}) has no samples; give it weight 0 or leave it out")
-        self.epoch_samples = int(epoch_samples) if epoch_samples is not None else sum(len(d) for d in self.datasets)
+                raise ConfigError(
+                    f"mix source {name!r} ({ds!r}) has no samples; give it weight 0 or leave it out"
+                )
+        self.epoch_samples = (
+            int(epoch_samples) if epoch_samples is not None else sum(len(d) for d in self.datasets)
+        )
         if self.epoch_samples < 1:
             raise ConfigError(f"epoch_samples must be at least 1, got {epoch_samples!r}")
         self.segment = segment or Segment(0, (0,) * len(self.names))
@@ -67,13 +71,18 @@ class Mix:
     @property
     def identity(self) -> dict[str, list[Any]]:
         """Source name -> [version id, split]: what a loader state of this mix must match."""
-        return {n: [d.version, getattr(d, "split", None)] for n, d in zip(self.names, self.datasets, strict=True)}
+        return {
+            n: [d.version, getattr(d, "split", None)]
+            for n, d in zip(self.names, self.datasets, strict=True)
+        }
 
     @property
     def version(self) -> str:
         """An id of the sources and their versions (not of the weights, which may change on
         resume)."""
-        return "mix-" + hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode()).hexdigest()
+        return (
+            "mix-" + hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode()).hexdigest()
+        )
 
     @property
     def fields(self) -> dict[str, str]:
@@ -83,7 +92,9 @@ class Mix:
     @property
     def sample_bytes(self) -> float:
         """Mean stored bytes per sample of the mixed stream."""
-        return float(sum(w * d.sample_bytes for w, d in zip(self.weights, self.datasets, strict=True)))
+        return float(
+            sum(w * d.sample_bytes for w, d in zip(self.weights, self.datasets, strict=True))
+        )
 
     def order(self, seed: int, epoch: int, shuffle: bool, block_shards: int) -> MixOrder:
         """The global order of epoch ``epoch`` (loader/mix_order.py)."""
@@ -127,7 +138,9 @@ class Mix:
         for name in [*(fields or ()), *(decode or {})]:
             if name in self._fields:
                 continue
-            lacking = [n for n, d in zip(self.names, self.datasets, strict=True) if name not in d.fields]
+            lacking = [
+                n for n, d in zip(self.names, self.datasets, strict=True) if name not in d.fields
+            ]
             if not lacking:  # in every source, with different kinds: _common_fields said so already
                 continue
             ds = self.datasets[self.names.index(lacking[0])]
@@ -161,7 +174,9 @@ def _checked_weights(names: tuple[str, ...], weights: Mapping[str, float]) -> tu
         )
     missing = [n for n in names if n not in weights]
     if missing:
-        raise ConfigError(f"mix source {missing[0]!r} has no weight; give every source one (0 leaves it out)")
+        raise ConfigError(
+            f"mix source {missing[0]!r} has no weight; give every source one (0 leaves it out)"
+        )
     values = []
     for name in names:
         w = weights[name]
@@ -174,7 +189,10 @@ def _checked_weights(names: tuple[str, ...], weights: Mapping[str, float]) -> tu
         values.append(w)
     total = sum(values)
     if total <= 0:
-        raise ConfigError(f"every weight of the mix is 0 ({', '.join(names)}); give at least one source a weight > 0")
+        raise ConfigError(
+            f"every weight of the mix is 0 ({', '.join(names)}); give at least one "
+            "source a weight > 0"
+        )
     return tuple(v / total for v in values)
 
 
@@ -184,7 +202,9 @@ def _common_fields(names: tuple[str, ...], datasets: tuple[Dataset, ...]) -> dic
     for name, ds in zip(names[1:], datasets[1:], strict=True):
         for field_name, kind in ds.fields.items():
             if field_name in common and common[field_name] != kind:
-                first = next(n for n, d in zip(names, datasets, strict=True) if field_name in d.fields)
+                first = next(
+                    n for n, d in zip(names, datasets, strict=True) if field_name in d.fields
+                )
                 raise ConfigError(
                     f"field {field_name!r} is {common[field_name]} in mix source {first!r} "
                     f"but {kind} "
@@ -195,7 +215,9 @@ def _common_fields(names: tuple[str, ...], datasets: tuple[Dataset, ...]) -> dic
     return common
 
 
-def _open(spec: SourceSpec, name: str, storage_options: Mapping[str, Any] | None, **options: Any) -> Dataset:
+def _open(
+    spec: SourceSpec, name: str, storage_options: Mapping[str, Any] | None, **options: Any
+) -> Dataset:
     """A mix source opened: a Dataset as given, a URL, or {dataset: URL, split: NAME}."""
     if isinstance(spec, Dataset):
         return spec
@@ -241,8 +263,13 @@ def mix(
         sources, weights = spec.sources, weights if weights is not None else spec.weights
         epoch_samples = spec.epoch_samples if epoch_samples is None else epoch_samples
     if not isinstance(sources, Mapping):
-        raise ConfigError("mix sources must be a mapping of name -> dataset URL or Dataset, or a mix file path")
-    opened = {str(name): _open(spec, str(name), storage_options, **open_options) for name, spec in sources.items()}
+        raise ConfigError(
+            "mix sources must be a mapping of name -> dataset URL or Dataset, or a mix file path"
+        )
+    opened = {
+        str(name): _open(spec, str(name), storage_options, **open_options)
+        for name, spec in sources.items()
+    }
     if weights is None:
         weights = {name: float(len(ds)) for name, ds in opened.items()}
     return Mix(opened, weights, epoch_samples)

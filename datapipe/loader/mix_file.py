@@ -30,7 +30,9 @@ class MixSpec:
 
 def _resolved(url: Any, base: Path, where: str) -> str:
     if not isinstance(url, str) or not url:
-        raise ConfigError(f"{where}: a dataset URL (STORE/NAME[@REF]) must be a non-empty string, got {url!r}")
+        raise ConfigError(
+            f"{where}: a dataset URL (STORE/NAME[@REF]) must be a non-empty string, got {url!r}"
+        )
     if "://" in url or os.path.isabs(url):
         return url
     return str(base / url)
@@ -52,19 +54,30 @@ def read_mix_file(path: str | os.PathLike[str]) -> MixSpec:
         raise ConfigError(f"{path}: unknown key {unknown[0]!r} (a mix file has {', '.join(KEYS)})")
     sources = raw.get("sources")
     if not isinstance(sources, Mapping) or not sources:
-        raise ConfigError(f"{path}: 'sources' must map each source name to a dataset URL or {{dataset, split}}")
+        raise ConfigError(
+            f"{path}: 'sources' must map each source name to a dataset URL or {{dataset, split}}"
+        )
     base = path.parent
     resolved: dict[str, Any] = {}
     for name, spec in sources.items():
         where = f"{path}: sources.{name}"
         if isinstance(spec, Mapping):
-            resolved[str(name)] = {**spec, "dataset": _resolved(spec.get("dataset"), base, f"{where}.dataset")}
+            resolved[str(name)] = {
+                **spec,
+                "dataset": _resolved(spec.get("dataset"), base, f"{where}.dataset"),
+            }
         else:
             resolved[str(name)] = _resolved(spec, base, where)
     weights = raw.get("weights")
     if weights is not None and not isinstance(weights, Mapping):
         raise ConfigError(f"{path}: 'weights' must map source names to numbers")
     epoch_samples = raw.get("epoch_samples")
-    if epoch_samples is not None and (not isinstance(epoch_samples, int) or isinstance(epoch_samples, bool)):
+    if epoch_samples is not None and (
+        not isinstance(epoch_samples, int) or isinstance(epoch_samples, bool)
+    ):
         raise ConfigError(f"{path}: 'epoch_samples' must be a whole number, got {epoch_samples!r}")
-    return MixSpec(resolved, {str(k): v for k, v in weights.items()} if weights is not None else None, epoch_samples)
+    return MixSpec(
+        resolved,
+        {str(k): v for k, v in weights.items()} if weights is not None else None,
+        epoch_samples,
+    )

@@ -43,8 +43,7 @@ def source_seed(seed: int, name: str) -> int:
 
 class MixOrder:
     """Epoch positions of a mix -> (global shard id, sample in shard); global ids number the
-    sources' shards
-    one source after the other."""
+    sources' shards one source after the other."""
 
     def __init__(
         self,
@@ -63,7 +62,9 @@ class MixOrder:
         self.shuffle, self.block_shards = shuffle, block_shards
         self.samples = np.array([int(s.sum()) for s in sizes], dtype=np.int64)
         self.source_block = max(1, int(block_shards) // max(int((interleave.quota > 0).sum()), 1))
-        self.shard_offsets = np.concatenate([[0], np.cumsum([len(s) for s in sizes])]).astype(np.int64)
+        self.shard_offsets = np.concatenate([[0], np.cumsum([len(s) for s in sizes])]).astype(
+            np.int64
+        )
         self._passes: OrderedDict[tuple[int, int], EpochOrder] = OrderedDict()
 
     @property
@@ -90,7 +91,11 @@ class MixOrder:
         order = self._passes.get(key)
         if order is None:
             order = self._passes[key] = EpochOrder(
-                self.sizes[source], source_seed(self.seed, self.names[source]), number, self.shuffle, self.source_block
+                self.sizes[source],
+                source_seed(self.seed, self.names[source]),
+                number,
+                self.shuffle,
+                self.source_block,
             )
             if len(self._passes) > 2 * len(self.names):
                 self._passes.popitem(last=False)
@@ -125,7 +130,9 @@ class MixOrder:
         end = (self.epoch + 1) * self.epoch_samples
         if end <= first:
             return done
-        lo_all = np.asarray(self.segment.cursors) + self.interleave.counts(first - self.segment.start)
+        lo_all = np.asarray(self.segment.cursors) + self.interleave.counts(
+            first - self.segment.start
+        )
         hi_all = np.asarray(self.segment.cursors) + self.interleave.counts(end - self.segment.start)
         for s, (lo, hi) in enumerate(zip(lo_all.tolist(), hi_all.tolist(), strict=True)):
             n = int(self.samples[s])

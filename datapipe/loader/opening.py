@@ -22,7 +22,9 @@ def open_data(
     """What a Loader reads: a Dataset or Mix as given, a mix file (.yaml/.yml), or a dataset URL
     (its ``split``)."""
     text = None if isinstance(data, Dataset | Mix) else os.fspath(data)
-    is_mix = isinstance(data, Mix) or (text is not None and text.endswith((".yaml", ".yml")) and os.path.isfile(text))
+    is_mix = isinstance(data, Mix) or (
+        text is not None and text.endswith((".yaml", ".yml")) and os.path.isfile(text)
+    )
     if split is not None and (is_mix or isinstance(data, Dataset)):
         raise ConfigError(
             f"split={split!r} applies to a dataset URL; for a mix, name the split of each source "

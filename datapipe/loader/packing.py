@@ -69,15 +69,22 @@ def pack(batch: dict[str, Any], allocate: Allocate = _heap) -> tuple[Any, Layout
         elif isinstance(value, tuple) and value and all(_numeric(v) for v in value):
             layout.append((name, "tuple", [place_array(v) for v in value]))
         elif isinstance(value, Images):
-            spec = place(value.nbytes, value.spec.numpy_dtype.str, (value.column.n, *value.spec.shape))
+            spec = place(
+                value.nbytes, value.spec.numpy_dtype.str, (value.column.n, *value.spec.shape)
+            )
             images.append((spec[0], value))
             layout.append((name, "array", spec))
         elif isinstance(value, Ragged):
             n, size = value.column.n, int(value.column.sizes().sum())
-            specs = [place(size, "|u1", (size,)), place(8 * (n + 1), np.dtype(np.int64).str, (n + 1,))]
+            specs = [
+                place(size, "|u1", (size,)),
+                place(8 * (n + 1), np.dtype(np.int64).str, (n + 1,)),
+            ]
             ragged.append((specs[0][0], specs[1][0], value))
             layout.append(
-                (name, "tuple", specs) if value.decoder == "ragged" else (name, "payloads", (value.decoder, specs))
+                (name, "tuple", specs)
+                if value.decoder == "ragged"
+                else (name, "payloads", (value.decoder, specs))
             )
         else:
             layout.append((name, "object", value))
@@ -95,7 +102,9 @@ def _fill(
     """Copy each placed value into ``buffer`` at its start: arrays, images decoded there, ragged
     payloads gathered there with their offsets."""
     for start, array in arrays:
-        buffer[start : start + array.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        buffer[start : start + array.nbytes] = (
+            np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        )
     for start, field in images:
         field.into(buffer[start : start + field.nbytes])
     for data_start, offsets_start, field in ragged:
@@ -103,7 +112,9 @@ def _fill(
         buffer[offsets_start : offsets_start + bounds.nbytes] = bounds.view(np.uint8)
 
 
-def unpack(buffer: Any, layout: Layout, view: Callable[[Any, int, str, tuple[int, ...]], Any]) -> dict[str, Any]:
+def unpack(
+    buffer: Any, layout: Layout, view: Callable[[Any, int, str, tuple[int, ...]], Any]
+) -> dict[str, Any]:
     """The batch again; ``view(buffer, start, dtype, shape)`` makes an array (or tensor) view of the
     buffer.
 
@@ -117,7 +128,9 @@ def unpack(buffer: Any, layout: Layout, view: Callable[[Any, int, str, tuple[int
         elif kind == "payloads":
             decoder, (data, offsets) = spec
             array = buffer if isinstance(buffer, np.ndarray) else buffer.numpy()
-            batch[name] = decode_payloads(numpy_view(array, *data), numpy_view(array, *offsets), decoder)
+            batch[name] = decode_payloads(
+                numpy_view(array, *data), numpy_view(array, *offsets), decoder
+            )
         else:
             batch[name] = spec
     return batch

@@ -3,8 +3,8 @@
 A fresh big buffer costs a page fault per 4 KiB page (the allocator maps new memory for each one
 while several batches are alive: held by the loop, or ahead in a queue): more than copying the
 payloads into it. Buffers are taken back when CPython's reference count shows that only the pool
-holds them;
-batches handed on (a tensor over the buffer, a slice of it) keep theirs alive until dropped.
+holds them; batches handed on (a tensor over the buffer, a slice of it) keep theirs alive until
+dropped.
 """
 
 from __future__ import annotations

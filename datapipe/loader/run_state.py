@@ -25,15 +25,27 @@ from datapipe.loader.world import World
 from datapipe.versioning.manifest import short_id
 
 STATE_FORMAT = 2
-READS = ("format", "dataset", "epoch", "position", "seed", "shuffle", "block_shards", "world_size", "batch_size")
+READS = (
+    "format",
+    "dataset",
+    "epoch",
+    "position",
+    "seed",
+    "shuffle",
+    "block_shards",
+    "world_size",
+    "batch_size",
+)
 
 
 class RunState:
     """The next batch of a run over ``data`` with ``settings`` in ``world``: epoch, position
-    (samples all ranks
-    consumed of the epoch) and the global step they make, from the timeline's anchor on."""
+    (samples all ranks consumed of the epoch) and the global step they make, from the timeline's
+    anchor on."""
 
-    def __init__(self, data: ShardSet, settings: LoaderSettings, world: World, skips: Skips | None = None) -> None:
+    def __init__(
+        self, data: ShardSet, settings: LoaderSettings, world: World, skips: Skips | None = None
+    ) -> None:
         self.data, self.settings, self.world = data, settings, world
         self.skips = skips or Skips()
         self.epoch = 0
@@ -44,19 +56,25 @@ class RunState:
     def timeline(self) -> Timeline:
         """Global steps under this world and batch size."""
         s = self.settings
-        return Timeline(len(self.data), s.batch_size, self.world.world_size, s.drop_last, *self.anchor)
+        return Timeline(
+            len(self.data), s.batch_size, self.world.world_size, s.drop_last, *self.anchor
+        )
 
     def plan(self) -> BatchPlan:
         """The batches left in the current epoch."""
         s = self.settings
-        return BatchPlan(len(self.data), s.batch_size, self.world.world_size, s.drop_last, self.position)
+        return BatchPlan(
+            len(self.data), s.batch_size, self.world.world_size, s.drop_last, self.position
+        )
 
     @property
     def step(self) -> int:
         """The global step of the next batch."""
         timeline = self.timeline
         start = timeline.plan(self.epoch).start
-        return timeline.first_step(self.epoch) + -(-(self.position - start) // self.plan().global_batch)
+        return timeline.first_step(self.epoch) + -(
+            -(self.position - start) // self.plan().global_batch
+        )
 
     def delivered(self) -> np.ndarray | None:
         """The current plan's steps that are not skipped (None: all of them)."""
@@ -64,14 +82,17 @@ class RunState:
 
     def batch_source(self) -> BatchSource:
         """What makes this rank's batches of the rest of the epoch (picklable)."""
-        return BatchSource(self.data, self.settings, self.world, self.epoch, self.position, self.delivered())
+        return BatchSource(
+            self.data, self.settings, self.world, self.epoch, self.position, self.delivered()
+        )
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch``; the current epoch keeps its position (a resumed epoch)."""
         if epoch != self.epoch:
             if epoch < self.anchor[1]:
                 raise ConfigError(
-                    f"epoch {epoch} ran before the resume at step {self.anchor[0]} with another world or batch size"
+                    f"epoch {epoch} ran before the resume at step {self.anchor[0]} with "
+                    "another world or batch size"
                 )
             self.epoch, self.position = epoch, 0
 
@@ -115,8 +136,7 @@ class RunState:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``: another world size, worker count or batch size finishes the
-        epoch exactly
-        once; a mix with other weights continues every source from its cursor."""
+        epoch exactly once; a mix with other weights continues every source from its cursor."""
         missing = [key for key in READS if key not in state]
         if missing or state.get("format") not in (1, STATE_FORMAT):
             raise ConfigError(
@@ -129,7 +149,8 @@ class RunState:
             raise ConfigError(
                 f"the state is for version {short_id(state['dataset'])} of the dataset, "
                 "this loader "
-                f"reads {short_id(self.data.version)}; open the same version (pin it with NAME@VERSION)"
+                f"reads {short_id(self.data.version)}; open the same version (pin it "
+                "with NAME@VERSION)"
             )
         # states from before splits: the whole version
         elif state.get("split") != getattr(self.data, "split", None):
@@ -145,7 +166,10 @@ class RunState:
                     f"{getattr(self.settings, key)!r}; the sample order would differ"
                 )
         if not 0 <= int(state["position"]) <= len(self.data):
-            raise ConfigError(f"state position {state['position']} is outside the epoch ({len(self.data)} samples)")
+            raise ConfigError(
+                f"state position {state['position']} is outside the epoch "
+                f"({len(self.data)} samples)"
+            )
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         same = (state["world_size"], state["batch_size"], state.get("drop_last", True)) == (
             self.world.world_size,
@@ -169,7 +193,8 @@ def _mix_state(data: Mix, stream_position: int) -> dict[str, Any]:
         "epoch_samples": data.epoch_samples,
         "segment": {"start": data.segment.start, "cursors": list(data.segment.cursors)},
         "cursors": {
-            n: list(divmod(c, max(len(d), 1))) for n, c, d in zip(data.names, cursors, data.datasets, strict=True)
+            n: list(divmod(c, max(len(d), 1)))
+            for n, c, d in zip(data.names, cursors, data.datasets, strict=True)
         },
     }
 
@@ -188,7 +213,13 @@ def _resumed_mix(data: Mix, state: Mapping[str, Any]) -> Mix:
         raise ConfigError(
             "the state is for a mix with other sources: "
             + "; ".join(
-                filter(None, [added and f"this mix adds {', '.join(added)}", gone and f"it lacks {', '.join(gone)}"])
+                filter(
+                    None,
+                    [
+                        added and f"this mix adds {', '.join(added)}",
+                        gone and f"it lacks {', '.join(gone)}",
+                    ],
+                )
             )
         )
     for name in data.names:
@@ -203,10 +234,20 @@ def _resumed_mix(data: Mix, state: Mapping[str, Any]) -> Mix:
             f"the state's mix has epoch_samples={saved['epoch_samples']}, this one "
             f"{data.epoch_samples}; epochs would start elsewhere"
         )
-    segment = Segment(int(saved["segment"]["start"]), tuple(int(c) for c in saved["segment"]["cursors"]))
+    segment = Segment(
+        int(saved["segment"]["start"]), tuple(int(c) for c in saved["segment"]["cursors"])
+    )
     weights = dict(zip(data.names, data.weights, strict=True))
-    if all(math.isclose(weights[n], float(saved["weights"][n]), rel_tol=1e-12, abs_tol=1e-15) for n in data.names):
+    if all(
+        math.isclose(weights[n], float(saved["weights"][n]), rel_tol=1e-12, abs_tol=1e-15)
+        for n in data.names
+    ):
         return data.with_segment(segment)
     stream = int(state["epoch"]) * data.epoch_samples + int(state["position"])
-    before = Mix(dict(zip(data.names, data.datasets, strict=True)), saved["weights"], data.epoch_samples, segment)
+    before = Mix(
+        dict(zip(data.names, data.datasets, strict=True)),
+        saved["weights"],
+        data.epoch_samples,
+        segment,
+    )
     return before.reweighted(weights, stream)

@@ -34,7 +34,9 @@ DEFAULT_BLOCK_SHARDS = 4
 
 
 def _rng(*words: int) -> np.random.Generator:
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([w & 0xFFFFFFFF for w in words])))
+    return np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence([w & 0xFFFFFFFF for w in words]))
+    )
 
 
 def runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -80,7 +82,9 @@ class EpochOrder:
         sizes = np.asarray(self.shard_sizes, dtype=np.int64)
         self.shard_sizes = sizes
         n = len(sizes)
-        self.shard_order = _rng(self.seed, self.epoch, 0x5EED).permutation(n) if self.shuffle else np.arange(n)
+        self.shard_order = (
+            _rng(self.seed, self.epoch, 0x5EED).permutation(n) if self.shuffle else np.arange(n)
+        )
         permuted = sizes[self.shard_order]
         self.shard_starts = np.concatenate([[0], np.cumsum(sizes)])  # in storage order
         k = max(1, int(self.block_shards))
@@ -103,7 +107,9 @@ class EpochOrder:
         shards = self.shard_order[self.block_first[b] : self.block_first[b] + self._k]
         sizes = self.shard_sizes[shards]
         owner = np.repeat(np.arange(len(shards)), sizes)
-        local = np.arange(int(sizes.sum())) - np.repeat(np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+        local = np.arange(int(sizes.sum())) - np.repeat(
+            np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes
+        )
         if self.shuffle:
             perm = block_permutation(self.seed, self.epoch, b, len(owner))
             owner, local = owner[perm], local[perm]
@@ -130,8 +136,7 @@ class EpochOrder:
 
     def spans(self) -> tuple[np.ndarray, np.ndarray]:
         """Per shard, the epoch positions [start, end) within which this order reads it: its block's
-        when
-        shuffled (a block's shards are read together), else the shard's own."""
+        when shuffled (a block's shards are read together), else the shard's own."""
         if not self.shuffle:
             return self.shard_starts[:-1], self.shard_starts[1:]
         n = len(self.shard_sizes)
@@ -176,7 +181,11 @@ class BatchPlan:
     def raw_positions(self, rank: int, steps: np.ndarray) -> np.ndarray:
         """(steps x batch_size) positions of rank ``rank``'s ``steps`` before the pad's wrap (>=
         total: padding)."""
-        base = self.start + np.asarray(steps, dtype=np.int64) * self.global_batch + rank * self.batch_size
+        base = (
+            self.start
+            + np.asarray(steps, dtype=np.int64) * self.global_batch
+            + rank * self.batch_size
+        )
         return base[:, None] + np.arange(self.batch_size, dtype=np.int64)
 
     def position_after(self, steps: int) -> int:
@@ -186,8 +195,8 @@ class BatchPlan:
 
 def worker_steps(steps: int | Sequence[int], worker: int, num_workers: int) -> Sequence[int]:
     """The batch steps a DataLoader worker produces: every num_workers-th of ``steps`` (a count:
-    range(steps)),
-    starting at its id; the order a DataLoader yields them in is then the order of ``steps``."""
+    range(steps)), starting at its id; the order a DataLoader yields them in is then the order of
+    ``steps``."""
     if isinstance(steps, int):
         steps = range(steps)
     return steps[worker :: max(num_workers, 1)]

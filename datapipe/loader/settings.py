@@ -44,7 +44,11 @@ class LoaderSettings:
                 f"drop_last={self.drop_last!r}: use True (drop the last partial global batch) or "
                 "'pad' (repeat samples to fill it); ranks must get equal batches, so no short batch"
             )
-        if self.num_workers < 0 or (self.prefetch is not None and self.prefetch < 0) or self.block_shards < 1:
+        if (
+            self.num_workers < 0
+            or (self.prefetch is not None and self.prefetch < 0)
+            or self.block_shards < 1
+        ):
             raise ConfigError("num_workers and prefetch must be >= 0, block_shards >= 1")
         if self.prefetch is None:  # a frozen value: its default is settled here, once
             object.__setattr__(self, "prefetch", WORKER_PREFETCH if self.num_workers else 0)

@@ -87,7 +87,8 @@ class ShardFiles:
             for filename in entry.stored_names():
                 if filename not in listings[directory]:
                     raise NotFoundError(
-                        f"{directory}/{filename}: missing from {self.name}@{short_id(self.version)} "
+                        f"{directory}/{filename}: missing from "
+                        f"{self.name}@{short_id(self.version)} "
                         f"(shard {i}); check the store with "
                         f"`datapipe verify {self.store.url}/{self.name}`"
                     )

@@ -33,7 +33,9 @@ class Timeline:
     def plan(self, epoch: int) -> BatchPlan:
         """The batches of ``epoch`` this stretch delivers (the anchor's epoch from its position)."""
         if epoch < self.epoch:
-            raise ConfigError(f"epoch {epoch} ran before step {self.step} under another world or batch size")
+            raise ConfigError(
+                f"epoch {epoch} ran before step {self.step} under another world or batch size"
+            )
         start = self.position if epoch == self.epoch else 0
         return BatchPlan(self.total, self.batch_size, self.world_size, self.drop_last, start)
 
@@ -46,7 +48,11 @@ class Timeline:
         """The global step of ``epoch``'s first batch in this stretch."""
         if epoch == self.epoch:
             return self.step
-        return self.step + self.plan(self.epoch).num_batches() + (epoch - self.epoch - 1) * self.steps_per_epoch
+        return (
+            self.step
+            + self.plan(self.epoch).num_batches()
+            + (epoch - self.epoch - 1) * self.steps_per_epoch
+        )
 
     def locate(self, step: int) -> tuple[int, int]:
         """(epoch, batch of that epoch's plan) of global step ``step``."""
@@ -82,14 +88,18 @@ class Skips:
             try:
                 start, end = (int(v) for v in pair)
             except (TypeError, ValueError):
-                raise ConfigError(f"skip_steps: {pair!r} is not a (start, end) pair of steps") from None
+                raise ConfigError(
+                    f"skip_steps: {pair!r} is not a (start, end) pair of steps"
+                ) from None
             skips = skips.add(start, end)
         return skips
 
     def add(self, start: int, end: int) -> Skips:
         """These skips and [start, end)."""
         if not 0 <= start < end:
-            raise ConfigError(f"skip_steps({start}, {end}): give 0 <= start < end (end is excluded)")
+            raise ConfigError(
+                f"skip_steps({start}, {end}): give 0 <= start < end (end is excluded)"
+            )
         merged: list[tuple[int, int]] = []
         for a, b in sorted([*self.ranges, (start, end)]):
             if merged and a <= merged[-1][1]:

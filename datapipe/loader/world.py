@@ -33,7 +33,9 @@ def world_from_env(env: Mapping[str, str]) -> tuple[int, int] | None:
         try:
             return int(env["RANK"]), int(env["WORLD_SIZE"])
         except ValueError:
-            raise ConfigError(f"RANK={env['RANK']!r} and WORLD_SIZE={env['WORLD_SIZE']!r} must be integers") from None
+            raise ConfigError(
+                f"RANK={env['RANK']!r} and WORLD_SIZE={env['WORLD_SIZE']!r} must be integers"
+            ) from None
     return None
 
 
@@ -41,8 +43,8 @@ def resolve_world(
     rank: int | None, world_size: int | None, env: Mapping[str, str], detect: Detect | None = None
 ) -> World:
     """The world: ``rank`` and ``world_size`` as given, else what ``detect`` finds
-    (torch.distributed's
-    default process group, say), else RANK/WORLD_SIZE in ``env``, else rank 0 of 1."""
+    (torch.distributed's default process group, say), else RANK/WORLD_SIZE in ``env``, else rank 0
+    of 1."""
     if rank is not None and world_size is not None:
         return World(rank, world_size)
     if rank is not None or world_size is not None:

@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 # no script at all, and nothing from elsewhere: data rendered into a page can never run
 CSP = (
-    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action "
+    "'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 HEADERS = [
     (b"x-content-type-options", b"nosniff"),
@@ -70,13 +71,17 @@ def _guarded(env: Environment, handler: Handler) -> Handler:
             return _error(env, 500, str(e))
         except Exception as e:  # a bug must not kill the server nor show a traceback to the browser
             log.exception("serve: %s failed", request.url.path)
-            return _error(env, 500, f"internal error ({type(e).__name__}); the server log has the details")
+            return _error(
+                env, 500, f"internal error ({type(e).__name__}); the server log has the details"
+            )
 
     return guarded
 
 
 def _error(env: Environment, status: int, message: str) -> Response:
-    return HTMLResponse(env.get_template("error.html").render(status=status, message=message), status)
+    return HTMLResponse(
+        env.get_template("error.html").render(status=status, message=message), status
+    )
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
@@ -87,7 +92,9 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 def create_app(
-    store: Store | str, storage_options: dict[str, Any] | None = None, allowed_hosts: list[str] | None = None
+    store: Store | str,
+    storage_options: dict[str, Any] | None = None,
+    allowed_hosts: list[str] | None = None,
 ) -> Starlette:
     """The browser of ``store`` (a Store or its URL) as an ASGI app; read-only, every page
     server-rendered.

@@ -62,10 +62,11 @@ def _parquet_rows(store: Store, path: str) -> list[dict[str, Any]]:
 
 def failed_builds(store: Store, name: str) -> list[str]:
     """The quarantine files that failed builds of ``name`` left
-    (STORE/NAME/rejected/TIME-ID.parquet), newest
-    first."""
+    (STORE/NAME/rejected/TIME-ID.parquet), newest first."""
     names = store.entry_names(store.path(name, FAILED_QUARANTINE))
-    return sorted((n for n in names if n.endswith(".parquet") and not n.startswith(".")), reverse=True)
+    return sorted(
+        (n for n in names if n.endswith(".parquet") and not n.startswith(".")), reverse=True
+    )
 
 
 def quarantine_page(c: Any, name: str, ref: str, request: Request) -> HTMLResponse:
@@ -73,7 +74,9 @@ def quarantine_page(c: Any, name: str, ref: str, request: Request) -> HTMLRespon
     page."""
     ds = c.versions.dataset(name, ref)
     here = f"/d/{name}/v/{ds.version}/quarantine"
-    return _rejects(c, request, read_quarantine(ds), name=name, m=ds.manifest, here=here, failed=None)
+    return _rejects(
+        c, request, read_quarantine(ds), name=name, m=ds.manifest, here=here, failed=None
+    )
 
 
 def failed_page(c: Any, name: str, file: str, request: Request) -> HTMLResponse:
@@ -83,7 +86,9 @@ def failed_page(c: Any, name: str, file: str, request: Request) -> HTMLResponse:
     if file not in failed_builds(c.versions.store, name):
         raise NotFoundError(f"{name}: no failed build's quarantine {file!r}")
     rows = _parquet_rows(c.versions.store, c.versions.store.path(name, FAILED_QUARANTINE, file))
-    return _rejects(c, request, rows, name=name, m=None, here=f"/d/{name}/failed/{file}", failed=file)
+    return _rejects(
+        c, request, rows, name=name, m=None, here=f"/d/{name}/failed/{file}", failed=file
+    )
 
 
 def _rejects(c: Any, request: Request, rows: list[dict[str, Any]], **where: Any) -> HTMLResponse:
@@ -91,7 +96,11 @@ def _rejects(c: Any, request: Request, rows: list[dict[str, Any]], **where: Any)
     stage, reason = request.query_params.get("stage", ""), request.query_params.get("reason", "")
     if stage and stage not in stages:
         raise NotFoundError(f"{where['here']}: no rejected rows of stage {stage!r}")
-    chosen = [r for r in rows if (not stage or r.get("stage") == stage) and reason in str(r.get("reason", ""))]
+    chosen = [
+        r
+        for r in rows
+        if (not stage or r.get("stage") == stage) and reason in str(r.get("reason", ""))
+    ]
     page = _number(request, "page")
     shown = [
         {**r, "data": str(r.get("data", ""))[:DATA], "cut": len(str(r.get("data", ""))) > DATA}
@@ -113,12 +122,13 @@ def _rejects(c: Any, request: Request, rows: list[dict[str, Any]], **where: Any)
 
 class Diffs:
     """Sample diffs of version pairs, the last few kept (each costs reading the indexes of the
-    shards the two
-    versions do not share)."""
+    shards the two versions do not share)."""
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
-        self._made: OrderedDict[tuple[str, str, str], tuple[VersionDiff, dict, dict]] = OrderedDict()
+        self._made: OrderedDict[tuple[str, str, str], tuple[VersionDiff, dict, dict]] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()  # pages run on several threads; a diff is made outside it
 
     def get(self, a: Dataset, b: Dataset) -> tuple[VersionDiff, dict[str, Any], dict[str, Any]]:
@@ -149,19 +159,24 @@ def _numbers(ds: Dataset) -> dict[str, int]:
 
 def _fields(ds: Dataset, shard: int, row: int) -> list[Field]:
     sample = read_sample(ds, shard, row)
-    fields = [describe(k, v, ds.manifest.fields.get(k), PREVIEW) for k, v in sorted(sample.items()) if k != "__key__"]
+    fields = [
+        describe(k, v, ds.manifest.fields.get(k), PREVIEW)
+        for k, v in sorted(sample.items())
+        if k != "__key__"
+    ]
     return sorted(fields, key=lambda f: f.kind != "image")
 
 
 def diff_page(c: Any, name: str, request: Request) -> HTMLResponse:
     """Two versions (?a=REF&b=REF; b defaults to latest, a to b's parent): the keys added and
-    removed, and the
-    changed samples, CHANGED a page, each with both sides next to each other."""
+    removed, and the changed samples, CHANGED a page, each with both sides next to each other."""
     name = c.versions.dataset_name(name)
     b = c.versions.dataset(name, request.query_params.get("b") or "latest")
     a_ref = request.query_params.get("a") or b.manifest.parent
     if a_ref is None:
-        raise NotFoundError(f"{name}@{short_id(b.version)} has no parent: pick the version to compare with (?a=REF)")
+        raise NotFoundError(
+            f"{name}@{short_id(b.version)} has no parent: pick the version to compare with (?a=REF)"
+        )
     a = c.versions.dataset(name, a_ref)
     diff, where_a, where_b = c.diffs.get(a, b)
     page = _number(request, "page")
@@ -176,7 +191,9 @@ def diff_page(c: Any, name: str, request: Request) -> HTMLResponse:
         for k in diff.changed[page * CHANGED : (page + 1) * CHANGED]
     ]
     versions = sorted(
-        c.versions.store.versions(name), key=lambda v: c.versions.store.manifest(name, v).created_at, reverse=True
+        c.versions.store.versions(name),
+        key=lambda v: c.versions.store.manifest(name, v).created_at,
+        reverse=True,
     )
     return c.render(
         "diff.html",

@@ -44,7 +44,9 @@ def histogram(sizes: Sequence[int], bins: int = 20) -> list[Bar]:
     counts = [0] * bins
     for s in sizes:
         counts[min(int((s - low) / span), bins - 1)] += 1
-    return bars([(f"{int(low + i * span)}-{int(low + (i + 1) * span)} B", c) for i, c in enumerate(counts)])
+    return bars(
+        [(f"{int(low + i * span)}-{int(low + (i + 1) * span)} B", c) for i, c in enumerate(counts)]
+    )
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,8 @@ Graph = tuple[list[Node], list[tuple[Node, Node]]]
 
 def parent_graph(versions: Sequence[tuple[str, str | None, Sequence[str]]]) -> Graph:
     """Nodes and (child, parent) edges of (version, parent, tags) rows in the order given (newest
-    first), each
-    version in a lane as `git log --graph` draws them: a parent continues its first child's lane."""
+    first), each version in a lane as `git log --graph` draws them: a parent continues its first
+    child's lane."""
     waiting: list[str | None] = []  # per lane, the version it leads to
     known = {v for v, _, _ in versions}
     nodes: dict[str, Node] = {}

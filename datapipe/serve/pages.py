@@ -35,7 +35,9 @@ class Context:
 
     def render(self, template: str, **values: Any) -> HTMLResponse:
         """The page ``template`` filled with ``values`` (autoescaped) and the store's URL."""
-        return HTMLResponse(self.env.get_template(template).render(store=self.versions.store.url, **values))
+        return HTMLResponse(
+            self.env.get_template(template).render(store=self.versions.store.url, **values)
+        )
 
 
 def _int(request: Request, name: str, default: int, high: int = MAX_PAGE) -> int:
@@ -99,7 +101,12 @@ def version_page(c: Context, name: str, ref: str) -> HTMLResponse:
     stages = [
         (f"{s.stage} {what}", getattr(s, attr))
         for s in m.stages
-        for what, attr in (("in", "rows_in"), ("out", "rows_out"), ("dropped", "dropped"), ("rejected", "rejected"))
+        for what, attr in (
+            ("in", "rows_in"),
+            ("out", "rows_out"),
+            ("dropped", "dropped"),
+            ("rejected", "rejected"),
+        )
     ]
     url = f"{c.versions.store.url}/{name}@{short_id(m.version)}"
     return c.render(
@@ -145,7 +152,9 @@ def samples_page(c: Context, name: str, ref: str, request: Request) -> HTMLRespo
     for shard, row, _ in shown:
         sample = read_sample(ds, shard, row)
         fields = [
-            describe(k, v, ds.manifest.fields.get(k), PREVIEW) for k, v in sorted(sample.items()) if k != "__key__"
+            describe(k, v, ds.manifest.fields.get(k), PREVIEW)
+            for k, v in sorted(sample.items())
+            if k != "__key__"
         ]
         fields.sort(key=lambda f: f.kind != "image")  # the pictures at the top of each cell
         cells.append({"shard": shard, "row": row, "key": sample["__key__"], "fields": fields})
@@ -176,7 +185,11 @@ def sample_page(c: Context, name: str, ref: str, shard: int, row: int) -> HTMLRe
     shard = c.versions.shard(ds, shard)
     sample = read_sample(ds, shard, row)
     start = int(ds.index(shard).sample_start[row])
-    fields = [describe(k, v, ds.manifest.fields.get(k)) for k, v in sorted(sample.items()) if k != "__key__"]
+    fields = [
+        describe(k, v, ds.manifest.fields.get(k))
+        for k, v in sorted(sample.items())
+        if k != "__key__"
+    ]
     return c.render(
         "sample.html",
         name=name,
@@ -198,7 +211,8 @@ def thumbnail(c: Context, name: str, ref: str, shard: int, row: int, field: str)
     thumb = c.thumbnails.get(ds, shard, row, field)
     if thumb is None:
         raise NotFoundError(
-            f"{name}@{short_id(ds.version)} shard {shard} sample {row}: field {field!r} is not an image"
+            f"{name}@{short_id(ds.version)} shard {shard} sample {row}: field "
+            f"{field!r} is not an image"
         )
     return Response(thumb, media_type="image/png", headers={"cache-control": "max-age=3600"})
 
@@ -208,9 +222,8 @@ Page = Callable[[Request], Awaitable[Response]]
 
 def routes(c: Context) -> list[tuple[str, Page]]:
     """(path, handler) of every page; handlers run the store reads in threads, not on the event
-    loop, side by
-    side: what they share (opened versions, thumbnails, diffs) guards itself, and a Dataset's index
-    cache is only read and refilled, never closed, here."""
+    loop, side by side: what they share (opened versions, thumbnails, diffs) guards itself, and a
+    Dataset's index cache is only read and refilled, never closed, here."""
 
     def page(fn: Callable[..., Response], with_request: bool = False) -> Page:
         async def handle(request: Request) -> Response:

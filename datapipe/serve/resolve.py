@@ -1,6 +1,5 @@
 """Path parameters checked against the store: names from its listing, versions through its refs,
-shard numbers
-from the manifest; nothing from a URL ever becomes a file path."""
+shard numbers from the manifest; nothing from a URL ever becomes a file path."""
 
 from __future__ import annotations
 
@@ -37,7 +36,9 @@ class Versions:
         name = self.dataset_name(name)
         version = self.store.resolve(name, ref)
         if version not in self.store.versions(name):
-            raise NotFoundError(f"{self.store.url}/{name}@{ref}: names {version!r}, which is not a complete version")
+            raise NotFoundError(
+                f"{self.store.url}/{name}@{ref}: names {version!r}, which is not a complete version"
+            )
         return version
 
     def dataset(self, name: str, ref: str) -> Dataset:
@@ -56,7 +57,9 @@ class Versions:
     def shard(self, ds: Dataset, shard: int) -> int:
         """``shard`` when the manifest has it, else NotFoundError."""
         if not 0 <= shard < len(ds.shards):
-            raise NotFoundError(f"{ds.name}@{short_id(ds.version)} has no shard {shard} ({len(ds.shards)} shards)")
+            raise NotFoundError(
+                f"{ds.name}@{short_id(ds.version)} has no shard {shard} ({len(ds.shards)} shards)"
+            )
         return shard
 
     def close(self) -> None:

@@ -1,7 +1,6 @@
 """One sample read by its byte range through the shard's index (never the whole shard), and its
-fields made
-into what a page shows: text, pretty JSON, numbers, npy shape and dtype, images (only what Pillow
-identifies)."""
+fields made into what a page shows: text, pretty JSON, numbers, npy shape and dtype, images (only
+what Pillow identifies)."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ IMAGE_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg"}
 @dataclass(frozen=True)
 class Field:
     """A field as a page shows it: ``kind`` text, json, number, npy, image or binary; ``text`` what
-    to print
-    (cut to the limit asked, ``cut`` then True), ``size`` its stored bytes."""
+    to print (cut to the limit asked, ``cut`` then True), ``size`` its stored bytes."""
 
     name: str
     kind: str
@@ -44,7 +42,9 @@ def locate(ds: Dataset, shard: int, row: int) -> tuple[int, int]:
     lacks."""
     index = ds.index(shard)
     if not 0 <= row < len(index):
-        raise NotFoundError(f"shard {shard} of {ds.name}@{short_id(ds.version)} has no sample {row} ({len(index)})")
+        raise NotFoundError(
+            f"shard {shard} of {ds.name}@{short_id(ds.version)} has no sample {row} ({len(index)})"
+        )
     return int(index.sample_start[row]), int(index.sample_end[row])
 
 
@@ -55,7 +55,9 @@ def read_sample(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
     try:
         data = ds.store.remote(path, lambda: ds.store.fs.cat_file(path, start=start, end=end))
     except FileNotFoundError:
-        raise NotFoundError(f"{path}: shard {shard} of {ds.name}@{short_id(ds.version)} is missing") from None
+        raise NotFoundError(
+            f"{path}: shard {shard} of {ds.name}@{short_id(ds.version)} is missing"
+        ) from None
     if hashlib.sha256(data).digest() != ds.index(shard).sample_hash[row].tobytes():
         raise ShardCorruptError(
             path,
@@ -90,7 +92,13 @@ def describe(name: str, value: Any, kind: str | None, limit: int = SHOWN) -> Fie
     """How field ``name`` of kind ``kind`` (the manifest's, None when unknown) is shown, cut to
     ``limit``."""
     if not isinstance(value, bytes):
-        return _text(name, "number" if isinstance(value, int | float) else "text", str(value), len(str(value)), limit)
+        return _text(
+            name,
+            "number" if isinstance(value, int | float) else "text",
+            str(value),
+            len(str(value)),
+            limit,
+        )
     size = len(value)
     if kind == "npy" or value.startswith(b"\x93NUMPY"):
         try:
@@ -108,7 +116,13 @@ def describe(name: str, value: Any, kind: str | None, limit: int = SHOWN) -> Fie
         return _text(name, "number", text, size, limit)
     if kind == "json" or text[:1] in "{[":
         try:
-            return _text(name, "json", json.dumps(json.loads(text), indent=1, ensure_ascii=False), size, limit)
+            return _text(
+                name,
+                "json",
+                json.dumps(json.loads(text), indent=1, ensure_ascii=False),
+                size,
+                limit,
+            )
         except ValueError:
             pass
     return _text(name, "text", text, size, limit)

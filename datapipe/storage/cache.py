@@ -121,7 +121,10 @@ class ShardCache:
                 self._download_once(
                     handle,
                     lambda: remote_call(
-                        lambda: self._download(fs, path, sha256, size, final), url_of(fs, path), path, self.retry
+                        lambda: self._download(fs, path, sha256, size, final),
+                        url_of(fs, path),
+                        path,
+                        self.retry,
                     ),
                     complete,
                 )
@@ -159,7 +162,9 @@ class ShardCache:
 
     def _download(self, fs: Any, path: str, sha256: str, size: int, final: Path) -> None:
         where = url_of(fs, path)
-        temp = final.with_name(f"{final.name}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        temp = final.with_name(
+            f"{final.name}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        )
         digest = hashlib.sha256()
         try:
             # get_file, not open: an open s3fs file asks for the object's details (a HEAD) before
@@ -186,7 +191,8 @@ class ShardCache:
             raise NotFoundError(f"{where}: no such object ({bucket_and_key(path)})") from None
         except PermissionError as e:
             raise ConfigError(
-                f"{where}: access denied ({bucket_and_key(path)}): {e}; check the credentials and the storage_options"
+                f"{where}: access denied ({bucket_and_key(path)}): {e}; check the "
+                "credentials and the storage_options"
             ) from None
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -195,9 +201,8 @@ class ShardCache:
     @contextlib.contextmanager
     def _ledger(self, mode: int) -> Iterator[None]:
         """The cache-wide lock: evicting and landing a download hold it exclusively (briefly, never
-        while
-        waiting on an entry), listing shared, so a listing never shows an entry that was evicted
-        together with the one that replaced it."""
+        while waiting on an entry), listing shared, so a listing never shows an entry that was
+        evicted together with the one that replaced it."""
         with open(self.directory / LEDGER, "a+b") as handle:
             fcntl.flock(handle, mode)
             yield
@@ -224,8 +229,7 @@ class ShardCache:
 
     def evict(self, incoming: int = 0) -> None:
         """Delete least recently used entries that no process has open until under the limit (with
-        room
-        for ``incoming`` bytes about to be added)."""
+        room for ``incoming`` bytes about to be added)."""
         if self.limit is None:
             return
         with self._ledger(fcntl.LOCK_EX):
@@ -247,7 +251,12 @@ class ShardCache:
                 (self.directory / entry).unlink(missing_ok=True)
                 total -= size
         if total > self.limit:
-            log.info("cache %s: %d bytes, over its limit of %d: the rest is in use", self.directory, total, self.limit)
+            log.info(
+                "cache %s: %d bytes, over its limit of %d: the rest is in use",
+                self.directory,
+                total,
+                self.limit,
+            )
 
     def cleanup(self) -> None:
         """Remove temporary files of downloads whose process died (nobody holds their entry's lock).

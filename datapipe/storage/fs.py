@@ -19,7 +19,9 @@ CHUNK = 4 << 20
 T = TypeVar("T")
 
 
-def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+def filesystem(
+    url: str, storage_options: dict[str, Any] | None = None
+) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem for ``url`` and the path within it (local paths made absolute).
 
     An unknown protocol (s4://), a protocol whose package is missing (s3:// without s3fs) or storage
@@ -50,11 +52,15 @@ def url_of(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return path if protocol in ("file", "local") else f"{protocol}://{path.lstrip('/')}"
 
 
-def remote(fs: fsspec.AbstractFileSystem, path: str, call: Callable[[], T], policy: RetryPolicy | None = None) -> T:
+def remote(
+    fs: fsspec.AbstractFileSystem,
+    path: str,
+    call: Callable[[], T],
+    policy: RetryPolicy | None = None,
+) -> T:
     """``call()`` on ``path``: as is on the local disk; on object stores with retries (``policy``,
-    default
-    from $DATAPIPE_RETRIES), and any failure but a missing object turned into a DatapipeError naming
-    the bucket, key and cause."""
+    default from $DATAPIPE_RETRIES), and any failure but a missing object turned into a
+    DatapipeError naming the bucket, key and cause."""
     if is_local(fs):
         return call()
     return remote_call(call, url_of(fs, path), path, policy)
@@ -97,7 +103,9 @@ def put_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         f.write(data)
 
 
-def read_bytes(fs: fsspec.AbstractFileSystem, path: str, policy: RetryPolicy | None = None) -> bytes:
+def read_bytes(
+    fs: fsspec.AbstractFileSystem, path: str, policy: RetryPolicy | None = None
+) -> bytes:
     """The whole content of a small file; NotFoundError naming it when missing."""
     try:
         return remote(fs, path, lambda: fs.cat_file(path), policy)

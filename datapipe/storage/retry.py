@@ -23,7 +23,14 @@ from datapipe.errors import ConfigError, DatapipeError, NotFoundError
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_TRANSIENT_ERRNOS = {errno.ECONNRESET, errno.ETIMEDOUT, errno.EPIPE, errno.ECONNABORTED, errno.EAGAIN, errno.EBUSY}
+_TRANSIENT_ERRNOS = {
+    errno.ECONNRESET,
+    errno.ETIMEDOUT,
+    errno.EPIPE,
+    errno.ECONNABORTED,
+    errno.EAGAIN,
+    errno.EBUSY,
+}
 _TRANSIENT_CODES = {
     "SlowDown",
     "Throttling",
@@ -49,7 +56,9 @@ class RetryPolicy:
     max_delay: float = 10.0
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, attempts: int | None = None) -> RetryPolicy:
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, attempts: int | None = None
+    ) -> RetryPolicy:
         """``attempts`` when given, else $DATAPIPE_RETRIES (tries in all, 1 = no retry), else 6."""
         env = os.environ if env is None else env
         if attempts is None and env.get("DATAPIPE_RETRIES"):
@@ -57,7 +66,8 @@ class RetryPolicy:
                 attempts = int(env["DATAPIPE_RETRIES"])
             except ValueError:
                 raise ConfigError(
-                    f"DATAPIPE_RETRIES={env['DATAPIPE_RETRIES']!r}: expected a whole number of tries (1 = no retry)"
+                    f"DATAPIPE_RETRIES={env['DATAPIPE_RETRIES']!r}: expected a whole number "
+                    "of tries (1 = no retry)"
                 ) from None
         if attempts is None:
             return cls()
@@ -87,7 +97,10 @@ def _unreachable(error: BaseException) -> bool:
     delay the error."""
     seen: BaseException | None = error
     while seen is not None:
-        if isinstance(seen, ConnectionRefusedError) or type(seen).__name__ == "EndpointConnectionError":
+        if (
+            isinstance(seen, ConnectionRefusedError)
+            or type(seen).__name__ == "EndpointConnectionError"
+        ):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
@@ -95,7 +108,14 @@ def _unreachable(error: BaseException) -> bool:
 
 def is_transient(error: BaseException) -> bool:
     """Whether trying again may succeed."""
-    if isinstance(error, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError | DatapipeError):
+    if isinstance(
+        error,
+        FileNotFoundError
+        | PermissionError
+        | IsADirectoryError
+        | NotADirectoryError
+        | DatapipeError,
+    ):
         return False  # a DatapipeError is a verdict already (a sha256 mismatch, a missing shard)
     if _unreachable(error):
         return False
@@ -140,7 +160,9 @@ def with_retries(
             if attempt + 1 >= policy.attempts or not is_transient(e):
                 raise
             wait = policy.delay(attempt, rng)
-            log.warning("%s: %s (try %d of %d), again in %.2fs", what, e, attempt + 1, policy.attempts, wait)
+            log.warning(
+                "%s: %s (try %d of %d), again in %.2fs", what, e, attempt + 1, policy.attempts, wait
+            )
             sleep(wait)
     raise AssertionError("unreachable")
 
@@ -157,7 +179,13 @@ def _cause(error: BaseException) -> str:
     while (seen.__cause__ or seen.__context__) is not None:
         seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
     text = str(seen) or type(seen).__name__
-    return text if seen is error else f"{error}: {text}" if str(error) and str(error) not in text else text
+    return (
+        text
+        if seen is error
+        else f"{error}: {text}"
+        if str(error) and str(error) not in text
+        else text
+    )
 
 
 def remote_error(error: BaseException, where: str, path: str, attempts: int = 1) -> DatapipeError:
@@ -167,13 +195,20 @@ def remote_error(error: BaseException, where: str, path: str, attempts: int = 1)
         return error
     status, code = _status(error)
     names = bucket_and_key(path)
-    if isinstance(error, PermissionError) or status == 403 or code in ("AccessDenied", "AllAccessDisabled"):
+    if (
+        isinstance(error, PermissionError)
+        or status == 403
+        or code in ("AccessDenied", "AllAccessDisabled")
+    ):
         return ConfigError(
-            f"{where}: access denied ({names}): {_cause(error)}; check the credentials and the storage options"
+            f"{where}: access denied ({names}): {_cause(error)}; check the "
+            "credentials and the storage options"
         )
     if code == "NoSuchBucket" or "NoSuchBucket" in str(error):
         bucket = path.lstrip("/").partition("/")[0]
-        return NotFoundError(f"{where}: no bucket {bucket!r} ({_cause(error)}); check the URL and the endpoint")
+        return NotFoundError(
+            f"{where}: no bucket {bucket!r} ({_cause(error)}); check the URL and the endpoint"
+        )
     if isinstance(error, FileNotFoundError):
         return NotFoundError(f"{where}: no such object ({names})")
     if _unreachable(error):
@@ -181,7 +216,11 @@ def remote_error(error: BaseException, where: str, path: str, attempts: int = 1)
             f"{where}: cannot reach the object store ({_cause(error)}); check endpoint_url "
             "(-o endpoint_url=...) and the network"
         )
-    if status == 301 or code in ("PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraint"):
+    if status == 301 or code in (
+        "PermanentRedirect",
+        "AuthorizationHeaderMalformed",
+        "IllegalLocationConstraint",
+    ):
         return ConfigError(
             f"{where}: wrong region ({names}): {_cause(error)}; set the bucket's region "
             '(-o client_kwargs=\'{"region_name": "..."}\' or AWS_DEFAULT_REGION)'
@@ -190,10 +229,12 @@ def remote_error(error: BaseException, where: str, path: str, attempts: int = 1)
     return DatapipeError(f"{where}: failed{tries} ({names}): {_cause(error)}")
 
 
-def remote_call(call: Callable[[], T], where: str, path: str, policy: RetryPolicy | None = None) -> T:
+def remote_call(
+    call: Callable[[], T], where: str, path: str, policy: RetryPolicy | None = None
+) -> T:
     """``call()`` with retries; a missing object stays FileNotFoundError (callers word it), any
-    other failure
-    becomes a DatapipeError naming bucket, key and cause (the CLI prints it without a traceback)."""
+    other failure becomes a DatapipeError naming bucket, key and cause (the CLI prints it without a
+    traceback)."""
     policy = policy or RetryPolicy.from_env()
     try:
         return with_retries(call, where, policy)

@@ -26,7 +26,9 @@ def find_repo(start: str | os.PathLike[str]) -> Path:
     for directory in (here, *here.parents):
         if (directory / ".dvc").is_dir():
             return directory
-    raise NotFoundError(f"{here}: not inside a DVC repository (run `dvc init` at the root of your git repository)")
+    raise NotFoundError(
+        f"{here}: not inside a DVC repository (run `dvc init` at the root of your git repository)"
+    )
 
 
 def relative(path: str, root: Path) -> str:
@@ -35,7 +37,9 @@ def relative(path: str, root: Path) -> str:
         return path
     rel = os.path.relpath(Path(path).resolve(), root)
     if rel.startswith(".."):
-        raise ConfigError(f"{path}: outside the DVC repository {root}; DVC can only track paths inside it")
+        raise ConfigError(
+            f"{path}: outside the DVC repository {root}; DVC can only track paths inside it"
+        )
     return Path(rel).as_posix()
 
 
@@ -47,8 +51,8 @@ def build_stage(cmd: str, deps: Sequence[str], out: str) -> dict[str, Any]:
 
 def update_dvcignore(root: Path, out: str) -> list[str]:
     """Add to ROOT/.dvcignore the transient parts of the dataset folder ``out`` (relative to ROOT):
-    a lease that a
-    running Loader holds must not make DVC see a changed output. The patterns it added."""
+    a lease that a running Loader holds must not make DVC see a changed output. The patterns it
+    added."""
     path = root / DVC_IGNORE
     lines = path.read_text().splitlines() if path.exists() else []
     added = [p.format(out=out) for p in TRANSIENT if p.format(out=out) not in lines]

@@ -15,7 +15,12 @@ from datapipe.errors import NotFoundError
 from datapipe.storage.fs import read_bytes
 from datapipe.versioning.layout import OWNER_NAME, PARTIAL_PREFIX, REFS, VERSIONS
 from datapipe.versioning.manifest import MANIFEST_NAME
-from datapipe.versioning.retention import PRUNED_NAME, RetentionPlan, apply_retention, plan_retention
+from datapipe.versioning.retention import (
+    PRUNED_NAME,
+    RetentionPlan,
+    apply_retention,
+    plan_retention,
+)
 from datapipe.versioning.store import Store
 
 STALE_AFTER = 24 * 3600  # a partial version from another host is taken as abandoned after this
@@ -83,7 +88,9 @@ def collect(
     # retried on object stores, like every store call
     def remove(path: str, *, recursive: bool = False) -> None:
         if not dry_run:
-            store.remote(path, lambda: fs.rm(path, recursive=True) if recursive else fs.rm_file(path))
+            store.remote(
+                path, lambda: fs.rm(path, recursive=True) if recursive else fs.rm_file(path)
+            )
         report.removed.append(path)
 
     _sweep_versions(store, name, now, report, remove)
@@ -91,7 +98,9 @@ def collect(
         if ref.startswith("."):
             remove(store.path(name, REFS, ref))
     if prune or keep_last is not None or keep_within is not None:
-        report.plan = plan_retention(store, name, prune=prune, keep_last=keep_last, keep_within=keep_within, now=now)
+        report.plan = plan_retention(
+            store, name, prune=prune, keep_last=keep_last, keep_within=keep_within, now=now
+        )
         if not dry_run:
             report.removed += apply_retention(store, name, report.plan)
         for version in report.plan.kept:
@@ -102,13 +111,19 @@ def collect(
     return report
 
 
-def _sweep_versions(store: Store, name: str, now: float, report: GcReport, remove: Callable[..., None]) -> None:
+def _sweep_versions(
+    store: Store, name: str, now: float, report: GcReport, remove: Callable[..., None]
+) -> None:
     """Remove (with ``remove``) what is in the versions directory of ``name`` but in no version:
     partial directories of dead writers, directories without a manifest, temporary files; note the
     partial directories of live writers in ``report``."""
     fs, versions_dir = store.fs, store.path(name, VERSIONS)
     entries = store.entry_names(versions_dir)
-    live = [e for e in entries if e.startswith(PARTIAL_PREFIX) and _writer_alive(store, f"{versions_dir}/{e}", now)]
+    live = [
+        e
+        for e in entries
+        if e.startswith(PARTIAL_PREFIX) and _writer_alive(store, f"{versions_dir}/{e}", now)
+    ]
     # their shards move in right now
     committing = {_committing(store, f"{versions_dir}/{e}") for e in live}
     for entry in entries:

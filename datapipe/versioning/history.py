@@ -43,14 +43,21 @@ class Entry:
 
 
 def _counts(d: Any) -> dict[str, int]:
-    return {"added": len(d.added), "removed": len(d.removed), "changed": len(d.changed), "unchanged": d.unchanged}
+    return {
+        "added": len(d.added),
+        "removed": len(d.removed),
+        "changed": len(d.changed),
+        "unchanged": d.unchanged,
+    }
 
 
 def pruned_summary(store: Store, name: str, version: str) -> dict[str, Any] | None:
     """What pruned.json records of a pruned version that still holds shared files; None when there
     is none."""
     try:
-        return json.loads(read_bytes(store.fs, store.path(name, VERSIONS, version, PRUNED_NAME), store.retry))
+        return json.loads(
+            read_bytes(store.fs, store.path(name, VERSIONS, version, PRUNED_NAME), store.retry)
+        )
     except (NotFoundError, ValueError):
         return None
 
@@ -63,9 +70,8 @@ def history(
     store: Store, name: str, changes: dict[tuple[str, str], Changes] | None = None
 ) -> tuple[list[Entry], list[str]]:
     """The versions of ``name``, newest first along the parent chain from ``latest``, then the
-    versions not
-    on it (newest first); and the problems found (a ref naming a missing version, a damaged lease
-    file).
+    versions not on it (newest first); and the problems found (a ref naming a missing version, a
+    damaged lease file).
 
     ``changes``: a cache of what each (parent, version) pair changed, kept by a caller that asks
     again (the browser): versions are immutable, so a pair's counts never go stale; tags and leases
@@ -102,7 +108,9 @@ def history(
                 try:
                     changes[pair] = _changes(store, name, manifests[m.parent], m)
                 except DatapipeError as e:  # a damaged index: say so, keep going
-                    problems.append(f"{name}@{short_id(version)}: cannot compare with its parent: {e}")
+                    problems.append(
+                        f"{name}@{short_id(version)}: cannot compare with its parent: {e}"
+                    )
             if pair in changes:
                 entry.changes, entry.splits = changes[pair]
             entry.lineage = lineage_changes(manifests[m.parent], m)
@@ -110,8 +118,11 @@ def history(
     return entries, problems
 
 
-def _tags(store: Store, name: str, manifests: dict[str, Manifest]) -> tuple[dict[str, list[str]], list[str]]:
-    """Version -> the refs naming it; and a problem for each ref naming a version that is missing."""
+def _tags(
+    store: Store, name: str, manifests: dict[str, Manifest]
+) -> tuple[dict[str, list[str]], list[str]]:
+    """Version -> the refs naming it; and a problem for each ref naming a version that is
+    missing."""
     problems = []
     tags: dict[str, list[str]] = {}
     for ref, version in sorted(store.refs(name).items()):
@@ -139,9 +150,8 @@ def as_json(entry: Entry) -> dict[str, Any]:
 
 def usage(store: Store, name: str) -> dict[str, int]:
     """A dataset's shard bytes: ``own`` (in each version's own directory), ``shared`` (listed
-    through
-    ``stored_in``: what sharing saves), ``stored`` (each file once: the real size, pruned versions'
-    kept files included) and ``listed`` (as if every version held a copy)."""
+    through ``stored_in``: what sharing saves), ``stored`` (each file once: the real size, pruned
+    versions' kept files included) and ``listed`` (as if every version held a copy)."""
     files: dict[tuple[Any, ...], int] = {}
     own = shared = 0
     versions = store.versions(name)

@@ -192,9 +192,8 @@ def take_lease(
     kind: str = "manual",
 ) -> LeaseRecord:
     """Write a new lease on ``version`` for ``duration`` seconds; a NotFoundError when the version
-    is not (or
-    no more) complete: the check comes after the write, so a gc that pruned it meanwhile sees the
-    lease."""
+    is not (or no more) complete: the check comes after the write, so a gc that pruned it meanwhile
+    sees the lease."""
     now = time.time()
     record = LeaseRecord(
         id=uuid.uuid4().hex[:16],
@@ -210,7 +209,10 @@ def take_lease(
     store.remote(path, lambda: put_atomic(store.fs, path, record.to_json()))
     if not store.is_complete(name, version):
         _remove(store, path)
-        raise NotFoundError(f"{store.url}/{name}@{short_id(version)}: no such version (deleted by gc?); nothing leased")
+        raise NotFoundError(
+            f"{store.url}/{name}@{short_id(version)}: no such version (deleted by "
+            "gc?); nothing leased"
+        )
     return record
 
 
@@ -226,7 +228,9 @@ def _remove(store: LeaseStore, path: str) -> None:
 def release_lease(store: LeaseStore, name: str, lease_id: str) -> LeaseRecord | None:
     """Delete lease ``lease_id`` of ``name``: its record, or None when it is not there."""
     if not _LEASE_ID.match(lease_id):
-        raise ConfigError(f"--release {lease_id!r}: not a lease id (16 hex digits, as `datapipe lease` printed)")
+        raise ConfigError(
+            f"--release {lease_id!r}: not a lease id (16 hex digits, as `datapipe lease` printed)"
+        )
     path = lease_path(store, name, lease_id)
     try:
         data = read_bytes(store.fs, path, store.retry)
@@ -244,14 +248,22 @@ class Lease:
     does)."""
 
     def __init__(
-        self, store: LeaseStore, name: str, version: str, ttl: float = DEFAULT_TTL, note: str = "", kind: str = "reader"
+        self,
+        store: LeaseStore,
+        name: str,
+        version: str,
+        ttl: float = DEFAULT_TTL,
+        note: str = "",
+        kind: str = "reader",
     ) -> None:
         self.store, self.name, self.ttl = store, name, ttl
         self.record = take_lease(store, name, version, ttl, note, pid=os.getpid(), kind=kind)
         self.path = lease_path(store, name, self.record.id)
         self._pid = os.getpid()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, name=f"datapipe-lease-{self.record.id}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._renew, name=f"datapipe-lease-{self.record.id}", daemon=True
+        )
         self._thread.start()
 
     @property
@@ -261,9 +273,13 @@ class Lease:
 
     def _renew(self) -> None:
         while not self._stop.wait(self.ttl / 3):
-            record = self.record = LeaseRecord(**{**asdict(self.record), "expires": _iso(time.time() + self.ttl)})
+            record = self.record = LeaseRecord(
+                **{**asdict(self.record), "expires": _iso(time.time() + self.ttl)}
+            )
             try:
-                self.store.remote(self.path, lambda r=record: put_atomic(self.store.fs, self.path, r.to_json()))
+                self.store.remote(
+                    self.path, lambda r=record: put_atomic(self.store.fs, self.path, r.to_json())
+                )
             # the next renewal tries again; the lease lasts ttl meanwhile
             except (DatapipeError, OSError) as e:
                 log.warning("%s: could not renew the lease: %s", self.path, e)

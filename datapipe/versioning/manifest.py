@@ -141,7 +141,10 @@ class Manifest:
 
     def to_json(self) -> bytes:
         """The bytes of manifest.json (sorted keys, indented for people)."""
-        return json.dumps(self.to_dict(), sort_keys=True, indent=1, ensure_ascii=False).encode() + b"\n"
+        return (
+            json.dumps(self.to_dict(), sort_keys=True, indent=1, ensure_ascii=False).encode()
+            + b"\n"
+        )
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> Manifest:
@@ -204,7 +207,9 @@ def _manifest_from_dict(raw: dict[str, Any], where: str = "manifest") -> Manifes
         ) from None
     problem = _split_problem(manifest) or _totals_problem(manifest, totals)
     if problem:
-        raise IntegrityError(f"{where}: malformed manifest: {problem}; the file was edited or damaged")
+        raise IntegrityError(
+            f"{where}: malformed manifest: {problem}; the file was edited or damaged"
+        )
     return manifest
 
 
@@ -215,7 +220,10 @@ def _totals_problem(manifest: Manifest, totals: _Totals) -> str | None:
         if written is not None and written != actual:
             return f"field {total!r} is {written} but the shards add up to {actual}"
     if (manifest.rejected is None) != (manifest.rejected_rows == 0):
-        return f"field 'rejected' is {manifest.rejected!r} but 'rejected_rows' is {manifest.rejected_rows}"
+        return (
+            f"field 'rejected' is {manifest.rejected!r} but 'rejected_rows' is "
+            f"{manifest.rejected_rows}"
+        )
     return None
 
 
@@ -224,17 +232,27 @@ def _split_problem(manifest: Manifest) -> str | None:
     splits = manifest.splits
     if splits is None:
         marked = next((i for i, s in enumerate(manifest.shards) if s.split is not None), None)
-        return None if marked is None else f"field 'shards[{marked}].split' names a split, but there is no 'splits'"
+        return (
+            None
+            if marked is None
+            else f"field 'shards[{marked}].split' names a split, but there is no 'splits'"
+        )
     if set(splits.samples) != set(splits.fractions):
         return "fields 'splits.samples' and 'splits.fractions' name different splits"
     counts = dict.fromkeys(splits.names, 0)
     for i, shard in enumerate(manifest.shards):
         if shard.split not in counts:
-            return f"field 'shards[{i}].split' is {shard.split!r}, not one of {', '.join(splits.names)}"
+            return (
+                f"field 'shards[{i}].split' is {shard.split!r}, not one of "
+                f"{', '.join(splits.names)}"
+            )
         counts[shard.split] += shard.samples
     wrong = next((n for n in splits.names if counts[n] != splits.samples[n]), None)
     if wrong is not None:
-        return f"field 'splits.samples.{wrong}' is {splits.samples[wrong]} but its shards add up to {counts[wrong]}"
+        return (
+            f"field 'splits.samples.{wrong}' is {splits.samples[wrong]} but its "
+            f"shards add up to {counts[wrong]}"
+        )
     return None
 
 
@@ -275,12 +293,10 @@ def assemble_manifest(
     classes: Iterable[str] | None = None,
 ) -> Manifest:
     """The manifest of a new version from a build's pieces: its shards in order, the per-stage
-    counts, the
-    kinds of value each field held (one mapping per partition, merged into ``fields``) and its
-    lineage.
+    counts, the kinds of value each field held (one mapping per partition, merged into ``fields``)
+    and its lineage.
     The quarantine file is named when a stage rejected rows; ``splits``: the splits section, with
-    splits;
-    ``classes``: the class names in label order, for a class_folders source."""
+    splits; ``classes``: the class names in label order, for a class_folders source."""
     kinds: dict[str, set[str]] = {}
     for partition in field_kinds:
         for field_name, seen in partition.items():
@@ -303,8 +319,7 @@ def assemble_manifest(
 
 def shown_time(created_at: str) -> str:
     """``created_at`` to the second, as listings show it (manifests record microseconds: versions
-    committed
-    within one second still sort by when they were made)."""
+    committed within one second still sort by when they were made)."""
     return re.sub(r"\.\d+", "", created_at)  # an ISO 8601 time has no other dot
 
 

@@ -41,7 +41,10 @@ FileName = Annotated[
         "a file name inside the version directory",
         lambda cs: _string(cs, pattern=r"^[^/\\]+$"),
         check=lambda name: name not in (".", ".."),
-        schema={"not": {"enum": [".", ".."]}, "description": "a file name inside the version directory"},
+        schema={
+            "not": {"enum": [".", ".."]},
+            "description": "a file name inside the version directory",
+        },
         quoted=True,
     ),
 ]
@@ -66,7 +69,9 @@ ShardFormatName = Annotated[
         quoted=True,
     ),
 ]
-FormatVersion = Annotated[int, Value("an integer", _integer, schema={"enum": list(READABLE_FORMATS)})]
+FormatVersion = Annotated[
+    int, Value("an integer", _integer, schema={"enum": list(READABLE_FORMATS)})
+]
 Fraction = Annotated[
     float,
     Value("a number in (0, 1]", lambda cs: cs.float_schema(strict=True, gt=0, le=1)),

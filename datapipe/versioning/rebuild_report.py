@@ -40,12 +40,16 @@ def lineage_changes(recorded: Manifest, rebuilt: Manifest) -> list[str]:
     changes += [f"source removed: {p}" for p in sorted(set(old) - set(new))]
     changes += [f"source added: {p}" for p in sorted(set(new) - set(old))]
     changes += [
-        f"source changed: {p} ({old[p].hash} -> {new[p].hash})" for p in sorted(set(old) & set(new)) if old[p] != new[p]
+        f"source changed: {p} ({old[p].hash} -> {new[p].hash})"
+        for p in sorted(set(old) & set(new))
+        if old[p] != new[p]
     ]
     old_code = {c.module: c.sha256 for c in a.code}
     new_code = {c.module: c.sha256 for c in b.code}
     changes += [
-        f"code changed: {m}" for m in sorted(set(old_code) | set(new_code)) if old_code.get(m) != new_code.get(m)
+        f"code changed: {m}"
+        for m in sorted(set(old_code) | set(new_code))
+        if old_code.get(m) != new_code.get(m)
     ]
     if a.seed != b.seed:
         changes.append(f"seed: {a.seed} -> {b.seed}")
@@ -85,7 +89,9 @@ def manifest_differences(recorded: Manifest, rebuilt: Manifest) -> list[str]:
     if recorded.stages != rebuilt.stages:
         lines.append(
             "stage counts differ: "
-            + ", ".join(f"{s.stage} out {s.rows_out}" for s in rebuilt.stages if s not in recorded.stages)
+            + ", ".join(
+                f"{s.stage} out {s.rows_out}" for s in rebuilt.stages if s not in recorded.stages
+            )
         )
     lines += [f"lineage: {c}" for c in lineage_changes(recorded, rebuilt)]
     return lines
@@ -152,7 +158,9 @@ class _Samples:
 
 
 def sample_differences(
-    recorded: tuple[Store, str, Manifest], rebuilt: tuple[Store, str, Manifest], shown: int = SAMPLES_SHOWN
+    recorded: tuple[Store, str, Manifest],
+    rebuilt: tuple[Store, str, Manifest],
+    shown: int = SAMPLES_SHOWN,
 ) -> list[str]:
     """Lines naming the sample keys that differ between two versions and, for the first ``shown``
     changed ones, which fields changed and how (values read back from both versions' shards)."""
@@ -174,14 +182,18 @@ def sample_differences(
             sample_a = a.read(shard_a, i_a)
             shard_b, i_b, _ = new[key]
             fields = field_changes(sample_a, b.read(shard_b, i_b))
-            lines.append(f"sample {key} ({shard_a}): " + ("; ".join(fields) or "same fields, other encoding"))
+            lines.append(
+                f"sample {key} ({shard_a}): " + ("; ".join(fields) or "same fields, other encoding")
+            )
     finally:
         a.close()
         b.close()
     lines += _listed("only in the recorded version", removed, shown)
     lines += _listed("only in the rebuild", added, shown)
     if len(changed) > shown:
-        lines.append(f"... and {len(changed) - shown} more changed samples (`datapipe diff` lists them all)")
+        lines.append(
+            f"... and {len(changed) - shown} more changed samples (`datapipe diff` lists them all)"
+        )
     return lines
 
 

@@ -34,8 +34,7 @@ PRUNED_NAME = "pruned.json"
 @dataclass
 class Doomed:
     """A version (or a pruned directory) to delete: the files that go, and those kept because kept
-    versions
-    share them."""
+    versions share them."""
 
     version: str
     pruned_before: bool  # already a pruned directory (no manifest)
@@ -158,9 +157,15 @@ def plan_retention(
             "created_at": m.created_at,
             "samples": m.samples,
             "bytes": m.bytes,
-            "pruned_at": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(timespec="seconds"),
+            "pruned_at": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(
+                timespec="seconds"
+            ),
         }
-        plan.doomed.append(_split(Doomed(version, False, summary=summary), _files(store, name, version), referenced))
+        plan.doomed.append(
+            _split(
+                Doomed(version, False, summary=summary), _files(store, name, version), referenced
+            )
+        )
     for version in pruned_directories(store, name, set(manifests)):
         plan.doomed.append(_split(Doomed(version, True), _files(store, name, version), referenced))
     return plan
@@ -171,7 +176,9 @@ def _split(doomed: Doomed, files: dict[str, int], referenced: set[tuple[str, str
     for filename, size in files.items():
         if filename in (MANIFEST_NAME, PRUNED_NAME):
             continue
-        (doomed.kept if (doomed.version, filename) in referenced else doomed.delete)[filename] = size
+        (doomed.kept if (doomed.version, filename) in referenced else doomed.delete)[filename] = (
+            size
+        )
     return doomed
 
 
@@ -186,7 +193,10 @@ def apply_retention(store: Store, name: str, plan: RetentionPlan) -> list[str]:
         root = store.path(name, VERSIONS, d.version)
         originals[d.version] = read_bytes(fs, f"{root}/{MANIFEST_NAME}", store.retry)
         marker, manifest = f"{root}/{PRUNED_NAME}", f"{root}/{MANIFEST_NAME}"
-        store.remote(marker, lambda m=marker, s=d.summary: put_atomic(fs, m, json.dumps(s, indent=1).encode()))
+        store.remote(
+            marker,
+            lambda m=marker, s=d.summary: put_atomic(fs, m, json.dumps(s, indent=1).encode()),
+        )
         store.remote(manifest, lambda m=manifest: fs.rm_file(m))
     # what changed while the manifests went: leases taken, versions committed
     held, _ = held_versions(store, name)

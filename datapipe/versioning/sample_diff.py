@@ -30,20 +30,29 @@ class VersionDiff:
 
 
 def sample_hashes(
-    store: Store, name: str, manifest: Manifest, split: str | None = None, shards: Sequence[ShardEntry] | None = None
+    store: Store,
+    name: str,
+    manifest: Manifest,
+    split: str | None = None,
+    shards: Sequence[ShardEntry] | None = None,
 ) -> dict[str, bytes]:
     """key -> sha256 of the sample's bytes, over every shard of a version (of ``split`` only, when
-    given; of
-    ``shards`` only, when given)."""
-    return {key: digest for key, (_, _, digest) in sample_locations(store, name, manifest, split, shards).items()}
+    given; of ``shards`` only, when given)."""
+    return {
+        key: digest
+        for key, (_, _, digest) in sample_locations(store, name, manifest, split, shards).items()
+    }
 
 
 def sample_locations(
-    store: Store, name: str, manifest: Manifest, split: str | None = None, shards: Sequence[ShardEntry] | None = None
+    store: Store,
+    name: str,
+    manifest: Manifest,
+    split: str | None = None,
+    shards: Sequence[ShardEntry] | None = None,
 ) -> dict[str, tuple[str, int, bytes]]:
     """key -> (shard path in the version, position in that shard, sha256 of the sample's bytes),
-    over the
-    version's shards (of ``split``, of ``shards``, when given)."""
+    over the version's shards (of ``split``, of ``shards``, when given)."""
     out: dict[str, tuple[str, int, bytes]] = {}
     for shard in manifest.shards if shards is None else shards:
         if split is not None and shard.split != split:
@@ -55,10 +64,11 @@ def sample_locations(
     return out
 
 
-def _unshared(a: Manifest, b: Manifest) -> tuple[list[ShardEntry], list[ShardEntry], Counter[str | None]]:
+def _unshared(
+    a: Manifest, b: Manifest
+) -> tuple[list[ShardEntry], list[ShardEntry], Counter[str | None]]:
     """The shards of ``a`` and of ``b`` that the other lacks (by sha256 and split), and the samples
-    of the shared
-    ones per split."""
+    of the shared ones per split."""
     left = Counter((e.sha256, e.split) for e in b.shards)
     only_a, shared = [], Counter()
     for entry in a.shards:
@@ -111,8 +121,7 @@ class VersionPair:
 
     def splits(self) -> dict[str, VersionDiff]:
         """Per split either version has, its diff (a split one version lacks is empty there); {}
-        when neither
-        has splits."""
+        when neither has splits."""
         names = _split_names(self.a.manifest) | _split_names(self.b.manifest)
         by_split: list[dict[str | None, dict[str, bytes]]] = []
         for side, only in zip(self.locations(), (self.only_a, self.only_b), strict=True):
@@ -123,7 +132,8 @@ class VersionPair:
             by_split.append(grouped)
         return {
             split: _with_shared(
-                diff_versions(by_split[0].get(split, {}), by_split[1].get(split, {})), self.shared[split]
+                diff_versions(by_split[0].get(split, {}), by_split[1].get(split, {})),
+                self.shared[split],
             )
             for split in sorted(names)
         }

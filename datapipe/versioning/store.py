@@ -59,7 +59,10 @@ class Store:
     """A dataset store rooted at ``url`` (a local path or any fsspec URL)."""
 
     def __init__(
-        self, url: str = "storage", storage_options: Mapping[str, Any] | None = None, retry: RetryPolicy | None = None
+        self,
+        url: str = "storage",
+        storage_options: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.url = url
         self.storage_options = dict(storage_options or {})
@@ -71,8 +74,7 @@ class Store:
     @property
     def fs(self) -> Any:
         """The store's filesystem; made anew in a forked child (async filesystems such as s3fs are
-        not
-        fork-safe, and DataLoader workers are forks)."""
+        not fork-safe, and DataLoader workers are forks)."""
         if self._pid != os.getpid():
             self._fs, _ = filesystem(self.url, self.storage_options)
             self._pid = os.getpid()
@@ -93,8 +95,7 @@ class Store:
 
     def check_bucket(self) -> None:
         """On an object store, a NotFoundError naming the bucket when it does not exist (listing a
-        missing
-        bucket looks like listing an empty prefix)."""
+        missing bucket looks like listing an empty prefix)."""
         if self._bucket_seen or is_local(self.fs) or self.root.startswith("/") or not self.root:
             return
         bucket = self.root.split("/", 1)[0]
@@ -114,14 +115,20 @@ class Store:
             while not os.path.exists(path) and os.path.dirname(path) != path:
                 path = os.path.dirname(path)
             if os.path.exists(path) and not os.path.isdir(path):
-                what = "is a file" if path == os.path.abspath(self.root) else f"is under a file ({path})"
+                what = (
+                    "is a file"
+                    if path == os.path.abspath(self.root)
+                    else f"is under a file ({path})"
+                )
                 raise ConfigError(
                     f"{self.url}: the store {what}, not a directory; give a directory for "
                     "the store "
                     "(it is created when missing)"
                 )
         elif self.fs.isfile(self.root):
-            raise ConfigError(f"{self.url}: the store is a file, not a directory; give a directory for the store")
+            raise ConfigError(
+                f"{self.url}: the store is a file, not a directory; give a directory for the store"
+            )
 
     def entry_names(self, path: str) -> list[str]:
         """Sorted names of the entries directly below ``path`` of this store (none when it does not
@@ -154,7 +161,11 @@ class Store:
 
     def refs(self, name: str) -> dict[str, str]:
         """ref name -> version id."""
-        return {r: self.read_ref(name, r) for r in self.entry_names(self.path(name, REFS)) if not r.startswith(".")}
+        return {
+            r: self.read_ref(name, r)
+            for r in self.entry_names(self.path(name, REFS))
+            if not r.startswith(".")
+        }
 
     def read_ref(self, name: str, ref: str) -> str | None:
         """The version a ref names, or None when the ref does not exist."""
@@ -226,7 +237,8 @@ class Store:
                     "give more digits"
                 )
             raise NotFoundError(
-                f"{self.url}/{name}: no version starting with {ref} (refs: {refs}; versions: {versions or 'none'})"
+                f"{self.url}/{name}: no version starting with {ref} (refs: {refs}; "
+                f"versions: {versions or 'none'})"
             )
         raise NotFoundError(
             f"{self.url}/{name}: no ref {ref!r} (refs: {refs}; versions: {versions or 'none'}); a "

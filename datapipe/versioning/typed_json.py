@@ -74,7 +74,8 @@ class Value:
 
 
 class Malformed(Exception):
-    """A field of a record with the wrong type or value, named by its path (``shards[0].samples``)."""
+    """A field of a record with the wrong type or value, named by its path
+    (``shards[0].samples``)."""
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"field {field!r}: {problem}")
@@ -86,7 +87,9 @@ def describe(value: Any) -> str:
     return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
 
 
-def read_record(record: type[T], raw: Any, names: Mapping[type, str], also: Sequence[str] = ()) -> T:
+def read_record(
+    record: type[T], raw: Any, names: Mapping[type, str], also: Sequence[str] = ()
+) -> T:
     """``raw`` (parsed JSON) as a ``record``, every value checked; Malformed naming the first bad
     field. ``names``: what an error calls each record; ``also``: keys the caller reads beside the
     record's fields (listed as known when a key is unknown)."""
@@ -101,7 +104,9 @@ def read_record(record: type[T], raw: Any, names: Mapping[type, str], also: Sequ
         if error["type"] == "unexpected_keyword_argument":
             owner = _record_at(record, loc[:-1])
             known = [f.name for f in fields(owner)] + list(also if owner is record else ())
-            raise Malformed(path, f"not a {names[owner]} field (known: {', '.join(known)})") from None
+            raise Malformed(
+                path, f"not a {names[owner]} field (known: {', '.join(known)})"
+            ) from None
         raise Malformed(path, _problem(error)) from None
 
 
@@ -126,7 +131,9 @@ def _problem(error: Mapping[str, Any]) -> str:
     if error["type"] in _SHAPES:
         return f"expected {_SHAPES[error['type']]}, got {describe(error['input'])}"
     if error["type"] == "too_long":
-        return f"expected at most {error['ctx']['max_length']} items, got {describe(error['input'])}"
+        return (
+            f"expected at most {error['ctx']['max_length']} items, got {describe(error['input'])}"
+        )
     message = error["msg"]  # pydantic's words for anything else
     return f"{message[:1].lower()}{message[1:]}, got {describe(error['input'])}"
 

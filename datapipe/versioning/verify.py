@@ -22,7 +22,9 @@ class Problem:
         return f"{self.kind}: {self.path}" + (f" ({self.detail})" if self.detail else "")
 
 
-def verify_version(store: Store, name: str, manifest: Manifest, version: str | None = None) -> list[Problem]:
+def verify_version(
+    store: Store, name: str, manifest: Manifest, version: str | None = None
+) -> list[Problem]:
     """Every problem with the files of ``manifest``'s version; empty when all match.
 
     ``version`` is the directory the manifest was read from (default: the id it names). The manifest
@@ -41,14 +43,17 @@ def _manifest_problems(manifest: Manifest, version: str, where: str) -> list[Pro
     """Whether the manifest names and hashes to ``version``, the directory it lies in."""
     problems = []
     if manifest.version != version:
-        problems.append(Problem("mismatch", where, f"names version {manifest.version}, but lies in {version}"))
+        problems.append(
+            Problem("mismatch", where, f"names version {manifest.version}, but lies in {version}")
+        )
     content_id = manifest.content_id()
     if content_id != version:
         problems.append(
             Problem(
                 "mismatch",
                 where,
-                f"its content hashes to {content_id}, not to the version id {version}; the manifest was edited",
+                f"its content hashes to {content_id}, not to the version id {version}; "
+                "the manifest was edited",
             )
         )
     return problems
@@ -57,8 +62,8 @@ def _manifest_problems(manifest: Manifest, version: str, where: str) -> list[Pro
 def _expected_files(
     store: Store, name: str, manifest: Manifest, version: str
 ) -> dict[str, dict[str, tuple[int, str] | None]]:
-    """Directory -> file -> (bytes, sha256) of every file the version lists, its own directory first;
-    None for the quarantine file, which has no recorded hash (it must exist)."""
+    """Directory -> file -> (bytes, sha256) of every file the version lists, its own directory
+    first; None for the quarantine file, which has no recorded hash (it must exist)."""
     root = store.path(name, VERSIONS, version)
     expected: dict[str, dict[str, tuple[int, str] | None]] = {root: {}}
     for shard in manifest.shards:
@@ -72,10 +77,15 @@ def _expected_files(
 
 
 def _directory_problems(
-    store: Store, directory: str, files: dict[str, tuple[int, str] | None], manifest: Manifest, own: bool
+    store: Store,
+    directory: str,
+    files: dict[str, tuple[int, str] | None],
+    manifest: Manifest,
+    own: bool,
 ) -> list[Problem]:
     """The files of one directory against what the manifest records of them; in the version's
-    ``own`` directory, files it does not list too (a directory shared from holds other versions')."""
+    ``own`` directory, files it does not list too (a directory shared from holds other
+    versions')."""
     fs, problems = store.fs, []
     try:
         found = store.remote(directory, lambda: fs.find(directory, detail=True))
@@ -94,7 +104,9 @@ def _directory_problems(
         elif recorded is None:
             continue
         elif present[filename] != recorded[0]:
-            problems.append(Problem("mismatch", where, f"{present[filename]} bytes, expected {recorded[0]}"))
+            problems.append(
+                Problem("mismatch", where, f"{present[filename]} bytes, expected {recorded[0]}")
+            )
         elif sha256_of(fs, where) != recorded[1]:
             problems.append(Problem("mismatch", where, "sha256 differs"))
     if own:

@@ -24,7 +24,13 @@ from datapipe.errors import DatapipeError
 from datapipe.formats.registry import ShardFormat
 from datapipe.formats.shards import INDEX_SUFFIX, write_shard_to
 from datapipe.storage.fs import is_local, put_atomic
-from datapipe.versioning.layout import BUILD_STATE_NAME, LATEST, OWNER_NAME, PARTIAL_PREFIX, VERSIONS
+from datapipe.versioning.layout import (
+    BUILD_STATE_NAME,
+    LATEST,
+    OWNER_NAME,
+    PARTIAL_PREFIX,
+    VERSIONS,
+)
 from datapipe.versioning.leases import Lease, LeaseStore
 from datapipe.versioning.manifest import MANIFEST_NAME, Manifest, ShardEntry
 
@@ -97,26 +103,31 @@ class VersionWriter:
     @staticmethod
     def shard_filename(number: int, fmt: ShardFormat, split: str | None = None) -> str:
         """Name of shard ``number``: shard-000000.tar and so on; in a version with splits, shard
-        ``number`` of
-        ``split``: train-000000.tar, val-000000.tar."""
+        ``number`` of ``split``: train-000000.tar, val-000000.tar."""
         return f"{split or 'shard'}-{number:06d}{fmt.extension}"
 
-    def write_shard(self, number: int, samples: Iterable[Mapping[str, Any]], fmt: ShardFormat) -> ShardEntry:
+    def write_shard(
+        self, number: int, samples: Iterable[Mapping[str, Any]], fmt: ShardFormat
+    ) -> ShardEntry:
         """Write shard ``number`` (and its index) into the partial directory."""
-        return write_shard_file(self.store.fs, self.partial, self.shard_filename(number, fmt), samples, fmt)
+        return write_shard_file(
+            self.store.fs, self.partial, self.shard_filename(number, fmt), samples, fmt
+        )
 
     def reuse_shard(self, parent: str, entry: ShardEntry, filename: str) -> ShardEntry:
         """Shard ``entry`` of version ``parent`` (and its index) as shard ``filename`` of this
-        version, without
-        its bytes passing through here: a hard link on the local disk (the same file under this
-        version's name); on object stores, shared from the directory that holds it (``stored_in``,
-        ``stored_as``)."""
+        version, without its bytes passing through here: a hard link on the local disk (the same
+        file under this version's name); on object stores, shared from the directory that holds it
+        (``stored_in``, ``stored_as``)."""
         index = filename + INDEX_SUFFIX
         if not is_local(self.store.fs):
             names = entry.stored_names()
             shared = self.share_shard(entry, parent)
             return replace(
-                shared, path=filename, index_path=index, stored_as=None if names == (filename, index) else names
+                shared,
+                path=filename,
+                index_path=index,
+                stored_as=None if names == (filename, index) else names,
             )
         for src, new in (
             (self.store.shard_file(self.name, parent, entry), filename),
@@ -127,13 +138,11 @@ class VersionWriter:
 
     def share_shard(self, entry: ShardEntry, parent_version: str) -> ShardEntry:
         """``entry`` of version ``parent_version`` reused in this version without copying a byte:
-        the entry with
-        ``stored_in`` naming the directory that holds the file (the parent's, or the one the parent
-        itself shares it from). Put it in the manifest given to ``commit``.
+        the entry with ``stored_in`` naming the directory that holds the file (the parent's, or the
+        one the parent itself shares it from). Put it in the manifest given to ``commit``.
 
         The writer leases ``parent_version`` until the commit (or abort), so a gc meanwhile keeps
-        its files;
-        a NotFoundError when that version is no more.
+        its files; a NotFoundError when that version is no more.
         """
         if parent_version not in self._leases:
             self._leases[parent_version] = Lease(
@@ -143,7 +152,9 @@ class VersionWriter:
                 kind="build",
                 note=f"shards shared by {self.partial.rsplit('/', 1)[-1]}",
             )
-        return replace(entry, stored_in=entry.stored_in or parent_version, stored_as=entry.stored_as)
+        return replace(
+            entry, stored_in=entry.stored_in or parent_version, stored_as=entry.stored_as
+        )
 
     def put_build_state(self, data: bytes) -> None:
         """Stage the build's state (builder/incremental.py) to be committed with the version,
@@ -160,7 +171,11 @@ class VersionWriter:
         """
         store, fs = self.store, self.store.fs
         manifest = replace(
-            manifest, name=self.name, parent=self.parent, created_at=_now("microseconds"), host=socket.gethostname()
+            manifest,
+            name=self.name,
+            parent=self.parent,
+            created_at=_now("microseconds"),
+            host=socket.gethostname(),
         ).with_id()
         final = store.path(self.name, VERSIONS, manifest.version)
         if manifest.version in store.versions(self.name):
@@ -168,13 +183,19 @@ class VersionWriter:
             # the newest build's state replaces the older one's, outside the id
             self._move_side(final)
         else:
-            owner, committing = f"{self.partial}/{OWNER_NAME}", {**self._owner, "committing": manifest.version}
+            owner, committing = (
+                f"{self.partial}/{OWNER_NAME}",
+                {**self._owner, "committing": manifest.version},
+            )
             # gc leaves the version directory alone while this live writer fills it
             store.remote(owner, lambda: put_atomic(fs, owner, json.dumps(committing).encode()))
             store.remote(final, lambda: fs.makedirs(final, exist_ok=True))
             # shared: already in place
             names = [
-                name for entry in manifest.shards if entry.stored_in is None for name in (entry.path, entry.index_path)
+                name
+                for entry in manifest.shards
+                if entry.stored_in is None
+                for name in (entry.path, entry.index_path)
             ]
             self._move(names + ([manifest.rejected] if manifest.rejected else []), final)
             self._move_side(final)
@@ -193,14 +214,16 @@ class VersionWriter:
             self._move(self._side, final)
         except (DatapipeError, OSError) as e:
             log.warning(
-                "%s: the build state was not kept (%s); the next build of this dataset will be a full one", final, e
+                "%s: the build state was not kept (%s); the next build of this dataset "
+                "will be a full one",
+                final,
+                e,
             )
 
     def _move(self, names: list[str], final: str) -> None:
         """Move files from the partial directory to ``final``: renames on the local disk; on object
-        stores
-        server-side copies (the bytes never pass through this process), MOVE_THREADS at a time, then
-        the sources go with the partial directory."""
+        stores server-side copies (the bytes never pass through this process), MOVE_THREADS at a
+        time, then the sources go with the partial directory."""
         fs = self.store.fs
         if is_local(fs):
             for name in names:
@@ -216,7 +239,9 @@ class VersionWriter:
         # cache
         if names:
             self.store.remote(self.partial, lambda: fs.ls(self.partial, detail=True, refresh=True))
-        with ThreadPoolExecutor(min(MOVE_THREADS, max(len(names), 1)), thread_name_prefix="datapipe-commit") as pool:
+        with ThreadPoolExecutor(
+            min(MOVE_THREADS, max(len(names), 1)), thread_name_prefix="datapipe-commit"
+        ) as pool:
             # raises the first failure; the manifest is then never written
             list(pool.map(copy, names))
 

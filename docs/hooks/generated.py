@@ -71,7 +71,9 @@ def _type(schema: dict[str, Any], node: dict[str, Any], link: Callable[[str], st
     if isinstance(kind, list):
         return " or ".join(kind)
     if kind == "array":
-        return f"list of {_type(schema, node.get('items', {}), link)}" if node.get("items") else "list"
+        return (
+            f"list of {_type(schema, node.get('items', {}), link)}" if node.get("items") else "list"
+        )
     if kind == "object":
         extra = node.get("additionalProperties")
         if isinstance(extra, dict):
@@ -97,7 +99,9 @@ def _constraints(node: dict[str, Any]) -> list[str]:
     return found
 
 
-def _rows(schema: dict[str, Any], node: dict[str, Any], prefix: str, link: Callable[[str], str]) -> Iterator[str]:
+def _rows(
+    schema: dict[str, Any], node: dict[str, Any], prefix: str, link: Callable[[str], str]
+) -> Iterator[str]:
     """Table rows for the keys of an object node; inline objects (not sections) are flattened as
     KEY.SUBKEY."""
     required = set(node.get("required", ()))
@@ -115,17 +119,28 @@ def _rows(schema: dict[str, Any], node: dict[str, Any], prefix: str, link: Calla
             yield from _rows(schema, target, f"{path}.", link)
 
 
-def _row(schema: dict[str, Any], path: str, node: dict[str, Any], required: bool, link: Callable[[str], str]) -> str:
+def _row(
+    schema: dict[str, Any],
+    path: str,
+    node: dict[str, Any],
+    required: bool,
+    link: Callable[[str], str],
+) -> str:
     """One table row: key, type, required or default, constraints and description."""
     _, target = _resolve(schema, node)
-    default = "required" if required else (_code(node["default"]) if "default" in node else "optional")
+    default = (
+        "required" if required else (_code(node["default"]) if "default" in node else "optional")
+    )
     notes = _constraints(target if target is not node else node)
     description = node.get("description") or (
         target.get("description") if target is not node and not _is_section(target) else None
     )
     if description:
         notes.append(description)
-    return f"| `{path}` | {_cell(_type(schema, node, link))} | {_cell(default)} | {_cell('; '.join(notes))} |"
+    return (
+        f"| `{path}` | {_cell(_type(schema, node, link))} | {_cell(default)} | "
+        f"{_cell('; '.join(notes))} |"
+    )
 
 
 def _sections(schema: dict[str, Any]) -> list[tuple[str, str]]:
@@ -206,7 +221,9 @@ def import_contracts() -> str:
             out += [f"    {i}. `{layer}`" for i, layer in enumerate(contract["layers"], 1)]
         elif contract["type"] == "acyclic_siblings":
             ancestors = ", ".join(f"`{m}`" for m in contract["ancestors"])
-            out.append(f"    - no module or package below {ancestors} imports one that imports it back")
+            out.append(
+                f"    - no module or package below {ancestors} imports one that imports it back"
+            )
         else:
             sources = ", ".join(f"`{m}`" for m in contract["source_modules"])
             forbidden = ", ".join(f"`{m}`" for m in contract["forbidden_modules"])

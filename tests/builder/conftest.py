@@ -34,11 +34,18 @@ class Project:
     def pipeline(self, text: str, name: str = "pipeline.yaml") -> Path:
         return self.write(name, text)
 
-    def build(self, pipeline: Path | str = "pipeline.yaml", client=None, tags=(), **execution) -> BuildResult:
-        """Build ``pipeline`` into this project's store; ``execution``: the other Execution settings."""
+    def build(
+        self, pipeline: Path | str = "pipeline.yaml", client=None, tags=(), **execution
+    ) -> BuildResult:
+        """Build ``pipeline`` into this project's store; ``execution``: the other Execution
+        settings."""
         loaded = load_pipeline(self.root / pipeline)
-        result = build(loaded, self.store, tags=tags, execution=Execution(client=client, **execution))
-        manifest_path = self.store.path(result.manifest.name, "versions", result.manifest.version, "manifest.json")
+        result = build(
+            loaded, self.store, tags=tags, execution=Execution(client=client, **execution)
+        )
+        manifest_path = self.store.path(
+            result.manifest.name, "versions", result.manifest.version, "manifest.json"
+        )
         jsonschema.validate(json.loads(Path(manifest_path).read_text()), MANIFEST_SCHEMA)
         return result
 

@@ -46,10 +46,16 @@ def test_digits_example_through_the_cli(digits_built):
     result_manifest = store.manifest("digits", summary["version"])
     accounting_holds(result_manifest)
     assert result_manifest.fields == {"cls": "int", "json": "json", "png": "bytes"}
-    quarantine = pd.read_parquet(store.path("digits", "versions", summary["version"], REJECTED_NAME))
+    quarantine = pd.read_parquet(
+        store.path("digits", "versions", summary["version"], REJECTED_NAME)
+    )
     assert len(quarantine) == 7
     malformed = quarantine[quarantine.stage == "source"].iloc[0]
-    assert (malformed.source, malformed.row, malformed.reason) == ("raw/digits-0.csv", 41, "expected 4 fields, saw 5")
+    assert (malformed.source, malformed.row, malformed.reason) == (
+        "raw/digits-0.csv",
+        41,
+        "expected 4 fields, saw 5",
+    )
     assert set(quarantine[quarantine.stage != "source"].reason) == {"label: 12 is above max 9"}
     assert summary["url"] == f"store/digits@{summary['version']}"  # the store as given to --out
     verify = datapipe_in_process("verify", summary["url"], cwd=digits_built.project)
@@ -99,24 +105,26 @@ PEOPLE = """\
 
 def people(blocksize: str, fmt: str, seed: str) -> str:
     """The people pipeline; shards small enough that each format writes several, and every partition
-    feeds
-    several: ~57 tar shards (512-byte headers make a sample ~3 KB), ~7 TFRecord ones (a sample ~100
-    bytes)."""
-    return PEOPLE.format(blocksize=blocksize, fmt=fmt, seed=seed, max_bytes="64KB" if fmt == "webdataset" else "20KB")
+    feeds several: ~57 tar shards (512-byte headers make a sample ~3 KB), ~7 TFRecord ones (a sample
+    ~100 bytes)."""
+    return PEOPLE.format(
+        blocksize=blocksize, fmt=fmt, seed=seed, max_bytes="64KB" if fmt == "webdataset" else "20KB"
+    )
 
 
 @pytest.fixture(scope="module")
 def clients_of():
     """Clients of two LocalClusters, of 1 and of 3 worker processes, shared by the tests below (a
-    LocalCluster
-    takes seconds to start)."""
+    LocalCluster takes seconds to start)."""
     from distributed import Client, LocalCluster
 
     with contextlib.ExitStack() as stack:
         clients = {}
         for workers in (1, 3):
             cluster = stack.enter_context(
-                LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+                LocalCluster(
+                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+                )
             )
             clients[workers] = stack.enter_context(Client(cluster))
         yield clients
@@ -127,12 +135,21 @@ def test_same_version_and_bytes_whatever_the_workers_and_blocksize(project, clie
     write_people(project)
     ids, shard_bytes = set(), set()
     # keep_encoded: the write pass uses the measure pass's encoded blocks, or reads the source again
-    for workers, blocksize, keep in [(1, "4KB", True), (3, "4KB", False), (1, "1MB", False), (3, "1MB", True)]:
+    for workers, blocksize, keep in [
+        (1, "4KB", True),
+        (3, "4KB", False),
+        (1, "1MB", False),
+        (3, "1MB", True),
+    ]:
         project.pipeline(people(blocksize, fmt, "null"))
         result = project.build(client=clients_of[workers], keep_encoded=keep)
         ids.add(result.manifest.version)
         directory = project.store.path("people", "versions", result.manifest.version)
-        shard_bytes.add(tuple(open(os.path.join(directory, e.path), "rb").read() for e in result.manifest.shards))
+        shard_bytes.add(
+            tuple(
+                open(os.path.join(directory, e.path), "rb").read() for e in result.manifest.shards
+            )
+        )
     assert len(ids) == 1 and len(shard_bytes) == 1
     # shard boundaries to place, wherever the partitions end
     assert len(result.manifest.shards) >= 5
@@ -140,7 +157,9 @@ def test_same_version_and_bytes_whatever_the_workers_and_blocksize(project, clie
     from datapipe.builder.source.opening import partitioned_source
 
     project.pipeline(people("4KB", fmt, "null"))
-    parts = partitioned_source(load_pipeline(project.root / "pipeline.yaml").pipeline.source, str(project.root)).parts
+    parts = partitioned_source(
+        load_pipeline(project.root / "pipeline.yaml").pipeline.source, str(project.root)
+    ).parts
     assert len(parts) >= 2 * 3  # more than one partition per worker
 
 
@@ -150,7 +169,10 @@ def test_shuffle_is_seeded_and_independent_of_partitioning(project, in_process):
     for seed, blocksize in [("null", "1MB"), ("7", "1MB"), ("7", "4KB"), ("8", "1MB")]:
         project.pipeline(people(blocksize, "webdataset", seed))
         result = project.build(client=in_process, keep_encoded=blocksize == "1MB")
-        keys[(seed, blocksize)] = ([s["__key__"] for s in project.samples(result)], result.manifest.version)
+        keys[(seed, blocksize)] = (
+            [s["__key__"] for s in project.samples(result)],
+            result.manifest.version,
+        )
     plain, _ = keys[("null", "1MB")]
     assert plain == sorted(plain)
     assert keys[("7", "1MB")] == keys[("7", "4KB")]
@@ -162,16 +184,25 @@ def test_rebuild_makes_the_same_version_and_only_moves_refs(project, in_process)
     write_people(project, files=1, rows=50)
     project.pipeline(people("1MB", "webdataset", "null"))
     first = project.build(client=in_process)
-    shard = project.store.path("people", "versions", first.manifest.version, first.manifest.shards[0].path)
+    shard = project.store.path(
+        "people", "versions", first.manifest.version, first.manifest.shards[0].path
+    )
     mtime = os.stat(shard).st_mtime_ns
     again = project.build(client=in_process, tags=["v1"])
     assert again.manifest.version == first.manifest.version and os.stat(shard).st_mtime_ns == mtime
-    assert project.store.refs("people") == {"latest": first.manifest.version, "v1": first.manifest.version}
+    assert project.store.refs("people") == {
+        "latest": first.manifest.version,
+        "v1": first.manifest.version,
+    }
 
 
 def test_parquet_jsonl_and_files_sources(project, in_process):
     frame = pd.DataFrame(
-        {"id": [f"r{i}" for i in range(300)], "x": range(300), "blob": [bytes([i % 256]) * 3 for i in range(300)]}
+        {
+            "id": [f"r{i}" for i in range(300)],
+            "x": range(300),
+            "blob": [bytes([i % 256]) * 3 for i in range(300)],
+        }
     )
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -188,7 +219,8 @@ def test_parquet_jsonl_and_files_sources(project, in_process):
 
     project.write(
         "raw/a.jsonl",
-        '{"id": "j1", "v": [1, 2]}\n{"id": "j2", "v": {"k": 3}}\nnot json\n[1]\n{"id": "j3", "v": null}\n',
+        '{"id": "j1", "v": [1, 2]}\n{"id": "j2", "v": {"k": 3}}\nnot '
+        'json\n[1]\n{"id": "j3", "v": null}\n',
     )
     project.pipeline("""\
         name: js
@@ -236,7 +268,9 @@ def test_dirty_csv_is_quarantined_row_by_row(project, in_process):
         """)
     result = project.build(client=in_process)
     assert [s["__key__"] for s in project.samples(result)] == ["a", "e", "f"]
-    quarantine = pd.read_parquet(project.store.path("dirty", "versions", result.manifest.version, REJECTED_NAME))
+    quarantine = pd.read_parquet(
+        project.store.path("dirty", "versions", result.manifest.version, REJECTED_NAME)
+    )
     reasons = dict(zip(quarantine.row, quarantine.reason, strict=False))
     assert reasons[2] == "expected 2 fields, saw 3"
     assert "invalid utf-8" in reasons[3].lower()
@@ -267,9 +301,18 @@ def test_duplicate_sample_keys_are_quarantined_keeping_the_first(project, in_pro
         max_rejected: 0.5
         """)
     result = project.build(client=in_process)
-    assert [(s["__key__"], s["cls"]) for s in project.samples(result)] == [("k1", b"1"), ("k2", b"2"), ("k3", b"5")]
-    quarantine = pd.read_parquet(project.store.path("dups", "versions", result.manifest.version, REJECTED_NAME))
-    assert sorted(zip(quarantine.source, quarantine.row, strict=False)) == [("raw/a.csv", 3), ("raw/b.csv", 1)]
+    assert [(s["__key__"], s["cls"]) for s in project.samples(result)] == [
+        ("k1", b"1"),
+        ("k2", b"2"),
+        ("k3", b"5"),
+    ]
+    quarantine = pd.read_parquet(
+        project.store.path("dups", "versions", result.manifest.version, REJECTED_NAME)
+    )
+    assert sorted(zip(quarantine.source, quarantine.row, strict=False)) == [
+        ("raw/a.csv", 3),
+        ("raw/b.csv", 1),
+    ]
     assert all("duplicate sample key" in r for r in quarantine.reason)
     accounting_holds(result.manifest)
 
@@ -353,14 +396,22 @@ def test_memory_store_builds_with_thread_workers(project):
         sample: {key: id, fields: {cls: v}}
         """)
     store = Store(f"memory://stores/{uuid.uuid4().hex}")
-    result = build(load_pipeline(project.root / "pipeline.yaml"), store, execution=Execution(workers=2))
-    assert store.read_ref("mem", "latest") == result.manifest.version and result.manifest.samples == 2
+    result = build(
+        load_pipeline(project.root / "pipeline.yaml"), store, execution=Execution(workers=2)
+    )
+    assert (
+        store.read_ref("mem", "latest") == result.manifest.version and result.manifest.samples == 2
+    )
 
 
 def quoted_newlines(rows: int, prefix: str = "r") -> str:
     lines = ["id,text,label"]
     for i in range(rows):
-        text = f'"line one of {i}\nline two, with ""quotes"" and a comma\n\nthree"' if i % 3 == 0 else f"plain {i}"
+        text = (
+            f'"line one of {i}\nline two, with ""quotes"" and a comma\n\nthree"'
+            if i % 3 == 0
+            else f"plain {i}"
+        )
         lines.append(f"{prefix}{i:04d},{text},{i % 10}")
     return "\n".join(lines) + "\n"
 
@@ -405,7 +456,10 @@ def test_csv_quirks_give_one_version_whatever_the_blocksize(project, in_process,
 def test_files_source_split_by_bytes_gives_the_same_version(project, in_process):
     for i in range(12):
         project.write(f"img/{'ab'[i % 2]}/f{i:02d}.bin", bytes([i]) * (500 + 300 * i))
-    project.write("keys.py", "def add(df):\n    df = df.copy()\n    df['key'] = df['name'].str[:-4]\n    return df\n")
+    project.write(
+        "keys.py",
+        "def add(df):\n    df = df.copy()\n    df['key'] = df['name'].str[:-4]\n    return df\n",
+    )
     versions = set()
     # 2KB: at most two files a partition
     for options in ("{blocksize: 2KB}", "{files_per_partition: 3}", "{}"):

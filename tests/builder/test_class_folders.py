@@ -43,7 +43,9 @@ def labels(project, result) -> dict[str, tuple[int, str]]:
 
 
 def quarantine(project, result) -> pd.DataFrame:
-    return pd.read_parquet(project.store.path("pets", "versions", result.manifest.version, REJECTED_NAME))
+    return pd.read_parquet(
+        project.store.path("pets", "versions", result.manifest.version, REJECTED_NAME)
+    )
 
 
 def test_nested_split_folders_give_path_class_label_and_group(project):
@@ -79,12 +81,20 @@ def test_nested_split_folders_give_path_class_label_and_group(project):
         b"train",
     )
     assert cat["jpg"] == images["data/train/cat/b.JPEG"]  # the bytes unchanged
-    assert samples["cat_d_jpg"]["grp"] == b"" and samples["test_extra_dog_e_v2_jpg"]["grp"] == b"test/extra"
+    assert (
+        samples["cat_d_jpg"]["grp"] == b""
+        and samples["test_extra_dog_e_v2_jpg"]["grp"] == b"test/extra"
+    )
     # checking images is the image stage's job
     assert samples["val_cat_c_png"]["jpg"] == b"not checked here"
-    assert [s.path for s in result.manifest.lineage.sources] == sorted(f"{n}" for n in (*images, "data/loose.jpg"))
+    assert [s.path for s in result.manifest.lineage.sources] == sorted(
+        f"{n}" for n in (*images, "data/loose.jpg")
+    )
     rejected = quarantine(project, result)
-    assert list(rejected.source) == ["data/loose.jpg"] and "not in a class folder" in rejected.reason[0]
+    assert (
+        list(rejected.source) == ["data/loose.jpg"]
+        and "not in a class folder" in rejected.reason[0]
+    )
     assert result.manifest.rejected_rows == 1
 
 
@@ -99,7 +109,11 @@ def test_unpinned_labels_follow_the_sorted_folders_pinned_ones_stay(project):
     project.write("data/ant/1.jpg", jpeg())
     moved = project.build()
     assert moved.manifest.classes == ("ant", "cat", "dog")
-    assert labels(project, moved) == {"ant_1_jpg": (0, "ant"), "cat_1_jpg": (1, "cat"), "dog_1_jpg": (2, "dog")}
+    assert labels(project, moved) == {
+        "ant_1_jpg": (0, "ant"),
+        "cat_1_jpg": (1, "cat"),
+        "dog_1_jpg": (2, "dog"),
+    }
 
     # pinned as in the first version: the new class is quarantined, not labelled
     pipeline(project, "[cat, dog]")
@@ -112,7 +126,11 @@ def test_unpinned_labels_follow_the_sorted_folders_pinned_ones_stay(project):
 
     pipeline(project, "[cat, dog, ant]")  # added at the end: the old labels stay
     added = project.build()
-    assert labels(project, added) == {"cat_1_jpg": (0, "cat"), "dog_1_jpg": (1, "dog"), "ant_1_jpg": (2, "ant")}
+    assert labels(project, added) == {
+        "cat_1_jpg": (0, "cat"),
+        "dog_1_jpg": (1, "dog"),
+        "ant_1_jpg": (2, "ant"),
+    }
     assert added.manifest.classes == ("cat", "dog", "ant") and added.manifest.rejected_rows == 0
 
     # renamed on disk, pin still says dog
@@ -131,7 +149,11 @@ def test_classes_from_a_file_in_its_order(project):
     pipeline(project, "{from: classes.txt}")
     result = project.build()
     assert result.manifest.classes == ("dog", "emu", "cat")
-    assert labels(project, result) == {"dog_1_jpg": (0, "dog"), "emu_1_jpg": (1, "emu"), "cat_1_jpg": (2, "cat")}
+    assert labels(project, result) == {
+        "dog_1_jpg": (0, "dog"),
+        "emu_1_jpg": (1, "emu"),
+        "cat_1_jpg": (2, "cat"),
+    }
     assert result.manifest.lineage.pipeline["source"]["classes"] == {"from": "classes.txt"}
 
     # the file changes, the pipeline does not: a new id
@@ -150,15 +172,25 @@ def test_classes_reach_info_the_manifest_file_and_the_dataset(project):
     assert "2 classes (label name): 0 cat, 1 dog" in text
     info = json.loads(datapipe_in_process("info", url, "--json").stdout)
     assert info["classes"] == ["cat", "dog"]
-    raw = json.loads(open(project.store.path("pets", "versions", result.manifest.version, "manifest.json")).read())
+    raw = json.loads(
+        open(
+            project.store.path("pets", "versions", result.manifest.version, "manifest.json")
+        ).read()
+    )
     assert raw["classes"] == ["cat", "dog"]
 
 
 def test_other_sources_have_no_classes_in_config_or_manifest(project):
     project.write("raw/a.csv", "id,v\na,1\n")
-    project.write("p.yaml", "name: t\nsource: {path: raw/a.csv, format: csv}\nsample: {key: id, fields: {cls: v}}\n")
+    project.write(
+        "p.yaml",
+        "name: t\nsource: {path: raw/a.csv, format: csv}\nsample: {key: id, fields: {cls: v}}\n",
+    )
     result = project.build("p.yaml")
-    assert "classes" not in result.manifest.lineage.pipeline["source"] and result.manifest.classes is None
+    assert (
+        "classes" not in result.manifest.lineage.pipeline["source"]
+        and result.manifest.classes is None
+    )
     raw = project.store.path("t", "versions", result.manifest.version, "manifest.json")
     assert "classes" not in json.loads(open(raw).read())
 
@@ -166,13 +198,31 @@ def test_other_sources_have_no_classes_in_config_or_manifest(project):
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("{path: d, format: csv, classes: [a]}", "source.classes: only a class_folders source takes classes"),
-        ("{path: d, format: class_folders, classes: [a, a]}", "source.classes: class 'a' is listed twice"),
-        ("{path: d, format: class_folders, classes: []}", "source.classes: the class list is empty"),
+        (
+            "{path: d, format: csv, classes: [a]}",
+            "source.classes: only a class_folders source takes classes",
+        ),
+        (
+            "{path: d, format: class_folders, classes: [a, a]}",
+            "source.classes: class 'a' is listed twice",
+        ),
+        (
+            "{path: d, format: class_folders, classes: []}",
+            "source.classes: the class list is empty",
+        ),
         ("{path: d, format: class_folders, classes: [a/b]}", "'a/b' is not a folder name"),
-        ("{path: d, format: class_folders, classes: {file: x}}", "source.classes: expected {from: FILE}"),
-        ("{path: d, format: class_folders, classes: 3}", "source.classes: expected a list of class names"),
-        ("{path: d, format: class_folders, classes: [1, b]}", "source.classes: class names are strings; quote 1"),
+        (
+            "{path: d, format: class_folders, classes: {file: x}}",
+            "source.classes: expected {from: FILE}",
+        ),
+        (
+            "{path: d, format: class_folders, classes: 3}",
+            "source.classes: expected a list of class names",
+        ),
+        (
+            "{path: d, format: class_folders, classes: [1, b]}",
+            "source.classes: class names are strings; quote 1",
+        ),
         (
             "{path: d, format: class_folders, options: {sep: ','}}",
             "source.options.sep: the class_folders reader does not take this option",
@@ -181,7 +231,9 @@ def test_other_sources_have_no_classes_in_config_or_manifest(project):
 )
 def test_bad_source_sections_name_the_field(source, expected):
     with pytest.raises(ConfigError) as info:
-        parse_pipeline(f"name: t\nsource: {source}\nsample: {{key: key, fields: {{jpg: bytes}}}}\n", "p.yaml")
+        parse_pipeline(
+            f"name: t\nsource: {source}\nsample: {{key: key, fields: {{jpg: bytes}}}}\n", "p.yaml"
+        )
     assert expected in str(info.value) and "p.yaml:2" in str(info.value)
 
 
@@ -192,7 +244,9 @@ def test_a_missing_classes_file_or_a_file_path_is_a_config_error(project):
         build(load_pipeline(project.root / "pipeline.yaml"), project.store)
     project.write("dupes.txt", "cat\ncat\n")
     pipeline(project, "{from: dupes.txt}")
-    with pytest.raises(ConfigError, match=r"source.classes.from: .*dupes.txt: class 'cat' is listed twice"):
+    with pytest.raises(
+        ConfigError, match=r"source.classes.from: .*dupes.txt: class 'cat' is listed twice"
+    ):
         build(load_pipeline(project.root / "pipeline.yaml"), project.store)
     pipeline(project, path="data/cat/1.jpg")
     with pytest.raises(ConfigError, match=r"source.path: 'data/cat/1.jpg' is not a directory"):
@@ -206,7 +260,12 @@ def test_a_missing_classes_file_or_a_file_path_is_a_config_error(project):
 def test_the_images_example_builds_with_its_broken_images_quarantined(project):
     pipelines = Path(__file__).parents[2] / "pipelines"
     subprocess.run(
-        [sys.executable, str(pipelines / "prepare_images.py"), "--out", str(project.root / "raw/images")],
+        [
+            sys.executable,
+            str(pipelines / "prepare_images.py"),
+            "--out",
+            str(project.root / "raw/images"),
+        ],
         check=True,
         capture_output=True,
     )
@@ -231,6 +290,9 @@ def test_class_folders_on_another_filesystem(project):
         pipeline(project, path=f"'memory://{root}'")
         result = project.build()
         assert result.manifest.classes == ("cat", "dog")
-        assert {s["rel"] for s in project.samples(result)} == {b"train/cat/1.jpg", b"train/dog/2.jpg"}
+        assert {s["rel"] for s in project.samples(result)} == {
+            b"train/cat/1.jpg",
+            b"train/dog/2.jpg",
+        }
     finally:
         fs.rm(root, recursive=True)

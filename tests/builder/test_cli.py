@@ -1,7 +1,6 @@
 """`datapipe build` through the command line: user mistakes as `error:` lines before any cluster
-starts,
---tag, --memory-limit, the plain-text summary and log lines when stderr is not a terminal, and the
-progress bars when it is.
+starts, --tag, --memory-limit, the plain-text summary and log lines when stderr is not a terminal,
+and the progress bars when it is.
 
 Every case runs the command in process (``cli_here``: the same command code, exit code and output,
 without an interpreter start per case), but the progress bars: they need the installed command on a
@@ -60,8 +59,14 @@ def simple(project):
     [
         ("{blocksize: lots}", "pipeline.yaml:5: source.options.blocksize: not a size"),
         ("{blocksize: 0}", "pipeline.yaml:5: source.options.blocksize: must be at least 1 byte"),
-        ("{files_per_partition: many}", "pipeline.yaml:5: source.options.files_per_partition: must be a whole number"),
-        ("{encodin: latin-1}", "pipeline.yaml:5: source.options.encodin: the csv reader does not take this option"),
+        (
+            "{files_per_partition: many}",
+            "pipeline.yaml:5: source.options.files_per_partition: must be a whole number",
+        ),
+        (
+            "{encodin: latin-1}",
+            "pipeline.yaml:5: source.options.encodin: the csv reader does not take this option",
+        ),
         (
             "\n    sep: ';'\n    chunksize: 10",
             "pipeline.yaml:7: source.options.chunksize: the csv reader does not take",
@@ -76,16 +81,24 @@ def test_bad_source_options_name_key_and_line(project, simple, options, expected
 @pytest.mark.parametrize(
     ("code", "expected"),
     [
-        ("import os\nx = undefined_name\n", "importing module 'brokencode' failed (NameError: name 'undefined_name'"),
+        (
+            "import os\nx = undefined_name\n",
+            "importing module 'brokencode' failed (NameError: name 'undefined_name'",
+        ),
         (
             "raise RuntimeError('no config file')\n",
             "importing module 'brokencode' failed (RuntimeError: no config file)",
         ),
         ("def fix(df)\n    return df\n", "module 'brokencode' has a syntax error"),
-        ("def other(df):\n    return df\n", "module 'brokencode' has no function 'fix' (it has: other)"),
+        (
+            "def other(df):\n    return df\n",
+            "module 'brokencode' has no function 'fix' (it has: other)",
+        ),
     ],
 )
-def test_map_modules_that_cannot_give_the_function_fail_before_the_cluster(project, simple, code, expected):
+def test_map_modules_that_cannot_give_the_function_fail_before_the_cluster(
+    project, simple, code, expected
+):
     project.write("brokencode.py", code)
     simple(extra="  - map: brokencode:fix\n")
     user_error(cli_here(project, "pipeline.yaml"), "pipeline.yaml:8: stages[1].map: ", expected)
@@ -93,13 +106,19 @@ def test_map_modules_that_cannot_give_the_function_fail_before_the_cluster(proje
 
 def test_missing_map_module_names_stage_and_line(project, simple):
     simple(extra="  - filter: 'v > 0'\n  - map: nowhere.to.be:found\n")
-    user_error(cli_here(project, "pipeline.yaml"), "pipeline.yaml:9: stages[2].map: cannot find module 'nowhere.to.be'")
+    user_error(
+        cli_here(project, "pipeline.yaml"),
+        "pipeline.yaml:9: stages[2].map: cannot find module 'nowhere.to.be'",
+    )
 
 
 def test_out_that_is_a_file_fails_before_the_build(project, simple):
     simple()
     project.write("afile", "not a store")
-    user_error(cli_here(project, "pipeline.yaml", "--out", "afile"), "afile: the store is a file, not a directory")
+    user_error(
+        cli_here(project, "pipeline.yaml", "--out", "afile"),
+        "afile: the store is a file, not a directory",
+    )
     user_error(cli_here(project, "pipeline.yaml", "--out", "afile/sub"), "is under a file")
 
 
@@ -121,7 +140,9 @@ def test_out_that_is_a_file_fails_before_the_build(project, simple):
 def test_bad_command_line_options(project, simple, args, expected):
     simple()
     out = cli_here(project, "pipeline.yaml", *args)
-    assert out.returncode == 2 and "Traceback" not in out.stderr and expected in out.stderr, out.stderr
+    assert out.returncode == 2 and "Traceback" not in out.stderr and expected in out.stderr, (
+        out.stderr
+    )
     assert started_nothing(out)
 
 
@@ -173,7 +194,9 @@ def test_tags_memory_limit_and_plain_output(project, simple):
         "stages[1].map": [2, 2, 0, 0],
         "sample": [2, 2, 0, 0],
     }
-    assert lines[5].startswith("2 samples in 1 shards, ") and lines[5].endswith("0 rows quarantined")
+    assert lines[5].startswith("2 samples in 1 shards, ") and lines[5].endswith(
+        "0 rows quarantined"
+    )
     # the store as given to --out
     assert lines[-1] == f"store/simple@{version}" and len(version) > 8
     # plain log lines on stderr (not a terminal): one per pass, with its task count, no progress
@@ -227,5 +250,7 @@ def test_progress_bars_on_a_terminal(project, simple):
     text = screen.decode(errors="replace")
     assert "dask dashboard: http://" in text and "━" in text  # rich's bar characters
     for phase in ("measure", "write shards"):
-        assert any(phase in line and "1/1" in line for line in text.replace("\r", "\n").splitlines()), text[-2000:]
+        assert any(
+            phase in line and "1/1" in line for line in text.replace("\r", "\n").splitlines()
+        ), text[-2000:]
     assert done.stdout.strip().splitlines()[-1].startswith("store/simple@")

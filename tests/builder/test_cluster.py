@@ -26,7 +26,9 @@ def seen_by_a_forkserver_child(name: str) -> str | None:
     return value
 
 
-def test_forkserver_workers_build_the_same_version_and_leave_no_stale_server(project, dask_client, monkeypatch):
+def test_forkserver_workers_build_the_same_version_and_leave_no_stale_server(
+    project, dask_client, monkeypatch
+):
     # the case of a forkserver started before the build is the next test's; a test that ran earlier
     # in this process (DataLoader workers start from the forkserver) may have left one running
     if forkserver._forkserver._forkserver_pid is not None:
@@ -89,15 +91,16 @@ def test_a_scheduler_address_dask_cannot_parse_is_a_config_error(address):
     from datapipe.builder.cluster import dask_client
     from datapipe.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=rf"--scheduler {address}: not a Dask scheduler address .*tcp://HOST:8786"):
+    with pytest.raises(
+        ConfigError, match=rf"--scheduler {address}: not a Dask scheduler address .*tcp://HOST:8786"
+    ):
         with dask_client(None, address, scheduler_timeout=1):
             pass
 
 
 def _faults_of_a_reused_buffer() -> tuple[str | None, bool, int]:
     """In a Dask worker: the nanny's MALLOC_TRIM_THRESHOLD_, whether the thresholds were raised (now
-    or by an
-    earlier task), and the page faults of filling an 8 MiB buffer the second time it is
+    or by an earlier task), and the page faults of filling an 8 MiB buffer the second time it is
     allocated."""
     import resource
 
@@ -139,7 +142,9 @@ def test_a_small_worker_keeps_the_nannys_threshold():
     from distributed import Client, LocalCluster
 
     with (
-        LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="500MB", dashboard_address=None) as cluster,
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, memory_limit="500MB", dashboard_address=None
+        ) as cluster,
         Client(cluster) as client,
     ):
         trim, raised, faults = client.submit(_faults_of_a_reused_buffer, pure=False).result()

@@ -35,7 +35,9 @@ def project(root, name, module, body):
 def test_a_same_named_module_already_imported_from_another_project_is_not_the_one_hashed(tmp_path):
     for module in ("lineage_twin", "lineage_pkg.clean"):
         first, first_sha = project(tmp_path, "one", module, "def fix(df):\n    return df\n")
-        second, second_sha = project(tmp_path, "two", module, "def fix(df):\n    return df.copy()\n")
+        second, second_sha = project(
+            tmp_path, "two", module, "def fix(df):\n    return df.copy()\n"
+        )
         try:
             sys.path.insert(0, first.base_dir)
             # a long-lived process (a notebook, a test run) imported project one's
@@ -51,10 +53,11 @@ def test_a_same_named_module_already_imported_from_another_project_is_not_the_on
                     sys.path.remove(d)
 
 
-def test_a_worker_loads_the_pipelines_own_file_of_a_module_it_imported_from_a_directory_now_gone(tmp_path):
+def test_a_worker_loads_the_pipelines_own_file_of_a_module_it_imported_from_a_directory_now_gone(
+    tmp_path,
+):
     """A long-lived worker (the --scheduler cluster's) ran a build whose project directory was then
-    removed; the same
-    module, byte for byte, in another project is imported from there."""
+    removed; the same module, byte for byte, in another project is imported from there."""
     import shutil
 
     from datapipe.builder.user_code import load_function
@@ -64,7 +67,9 @@ def test_a_worker_loads_the_pipelines_own_file_of_a_module_it_imported_from_a_di
         first, sha = project(tmp_path / module, "one", module, body)
         second, _ = project(tmp_path / module, "two", module, body)
         try:
-            assert load_function(f"{module}:fix", first.base_dir, sha).__code__.co_filename.startswith(first.base_dir)
+            assert load_function(
+                f"{module}:fix", first.base_dir, sha
+            ).__code__.co_filename.startswith(first.base_dir)
             shutil.rmtree(first.base_dir)
             fix = load_function(f"{module}:fix", second.base_dir, sha)
             assert fix.__code__.co_filename.startswith(second.base_dir)

@@ -88,7 +88,8 @@ def test_schema_is_valid_and_accepts_the_example():
     assert schema["title"]
     jsonschema.validate(yaml.safe_load(EXAMPLE), schema)
     assert {"type": "string"} in [
-        {"type": s["type"]} for s in schema["$defs"]["ShardConfig"]["properties"]["max_bytes"]["anyOf"]
+        {"type": s["type"]}
+        for s in schema["$defs"]["ShardConfig"]["properties"]["max_bytes"]["anyOf"]
     ]
 
 
@@ -141,7 +142,8 @@ def test_example_parses_with_every_stage_kind():
 
 def test_defaults():
     pipeline = parse_pipeline(
-        "name: d\nsource: {path: in.jsonl, format: jsonl}\nsample: {key: k, fields: {txt: t}}\n", "x.yaml"
+        "name: d\nsource: {path: in.jsonl, format: jsonl}\nsample: {key: k, fields: {txt: t}}\n",
+        "x.yaml",
     )
     assert pipeline.stages == [] and pipeline.source.options == {}
     assert pipeline.shards == ShardConfig()
@@ -163,7 +165,12 @@ def test_canonical_is_deterministic_and_excludes_execution_options():
         {"dedupe": {"columns": ["id"]}},
         {"cast": {"label": "int64"}},
         {"map": "mypkg.clean:fix_rows"},
-        {"validate": {"id": {"type": "string", "nullable": False}, "label": {"type": "int64", "min": 0, "max": 9}}},
+        {
+            "validate": {
+                "id": {"type": "string", "nullable": False},
+                "label": {"type": "int64", "min": 0, "max": 9},
+            }
+        },
     ]
     assert canonical["shards"] == {
         "format": "webdataset",
@@ -183,10 +190,15 @@ def test_canonical_ignores_how_the_input_is_split_but_not_other_options():
     assert other["source"]["options"] == {"sep": ";"}
     assert EXECUTION_OPTIONS == {"blocksize", "files_per_partition", "storage_options"}
     # a Parquet partition is one row group: no option pretends to group them
-    assert check_source_options("parquet", {"row_groups_per_partition": 2})[0] == "row_groups_per_partition"
+    assert (
+        check_source_options("parquet", {"row_groups_per_partition": 2})[0]
+        == "row_groups_per_partition"
+    )
 
 
-@pytest.mark.parametrize("stage", ["dropna: {}", "dropna: null", "dropna:", "dropna: {columns: null}"])
+@pytest.mark.parametrize(
+    "stage", ["dropna: {}", "dropna: null", "dropna:", "dropna: {columns: null}"]
+)
 def test_empty_args_mean_any_column(stage):
     pipeline = parse_pipeline(edited(7, f"  - {stage}"), "x.yaml")
     assert pipeline.stages[0].args == DropnaArgs(columns=None)
@@ -202,7 +214,10 @@ def test_empty_dedupe_means_all_columns(stage):
 
 def test_same_meaning_same_canonical():
     spelled_out = edited(14, "      id: {type: string, nullable: false, min: null, pattern: null}")
-    assert parse_pipeline(spelled_out, "x.yaml").canonical() == parse_pipeline(EXAMPLE, "x.yaml").canonical()
+    assert (
+        parse_pipeline(spelled_out, "x.yaml").canonical()
+        == parse_pipeline(EXAMPLE, "x.yaml").canonical()
+    )
 
 
 def test_type_names():
@@ -276,7 +291,8 @@ def test_sizes(value, size):
 
 
 @pytest.mark.parametrize(
-    "value", ["", "MB", "64 MBs", "64M", "-1MB", "1e6", "1.5B", "0", 0, -5, True, "sixty", None, "1,000"]
+    "value",
+    ["", "MB", "64 MBs", "64M", "-1MB", "1e6", "1.5B", "0", 0, -5, True, "sixty", None, "1,000"],
 )
 def test_bad_sizes(value):
     with pytest.raises(ValueError):
@@ -297,7 +313,12 @@ def test_bad_sizes(value):
             "pipelines/x.yaml:25: colour: unknown key 'colour'; use one of: name, source",
             "top-level key",
         ),
-        (3, "  paht: raw/*.csv", "pipelines/x.yaml:3: source.paht: unknown key 'paht'", "unknown nested key"),
+        (
+            3,
+            "  paht: raw/*.csv",
+            "pipelines/x.yaml:3: source.paht: unknown key 'paht'",
+            "unknown nested key",
+        ),
         (
             14,
             "      id: {type: string, nulable: false}",
@@ -315,7 +336,8 @@ def test_bad_sizes(value):
         (
             9,
             '  - {filter: "label >= 0", dedupe: {}}',
-            "pipelines/x.yaml:9: stages[2]: a stage is a mapping with exactly one key, got keys filter, dedupe",
+            "pipelines/x.yaml:9: stages[2]: a stage is a mapping with exactly one "
+            "key, got keys filter, dedupe",
             "two keys in one stage",
         ),
         (
@@ -336,20 +358,41 @@ def test_bad_sizes(value):
             "pipelines/x.yaml:22: shards.max_samples: Input should be greater than or equal to 1",
             "range",
         ),
-        (24, "max_rejected: 2", "pipelines/x.yaml:24: max_rejected: Input should be less than or equal to 1", "range"),
+        (
+            24,
+            "max_rejected: 2",
+            "pipelines/x.yaml:24: max_rejected: Input should be less than or equal to 1",
+            "range",
+        ),
         (
             7,
             "  - dropna: {columns: label}",
             "pipelines/x.yaml:7: stages[0].dropna.columns: Input should be a valid list",
             "type inside a stage",
         ),
-        (9, '  - filter: "label >="', "pipelines/x.yaml:9: stages[2].filter: not a valid expression", "bad filter"),
-        (9, "  - filter:", "pipelines/x.yaml:9: stages[2].filter: 'filter' needs a value", "empty filter"),
-        (8, "  - fillna: {}", "pipelines/x.yaml:8: stages[1].fillna.values: required key is missing", "fillna values"),
+        (
+            9,
+            '  - filter: "label >="',
+            "pipelines/x.yaml:9: stages[2].filter: not a valid expression",
+            "bad filter",
+        ),
+        (
+            9,
+            "  - filter:",
+            "pipelines/x.yaml:9: stages[2].filter: 'filter' needs a value",
+            "empty filter",
+        ),
+        (
+            8,
+            "  - fillna: {}",
+            "pipelines/x.yaml:8: stages[1].fillna.values: required key is missing",
+            "fillna values",
+        ),
         (
             12,
             "  - map: mypkg.clean.fix_rows",
-            "pipelines/x.yaml:12: stages[5].map: expected 'module.path:function', e.g. 'mypkg.clean:fix_rows'",
+            "pipelines/x.yaml:12: stages[5].map: expected 'module.path:function', "
+            "e.g. 'mypkg.clean:fix_rows'",
             "map spec",
         ),
         (
@@ -361,10 +404,16 @@ def test_bad_sizes(value):
         (
             21,
             "  max_bytes: 64 MBs",
-            "pipelines/x.yaml:21: shards.max_bytes: not a size: use an integer number of bytes or a string like '64MB'",
+            "pipelines/x.yaml:21: shards.max_bytes: not a size: use an integer "
+            "number of bytes or a string like '64MB'",
             "bad size",
         ),
-        (21, "  max_bytes: 0", "pipelines/x.yaml:21: shards.max_bytes: must be at least 1 byte", "zero size"),
+        (
+            21,
+            "  max_bytes: 0",
+            "pipelines/x.yaml:21: shards.max_bytes: must be at least 1 byte",
+            "zero size",
+        ),
         (
             14,
             '      id: {type: string, pattern: "[a-"}',
@@ -377,17 +426,38 @@ def test_bad_sizes(value):
             "pipelines/x.yaml:15: stages[6].validate.label: min is greater than max",
             "min > max",
         ),
-        (1, "name: 'digits v2'", "pipelines/x.yaml:1: name: a name is 1-128 letters, digits", "bad name"),
+        (
+            1,
+            "name: 'digits v2'",
+            "pipelines/x.yaml:1: name: a name is 1-128 letters, digits",
+            "bad name",
+        ),
         (1, "name: -digits", "pipelines/x.yaml:1: name: a name is", "name starting with '-'"),
         (
             4,
             "  format: xlsx",
-            "pipelines/x.yaml:4: source.format: Input should be 'csv', 'parquet', 'jsonl', 'files' or 'class_folders'",
+            "pipelines/x.yaml:4: source.format: Input should be 'csv', 'parquet', "
+            "'jsonl', 'files' or 'class_folders'",
             "source format",
         ),
-        (18, "  fields: {}", "pipelines/x.yaml:18: sample.fields: needs at least one field", "empty fields"),
-        (18, "  fields: {png/x: image}", "pipelines/x.yaml:18: sample.fields: bad field name 'png/x'", "field with /"),
-        (18, "  fields: {__key__: id}", "pipelines/x.yaml:18: sample.fields: bad field name '__key__'", "field __"),
+        (
+            18,
+            "  fields: {}",
+            "pipelines/x.yaml:18: sample.fields: needs at least one field",
+            "empty fields",
+        ),
+        (
+            18,
+            "  fields: {png/x: image}",
+            "pipelines/x.yaml:18: sample.fields: bad field name 'png/x'",
+            "field with /",
+        ),
+        (
+            18,
+            "  fields: {__key__: id}",
+            "pipelines/x.yaml:18: sample.fields: bad field name '__key__'",
+            "field __",
+        ),
         (
             18,
             "  fields: {png: 3}",
@@ -400,14 +470,24 @@ def test_bad_sizes(value):
             "pipelines/x.yaml:20: shards.format: Input should be 'webdataset' or 'tfrecord'",
             "shards",
         ),
-        (17, None, "pipelines/x.yaml:16: sample.key: required key is missing; add it", "missing key"),
+        (
+            17,
+            None,
+            "pipelines/x.yaml:16: sample.key: required key is missing; add it",
+            "missing key",
+        ),
         (
             20,
             "  format: webdataset: x",
             "pipelines/x.yaml:20: invalid YAML: mapping values are not allowed here",
             "YAML syntax",
         ),
-        (5, "  options: {blocksize: 1MB", "pipelines/x.yaml:6: invalid YAML:", "unclosed flow mapping"),
+        (
+            5,
+            "  options: {blocksize: 1MB",
+            "pipelines/x.yaml:6: invalid YAML:",
+            "unclosed flow mapping",
+        ),
         (
             23,
             "  max_samples: 5",

@@ -1,6 +1,5 @@
 """Field encoding: each value type's bytes (tar) and feature (TFRecord), and the column-wise fast
-path
-giving exactly the bytes of encoding row by row."""
+path giving exactly the bytes of encoding row by row."""
 
 import io
 import json
@@ -11,7 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datapipe.builder.encode import EncodedRows, MissingValue, SampleEncoder, encode_columns, encode_value
+from datapipe.builder.encode import (
+    EncodedRows,
+    MissingValue,
+    SampleEncoder,
+    encode_columns,
+    encode_value,
+)
 from datapipe.errors import SampleError
 from datapipe.formats.base import KEY
 from datapipe.formats.registry import get_format
@@ -37,7 +42,11 @@ from datapipe.formats.tfrecord.example import Example
         (bytearray(b"ab"), b"ab", "bytes"),
         ({"b": 1, "a": [1, 2.5, None]}, b'{"b":1,"a":[1,2.5,null]}', "json"),
         ([1, "x", {"y": True}], b'[1,"x",{"y":true}]', "json"),
-        ({"n": np.int32(3), "arr": np.arange(2), "raw": b"\x01"}, b'{"n":3,"arr":[0,1],"raw":"base64:AQ=="}', "json"),
+        (
+            {"n": np.int32(3), "arr": np.arange(2), "raw": b"\x01"},
+            b'{"n":3,"arr":[0,1],"raw":"base64:AQ=="}',
+            "json",
+        ),
         ({"é": "ü"}, '{"é":"ü"}'.encode(), "json"),
         (pd.Timestamp("2024-01-02T03:04:05"), b"2024-01-02T03:04:05", "str"),
     ],
@@ -61,7 +70,9 @@ def test_numpy_arrays_become_npy_with_dtype_and_shape(array):
         payload, kind = encode_value(array, numeric=numeric)
         assert kind == "npy" and payload.startswith(b"\x93NUMPY")
         back = np.load(io.BytesIO(payload), allow_pickle=False)
-        assert back.dtype == array.dtype and back.shape == array.shape and np.array_equal(back, array)
+        assert (
+            back.dtype == array.dtype and back.shape == array.shape and np.array_equal(back, array)
+        )
 
 
 @pytest.mark.parametrize("value", [None, float("nan"), np.float32("nan"), pd.NA, pd.NaT])
@@ -90,7 +101,14 @@ def test_numeric_kinds_stay_numbers_for_tfrecord():
 def test_tfrecord_features_by_type(tmp_path):
     encoder = SampleEncoder(
         "id",
-        {"cls": "label", "score": "score", "txt": "name", "bin": "blob", "npy": "arr", "json": ["label", "name"]},
+        {
+            "cls": "label",
+            "score": "score",
+            "txt": "name",
+            "bin": "blob",
+            "npy": "arr",
+            "json": ["label", "name"],
+        },
         numeric=True,
         allow_dots_in_keys=True,
     )
@@ -104,7 +122,14 @@ def test_tfrecord_features_by_type(tmp_path):
     }
     key, fields, kinds = encoder.encode(row)
     assert key == "k.1"  # TFRecord keys may hold dots
-    assert kinds == {"cls": "int", "score": "float", "txt": "str", "bin": "bytes", "npy": "npy", "json": "json"}
+    assert kinds == {
+        "cls": "int",
+        "score": "float",
+        "txt": "str",
+        "bin": "bytes",
+        "npy": "npy",
+        "json": "json",
+    }
     write_shard(tmp_path / "s.tfrecord", [{KEY: key, **fields}])
     raw = (tmp_path / "s.tfrecord").read_bytes()
     length = int.from_bytes(raw[:8], "little")
@@ -119,7 +144,9 @@ def test_tfrecord_features_by_type(tmp_path):
         "npy": "bytes_list",
         "json": "bytes_list",
     }
-    assert list(features["cls"].int64_list.value) == [7] and list(features["score"].float_list.value) == [0.5]
+    assert list(features["cls"].int64_list.value) == [7] and list(
+        features["score"].float_list.value
+    ) == [0.5]
     assert features["txt"].bytes_list.value[0] == "héllo".encode()
     assert json.loads(features["json"].bytes_list.value[0]) == {"label": 7, "name": "héllo"}
     with open_shard(tmp_path / "s.tfrecord", copy=True) as reader:
@@ -129,7 +156,9 @@ def test_tfrecord_features_by_type(tmp_path):
 
 def test_a_field_of_several_columns_is_one_json_object():
     encoder = SampleEncoder("id", {"json": ["a", "b"]}, numeric=False, allow_dots_in_keys=False)
-    assert encoder.encode({"id": 3, "a": np.float64(1.5), "b": [1]})[1] == {"json": b'{"a":1.5,"b":[1]}'}
+    assert encoder.encode({"id": 3, "a": np.float64(1.5), "b": [1]})[1] == {
+        "json": b'{"a":1.5,"b":[1]}'
+    }
 
 
 # --- the column-wise fast path --------------------------------------------------------------------
@@ -137,7 +166,9 @@ def test_a_field_of_several_columns_is_one_json_object():
 
 def _one_by_one(encoder: SampleEncoder, frame: pd.DataFrame) -> EncodedRows:
     out = EncodedRows([], [], {name: [] for name in encoder.fields}, {}, {})
-    for row, values in zip(frame.index, frame[encoder.columns].itertuples(index=False), strict=True):
+    for row, values in zip(
+        frame.index, frame[encoder.columns].itertuples(index=False), strict=True
+    ):
         try:
             key, fields, kinds = encoder.encode(dict(zip(encoder.columns, values, strict=True)))
         except SampleError as e:
@@ -171,32 +202,57 @@ nested = st.recursive(
 def columns(draw, n: int):
     kind = draw(
         st.sampled_from(
-            ["int", "uint8", "Int64", "float", "float32", "str", "bytes", "bool", "mixed", "nested", "arrays"]
+            [
+                "int",
+                "uint8",
+                "Int64",
+                "float",
+                "float32",
+                "str",
+                "bytes",
+                "bool",
+                "mixed",
+                "nested",
+                "arrays",
+            ]
         )
     )
     if kind == "int":
-        return pd.Series(draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=n, max_size=n)), dtype="int64")
+        return pd.Series(
+            draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=n, max_size=n)), dtype="int64"
+        )
     if kind == "uint8":
         return pd.Series(draw(st.lists(st.integers(0, 255), min_size=n, max_size=n)), dtype="uint8")
     if kind == "Int64":
         return pd.Series(
-            draw(st.lists(st.none() | st.integers(-(10**9), 10**9), min_size=n, max_size=n)), dtype="Int64"
+            draw(st.lists(st.none() | st.integers(-(10**9), 10**9), min_size=n, max_size=n)),
+            dtype="Int64",
         )
     if kind in ("float", "float32"):
         values = draw(
-            st.lists(st.floats(allow_nan=True, width=32 if kind == "float32" else 64), min_size=n, max_size=n)
+            st.lists(
+                st.floats(allow_nan=True, width=32 if kind == "float32" else 64),
+                min_size=n,
+                max_size=n,
+            )
         )
-        return pd.Series(values, dtype=kind.replace("float", "float64") if kind == "float" else "float32")
+        return pd.Series(
+            values, dtype=kind.replace("float", "float64") if kind == "float" else "float32"
+        )
     if kind == "str":
         return pd.Series(draw(st.lists(texts, min_size=n, max_size=n)), dtype=object)
     if kind == "bytes":
-        return pd.Series(draw(st.lists(st.binary(max_size=8), min_size=n, max_size=n)), dtype=object)
+        return pd.Series(
+            draw(st.lists(st.binary(max_size=8), min_size=n, max_size=n)), dtype=object
+        )
     if kind == "bool":
         return pd.Series(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
     if kind == "nested":
         return pd.Series(draw(st.lists(nested, min_size=n, max_size=n)), dtype=object)
     if kind == "arrays":
-        return pd.Series([np.arange(draw(st.integers(0, 4)), dtype=np.int32) for _ in range(n)], dtype=object)
+        return pd.Series(
+            [np.arange(draw(st.integers(0, 4)), dtype=np.int32) for _ in range(n)], dtype=object
+        )
     return pd.Series(draw(st.lists(scalars, min_size=n, max_size=n)), dtype=object)
 
 
@@ -205,19 +261,23 @@ def frames(draw):
     n = draw(st.integers(0, 12))
     keys = draw(
         st.one_of(
-            st.lists(st.integers(0, 10**6), min_size=n, max_size=n).map(lambda v: pd.Series(v, dtype="int64")),
+            st.lists(st.integers(0, 10**6), min_size=n, max_size=n).map(
+                lambda v: pd.Series(v, dtype="int64")
+            ),
             st.lists(st.text("ab.c/_-\n", min_size=0, max_size=4), min_size=n, max_size=n).map(
                 lambda v: pd.Series(v, dtype=object)
             ),
-            st.lists(st.none() | st.text("xyz", min_size=1, max_size=3), min_size=n, max_size=n).map(
-                lambda v: pd.Series(v, dtype=object)
-            ),
+            st.lists(
+                st.none() | st.text("xyz", min_size=1, max_size=3), min_size=n, max_size=n
+            ).map(lambda v: pd.Series(v, dtype=object)),
         )
     )
     data = {"key": keys.to_numpy()}
     for i in range(draw(st.integers(1, 3))):
         data[f"c{i}"] = draw(columns(n)).to_numpy()
-    frame = pd.DataFrame({k: pd.Series(v, dtype=getattr(v, "dtype", None)) for k, v in data.items()})
+    frame = pd.DataFrame(
+        {k: pd.Series(v, dtype=getattr(v, "dtype", None)) for k, v in data.items()}
+    )
     frame.index = pd.RangeIndex(n) * 3 + 5  # row ids are not positions
     return frame
 
@@ -231,7 +291,9 @@ def test_column_wise_encoding_gives_the_bytes_of_row_by_row(fmt, frame, multi):
     fields = {f"f{i}": col for i, col in enumerate(names)}
     if multi:
         fields["json"] = names
-    encoder = SampleEncoder("key", fields, numeric=fmt == "tfrecord", allow_dots_in_keys=writer.allow_dots_in_keys)
+    encoder = SampleEncoder(
+        "key", fields, numeric=fmt == "tfrecord", allow_dots_in_keys=writer.allow_dots_in_keys
+    )
     fast, slow = encode_columns(encoder, frame), _one_by_one(encoder, frame)
     assert (fast.rows, fast.keys, fast.rejects) == (slow.rows, slow.keys, slow.rejects)
     assert fast.fields == slow.fields and fast.kinds == slow.kinds
@@ -240,7 +302,9 @@ def test_column_wise_encoding_gives_the_bytes_of_row_by_row(fmt, frame, multi):
     # the writer's column-wise block has the bytes that writing each sample one by one gives
     block = writer.encode_samples(fast.keys, fast.fields)
     assert bytes(memoryview(block.data).cast("B")) == _written_one_by_one(writer, fast.samples())
-    assert np.array_equal(block.bounds[1:] - block.bounds[:-1], writer.sample_sizes(fast.keys, fast.fields))
+    assert np.array_equal(
+        block.bounds[1:] - block.bounds[:-1], writer.sample_sizes(fast.keys, fast.fields)
+    )
 
 
 def _written_one_by_one(writer, samples) -> bytes:
@@ -275,8 +339,12 @@ def test_clean_typed_columns_take_the_fast_path_and_match(monkeypatch):
         )
         slow = _one_by_one(encoder, frame)
         with monkeypatch.context() as m:
-            m.setattr(encode, "_encode_rows_one_by_one", lambda *a: pytest.fail("left the fast path"))
+            m.setattr(
+                encode, "_encode_rows_one_by_one", lambda *a: pytest.fail("left the fast path")
+            )
             fast = encode_columns(encoder, frame)
         assert fast.keys == slow.keys and fast.fields == slow.fields and fast.kinds == slow.kinds
         block = writer.encode_samples(fast.keys, fast.fields)
-        assert bytes(memoryview(block.data).cast("B")) == _written_one_by_one(writer, fast.samples())
+        assert bytes(memoryview(block.data).cast("B")) == _written_one_by_one(
+            writer, fast.samples()
+        )

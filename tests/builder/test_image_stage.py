@@ -35,10 +35,17 @@ def png_claiming(width: int, height: int) -> bytes:
     """A PNG whose header claims ``width`` x ``height`` grey pixels and whose data holds none."""
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
 
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b""))
+        + chunk(b"IEND", b"")
+    )
 
 
 def rotated_jpeg() -> bytes:
@@ -109,7 +116,10 @@ def reasons(project, result) -> dict[str, str]:
         project.store.path(result.manifest.name, "versions", result.manifest.version, REJECTED_NAME)
     )
     assert set(frame.stage) == {"stages[0].image"}
-    return {src.rsplit("/", 1)[1]: reason for src, reason in zip(frame.source, frame.reason, strict=True)}
+    return {
+        src.rsplit("/", 1)[1]: reason
+        for src, reason in zip(frame.source, frame.reason, strict=True)
+    }
 
 
 def test_broken_images_are_quarantined_with_reason_and_path_the_rest_kept_as_they_are(project):
@@ -122,7 +132,12 @@ def test_broken_images_are_quarantined_with_reason_and_path_the_rest_kept_as_the
     for name, expected in REASONS.items():
         assert got[name].startswith(f"img/{name}: ") and expected in got[name], got[name]
     stage = result.manifest.stages[1]
-    assert (stage.stage, stage.rows_in, stage.rows_out, stage.rejected) == ("stages[0].image", 13, 6, 7)
+    assert (stage.stage, stage.rows_in, stage.rows_out, stage.rejected) == (
+        "stages[0].image",
+        13,
+        6,
+        7,
+    )
 
 
 def test_header_verification_is_cheaper_and_lets_a_truncated_jpeg_through(project):
@@ -145,7 +160,10 @@ def test_header_verification_is_cheaper_and_lets_a_truncated_jpeg_through(projec
 
 
 def test_max_pixels_lowers_the_bomb_limit_before_decoding(project):
-    write_images(project, {"big.png": encoded(Image.new("L", (64, 64)), "PNG"), "small.png": GOOD["good.png"]})
+    write_images(
+        project,
+        {"big.png": encoded(Image.new("L", (64, 64)), "PNG"), "small.png": GOOD["good.png"]},
+    )
     pipeline(project, "{max_pixels: 1000}")
     result = project.build()
     assert set(kept(project, result)) == {"small.png"}
@@ -155,7 +173,9 @@ def test_max_pixels_lowers_the_bomb_limit_before_decoding(project):
 def test_resize_re_encodes_large_and_rotated_images_upright_in_rgb_or_grey(project):
     write_images(project, GOOD)
     pipeline(project, "{resize: {max_side: 32, quality: 90}}")
-    out = {name: Image.open(io.BytesIO(data)) for name, data in kept(project, project.build()).items()}
+    out = {
+        name: Image.open(io.BytesIO(data)) for name, data in kept(project, project.build()).items()
+    }
     # 30x30: within max_side, kept as is
     assert kept(project, project.build())["good.png"] == GOOD["good.png"]
     sizes = {name: im.size for name, im in out.items()}
@@ -190,14 +210,20 @@ def test_a_rotated_image_without_resize_keeps_its_bytes_and_exif(project):
 
 
 def test_resized_bytes_are_the_same_in_two_builds(project, tmp_path):
-    write_images(project, {"good.jpg": GOOD_JPEG, "cmyk.jpg": GOOD["cmyk.jpg"], "rotated.jpg": GOOD["rotated.jpg"]})
+    write_images(
+        project,
+        {"good.jpg": GOOD_JPEG, "cmyk.jpg": GOOD["cmyk.jpg"], "rotated.jpg": GOOD["rotated.jpg"]},
+    )
     pipeline(project, "{resize: {max_side: 24, quality: 80}}")
     first = project.build()
     other = Store(str(tmp_path / "other-store"))
     second = build(load_pipeline(project.root / "pipeline.yaml"), other)
     assert second.manifest.version == first.manifest.version  # the id covers every shard's sha256
     images = kept(project, first)
-    assert images == {s["rel"].decode().rsplit("/", 1)[1]: s["img"] for s in project.samples(second.manifest, other)}
+    assert images == {
+        s["rel"].decode().rsplit("/", 1)[1]: s["img"]
+        for s in project.samples(second.manifest, other)
+    }
     # all three were re-encoded
     assert all(data != GOOD.get(name, GOOD_JPEG) for name, data in images.items())
 
@@ -233,7 +259,10 @@ TAIL = "sample: {key: key, fields: {jpg: bytes}}\n"
         ("{colum: bytes}", "stages[0].image.colum: unknown key 'colum'"),
         ("{verify: fast}", "stages[0].image.verify: Input should be 'full' or 'header'"),
         ("{min_side: 0}", "stages[0].image.min_side: Input should be greater than or equal to 1"),
-        ("{resize: {max_side: 64, quality: 0}}", "stages[0].image.resize.quality: Input should be greater than"),
+        (
+            "{resize: {max_side: 64, quality: 0}}",
+            "stages[0].image.resize.quality: Input should be greater than",
+        ),
         ("{resize: {quality: 90}}", "stages[0].image.resize.max_side: required key is missing"),
     ],
 )
@@ -247,7 +276,12 @@ def test_bad_image_stages_name_the_field(stage, expected):
 def test_an_image_stage_with_no_value_takes_the_defaults():
     text = f"{HEAD}  - image:\n{TAIL}"
     stage = parse_pipeline(text, "p.yaml").stages[0]
-    assert (stage.kind, stage.args.column, stage.args.verify, stage.args.min_side) == ("image", "bytes", "full", 1)
+    assert (stage.kind, stage.args.column, stage.args.verify, stage.args.min_side) == (
+        "image",
+        "bytes",
+        "full",
+        1,
+    )
     assert stage.canonical() == {"image": {}}
 
 
@@ -261,5 +295,7 @@ def test_a_missing_column_at_build_time_names_the_field(project):
 def test_without_pillow_the_image_stage_says_how_to_install_it(monkeypatch):
     # what an environment without Pillow gives `import PIL`
     monkeypatch.setitem(sys.modules, "PIL", None)
-    with pytest.raises(ConfigError, match=r"p.yaml:4: stages\[0\].image: the image stage needs Pillow.*\[images\]"):
+    with pytest.raises(
+        ConfigError, match=r"p.yaml:4: stages\[0\].image: the image stage needs Pillow.*\[images\]"
+    ):
         parse_pipeline(f"{HEAD}  - image: {{}}\n{TAIL}", "p.yaml")

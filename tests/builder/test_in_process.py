@@ -20,7 +20,9 @@ def test_the_digits_build_in_process_is_the_clusters_version(digits_built, tmp_p
 
 def test_workers_force_a_cluster_and_give_the_same_version(digits_built, tmp_path, copy_digits):
     project = copy_digits(tmp_path / "project", "digits.yaml", "digits_code.py")
-    result = datapipe_in_process("build", "digits.yaml", "--out", "store", "--workers", "1", "--json", cwd=project)
+    result = datapipe_in_process(
+        "build", "digits.yaml", "--out", "store", "--workers", "1", "--json", cwd=project
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.splitlines()[-1])
     assert summary["ran_on"] == "local cluster" and summary["version"] == digits_built.version
@@ -38,7 +40,9 @@ def test_workers_force_a_cluster_and_give_the_same_version(digits_built, tmp_pat
         (1, None, "tcp://127.0.0.1:8786", False),
     ],
 )
-def test_only_a_small_source_without_a_cluster_asked_for_builds_in_process(size, workers, scheduler, expected):
+def test_only_a_small_source_without_a_cluster_asked_for_builds_in_process(
+    size, workers, scheduler, expected
+):
     assert small(size, workers, scheduler) is expected
 
 
@@ -53,7 +57,9 @@ def test_only_a_small_source_without_a_cluster_asked_for_builds_in_process(size,
         (None, 2, None, None, False),  # no parent state to rebuild from
     ],
 )
-def test_a_rebuild_with_little_to_read_runs_in_process(unread, workers, scheduler, memory_limit, expected):
+def test_a_rebuild_with_little_to_read_runs_in_process(
+    unread, workers, scheduler, memory_limit, expected
+):
     assert small(10 * SMALL_BUILD_BYTES, workers, scheduler, memory_limit, unread) is expected
 
 
@@ -76,5 +82,7 @@ def test_a_failed_task_is_raised_once_the_tasks_still_running_are_done():
         raise ValueError("boom")
 
     with pytest.raises(ValueError, match="boom"):
-        InProcessClient(threads=2).run_each([delayed(slow, pure=False)(), delayed(failing, pure=False)()], lambda: None)
+        InProcessClient(threads=2).run_each(
+            [delayed(slow, pure=False)(), delayed(failing, pure=False)()], lambda: None
+        )
     assert finished == ["slow"]

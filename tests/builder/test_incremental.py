@@ -1,6 +1,6 @@
 """Incremental builds: a changed source re-measures only its changed partitions and reuses the
-parent's shards
-whose samples did not change; the version is exactly the one a build from scratch gives."""
+parent's shards whose samples did not change; the version is exactly the one a build from scratch
+gives."""
 
 import os
 import re
@@ -34,7 +34,9 @@ def fresh(project, tmp_path, name: str):
 
 
 @pytest.mark.parametrize("change", ["added", "edited", "removed"])
-def test_a_rebuild_reuses_what_did_not_change_and_gives_the_fresh_version(project, tmp_path, change):
+def test_a_rebuild_reuses_what_did_not_change_and_gives_the_fresh_version(
+    project, tmp_path, change
+):
     project.pipeline(PIPELINE % "")
     for n in range(0, 20, 2):
         write_file(project, n)
@@ -49,7 +51,9 @@ def test_a_rebuild_reuses_what_did_not_change_and_gives_the_fresh_version(projec
     again = project.build()
     scratch = fresh(project, tmp_path, "scratch")
     assert again.manifest.version == scratch.manifest.version
-    assert project.samples(again) == project.samples(scratch.manifest, Store(str(tmp_path / "scratch")))
+    assert project.samples(again) == project.samples(
+        scratch.manifest, Store(str(tmp_path / "scratch"))
+    )
     inc = again.incremental
     assert inc.parent == first.manifest.version and inc.full_because is None
     assert inc.partitions.measured == (0 if change == "removed" else 1)
@@ -116,7 +120,9 @@ def test_du_counts_a_linked_shard_once(project):
     assert u["stored_bytes"] == first.manifest.bytes + again.manifest.bytes - reused
 
 
-def test_a_file_edited_in_place_with_its_size_and_mtime_kept_is_read_again(project, tmp_path, monkeypatch):
+def test_a_file_edited_in_place_with_its_size_and_mtime_kept_is_read_again(
+    project, tmp_path, monkeypatch
+):
     from datapipe.builder import known_hashes
 
     monkeypatch.setattr(known_hashes, "RACY_NS", 0)  # files written a moment ago count as settled
@@ -130,7 +136,8 @@ def test_a_file_edited_in_place_with_its_size_and_mtime_kept_is_read_again(proje
     path.write_text(text.replace("f003r0001,1,", "f003r0001,7,"))  # same size
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the same mtime
     again = project.build()
-    assert again.incremental.source_files == SourceFileCounts(hashed=1, trusted=5)  # its ctime moved
+    # its ctime moved
+    assert again.incremental.source_files == SourceFileCounts(hashed=1, trusted=5)
     assert again.incremental.partitions.measured == 1
     assert again.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
     same = project.build()  # nothing changed since: no file is read for its hash
@@ -221,10 +228,19 @@ def test_a_diff_reads_only_the_shards_two_versions_do_not_share(project, monkeyp
     whole = diff_versions(*(sample_hashes(s.store, s.name, s.manifest) for s in (a, b)))
     read = []
     real = sample_diff.ShardIndex.from_bytes
-    monkeypatch.setattr(sample_diff.ShardIndex, "from_bytes", lambda data, path: read.append(path) or real(data, path))
+    monkeypatch.setattr(
+        sample_diff.ShardIndex,
+        "from_bytes",
+        lambda data, path: read.append(path) or real(data, path),
+    )
     pair = VersionPair(a, b)
     d = pair.diff()
-    assert (d.added, d.removed, d.changed, d.unchanged) == (whole.added, whole.removed, whole.changed, whole.unchanged)
+    assert (d.added, d.removed, d.changed, d.unchanged) == (
+        whole.added,
+        whole.removed,
+        whole.changed,
+        whole.unchanged,
+    )
     assert len(d.added) == 120 and len(d.removed) == 120 and len(d.changed) == 120
     shards = len(first.manifest.shards) + len(again.manifest.shards)
     assert len(read) == len(pair.only_a) + len(pair.only_b) < shards / 3
@@ -251,7 +267,11 @@ def test_a_dedupe_pipeline_rebuilds_incrementally_and_exactly(project, tmp_path,
     for n in range(0, 16, 2):
         write_texts(project, n, [f"t{n}-{i}-{'y' * (30 + i % 50)}" for i in range(100)])
     # repeats rows of f012
-    write_texts(project, 14, [f"t12-{i}-{'y' * (30 + i % 50)}" for i in range(50)] + [f"t14-{i}" for i in range(50)])
+    write_texts(
+        project,
+        14,
+        [f"t12-{i}-{'y' * (30 + i % 50)}" for i in range(50)] + [f"t14-{i}" for i in range(50)],
+    )
     first = project.build()
     if change == "added":
         write_texts(project, 7, [f"t7-{i}" for i in range(100)])
@@ -263,7 +283,9 @@ def test_a_dedupe_pipeline_rebuilds_incrementally_and_exactly(project, tmp_path,
     again = project.build()
     scratch = fresh(project, tmp_path, "scratch")
     assert again.manifest.version == scratch.manifest.version
-    assert [s.dropped for s in again.manifest.stages] == [s.dropped for s in scratch.manifest.stages]
+    assert [s.dropped for s in again.manifest.stages] == [
+        s.dropped for s in scratch.manifest.stages
+    ]
     inc = again.incremental
     assert inc.parent == first.manifest.version and inc.full_because is None
     # the new file, and one whose mask changed
@@ -283,7 +305,8 @@ def test_a_missing_latest_version_means_a_full_build_that_says_so(project, tmp_p
     write_file(project, 5)
     again = project.build()
     assert again.incremental.full_because == (
-        f"the latest version, {first.manifest.version[:12]}, is missing from the store (deleted or pruned)"
+        f"the latest version, {first.manifest.version[:12]}, is missing from "
+        "the store (deleted or pruned)"
     )
     assert again.manifest.version == fresh(project, tmp_path, "scratch").manifest.version
 
@@ -294,7 +317,8 @@ def test_a_rebuild_partitions_at_the_blocksize_the_pipeline_asks_for(project, tm
     for n in range(4):
         write_file(project, n)
     first = project.build()
-    assert first.incremental.partitions.measured + first.incremental.partitions.reused == 4  # a file each
+    # a file each
+    assert first.incremental.partitions.measured + first.incremental.partitions.reused == 4
     project.pipeline(sized % ("4KB", ""))
     # the parent's 1 MB partitions must not stand in for the 4 KB ones asked for
     again = project.build()
@@ -348,9 +372,14 @@ def test_rehash_reads_every_file_for_its_hash(project, monkeypatch):
         write_file(project, n)
     project.build()
     assert project.build().incremental.source_files == SourceFileCounts(hashed=0, trusted=3)
-    out = datapipe_in_process("build", "pipeline.yaml", "--out", "store", "--rehash", "--json", cwd=project.root)
+    out = datapipe_in_process(
+        "build", "pipeline.yaml", "--out", "store", "--rehash", "--json", cwd=project.root
+    )
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.splitlines()[-1])["incremental"]["source_files"] == {"hashed": 3, "trusted": 0}
+    assert json.loads(out.stdout.splitlines()[-1])["incremental"]["source_files"] == {
+        "hashed": 3,
+        "trusted": 0,
+    }
 
 
 def test_the_text_summary_says_what_came_from_the_parent(project):

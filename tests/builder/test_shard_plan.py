@@ -18,7 +18,9 @@ sizes_st = st.lists(st.integers(1, 5000), max_size=300)
 
 
 def _hashes(n: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 2**63, size=n, dtype=np.int64).astype(np.uint64) * np.uint64(2)
+    return np.random.default_rng(seed).integers(0, 2**63, size=n, dtype=np.int64).astype(
+        np.uint64
+    ) * np.uint64(2)
 
 
 @given(
@@ -40,8 +42,12 @@ def test_boundaries_cover_every_sample_once_within_limits(sizes, max_bytes, max_
             assert sum(sizes[a:b]) + end <= max_bytes
         if b == len(sizes):
             continue
-        full = sum(sizes[a : b + 1]) + end > max_bytes or (max_samples is not None and b - a == max_samples)
-        share = np.maximum(np.array(sizes[a:b]) / max(max_bytes - end, 1), 1 / max_samples if max_samples else 0)
+        full = sum(sizes[a : b + 1]) + end > max_bytes or (
+            max_samples is not None and b - a == max_samples
+        )
+        share = np.maximum(
+            np.array(sizes[a:b]) / max(max_bytes - end, 1), 1 / max_samples if max_samples else 0
+        )
         drawn = float(hashes[b - 1] >> np.uint64(11)) / 2**53 < CUT_RATE * share[-1]
         assert full or (drawn and share.sum() >= MIN_FILL)  # a shard ends full, or at a content cut
 
@@ -54,7 +60,9 @@ def test_a_sample_added_or_removed_moves_only_the_cuts_near_it():
         sizes, hashes = rng.integers(500, 1500, size=n), _hashes(n, trial)
         at = int(rng.integers(0, n))
         before = shard_boundaries(sizes, hashes, 20_000, None)
-        added = shard_boundaries(np.insert(sizes, at, 900), np.insert(hashes, at, np.uint64(12345)), 20_000, None)
+        added = shard_boundaries(
+            np.insert(sizes, at, 900), np.insert(hashes, at, np.uint64(12345)), 20_000, None
+        )
         removed = shard_boundaries(np.delete(sizes, at), np.delete(hashes, at), 20_000, None)
         for after, shift in ((added, 1), (removed, -1)):
             old = {(int(a), int(b)) for a, b in zip(before[:-1], before[1:], strict=True)}
@@ -92,7 +100,10 @@ def test_first_occurrences_keep_the_first_row_of_each_value_in_source_order(part
 
 
 def test_rows_that_share_only_the_first_half_of_a_hash_are_both_kept():
-    hashes = [np.array([[5, 1], [9, 2]], dtype=np.uint64), np.array([[5, 3], [5, 1], [9, 2]], dtype=np.uint64)]
+    hashes = [
+        np.array([[5, 1], [9, 2]], dtype=np.uint64),
+        np.array([[5, 3], [5, 1], [9, 2]], dtype=np.uint64),
+    ]
     assert [m.tolist() for m in first_occurrences(hashes)] == [[True, True], [True, False, False]]
 
 

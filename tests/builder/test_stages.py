@@ -39,7 +39,9 @@ def test_fillna_and_filter_treats_missing_as_false():
 
 
 def test_filter_on_an_unknown_column_names_the_stage_and_the_columns():
-    with pytest.raises(ConfigError, match=r"stages\[2\]\.filter: cannot evaluate .*columns: id, label, note"):
+    with pytest.raises(
+        ConfigError, match=r"stages\[2\]\.filter: cannot evaluate .*columns: id, label, note"
+    ):
         run_stage(stage(filter="lable > 1"), "stages[2].filter", frame(), ".")
 
 
@@ -55,7 +57,11 @@ def test_cast_rejects_what_does_not_fit_with_the_reason():
 
 def test_validate_rules_each_give_their_reason():
     df = pd.DataFrame(
-        {"id": ["d0001", "bad", None, "d0004", "d0005"], "label": [1, 2, 3, 10, 4], "tag": ["a", "b", "a", "a", "zz"]}
+        {
+            "id": ["d0001", "bad", None, "d0004", "d0005"],
+            "label": [1, 2, 3, 10, 4],
+            "tag": ["a", "b", "a", "a", "zz"],
+        }
     )
     rules = {
         "id": {"type": "string", "nullable": False, "pattern": "d[0-9]{4}"},
@@ -78,7 +84,11 @@ def test_map_may_drop_rows_and_add_columns_but_not_add_rows(tmp_path):
         "def boom(df):\n    raise KeyError('pixels')\n"
     )
     out = run_stage(stage(map="stagecode_a:keep_odd"), "m", frame(), str(tmp_path))
-    assert list(out.frame["id"]) == ["a", "c", "e"] and out.dropped == 2 and list(out.frame["n"]) == [1, 1, 1]
+    assert (
+        list(out.frame["id"]) == ["a", "c", "e"]
+        and out.dropped == 2
+        and list(out.frame["n"]) == [1, 1, 1]
+    )
     with pytest.raises(BuildError, match="subset of its input rows"):
         run_stage(stage(map="stagecode_a:grow"), "m", frame(), str(tmp_path))
     with pytest.raises(BuildError, match=r"m: stagecode_a:boom raised KeyError"):
@@ -92,7 +102,12 @@ def test_map_may_drop_rows_and_add_columns_but_not_add_rows(tmp_path):
 def test_dedupe_hashes_are_equal_exactly_for_equal_values():
     df = pd.DataFrame({"a": ["x", "y", "x", "x"], "b": [1, 1, 1, 2]})
     h = dedupe_hashes(df, ["a", "b"], "d")
-    assert h.shape == (4, 2) and (h[0] == h[2]).all() and not (h[0] == h[1]).all() and not (h[0] == h[3]).all()
+    assert (
+        h.shape == (4, 2)
+        and (h[0] == h[2]).all()
+        and not (h[0] == h[1]).all()
+        and not (h[0] == h[3]).all()
+    )
     out = run_stage(stage(dedupe={}), "d", df, ".", keep=np.array([True, True, False, True]))
     assert out.dropped == 1 and list(out.frame.index) == [0, 1, 3]
     with pytest.raises(ConfigError, match="no column 'c'"):

@@ -1,6 +1,5 @@
 """A pass that cannot progress (no worker left, every worker paused at its memory limit) fails
-instead of waiting;
-a pass that does progress reports each of its tasks once."""
+instead of waiting; a pass that does progress reports each of its tasks once."""
 
 import logging
 import time
@@ -25,7 +24,11 @@ def test_a_pass_without_workers_is_an_error_not_a_wait(monkeypatch):
     monkeypatch.setattr(pass_runner, "STALL_CHECKS", 2)
     with (
         LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, silence_logs=logging.CRITICAL
+            n_workers=1,
+            threads_per_worker=1,
+            processes=False,
+            dashboard_address=None,
+            silence_logs=logging.CRITICAL,
         ) as cluster,
         Client(cluster) as client,
     ):

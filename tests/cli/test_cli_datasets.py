@@ -1,7 +1,6 @@
 """`datapipe info|verify|gc|diff` on damaged and edited stores: one line, no traceback. In process
-(the command's
-code, exit codes and output); the installed command runs the malformed-manifest case and
-test_installed_command.py."""
+(the command's code, exit codes and output); the installed command runs the malformed-manifest case
+and test_installed_command.py."""
 
 from __future__ import annotations
 
@@ -66,12 +65,24 @@ def _drop(*keys):
         (_set("shards", "abc"), "field 'shards': expected a list, got str \"abc\""),
         (_drop("fields"), "field 'fields': missing"),
         (_set("fields", ["bin"]), "field 'fields': expected an object"),
-        (_set("shards", 0, "samples", "7"), "field 'shards[0].samples': expected a non-negative integer, got str"),
+        (
+            _set("shards", 0, "samples", "7"),
+            "field 'shards[0].samples': expected a non-negative integer, got str",
+        ),
         (_drop("shards", 1, "sha256"), "field 'shards[1].sha256': missing"),
-        (_set("shards", 0, "sha256", "abc"), "field 'shards[0].sha256': expected 64 lowercase hex digits"),
-        (_set("shards", 0, "path", "../../../etc/passwd"), "field 'shards[0].path': expected a file name"),
+        (
+            _set("shards", 0, "sha256", "abc"),
+            "field 'shards[0].sha256': expected 64 lowercase hex digits",
+        ),
+        (
+            _set("shards", 0, "path", "../../../etc/passwd"),
+            "field 'shards[0].path': expected a file name",
+        ),
         (_set("shards", 2, None), "field 'shards[2]': expected an object, got NoneType null"),
-        (_set("stages", [{"stage": "read", "rows_in": -1, "rows_out": 0}]), "field 'stages[0].rows_in'"),
+        (
+            _set("stages", [{"stage": "read", "rows_in": -1, "rows_out": 0}]),
+            "field 'stages[0].rows_in'",
+        ),
         (_set("lineage", "none"), "field 'lineage': expected an object"),
         (_set("lineage", "code", [{"module": "m"}]), "field 'lineage.code[0].sha256': missing"),
         (_set("lineage", "seed", "42"), "field 'lineage.seed': expected an integer"),
@@ -87,11 +98,15 @@ def test_a_malformed_manifest_is_one_error_naming_the_file_and_field(tmp_path, c
     edit(path, change)
     # the schema refuses the same manifests (all but the two consistency rules it cannot express)
     schema_errors = list(SCHEMA.iter_errors(json.loads(path.read_text())))
-    assert bool(schema_errors) != ("add up to" in message or "'rejected_rows' is" in message), schema_errors
+    assert bool(schema_errors) != ("add up to" in message or "'rejected_rows' is" in message), (
+        schema_errors
+    )
     for command in ("info", "verify", "ls"):
         # in process (the command as `datapipe` runs it, without starting 48 interpreters); one case
         # runs for real
-        out = CliRunner().invoke(cli, [command, url if command != "ls" else str(tmp_path / "store")])
+        out = CliRunner().invoke(
+            cli, [command, url if command != "ls" else str(tmp_path / "store")]
+        )
         assert out.exception is None or isinstance(out.exception, SystemExit), repr(out.exception)
         assert out.exit_code == 6, (command, out.exit_code, out.stderr)
         assert out.stderr.startswith(f"error: {path}: malformed manifest: "), out.stderr
@@ -147,7 +162,9 @@ def test_verify_catches_a_manifest_moved_under_another_version_id(tmp_path):
     edit(path, _set("version", "0" * 64))
     out = run("verify", url)
     assert out.returncode == 1
-    assert f"mismatch: {path} (names version {'0' * 64}, but lies in {path.parent.name})" in out.stdout
+    assert (
+        f"mismatch: {path} (names version {'0' * 64}, but lies in {path.parent.name})" in out.stdout
+    )
     assert "missing:" not in out.stdout  # the shards beside it are still checked, and match
 
 
@@ -176,7 +193,9 @@ def test_verify_reports_a_missing_rejected_file(tmp_path):
     (version_dir / "rejected.parquet").unlink()
     out = run("verify", str(tmp_path / "store/toy"))
     assert out.returncode == 1
-    assert out.stdout == (f"missing: {version_dir}/rejected.parquet (the manifest records 2 rejected rows in it)\n")
+    assert out.stdout == (
+        f"missing: {version_dir}/rejected.parquet (the manifest records 2 rejected rows in it)\n"
+    )
 
 
 def test_gc_without_a_dataset_or_with_a_misspelled_one_lists_the_datasets(tmp_path):
@@ -190,7 +209,10 @@ def test_gc_without_a_dataset_or_with_a_misspelled_one_lists_the_datasets(tmp_pa
     )
     out = run("gc", "storage/toys", "--prune", cwd=tmp_path)
     assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr
-    assert out.stderr == "error: storage: no dataset 'toys' (datasets here: digits, toy); give STORE/NAME\n"
+    assert (
+        out.stderr
+        == "error: storage: no dataset 'toys' (datasets here: digits, toy); give STORE/NAME\n"
+    )
     out = run("gc", "storage/toy@latest", cwd=tmp_path)
     assert out.returncode == 2 and "without @REF" in out.stderr
     empty = tmp_path / "empty"
@@ -256,4 +278,6 @@ def test_diff_prints_added_removed_and_changed_keys(tmp_path):
         "~ k3",
     ]
     same = run("diff", "storage/toy", f"storage/toy@{b[:8]}", cwd=tmp_path)
-    assert same.stdout == f"toy@{b[:12]} -> toy@{b[:12]}: 0 added, 0 removed, 0 changed, 6 unchanged\n"
+    assert (
+        same.stdout == f"toy@{b[:12]} -> toy@{b[:12]}: 0 added, 0 removed, 0 changed, 6 unchanged\n"
+    )

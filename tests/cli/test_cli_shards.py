@@ -23,7 +23,11 @@ def test_index_then_inspect(tmp_path, ext):
     write_shard(shard, simple_samples(12, size=64), index=False)
     out = run("inspect", str(shard), "--n", "2")
     assert out.returncode == 0, out.stderr
-    assert "no index" in out.stdout and "sample000001" in out.stdout and "sample000002" not in out.stdout
+    assert (
+        "no index" in out.stdout
+        and "sample000001" in out.stdout
+        and "sample000002" not in out.stdout
+    )
     out = run("index", str(shard))
     assert out.returncode == 0 and "12 samples" in out.stdout
     assert index_path(shard).exists()

@@ -24,9 +24,13 @@ splits: {{fractions: {fractions}}}
 """
 
 
-def build_rows(root: Path, client, ids, fractions="{train: 0.8, val: 0.2}", labels=lambda i: i % 10) -> str:
+def build_rows(
+    root: Path, client, ids, fractions="{train: 0.8, val: 0.2}", labels=lambda i: i % 10
+) -> str:
     (root / "raw").mkdir(parents=True, exist_ok=True)
-    (root / "raw/rows.csv").write_text("id,label\n" + "".join(f"r{i:04d},{labels(i)}\n" for i in ids))
+    (root / "raw/rows.csv").write_text(
+        "id,label\n" + "".join(f"r{i:04d},{labels(i)}\n" for i in ids)
+    )
     (root / "pipeline.yaml").write_text(textwrap.dedent(PIPELINE.format(fractions=fractions)))
     loaded, store = load_pipeline(root / "pipeline.yaml"), Store(str(root / "store"))
     return build(loaded, store, execution=Execution(client=client)).url
@@ -54,7 +58,11 @@ def test_info_shows_each_split_with_its_samples_and_shards(tmp_path, in_process)
         "by": None,
         "seed": 0,
         "splits": {
-            name: {"fraction": m.splits.fractions[name], "samples": s[name], "shards": len(m.split_shards(name))}
+            name: {
+                "fraction": m.splits.fractions[name],
+                "samples": s[name],
+                "shards": len(m.split_shards(name)),
+            }
             for name in ("train", "val")
         },
     }
@@ -81,27 +89,44 @@ def test_diff_reports_per_split_and_the_samples_that_moved(tmp_path, in_process)
     assert d["splits"]["val"]["added"] == sorted(split_keys(b, "val") - split_keys(a, "val"))
     # other fractions move samples between splits: diff names them
     c = build_rows(
-        tmp_path, in_process, range(20, 250), fractions="{train: 0.5, val: 0.5}", labels=lambda i: (i % 10) + (i == 100)
+        tmp_path,
+        in_process,
+        range(20, 250),
+        fractions="{train: 0.5, val: 0.5}",
+        labels=lambda i: (i % 10) + (i == 100),
     )
     moved = sorted(split_keys(b, "train") & split_keys(c, "val"))
     lines = datapipe_in_process("diff", b, c).stdout.splitlines()
-    assert moved and [x for x in lines if x.startswith(">")] == [f"> {k} (moved to split val)" for k in moved]
+    assert moved and [x for x in lines if x.startswith(">")] == [
+        f"> {k} (moved to split val)" for k in moved
+    ]
 
 
 @pytest.mark.broken_manifests
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda raw: raw["shards"][0].update(split="dev"), "field 'shards[0].split' is 'dev', not one of train, val"),
+        (
+            lambda raw: raw["shards"][0].update(split="dev"),
+            "field 'shards[0].split' is 'dev', not one of train, val",
+        ),
         (
             lambda raw: raw["splits"]["samples"].update(val=1),
             "field 'splits.samples.val' is 1 but its shards add up to",
         ),
-        (lambda raw: raw.pop("splits"), "field 'shards[0].split' names a split, but there is no 'splits'"),
-        (lambda raw: raw["splits"]["fractions"].update(val="half"), "field 'splits.fractions.val': expected a number"),
+        (
+            lambda raw: raw.pop("splits"),
+            "field 'shards[0].split' names a split, but there is no 'splits'",
+        ),
+        (
+            lambda raw: raw["splits"]["fractions"].update(val="half"),
+            "field 'splits.fractions.val': expected a number",
+        ),
     ],
 )
-def test_a_manifest_whose_splits_disagree_with_its_shards_is_malformed(tmp_path, in_process, change, message):
+def test_a_manifest_whose_splits_disagree_with_its_shards_is_malformed(
+    tmp_path, in_process, change, message
+):
     url = build_rows(tmp_path, in_process, range(100))
     store = Store(str(tmp_path / "store"))
     path = Path(store.path("rows", "versions", store.resolve("rows"), "manifest.json"))
@@ -109,5 +134,7 @@ def test_a_manifest_whose_splits_disagree_with_its_shards_is_malformed(tmp_path,
     change(raw)
     path.write_text(json.dumps(raw))
     out = datapipe_in_process("info", url)
-    assert out.returncode == 6 and out.stderr.startswith(f"error: {path}: malformed manifest: "), out.stderr
+    assert out.returncode == 6 and out.stderr.startswith(f"error: {path}: malformed manifest: "), (
+        out.stderr
+    )
     assert message in out.stderr

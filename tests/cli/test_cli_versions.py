@@ -21,17 +21,22 @@ def three(tmp_path):
 
 def test_lease_takes_lists_and_releases_and_gc_keeps_the_leased_version(tmp_path):
     store, v = three(tmp_path)
-    out = run("lease", f"storage/toy@{v[0].version[:12]}", "--for", "7d", "--note", "paper", cwd=tmp_path)
+    out = run(
+        "lease", f"storage/toy@{v[0].version[:12]}", "--for", "7d", "--note", "paper", cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     lease_id = out.stdout.strip()
     assert len(lease_id) == 16 and f"--release {lease_id}" in out.stderr
     listed = run("lease", "storage/toy", cwd=tmp_path).stdout.splitlines()
-    assert listed[1].split()[:4] == [lease_id, v[0].version[:12], "manual", "holds"] and listed[1].endswith("paper")
+    assert listed[1].split()[:4] == [lease_id, v[0].version[:12], "manual", "holds"] and listed[
+        1
+    ].endswith("paper")
     dry = run("gc", "storage/toy", "--keep-last", "1", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert f"keep {v[0].version[:12]} (leased {lease_id})" in dry.stdout.splitlines()
     assert (
-        f"would delete version {v[1].version[:12]}: 0 files, 0 B, keeping 2 files shared by kept versions" in dry.stdout
+        f"would delete version {v[1].version[:12]}: 0 files, 0 B, keeping 2 "
+        "files shared by kept versions" in dry.stdout
     )  # v2 shares v1's shard 0
     assert dry.stdout.endswith("(dry run: nothing deleted)\n") and len(store.versions("toy")) == 3
     released = run("lease", "--release", lease_id, cwd=tmp_path).stdout
@@ -45,11 +50,23 @@ def test_bad_lease_and_gc_input_is_one_line_naming_the_argument(tmp_path):
     three(tmp_path)
     for args, code, message in [
         (("lease", "storage/toy", "--for", "soon"), 2, "error: --for 'soon': not a duration"),
-        (("lease", "--release", "0123456789abcdef"), 3, "error: --release 0123456789abcdef: no such lease in"),
+        (
+            ("lease", "--release", "0123456789abcdef"),
+            3,
+            "error: --release 0123456789abcdef: no such lease in",
+        ),
         (("lease", "--release", "nope"), 2, "error: --release 'nope': not a lease id"),
-        (("gc", "storage/toy", "--keep-within", "a month"), 2, "error: --keep-within 'a month': not a duration"),
+        (
+            ("gc", "storage/toy", "--keep-within", "a month"),
+            2,
+            "error: --keep-within 'a month': not a duration",
+        ),
         (("gc", "storage/toy", "--keep-last", "-1"), 2, "error: --keep-last -1: give 0 or more"),
-        (("log", "storage"), 2, "error: storage is a store, not a dataset: log shows one dataset at a time"),
+        (
+            ("log", "storage"),
+            2,
+            "error: storage is a store, not a dataset: log shows one dataset at a time",
+        ),
     ]:
         out = run(*args, cwd=tmp_path)
         assert out.returncode == code and out.stderr.startswith(message), (args, out.stderr)
@@ -79,8 +96,13 @@ def test_du_ls_and_log_show_own_and_shared_bytes(tmp_path):
         "SHARED",
         "STORED",
     ]
-    rows = {r["version"]: r for r in json.loads(run("ls", "storage", "--json", cwd=tmp_path).stdout)}
-    assert rows[v[2].version]["shared_bytes"] == v[2].shared_bytes and rows[v[0].version]["shared_bytes"] == 0
+    rows = {
+        r["version"]: r for r in json.loads(run("ls", "storage", "--json", cwd=tmp_path).stdout)
+    }
+    assert (
+        rows[v[2].version]["shared_bytes"] == v[2].shared_bytes
+        and rows[v[0].version]["shared_bytes"] == 0
+    )
     log = run("log", "storage/toy", cwd=tmp_path)
     assert log.returncode == 0, log.stderr
     lines = log.stdout.splitlines()

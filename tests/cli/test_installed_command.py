@@ -1,9 +1,8 @@
 """One smoke test per command through the installed `datapipe` script, as a user runs it: the
-console script,
-its imports and its exit codes in a process of their own. The behaviour of each command is tested in
-process elsewhere; `build` runs installed in tests/builder/test_cli.py (on a terminal) and in
-tests/reliability (killed, raced), `check` in tests/versioning/test_lineage.py, `dvc` in
-tests/versioning/test_dvc.py."""
+console script, its imports and its exit codes in a process of their own. The behaviour of each
+command is tested in process elsewhere; `build` runs installed in tests/builder/test_cli.py (on a
+terminal) and in tests/reliability (killed, raced), `check` in tests/versioning/test_lineage.py,
+`dvc` in tests/versioning/test_dvc.py."""
 
 from __future__ import annotations
 
@@ -35,7 +34,9 @@ def test_version():
 
 
 def test_python_dash_m_datapipe_is_the_same_command():
-    out = subprocess.run([sys.executable, "-m", "datapipe", "--version"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "datapipe", "--version"], capture_output=True, text=True
+    )
     assert out.returncode == 0 and datapipe.__version__ in out.stdout
 
 
@@ -50,7 +51,10 @@ def test_index_and_inspect(tmp_path):
 
 def test_ls_info_and_verify(store):
     out = datapipe_installed("ls", str(store), "--json")
-    assert out.returncode == 0 and {tuple(r["tags"]) for r in json.loads(out.stdout)} == {("v0",), ("latest",)}
+    assert out.returncode == 0 and {tuple(r["tags"]) for r in json.loads(out.stdout)} == {
+        ("v0",),
+        ("latest",),
+    }
     out = datapipe_installed("info", f"{store}/toy", "--json")
     assert out.returncode == 0 and json.loads(out.stdout)["samples"] == 81, out.stderr
     assert datapipe_installed("verify", f"{store}/toy@v0").returncode == 0
@@ -66,5 +70,7 @@ def test_tag_diff_and_gc(store, tmp_path):
 
 def test_a_user_mistake_is_one_line_and_an_exit_code(tmp_path):
     out = datapipe_installed("info", str(tmp_path / "nowhere/toy"))
-    assert out.returncode == 3 and out.stderr.startswith("error: ") and out.stderr.count("\n") == 1, out.stderr
+    assert (
+        out.returncode == 3 and out.stderr.startswith("error: ") and out.stderr.count("\n") == 1
+    ), out.stderr
     assert "Traceback" not in out.stderr

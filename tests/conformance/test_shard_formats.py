@@ -38,7 +38,9 @@ def sample_lists(draw, allow_dots: bool, max_samples: int, sizes: st.SearchStrat
     samples = []
     for i, key in enumerate(sample_keys):
         names = draw(st.lists(field_names, min_size=1, max_size=20, unique=True))
-        samples.append({KEY: key, **{name: payload(draw(sizes), hash((i, name))) for name in names}})
+        samples.append(
+            {KEY: key, **{name: payload(draw(sizes), hash((i, name))) for name in names}}
+        )
     return samples
 
 
@@ -67,7 +69,10 @@ def check_round_trip(tmp_path: Path, fmt: ShardFormat, samples: list[dict]) -> N
             rows = list(range(len(samples)))[::-1]
             for name in sorted(set.intersection(*(set(s) - {KEY} for s in samples))):
                 offsets, sizes = reader.spans(rows, name)
-                found = [bytes(reader.buffer[a : a + b]) for a, b in zip(offsets.tolist(), sizes.tolist(), strict=True)]
+                found = [
+                    bytes(reader.buffer[a : a + b])
+                    for a, b in zip(offsets.tolist(), sizes.tolist(), strict=True)
+                ]
                 assert found == [bytes(samples[i][name]) for i in rows]
 
 
@@ -223,7 +228,9 @@ class TestCorruption:
                 changed = {f for f in got[i] if got[i][f] != expected[i][f]}
                 assert len(changed) == 1
                 (field,) = changed
-                diff = [a ^ b for a, b in zip(got[i][field], expected[i][field], strict=True) if a != b]
+                diff = [
+                    a ^ b for a, b in zip(got[i][field], expected[i][field], strict=True) if a != b
+                ]
                 assert diff == [mask]
         if error is not None:
             assert str(path) in str(error)
@@ -297,7 +304,10 @@ def test_sample_size_predicts_the_bytes_written(tmp_path_factory, samples):
     for fmt in FORMATS.values():
         path = shard_path(tmp_path_factory.mktemp("size"), fmt)
         written = write_shard(path, samples)
-        predicted = sum(fmt.writer.sample_size(s[KEY], {k: v for k, v in s.items() if k != KEY}) for s in samples)
+        predicted = sum(
+            fmt.writer.sample_size(s[KEY], {k: v for k, v in s.items() if k != KEY})
+            for s in samples
+        )
         assert written.size == predicted + fmt.writer.end_size
 
 

@@ -22,9 +22,18 @@ def expected(seeds: list[int]) -> dict[str, bytes]:
 
 def read_all(url: str, options: dict, tmp_path) -> dict[str, bytes]:
     with Loader(
-        url, batch_size=10, shuffle=False, num_workers=0, storage_options=options, cache_dir=tmp_path / "cache"
+        url,
+        batch_size=10,
+        shuffle=False,
+        num_workers=0,
+        storage_options=options,
+        cache_dir=tmp_path / "cache",
     ) as loader:
-        return {k: bytes(b) for batch in loader for k, b in zip(batch["__key__"], batch["bin"], strict=True)}
+        return {
+            k: bytes(b)
+            for batch in loader
+            for k, b in zip(batch["__key__"], batch["bin"], strict=True)
+        }
 
 
 class TestSharedShards:
@@ -34,7 +43,10 @@ class TestSharedShards:
         second = commit_sharing(store, first, rewrite={1: 7}, add=1)
         assert [s.stored_in for s in second.shards] == [first.version, None, first.version, None]
         assert second.parent == first.version and second.shared_bytes == first.shards[0].bytes * 2
-        own = sorted(p.rsplit("/", 1)[-1] for p in store.fs.find(store.path("toy", "versions", second.version)))
+        own = sorted(
+            p.rsplit("/", 1)[-1]
+            for p in store.fs.find(store.path("toy", "versions", second.version))
+        )
         assert own == [
             "manifest.json",
             "shard-000001.tar",
@@ -43,7 +55,9 @@ class TestSharedShards:
             "shard-000003.tar.idx",
         ]  # the shared ones are not copied
         assert read_all(f"{backend.url}/toy", backend.options, tmp_path) == expected([0, 7, 0, 0])
-        assert read_all(f"{backend.url}/toy@{first.version[:12]}", backend.options, tmp_path) == expected([0, 0, 0])
+        assert read_all(
+            f"{backend.url}/toy@{first.version[:12]}", backend.options, tmp_path
+        ) == expected([0, 0, 0])
         assert verify_version(store, "toy", second) == []
         with open_dataset(f"{backend.url}/toy", backend.options, cache_dir=tmp_path / "c2") as ds:
             assert ds[0]["bin"] == shard_samples(0)[0]["bin"]
@@ -68,7 +82,12 @@ class TestSharedShards:
             "(shared from another version's directory)"
         ]
         with pytest.raises(NotFoundError, match=rf"{first.version}/shard-000002.tar: missing"):
-            Loader(f"{backend.url}/toy", num_workers=0, storage_options=backend.options, cache_dir=tmp_path / "cache")
+            Loader(
+                f"{backend.url}/toy",
+                num_workers=0,
+                storage_options=backend.options,
+                cache_dir=tmp_path / "cache",
+            )
 
     def test_a_shared_shard_is_cached_once(self, backend, tmp_path):
         if backend.name == "local":

@@ -1,7 +1,6 @@
 """One suite, every storage backend: the same tests of datapipe.storage and of the store's commit
-protocol against
-local disk, fsspec's memory:// and S3 (moto's server on 127.0.0.1), as fsspec's own tests/abstract/
-do."""
+protocol against local disk, fsspec's memory:// and S3 (moto's server on 127.0.0.1), as fsspec's own
+tests/abstract/ do."""
 
 from __future__ import annotations
 
@@ -15,7 +14,15 @@ from sample_data import simple_samples
 from datapipe.errors import NotFoundError, ShardCorruptError
 from datapipe.formats.registry import get_format
 from datapipe.storage.cache import ShardCache
-from datapipe.storage.fs import CHUNK, is_local, open_atomic, put_atomic, read_bytes, sha256_of, url_of
+from datapipe.storage.fs import (
+    CHUNK,
+    is_local,
+    open_atomic,
+    put_atomic,
+    read_bytes,
+    sha256_of,
+    url_of,
+)
 from datapipe.versioning.gc import collect
 from datapipe.versioning.manifest import Manifest
 from datapipe.versioning.store import Store
@@ -28,10 +35,16 @@ def commit_toy(store: Store, shards: int = 3) -> Manifest:
     writer = store.begin("toy")
     samples = simple_samples(10 * shards, size=300)
     entries = tuple(
-        writer.write_shard(i, samples[10 * i : 10 * (i + 1)], get_format("webdataset")) for i in range(shards)
+        writer.write_shard(i, samples[10 * i : 10 * (i + 1)], get_format("webdataset"))
+        for i in range(shards)
     )
     return writer.commit(
-        Manifest(name="toy", shard_format="webdataset", fields={"bin": "bytes", "cls": "bytes"}, shards=entries),
+        Manifest(
+            name="toy",
+            shard_format="webdataset",
+            fields={"bin": "bytes", "cls": "bytes"},
+            shards=entries,
+        ),
         ("latest", "v1"),
     )
 
@@ -43,7 +56,9 @@ class TestStorage:
         fs, root = backend.fs()
         assert is_local(fs) == (backend.name == "local")
         url = url_of(fs, f"{root}/a/b.bin")
-        assert url.endswith("/a/b.bin") and (url.startswith(f"{backend.name}://") or backend.name == "local")
+        assert url.endswith("/a/b.bin") and (
+            url.startswith(f"{backend.name}://") or backend.name == "local"
+        )
 
     def test_put_atomic_then_read_bytes(self, backend):
         fs, root = backend.fs()
@@ -83,13 +98,17 @@ class TestStorage:
         data = os.urandom(5000)
         put_atomic(fs, f"{root}/shard-000000.tar", data)
         cache = ShardCache(tmp_path / "cache")
-        with cache.open(fs, f"{root}/shard-000000.tar", hashlib.sha256(data).hexdigest(), len(data)) as cached:
+        with cache.open(
+            fs, f"{root}/shard-000000.tar", hashlib.sha256(data).hexdigest(), len(data)
+        ) as cached:
             assert Path(cached.path).read_bytes() == data
         put_atomic(fs, f"{root}/shard-000001.tar", b"y" * len(data))  # not what the manifest says
         with pytest.raises(ShardCorruptError, match="sha256 does not match the manifest"):
             cache.open(fs, f"{root}/shard-000001.tar", hashlib.sha256(data).hexdigest(), len(data))
 
-    def test_a_commit_publishes_a_version_that_verifies_and_has_the_same_id_everywhere(self, backend, tmp_path):
+    def test_a_commit_publishes_a_version_that_verifies_and_has_the_same_id_everywhere(
+        self, backend, tmp_path
+    ):
         store = Store(backend.url, backend.options)
         manifest = commit_toy(store)
         # the version id is the content's
@@ -111,4 +130,7 @@ class TestStorage:
         store.fs.rm_file(f"{abandoned.partial}/.owner.json")
         assert collect(store, "toy").removed == [abandoned.partial]
         assert not store.fs.exists(abandoned.partial)
-        assert store.versions("toy") == [manifest.version] and verify_version(store, "toy", manifest) == []
+        assert (
+            store.versions("toy") == [manifest.version]
+            and verify_version(store, "toy", manifest) == []
+        )

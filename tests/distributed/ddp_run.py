@@ -21,12 +21,18 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--kill-after", type=int, default=None, help="SIGKILL every rank after this many batches")
+    parser.add_argument(
+        "--kill-after", type=int, default=None, help="SIGKILL every rank after this many batches"
+    )
     parser.add_argument("--state-in")
-    parser.add_argument("--epochs", type=int, default=1, help="epochs to read, the (resumed) current one first")
+    parser.add_argument(
+        "--epochs", type=int, default=1, help="epochs to read, the (resumed) current one first"
+    )
     args = parser.parse_args()
     dist.init_process_group("gloo")
-    loader = datapipe.Loader(args.dataset, batch_size=args.batch_size, num_workers=args.workers, seed=11)
+    loader = datapipe.Loader(
+        args.dataset, batch_size=args.batch_size, num_workers=args.workers, seed=11
+    )
     if args.state_in:
         with open(args.state_in) as f:
             loader.load_state_dict(json.load(f))
@@ -51,7 +57,8 @@ def main() -> None:
         later.append([batch["__key__"] for batch in loader])
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(
-        everyone, {"rank": dist.get_rank(), "batches": batches, "later": later, "state": loader.state_dict()}
+        everyone,
+        {"rank": dist.get_rank(), "batches": batches, "later": later, "state": loader.state_dict()},
     )
     if dist.get_rank() == 0:
         with open(args.out, "w") as f:

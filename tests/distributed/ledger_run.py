@@ -18,7 +18,12 @@ import datapipe
 
 def read(loader, batches, limit=None):
     for batch in loader:
-        batches.append({"step": loader.step - 1, "keys": list(zip(batch["__source__"], batch["__key__"], strict=True))})
+        batches.append(
+            {
+                "step": loader.step - 1,
+                "keys": list(zip(batch["__source__"], batch["__key__"], strict=True)),
+            }
+        )
         dist.barrier()  # ranks in lock step, as gradient all-reduce keeps them
         if limit is not None and len(batches) == limit:
             return
@@ -42,7 +47,10 @@ def main() -> None:
     resumed.skip_steps(8, 10)  # the spike found after the checkpoint
     while resumed.epoch < args.epochs:
         read(resumed, batches)
-    ledger = {step: resumed.batch_keys(step, dist.get_rank()) for step in range(state["step"], resumed.step)}
+    ledger = {
+        step: resumed.batch_keys(step, dist.get_rank())
+        for step in range(state["step"], resumed.step)
+    }
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(
         everyone,

@@ -1,6 +1,5 @@
 """Real DDP: torchrun with gloo on CPU, 2 ranks x 2 DataLoader workers; equal batches, exactly-once
-coverage,
-resumption from a saved state with the same and with another world size."""
+coverage, resumption from a saved state with the same and with another world size."""
 
 import json
 import subprocess
@@ -49,7 +48,9 @@ def test_ddp_epoch_resume_and_elastic_resume(tmp_path):
     # DataLoader workers each read exactly those batches, the first 3 before the kill and the rest
     # after
     state = tmp_path / "state.json"
-    first = torchrun(2, url, "--out", str(tmp_path / "first.json"), "--kill-after", "3", killed=True)
+    first = torchrun(
+        2, url, "--out", str(tmp_path / "first.json"), "--kill-after", "3", killed=True
+    )
     assert first[0]["state"] == first[1]["state"] and first[0]["state"]["position"] == 3 * 8
     state.write_text(json.dumps(first[0]["state"]))
     rest = torchrun(2, url, "--out", str(tmp_path / "rest.json"), "--state-in", str(state))
@@ -59,7 +60,9 @@ def test_ddp_epoch_resume_and_elastic_resume(tmp_path):
     # resumed by 3 ranks instead: the rest of the epoch exactly once, equal batches per rank; then
     # the next epoch in the new world: 3 ranks x 2 workers, every sample once (up to the drop),
     # equal batches
-    elastic = torchrun(3, url, "--out", str(tmp_path / "elastic.json"), "--state-in", str(state), "--epochs", "2")
+    elastic = torchrun(
+        3, url, "--out", str(tmp_path / "elastic.json"), "--state-in", str(state), "--epochs", "2"
+    )
     assert len({len(r["batches"]) for r in elastic}) == 1
     seen = keys(first) + keys(elastic)
     assert len(seen) == len(set(seen)) and TOTAL - len(seen) < 3 * 4
@@ -69,7 +72,12 @@ def test_ddp_epoch_resume_and_elastic_resume(tmp_path):
     assert len(everyone) == len(set(everyone)) == TOTAL // 12 * 12
     # the global order of epoch 1 is the 1-rank order: batch g of rank r is slice r of global batch
     # g
-    interleaved = [k for step in zip(*(r["later"][0] for r in elastic), strict=True) for batch in step for k in batch]
+    interleaved = [
+        k
+        for step in zip(*(r["later"][0] for r in elastic), strict=True)
+        for batch in step
+        for k in batch
+    ]
     assert interleaved == one_rank_order(url, epoch=1)[: len(interleaved)]
     assert all(r["state"]["epoch"] == 2 and r["state"]["position"] == 0 for r in elastic)
 
@@ -79,7 +87,9 @@ def rank_batches(url: str, rank: int, world_size: int) -> list[list[str]]:
     process."""
     import datapipe
 
-    loader = datapipe.Loader(url, batch_size=4, rank=rank, world_size=world_size, num_workers=0, seed=11)
+    loader = datapipe.Loader(
+        url, batch_size=4, rank=rank, world_size=world_size, num_workers=0, seed=11
+    )
     return [list(batch["__key__"]) for batch in loader]
 
 

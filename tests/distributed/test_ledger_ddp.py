@@ -1,6 +1,5 @@
 """Real DDP, 3 gloo ranks x 2 DataLoader workers over a mix: every batch is what the step ledger
-says, across a
-resume and with skips; skipped steps are delivered by no rank."""
+says, across a resume and with skips; skipped steps are delivered by no rank."""
 
 import json
 import subprocess
@@ -24,7 +23,16 @@ def test_every_batch_of_every_rank_is_the_ledgers_across_a_resume_and_skips(tmp_
     mix_file.write_text("sources: {web: store/web, code: store/code}\nweights: {web: 2, code: 1}\n")
     out = tmp_path / "out.json"
     proc = subprocess.run(
-        [str(TORCHRUN), "--standalone", "--nproc_per_node", "3", str(SCRIPT), str(mix_file), "--out", str(out)],
+        [
+            str(TORCHRUN),
+            "--standalone",
+            "--nproc_per_node",
+            "3",
+            str(SCRIPT),
+            str(mix_file),
+            "--out",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -44,10 +52,14 @@ def test_every_batch_of_every_rank_is_the_ledgers_across_a_resume_and_skips(tmp_
         for batch in r["batches"]:
             # steps after the resume: the resumed loader's ledger
             if str(batch["step"]) in r["ledger"]:
-                assert [tuple(p) for p in r["ledger"][str(batch["step"])]] == [tuple(k) for k in batch["keys"]]
+                assert [tuple(p) for p in r["ledger"][str(batch["step"])]] == [
+                    tuple(k) for k in batch["keys"]
+                ]
     # and every step is the batch a run without skips delivers, by the ledger of a loader in this
     # process
-    plain = datapipe.Loader(str(mix_file), batch_size=2, num_workers=0, seed=5, rank=0, world_size=3)
+    plain = datapipe.Loader(
+        str(mix_file), batch_size=2, num_workers=0, seed=5, rank=0, world_size=3
+    )
     for r in ranks:
         for batch in r["batches"]:
             expected = plain.batch_keys(batch["step"], r["rank"])

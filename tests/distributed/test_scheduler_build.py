@@ -68,21 +68,32 @@ def test_scheduler_build_matches_local_build(tmp_path, dask_cluster, copy_digits
     # in this process (the installed command's own start is tests/cli/test_installed_command.py's):
     # the client and the build are this process's, the tasks run in the `dask worker` processes
     out = datapipe_in_process(
-        "build", "digits.yaml", "--json", "--out", "remote", "--scheduler", dask_cluster, cwd=tmp_path
+        "build",
+        "digits.yaml",
+        "--json",
+        "--out",
+        "remote",
+        "--scheduler",
+        dask_cluster,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
     remote = json.loads(out.stdout.strip().splitlines()[-1])
     # the local build: the session's digits build (a LocalCluster in this process)
     local = digits_built.summary
     assert remote["version"] == local["version"] and remote["samples"] == 1773
-    for shard in sorted((digits_built.store / "digits/versions" / local["version"]).glob("*-[0-9]*")):
-        assert shard.read_bytes() == (tmp_path / "remote/digits/versions" / remote["version"] / shard.name).read_bytes()
+    for shard in sorted(
+        (digits_built.store / "digits/versions" / local["version"]).glob("*-[0-9]*")
+    ):
+        assert (
+            shard.read_bytes()
+            == (tmp_path / "remote/digits/versions" / remote["version"] / shard.name).read_bytes()
+        )
 
 
 def test_unreachable_scheduler_is_a_clear_error(tmp_path):
     """Dask keeps trying a refused connection until the timeout (10 s by default): 1 s here, through
-    the variable
-    the README documents."""
+    the variable the README documents."""
     shutil.copy(REPO / "pipelines" / "digits.yaml", tmp_path / "digits.yaml")
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "digits-0.csv").write_text("id,label,pixels,note\n")
@@ -95,5 +106,9 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path):
         cwd=tmp_path,
         env={**os.environ, "DATAPIPE_SCHEDULER_TIMEOUT": "1"},
     )
-    assert out.returncode == 2 and "cannot connect to a Dask scheduler" in out.stderr and "Traceback" not in out.stderr
+    assert (
+        out.returncode == 2
+        and "cannot connect to a Dask scheduler" in out.stderr
+        and "Traceback" not in out.stderr
+    )
     assert "after 1 s" in out.stderr, out.stderr  # the timeout given

@@ -1,7 +1,6 @@
 """examples/train_ddp.py for real: 2 DDP ranks on CPU, trained on the train split of the digits,
-reach 90% on its val
-split, and a job stopped mid-epoch and restarted from its last checkpoint ends with exactly the
-weights of the uninterrupted job."""
+reach 90% on its val split, and a job stopped mid-epoch and restarted from its last checkpoint ends
+with exactly the weights of the uninterrupted job."""
 
 import json
 import subprocess
@@ -16,7 +15,9 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.mark.distributed
-def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoint(tmp_path, digits_built):
+def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoint(
+    tmp_path, digits_built
+):
     # what `datapipe build digits.yaml` makes: the session's digits build (training only reads it)
     # train samples // (ranks x batch size)
     steps_per_epoch = digits_built.summary["splits"]["train"] // (2 * 32)
@@ -60,7 +61,11 @@ def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoi
     resumed = train("cut.pt", 4)
     assert resumed == uninterrupted[1:]  # same loss and accuracy at the end of epochs 1 to 3
     full, cut = checkpoint("full.pt"), checkpoint("cut.pt")
-    assert full["loader"] == cut["loader"] and full["loader"]["epoch"] == 4 and full["loader"]["position"] == 0
+    assert (
+        full["loader"] == cut["loader"]
+        and full["loader"]["epoch"] == 4
+        and full["loader"]["position"] == 0
+    )
     # no batch trained twice or skipped: the very same weights
     for name, weights in full["model"].items():
         assert torch.equal(weights, cut["model"][name]), name

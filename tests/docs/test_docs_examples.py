@@ -17,7 +17,10 @@ from pathlib import Path
 import pytest
 from helpers.doc_pages import REPO, PageRun, datapipe, page_blocks
 
-PAGES = ["README.md", *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").rglob("*.md"))]
+PAGES = [
+    "README.md",
+    *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").rglob("*.md")),
+]
 RUN = {"sh", "python"}
 SHOWN = {"yaml", "text", "markdown"}  # yaml blocks that are pipeline files are validated, not run
 MAX_NOT_RUN = 10
@@ -28,8 +31,12 @@ RUN_BY = {"docs/guide/dvc.md": "tests/versioning/test_dvc.py"}
 @pytest.fixture(scope="module")
 def built_digits(tmp_path_factory, copy_digits, dask_client) -> Path:
     """storage/digits as the README's command 1 leaves it, built once for every page."""
-    root = copy_digits(tmp_path_factory.mktemp("docs-digits") / "pipelines", "digits.yaml", "digits_code.py").parent
-    result = datapipe(["build", "pipelines/digits.yaml", "--scheduler", dask_client.scheduler.address], root, {})
+    root = copy_digits(
+        tmp_path_factory.mktemp("docs-digits") / "pipelines", "digits.yaml", "digits_code.py"
+    ).parent
+    result = datapipe(
+        ["build", "pipelines/digits.yaml", "--scheduler", dask_client.scheduler.address], root, {}
+    )
     assert result.exit_code == 0, result.output
     return root / "storage"
 
@@ -50,7 +57,8 @@ def repo(tmp_path, copy_digits, built_digits, monkeypatch) -> Path:
     [
         p
         for p in PAGES
-        if p not in RUN_BY and any(b.info in RUN | {"yaml"} and b.not_run is None for b in page_blocks(p))
+        if p not in RUN_BY
+        and any(b.info in RUN | {"yaml"} and b.not_run is None for b in page_blocks(p))
     ],
 )
 def test_examples_run_as_documented(page, repo, dask_client):
@@ -70,7 +78,10 @@ def test_every_block_says_what_it_is_and_few_are_not_run():
     every = [b for page in PAGES for b in page_blocks(page)]
     unknown = [f"{b.where}: ```{b.info}" for b in every if b.info not in RUN | SHOWN]
     assert not unknown, (
-        "code blocks need one of the languages " + ", ".join(sorted(RUN | SHOWN)) + ":\n" + "\n".join(unknown)
+        "code blocks need one of the languages "
+        + ", ".join(sorted(RUN | SHOWN))
+        + ":\n"
+        + "\n".join(unknown)
     )
     not_run = [b for b in every if b.not_run is not None]
     assert all(b.not_run for b in not_run), [b.where for b in not_run if not b.not_run]

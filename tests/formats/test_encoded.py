@@ -15,16 +15,23 @@ from datapipe.formats.registry import get_format
 FORMATS = ["webdataset", "tfrecord"]
 
 
-def columns(n: int, seed: int, fmt: str, key_len: int = 8, uniform: bool = False) -> tuple[list[str], dict[str, list]]:
+def columns(
+    n: int, seed: int, fmt: str, key_len: int = 8, uniform: bool = False
+) -> tuple[list[str], dict[str, list]]:
     """Keys and three fields; ``uniform``: payloads of one size per field (the tar encoder's strided
     copy)."""
     rng = np.random.default_rng(seed)
     keys = [f"k{i:0{key_len}d}" for i in range(n)]
     if uniform:
-        return keys, {"bin": [rng.bytes(1024) for _ in range(n)], "cls": [str(i % 10).encode() for i in range(n)]}
+        return keys, {
+            "bin": [rng.bytes(1024) for _ in range(n)],
+            "cls": [str(i % 10).encode() for i in range(n)],
+        }
     fields = {
         "bin": [rng.bytes(int(rng.integers(0, 1500))) for _ in range(n)],
-        "cls": [i % 10 for i in range(n)] if fmt == "tfrecord" else [str(i % 10).encode() for i in range(n)],
+        "cls": [i % 10 for i in range(n)]
+        if fmt == "tfrecord"
+        else [str(i % 10).encode() for i in range(n)],
         "txt": [("é" * (i % 5)).encode() for i in range(n)],
     }
     return keys, fields
@@ -48,7 +55,9 @@ def samples(keys, fields) -> list[dict]:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize(
-    "key_len,uniform", [(8, False), (120, False), (8, True)], ids=["ustar names", "pax names", "payloads of one size"]
+    "key_len,uniform",
+    [(8, False), (120, False), (8, True)],
+    ids=["ustar names", "pax names", "payloads of one size"],
 )
 def test_blocks_write_the_bytes_and_index_of_single_writes(fmt, key_len, uniform):
     keys, fields = columns(300, 1, fmt, key_len, uniform)
@@ -57,7 +66,8 @@ def test_blocks_write_the_bytes_and_index_of_single_writes(fmt, key_len, uniform
     fast = writer.encode_samples(keys, fields)
     assert bytes(fast.data) == bytes(general.data) and (fast.hashes == general.hashes).all()
     split = [
-        writer.encode_samples(keys[a:b], {n: v[a:b] for n, v in fields.items()}) for a, b in ((0, 100), (100, 300))
+        writer.encode_samples(keys[a:b], {n: v[a:b] for n, v in fields.items()})
+        for a, b in ((0, 100), (100, 300))
     ]
     assert written(fmt, split) == written(fmt, samples(keys, fields))
 
@@ -67,7 +77,9 @@ def test_blocks_write_the_bytes_and_index_of_single_writes(fmt, key_len, uniform
     st.lists(
         st.tuples(
             st.text(
-                st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="/."), min_size=1, max_size=110
+                st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="/."),
+                min_size=1,
+                max_size=110,
             ),
             st.binary(max_size=700),
         ),
@@ -95,7 +107,9 @@ def test_pieces_go_into_the_shard_in_output_position_order(fmt):
         pieces.append(
             (
                 order[part],
-                writer.encode_samples([keys[r] for r in rows], {n: [v[r] for r in rows] for n, v in fields.items()}),
+                writer.encode_samples(
+                    [keys[r] for r in rows], {n: [v[r] for r in rows] for n, v in fields.items()}
+                ),
             )
         )
     by_position = [samples(keys, fields)[r] for r in np.argsort(order)]
@@ -114,11 +128,15 @@ def test_write_many_is_write_one_by_one(fmt):
     items = samples(keys, fields)
     # another field set starts a new run
     items[20] = {k: v for k, v in items[20].items() if k != "txt"}
-    block = get_format(fmt).writer.encode_samples([f"z{i}" for i in range(3)], {n: v[:3] for n, v in fields.items()})
+    block = get_format(fmt).writer.encode_samples(
+        [f"z{i}" for i in range(3)], {n: v[:3] for n, v in fields.items()}
+    )
     out = io.BytesIO()
     writer = get_format(fmt).writer(out)
     writer.write_many([*items[:30], block, *items[30:]], chunk=7)
-    assert (out.getvalue(), writer.finish().index.to_bytes()) == written(fmt, [*items[:30], block, *items[30:]])
+    assert (out.getvalue(), writer.finish().index.to_bytes()) == written(
+        fmt, [*items[:30], block, *items[30:]]
+    )
 
 
 def test_write_many_refuses_a_key_twice_and_bad_values():
@@ -142,6 +160,8 @@ def test_write_many_refuses_a_key_twice_and_bad_values():
         (None, "non-empty str"),
     ):
         with pytest.raises(SampleError, match=message):
-            get_format("webdataset").writer(io.BytesIO()).write_many([*items[:3], {KEY: bad, "x": b"1"}, *items[3:]])
+            get_format("webdataset").writer(io.BytesIO()).write_many(
+                [*items[:3], {KEY: bad, "x": b"1"}, *items[3:]]
+            )
     with pytest.raises(SampleError, match=r"sample 'k0': field name '__x'"):
         get_format("webdataset").writer(io.BytesIO()).write_many([{KEY: "k0", "__x": b"1"}])

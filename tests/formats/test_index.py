@@ -69,7 +69,11 @@ def test_damaged_index_file_named_when_opening_shard(tmp_path):
 
 
 def test_extend_records_what_add_records_sample_by_sample():
-    rows = [("a", 0, 10, [("x", 1, 4), ("y", 6, 3)]), ("bé", 10, 30, []), ("c", 30, 31, [("y", 30, 1)])]
+    rows = [
+        ("a", 0, 10, [("x", 1, 4), ("y", 6, 3)]),
+        ("bé", 10, 30, []),
+        ("c", 30, 31, [("y", 30, 1)]),
+    ]
     one_by_one, at_once = IndexBuilder(1), IndexBuilder(1)
     # rows already there: extend appends after them
     one_by_one.add("z", 0, 0, bytes(32), [("w", 0, 0)])

@@ -20,4 +20,6 @@ def test_refused_key_chars_match_check_key_and_plain_keys(allow_dots):
             accepted = True
         except SampleError:
             accepted = False
-        assert accepted == (pattern.search(key) is None) == plain_keys([key], allow_dots=allow_dots), hex(code)
+        assert (
+            accepted == (pattern.search(key) is None) == plain_keys([key], allow_dots=allow_dots)
+        ), hex(code)

@@ -1,7 +1,6 @@
 """The two ways tests run `datapipe`: in this process through click's CliRunner (the default), or as
-the installed
-command in a subprocess (for the tests about the command line itself, one smoke test per command,
-and the tests whose point is a process: kills, terminals, concurrent builders, DVC).
+the installed command in a subprocess (for the tests about the command line itself, one smoke test
+per command, and the tests whose point is a process: kills, terminals, concurrent builders, DVC).
 
 In process a command runs the same code, with the same exit codes and output, without an interpreter
 start; a build given ``--scheduler`` of the session's Dask cluster (the ``scheduler`` fixture)
@@ -27,8 +26,7 @@ INSTALLED = Path(sys.executable).with_name("datapipe")
 @contextlib.contextmanager
 def _fresh_logging() -> Iterator[None]:
     """The root logger as a new process has it (no handlers), so the command's logging.basicConfig
-    takes effect
-    and its log lines reach the captured stderr; pytest's handlers and level come back
+    takes effect and its log lines reach the captured stderr; pytest's handlers and level come back
     afterwards."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
@@ -47,8 +45,7 @@ def _fresh_logging() -> Iterator[None]:
 
 def _overrides(env: Mapping[str, str] | None) -> dict[str, str | None] | None:
     """``env`` (a whole environment, as subprocess takes it) as CliRunner's changes to os.environ: a
-    variable
-    missing from ``env`` is unset for the call."""
+    variable missing from ``env`` is unset for the call."""
     if env is None:
         return None
     return {**{k: None for k in os.environ if k not in env}, **env}
@@ -74,15 +71,22 @@ def datapipe_in_process(
             )
     finally:
         os.chdir(before)
-    return subprocess.CompletedProcess(["datapipe", *args], result.exit_code, result.stdout, result.stderr)
+    return subprocess.CompletedProcess(
+        ["datapipe", *args], result.exit_code, result.stdout, result.stderr
+    )
 
 
 def datapipe_installed(
-    *args: str, cwd: Path | str | None = None, env: Mapping[str, str] | None = None, timeout: float = 300
+    *args: str,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
 ) -> subprocess.CompletedProcess:
     """Run the installed ``datapipe ARGS`` command in a subprocess and wait for it (text output
     captured)."""
-    return subprocess.run([str(INSTALLED), *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+    return subprocess.run(
+        [str(INSTALLED), *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
 
 
 def datapipe_process(

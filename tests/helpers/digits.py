@@ -30,6 +30,13 @@ class DigitsBuild:
 
     def copy(self, directory: Path) -> DigitsBuild:
         """The project and its store copied to ``directory`` (for a test that changes either)."""
-        shutil.copytree(self.project, directory, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            self.project,
+            directory,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
         store = directory / self.store.relative_to(self.project)
-        return DigitsBuild(directory, store, {**self.summary, "url": f"{store}/digits@{self.version}"})
+        return DigitsBuild(
+            directory, store, {**self.summary, "url": f"{store}/digits@{self.version}"}
+        )

@@ -110,9 +110,12 @@ class PageRun:
             return ""
         if step.kind == "yaml":
             schema = json.loads((REPO / "schemas" / "pipeline.schema.json").read_text())
-            errors = list(jsonschema.Draft202012Validator(schema).iter_errors(yaml.safe_load(step.text)))
+            errors = list(
+                jsonschema.Draft202012Validator(schema).iter_errors(yaml.safe_load(step.text))
+            )
             assert not errors, (
-                f"{step.where}: the pipeline file breaks schemas/pipeline.schema.json: {errors[0].message}"
+                f"{step.where}: the pipeline file breaks schemas/pipeline.schema.json: "
+                f"{errors[0].message}"
             )
             return ""
         code, output = self._command(step.text)
@@ -128,10 +131,19 @@ class PageRun:
             key, _, value = words.pop(0).partition("=")
             env[key] = value
         if words and words[0] == "datapipe":
-            result = datapipe(_on_cluster(_expand(words[1:], self.cwd), self.scheduler), self.cwd, env)
+            result = datapipe(
+                _on_cluster(_expand(words[1:], self.cwd), self.scheduler), self.cwd, env
+            )
             return result.exit_code, result.output
-        full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1", **env}
-        done = subprocess.run(["bash", "-c", command], cwd=self.cwd, env=full_env, capture_output=True, text=True)
+        full_env = {
+            **os.environ,
+            "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+            "DVC_NO_ANALYTICS": "1",
+            **env,
+        }
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=self.cwd, env=full_env, capture_output=True, text=True
+        )
         return done.returncode, done.stdout + done.stderr
 
 
@@ -142,15 +154,16 @@ def datapipe(args: list[str], cwd: Path, env: dict[str, str]):
     before = os.getcwd()
     os.chdir(cwd)
     try:
-        return CliRunner().invoke(cli, args, prog_name="datapipe", env=env or None, catch_exceptions=False)
+        return CliRunner().invoke(
+            cli, args, prog_name="datapipe", env=env or None, catch_exceptions=False
+        )
     finally:
         os.chdir(before)
 
 
 def _on_cluster(args: list[str], scheduler: str) -> list[str]:
     """``datapipe build``/``check`` args on the session's cluster (on_session_cluster's options
-    added),
-    --workers N dropped."""
+    added), --workers N dropped."""
     if not args or args[0] not in BUILDS or "--scheduler" in args:
         return args
     out, skip = [], False

@@ -51,9 +51,15 @@ class S3Server:
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         self._server = make_server(
-            "127.0.0.1", 0, create_backend_app("s3"), threaded=True, request_handler=MotoRequestHandler
+            "127.0.0.1",
+            0,
+            create_backend_app("s3"),
+            threaded=True,
+            request_handler=MotoRequestHandler,
         )
-        self._thread = threading.Thread(target=self._server.serve_forever, name="s3-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="s3-server", daemon=True
+        )
         self._thread.start()
         host, port = self._server.server_address[:2]
         self.endpoint = f"http://{host}:{port}"

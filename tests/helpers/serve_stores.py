@@ -14,7 +14,9 @@ from datapipe.versioning.store import Store
 def png(seed: int, size=(24, 16)) -> bytes:
     rng = np.random.default_rng(seed)
     out = io.BytesIO()
-    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8), "RGB").save(out, "PNG")
+    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8), "RGB").save(
+        out, "PNG"
+    )
     return out.getvalue()
 
 
@@ -47,7 +49,8 @@ def write(
     )
     if rejects:
         data = quarantine_bytes(
-            (Reject(stage, reason, 0, text), source, row) for stage, reason, source, row, text in rejects
+            (Reject(stage, reason, 0, text), source, row)
+            for stage, reason, source, row, text in rejects
         )
         with store.fs.open(f"{writer.partial}/rejected.parquet", "wb") as f:
             f.write(data)
@@ -119,4 +122,8 @@ def raw_get(app, target: str) -> tuple[int, dict[str, str], str]:
     asyncio.run(app(scope, receive, send))
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, body.decode("utf-8", "replace")
+    return (
+        start["status"],
+        {k.decode(): v.decode() for k, v in start["headers"]},
+        body.decode("utf-8", "replace"),
+    )

@@ -22,11 +22,15 @@ def shard_samples(shard: int, seed: int = 0) -> list[dict[str, Any]]:
     return samples[PER_SHARD * shard :]
 
 
-def commit_first(store: Store, name: str = "toy", shards: int = 3, refs: tuple[str, ...] = ("latest",)) -> Manifest:
+def commit_first(
+    store: Store, name: str = "toy", shards: int = 3, refs: tuple[str, ...] = ("latest",)
+) -> Manifest:
     """A version of ``shards`` shards of 10 samples, none shared."""
     writer = store.begin(name)
     entries = tuple(writer.write_shard(i, shard_samples(i), FMT) for i in range(shards))
-    return writer.commit(Manifest(name=name, shard_format="webdataset", fields=FIELDS, shards=entries), refs)
+    return writer.commit(
+        Manifest(name=name, shard_format="webdataset", fields=FIELDS, shards=entries), refs
+    )
 
 
 def commit_sharing(
@@ -38,8 +42,7 @@ def commit_sharing(
     refs: tuple[str, ...] = ("latest",),
 ) -> Manifest:
     """A child of ``parent``: shard i is rewritten with seed ``rewrite[i]`` when listed, else
-    shared; ``add``
-    new shards follow. Its samples are those of ``expected_samples``."""
+    shared; ``add`` new shards follow. Its samples are those of ``expected_samples``."""
     writer = store.begin(name)
     entries = []
     for i, entry in enumerate(parent.shards):
@@ -49,4 +52,6 @@ def commit_sharing(
             entries.append(writer.share_shard(entry, parent.version))
     n = len(parent.shards)
     entries += [writer.write_shard(i, shard_samples(i), FMT) for i in range(n, n + add)]
-    return writer.commit(Manifest(name=name, shard_format="webdataset", fields=FIELDS, shards=tuple(entries)), refs)
+    return writer.commit(
+        Manifest(name=name, shard_format="webdataset", fields=FIELDS, shards=tuple(entries)), refs
+    )

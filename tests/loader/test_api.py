@@ -1,7 +1,6 @@
 """The Loader's API points: a Dataset object, world detection, decoders, numpy without torch,
-ShardDataset in a
-user's DataLoader, world-size independence of the order, and resumption across worlds, workers and
-drop_last."""
+ShardDataset in a user's DataLoader, world-size independence of the order, and resumption across
+worlds, workers and drop_last."""
 
 import io
 import json
@@ -37,12 +36,16 @@ def test_loader_takes_a_dataset_object(toy):
     assert keys_of(loader) == keys_of(datapipe.Loader(toy, batch_size=4, num_workers=0, seed=3))
 
 
-def test_an_initialised_process_group_decides_the_world_before_the_environment(toy, monkeypatch, tmp_path):
+def test_an_initialised_process_group_decides_the_world_before_the_environment(
+    toy, monkeypatch, tmp_path
+):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     # the environment, with no group
     assert datapipe.Loader(toy, num_workers=0).world.world_size == 2
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1
+    )
     try:
         world = datapipe.Loader(toy, num_workers=0).world
         assert (world.rank, world.world_size) == (0, 1)
@@ -85,10 +88,19 @@ def mixed_sample(n: int) -> dict:
     }
 
 
-MIXED_FIELDS = {"png": "bytes", "jpg": "bytes", "npy": "npy", "json": "json", "score": "float", "cls": "int"}
+MIXED_FIELDS = {
+    "png": "bytes",
+    "jpg": "bytes",
+    "npy": "npy",
+    "json": "json",
+    "score": "float",
+    "cls": "int",
+}
 
 
-def write_dataset(root, name: str, samples: list[dict], fields: dict[str, str], per_shard: int) -> str:
+def write_dataset(
+    root, name: str, samples: list[dict], fields: dict[str, str], per_shard: int
+) -> str:
     writer = Store(str(root)).begin(name)
     fmt = get_format("webdataset")
     shards = tuple(
@@ -101,12 +113,16 @@ def write_dataset(root, name: str, samples: list[dict], fields: dict[str, str], 
 
 @pytest.fixture
 def mixed(tmp_path) -> str:
-    return write_dataset(tmp_path / "store", "mixed", [mixed_sample(n) for n in range(60)], MIXED_FIELDS, 13)
+    return write_dataset(
+        tmp_path / "store", "mixed", [mixed_sample(n) for n in range(60)], MIXED_FIELDS, 13
+    )
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_every_decoder_in_process_and_in_workers(mixed, workers):
-    loader = datapipe.Loader(mixed, batch_size=8, num_workers=workers, seed=4, decode={"png": "image", "jpg": "image"})
+    loader = datapipe.Loader(
+        mixed, batch_size=8, num_workers=workers, seed=4, decode={"png": "image", "jpg": "image"}
+    )
     batches = list(loader)
     assert len(batches) == 60 // 8
     for batch in batches:
@@ -114,11 +130,15 @@ def test_every_decoder_in_process_and_in_workers(mixed, workers):
         assert batch["png"].dtype == torch.uint8 and batch["png"].shape == (8, 6, 5)
         assert batch["png"].tolist() == [np.full((6, 5), n * 7 % 256).tolist() for n in ns]
         assert batch["jpg"].shape == (8, 6, 5)  # JPEG is lossy: close, not equal
-        assert (batch["jpg"].int() - torch.tensor([n * 7 % 256 for n in ns])[:, None, None]).abs().max() <= 2
+        assert (
+            batch["jpg"].int() - torch.tensor([n * 7 % 256 for n in ns])[:, None, None]
+        ).abs().max() <= 2
         assert batch["npy"].dtype == torch.float32 and batch["npy"].shape == (8, 3, 4)
         assert (batch["npy"].numpy() == np.stack([matrix(n) for n in ns])).all()
         assert batch["json"] == [{"n": n, "tags": ["a"] * (n % 3)} for n in ns]
-        assert batch["score"].dtype == torch.float64 and batch["score"].tolist() == [n / 8 - 1.5 for n in ns]
+        assert batch["score"].dtype == torch.float64 and batch["score"].tolist() == [
+            n / 8 - 1.5 for n in ns
+        ]
         assert batch["cls"].tolist() == [n % 10 for n in ns]
     assert sorted(keys_of(batches)) == sorted(set(keys_of(batches)))
 
@@ -147,10 +167,15 @@ except ConfigError as e:
 
 def test_numpy_batches_without_torch_and_a_clear_error_for_workers(mixed):
     out = subprocess.run(
-        [sys.executable, "-c", NO_TORCH.format(url=mixed)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", NO_TORCH.format(url=mixed)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "ConfigError: num_workers > 0 needs torch" in out.stdout and "num_workers=0" in out.stdout
+    assert (
+        "ConfigError: num_workers > 0 needs torch" in out.stdout and "num_workers=0" in out.stdout
+    )
 
 
 def test_shard_dataset_in_a_users_dataloader_gives_the_loaders_batches(toy):
@@ -169,14 +194,22 @@ def test_shard_dataset_in_a_users_dataloader_gives_the_loaders_batches(toy):
 def test_the_global_order_does_not_depend_on_the_world_size(toy, world):
     one_rank = keys_of(datapipe.Loader(toy, batch_size=2, num_workers=0, seed=8))
     ranks = [
-        list(datapipe.Loader(toy, batch_size=2, rank=r, world_size=world, num_workers=0, seed=8)) for r in range(world)
+        list(datapipe.Loader(toy, batch_size=2, rank=r, world_size=world, num_workers=0, seed=8))
+        for r in range(world)
     ]
-    interleaved = [k for step in zip(*ranks, strict=True) for batch in step for k in batch["__key__"]]
-    assert interleaved == one_rank[: len(interleaved)] and len(one_rank) - len(interleaved) < world * 2
+    interleaved = [
+        k for step in zip(*ranks, strict=True) for batch in step for k in batch["__key__"]
+    ]
+    assert (
+        interleaved == one_rank[: len(interleaved)] and len(one_rank) - len(interleaved) < world * 2
+    )
 
 
 def test_elastic_resume_then_the_next_epoch_in_the_new_world(toy):
-    old = [datapipe.Loader(toy, batch_size=3, rank=r, world_size=2, num_workers=0, seed=9) for r in range(2)]
+    old = [
+        datapipe.Loader(toy, batch_size=3, rank=r, world_size=2, num_workers=0, seed=9)
+        for r in range(2)
+    ]
     iters = [iter(loader) for loader in old]
     for _ in range(4):
         for it in iters:
@@ -199,7 +232,9 @@ def test_elastic_resume_then_the_next_epoch_in_the_new_world(toy):
     reference = datapipe.Loader(toy, batch_size=2, num_workers=0, seed=9)
     reference.set_epoch(1)
     one_rank = keys_of(reference)
-    interleaved = [k for step in zip(*per_rank, strict=True) for batch in step for k in batch["__key__"]]
+    interleaved = [
+        k for step in zip(*per_rank, strict=True) for batch in step for k in batch["__key__"]
+    ]
     assert interleaved == one_rank[: len(interleaved)] and len(per_rank[0]) == TOTAL // 6
 
 
@@ -208,7 +243,13 @@ def test_elastic_resume_then_the_next_epoch_in_the_new_world(toy):
 def test_resumption_is_exact_for_any_worker_count_and_drop_last(toy, drop_last, before, after):
     def make(workers: int) -> datapipe.Loader:
         return datapipe.Loader(
-            toy, batch_size=3, rank=1, world_size=2, num_workers=workers, seed=2, drop_last=drop_last
+            toy,
+            batch_size=3,
+            rank=1,
+            world_size=2,
+            num_workers=workers,
+            seed=2,
+            drop_last=drop_last,
         )
 
     full = keys_of(make(0))
@@ -232,13 +273,24 @@ def test_a_number_field_with_a_payload_that_is_not_a_number_names_the_field(tmp_
         list(datapipe.Loader(url, batch_size=8, num_workers=0, shuffle=False))
     with pytest.raises(ConfigError, match="field 'score'"):  # from a worker too, as itself
         list(datapipe.Loader(url, batch_size=8, num_workers=2, shuffle=False))
-    batch = next(iter(datapipe.Loader(url, batch_size=8, num_workers=0, shuffle=False, decode={"score": "str"})))
+    batch = next(
+        iter(
+            datapipe.Loader(
+                url, batch_size=8, num_workers=0, shuffle=False, decode={"score": "str"}
+            )
+        )
+    )
     assert batch["score"][3] == "n/a"
 
 
 def _batches(loader):
     return [
-        (batch["__key__"], batch["cls"].tolist(), bytes(batch["bin"][0].numpy()), batch["bin"][1].tolist())
+        (
+            batch["__key__"],
+            batch["cls"].tolist(),
+            bytes(batch["bin"][0].numpy()),
+            batch["bin"][1].tolist(),
+        )
         for batch in loader
     ]
 
@@ -246,13 +298,19 @@ def _batches(loader):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_pin_memory_gives_the_same_batches(toy, workers, monkeypatch):
     """pin_memory=True: the same batches. This machine has no CUDA, so page-locked buffers are stood
-    in for by
-    plain ones to run the pinned path (gathered into one buffer ahead, unpacked into views);
-    benchmarks/ gpu_transfer.py checks real pinning and copies to a GPU."""
+    in for by plain ones to run the pinned path (gathered into one buffer ahead, unpacked into
+    views); benchmarks/ gpu_transfer.py checks real pinning and copies to a GPU."""
     from datapipe.loader.torch import dataloader as loader_torch
 
     def kwargs(pin):
-        return dict(batch_size=5, num_workers=workers, shuffle=True, seed=3, pin_memory=pin, decode={"bin": "ragged"})
+        return dict(
+            batch_size=5,
+            num_workers=workers,
+            shuffle=True,
+            seed=3,
+            pin_memory=pin,
+            decode={"bin": "ragged"},
+        )
 
     plain = _batches(datapipe.Loader(toy, **kwargs(False)))
     assert _batches(datapipe.Loader(toy, **kwargs(True))) == plain  # no device: pinning is skipped
@@ -275,10 +333,16 @@ def test_pin_memory_gives_the_same_batches(toy, workers, monkeypatch):
     if workers == 0:  # each batch's tensors are views of one buffer from the page-locked allocator
         batch = next(iter(pinned))
         assert batch["bin"][0].untyped_storage().data_ptr() in given
-        assert batch["cls"].untyped_storage().data_ptr() == batch["bin"][0].untyped_storage().data_ptr()
+        assert (
+            batch["cls"].untyped_storage().data_ptr()
+            == batch["bin"][0].untyped_storage().data_ptr()
+        )
 
 
 def test_the_loader_passes_its_retry_limit_to_the_store(toy, monkeypatch):
     monkeypatch.setenv("DATAPIPE_RETRIES", "7")
     assert datapipe.Loader(toy, batch_size=4, num_workers=0).dataset.store.retry.attempts == 7
-    assert datapipe.Loader(toy, batch_size=4, num_workers=0, retries=2).dataset.store.retry.attempts == 2
+    assert (
+        datapipe.Loader(toy, batch_size=4, num_workers=0, retries=2).dataset.store.retry.attempts
+        == 2
+    )

@@ -25,7 +25,10 @@ def mix_file(tmp_path_factory, url):
     root = tmp_path_factory.mktemp("audit-mix")
     make_dataset(root / "store", sizes=(6, 5), name="code")
     path = root / "mix.yaml"
-    path.write_text(f"sources: {{web: {url}, code: store/code}}\nweights: {{web: 3, code: 1}}\nepoch_samples: 40\n")
+    path.write_text(
+        f"sources: {{web: {url}, code: store/code}}\nweights: "
+        f"{{web: 3, code: 1}}\nepoch_samples: 40\n"
+    )
     return path
 
 
@@ -97,7 +100,9 @@ def test_a_schedule_that_repeats_one_sample_fails_naming_it(url):
 
 
 def test_the_cli_prints_the_audit_and_exits_by_its_verdict(url, mix_file):
-    result = datapipe_in_process("audit", url, "-b", "4", "-w", "2", "--epochs", "2", "--resume", "3:3")
+    result = datapipe_in_process(
+        "audit", url, "-b", "4", "-w", "2", "--epochs", "2", "--resume", "3:3"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "never delivered: drop_last: the last 2 of 50" in result.stdout
     assert "ok: every property holds" in result.stdout
@@ -105,7 +110,9 @@ def test_the_cli_prints_the_audit_and_exits_by_its_verdict(url, mix_file):
     report = json.loads(result.stdout)
     assert report["ok"] and report["epochs"][0]["shares"] == {"web": 0.75, "code": 0.25}
     result = datapipe_in_process("audit", url, "-b", "4", "--resume", "three:2")
-    assert result.returncode == 2 and "--resume 'three:2': give STEP:WORLD_SIZE" in (result.stdout + result.stderr)
+    assert result.returncode == 2 and "--resume 'three:2': give STEP:WORLD_SIZE" in (
+        result.stdout + result.stderr
+    )
 
 
 def test_the_audit_exits_1_on_a_violation(url, monkeypatch):
@@ -114,17 +121,23 @@ def test_the_audit_exits_1_on_a_violation(url, monkeypatch):
     opened = opening.open_data
     monkeypatch.setattr(opening, "open_data", lambda *a, **k: _RepeatsOne(opened(*a, **k)))
     result = datapipe_in_process("audit", url, "-b", "4", "-w", "2")
-    assert result.returncode == 1 and "violation: epoch 0, step 1, rank 0: toy key" in (result.stdout + result.stderr)
+    assert result.returncode == 1 and "violation: epoch 0, step 1, rank 0: toy key" in (
+        result.stdout + result.stderr
+    )
 
 
 def test_batches_prints_what_the_ledger_says(url, mix_file):
-    result = datapipe_in_process("batches", url, "-b", "3", "-w", "2", "--seed", "4", "--steps", "2:4", "--json")
+    result = datapipe_in_process(
+        "batches", url, "-b", "3", "-w", "2", "--seed", "4", "--steps", "2:4", "--json"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     entries = json.loads(result.stdout)
     loader = datapipe.Loader(url, batch_size=3, seed=4, rank=0, world_size=2, num_workers=0)
     assert [(e["source"], e["key"]) for e in entries] == loader.batch_keys(2) + loader.batch_keys(3)
     assert {e["shard"] for e in entries} <= {s.path for s in loader.dataset.shards}
-    text = datapipe_in_process("batches", str(mix_file), "-b", "2", "--step", "0", "--rank", "0").stdout
+    text = datapipe_in_process(
+        "batches", str(mix_file), "-b", "2", "--step", "0", "--rank", "0"
+    ).stdout
     assert text.startswith("step 0 rank 0\n") and ".tar@" in text
     bad = datapipe_in_process("batches", url, "-b", "3", "--steps", "4:2")
     assert bad.returncode == 2 and "--steps '4:2'" in (bad.stdout + bad.stderr)

@@ -1,7 +1,6 @@
 """Small batches are read and collated a few at a time, then cut apart (loader/batches.py): the
-batches are the
-same as read one by one, for every kind of field, in storage order, shuffled, padded; user decoders
-never run ahead."""
+batches are the same as read one by one, for every kind of field, in storage order, shuffled,
+padded; user decoders never run ahead."""
 
 import numpy as np
 import pytest
@@ -14,12 +13,22 @@ from datapipe.loader.batches import CHUNK_BATCHES, BatchSource, cut
 
 def contents(batch: dict) -> list:
     data, offsets = (np.asarray(v) for v in batch["bin"])
-    ragged = [data[a:b].tobytes() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
-    return [list(batch["__key__"]), np.asarray(batch["cls"]).tolist(), ragged, list(batch["key_text"])]
+    ragged = [
+        data[a:b].tobytes()
+        for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)
+    ]
+    return [
+        list(batch["__key__"]),
+        np.asarray(batch["cls"]).tolist(),
+        ragged,
+        list(batch["key_text"]),
+    ]
 
 
 @pytest.mark.parametrize("shuffle, drop_last", [(False, True), (True, True), (True, "pad")])
-def test_batches_read_a_few_at_a_time_equal_batches_read_one_by_one(toy, monkeypatch, shuffle, drop_last):
+def test_batches_read_a_few_at_a_time_equal_batches_read_one_by_one(
+    toy, monkeypatch, shuffle, drop_last
+):
     def epoch() -> list:
         loader = datapipe.Loader(
             toy,
@@ -73,7 +82,18 @@ def test_cut_gives_views_and_offsets_from_zero():
         "text": ["w", "x", "y", "z"],
     }
     first, second = cut(batch, [1, 3])
-    assert first["__key__"] == ["a"] and second["cls"].tolist() == [2, 3, 4] and second["text"] == ["x", "y", "z"]
+    assert (
+        first["__key__"] == ["a"]
+        and second["cls"].tolist() == [2, 3, 4]
+        and second["text"] == ["x", "y", "z"]
+    )
     assert first["bin"][0].tolist() == [0] and first["bin"][1].tolist() == [0, 1]
-    assert second["bin"][0].tolist() == list(range(1, 10)) and second["bin"][1].tolist() == [0, 2, 5, 9]
-    assert np.shares_memory(second["bin"][0], data) and np.shares_memory(second["cls"], batch["cls"])
+    assert second["bin"][0].tolist() == list(range(1, 10)) and second["bin"][1].tolist() == [
+        0,
+        2,
+        5,
+        9,
+    ]
+    assert np.shares_memory(second["bin"][0], data) and np.shares_memory(
+        second["cls"], batch["cls"]
+    )

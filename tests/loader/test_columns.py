@@ -24,7 +24,11 @@ def spread(payloads: list[bytes], gap: int = 37) -> tuple[bytes, np.ndarray, np.
         offsets.append(len(blob))
         blob += p
     blob += rng.bytes(gap)
-    return bytes(blob), np.array(offsets, dtype=np.int64), np.array([len(p) for p in payloads], dtype=np.int64)
+    return (
+        bytes(blob),
+        np.array(offsets, dtype=np.int64),
+        np.array([len(p) for p in payloads], dtype=np.int64),
+    )
 
 
 def column_over_two_shards(payloads: list[bytes], seed: int = 0) -> Column:
@@ -58,8 +62,8 @@ def test_ragged_gathers_every_payload_in_batch_order(sizes):
 @pytest.mark.parametrize("runs", [True, False], ids=["runs of slots", "scattered slots"])
 def test_strided_and_indexed_gathers_agree(even, runs):
     """Consecutive samples of one layout (evenly spaced offsets, a run of batch slots: unshuffled
-    reads) are
-    copied through a strided view; anything else by a fancy index. Both give the same batch."""
+    reads) are copied through a strided view; anything else by a fancy index. Both give the same
+    batch."""
     rng = np.random.default_rng(3)
     n = 24
     payloads = [rng.bytes(16) for _ in range(n)]
@@ -98,7 +102,9 @@ def test_ascii_integers_parse_as_a_digit_matrix(labels):
     assert decode_column(column, "int").tolist() == [int(v) for v in labels]
 
 
-@pytest.mark.parametrize("labels", [[b"1", b"-2"], [b"1", b" 2"], [b"1", b""], [b"1" * 19], [b"1", b"2.5"]])
+@pytest.mark.parametrize(
+    "labels", [[b"1", b"-2"], [b"1", b" 2"], [b"1", b""], [b"1" * 19], [b"1", b"2.5"]]
+)
 def test_other_numbers_fall_back_to_the_general_parser(labels):
     column = column_over_two_shards(labels)
     assert column.integers() is None
@@ -148,7 +154,9 @@ def index_with_keys(keys: list[str]) -> ShardIndex:
 )
 def test_key_arrays_are_fixed_width_only_when_that_is_exact(keys, fixed):
     array = index_with_keys(keys).key_array()
-    assert [k.decode() if fixed else k for k in array.tolist()] == keys and (array.dtype.kind == "S") == fixed
+    assert [k.decode() if fixed else k for k in array.tolist()] == keys and (
+        array.dtype.kind == "S"
+    ) == fixed
 
 
 def test_pack_gathers_deferred_ragged_fields_into_its_buffer():
@@ -193,7 +201,12 @@ def test_a_worker_reuses_a_segment_once_its_slot_is_released():
     assert slots == 6  # 2 asked ahead by the DataLoader, 1 being packed, 1 in use, slack
     worker = WorkerSegments(table, 1, "run")
     (sent, slot), view = worker.allocate(1000)
-    assert slot == (1, 0) and table[1, 0] == 1 and isinstance(sent, SegmentBatch) and sent.segment is not None
+    assert (
+        slot == (1, 0)
+        and table[1, 0] == 1
+        and isinstance(sent, SegmentBatch)
+        and sent.segment is not None
+    )
     view[:] = 7
     first = _received(sent)  # the segment crosses once...
     assert first.tolist() == [7] * 1000
@@ -210,7 +223,11 @@ def test_a_worker_reuses_a_segment_once_its_slot_is_released():
     table[1, 0] = 0
     # a free segment too small for the batch is replaced
     (bigger, bigger_slot), _ = worker.allocate(5000)
-    assert bigger_slot == (1, 0) and bigger.segment.numel() == 5000 and bigger.segment_id != sent.segment_id
+    assert (
+        bigger_slot == (1, 0)
+        and bigger.segment.numel() == 5000
+        and bigger.segment_id != sent.segment_id
+    )
     assert not np.shares_memory(_received(bigger), first)
     assert sent.segment_id not in segments._RECEIVED  # the replaced segment is let go
     for _ in range(slots):  # every slot busy: fresh segments, not pooled, sent whole each time
@@ -232,7 +249,11 @@ def test_the_training_process_releases_a_slot_when_the_batch_buffer_dies(receive
     table = slot_table(1, prefetch=1)
     table[0, 3] = 1
     releases = Releases(table)
-    received = np.zeros(64, dtype=np.uint8) if received_as == "array" else torch.zeros(64, dtype=torch.uint8)
+    received = (
+        np.zeros(64, dtype=np.uint8)
+        if received_as == "array"
+        else torch.zeros(64, dtype=torch.uint8)
+    )
     releases.track(received, (0, 3))
     view = tensor_view(received, 8, "<i8", (1,))  # a tensor of the batch keeps its buffer alive
     del received
@@ -245,7 +266,10 @@ def test_the_training_process_releases_a_slot_when_the_batch_buffer_dies(receive
 
 def mapped(address: int) -> bool:
     with open("/proc/self/maps") as maps:
-        return any(int(lo, 16) <= address < int(hi, 16) for lo, hi in (line.split()[0].split("-") for line in maps))
+        return any(
+            int(lo, 16) <= address < int(hi, 16)
+            for lo, hi in (line.split()[0].split("-") for line in maps)
+        )
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads Linux's /proc/self/maps")

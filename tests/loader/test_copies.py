@@ -1,6 +1,6 @@
 """Big payloads copied into a batch by several threads (loader/copies.py): the same bytes as one
-thread copies,
-in a forked child as well, through the Loader; DataLoader workers copy on their own thread."""
+thread copies, in a forked child as well, through the Loader; DataLoader workers copy on their own
+thread."""
 
 import multiprocessing
 import threading
@@ -89,24 +89,34 @@ def threads_in_this_process(payload: bytes) -> int:
 def test_loader_batches_copied_by_threads_and_workers_copy_alone(tmp_path, three_threads):
     rng = np.random.default_rng(2)
     samples = [
-        {"__key__": f"s{i:04d}", "cls": str(i % 10).encode(), "bin": rng.bytes(20_000 + 37 * i)} for i in range(90)
+        {"__key__": f"s{i:04d}", "cls": str(i % 10).encode(), "bin": rng.bytes(20_000 + 37 * i)}
+        for i in range(90)
     ]
     writer = Store(str(tmp_path)).begin("big")
     fmt = get_format("webdataset")
     shards = [writer.write_shard(k, samples[k * 30 : (k + 1) * 30], fmt) for k in range(3)]
     writer.commit(
-        Manifest(name="big", shard_format="webdataset", fields={"cls": "int", "bin": "bytes"}, shards=tuple(shards))
+        Manifest(
+            name="big",
+            shard_format="webdataset",
+            fields={"cls": "int", "bin": "bytes"},
+            shards=tuple(shards),
+        )
     )
     url = f"{tmp_path}/big"
     by_key = {s["__key__"]: s["bin"] for s in samples}
     seen = 0
-    for batch in datapipe.Loader(url, batch_size=16, num_workers=0, seed=3, block_shards=3, decode={"bin": "ragged"}):
+    for batch in datapipe.Loader(
+        url, batch_size=16, num_workers=0, seed=3, block_shards=3, decode={"bin": "ragged"}
+    ):
         data, offsets = (np.asarray(v) for v in batch["bin"])
         for key, a, b in zip(batch["__key__"], offsets[:-1], offsets[1:], strict=True):
             assert data[a:b].tobytes() == by_key[key]
             seen += 1
     assert seen == 80  # 90 samples, 5 full batches of 16
-    loader = datapipe.Loader(url, batch_size=16, num_workers=2, decode={"cls": threads_in_this_process})
+    loader = datapipe.Loader(
+        url, batch_size=16, num_workers=2, decode={"cls": threads_in_this_process}
+    )
     in_workers = [v for batch in loader for v in batch["cls"]]
     assert in_workers == [1] * 80
     assert copies.threads() == 3  # the training process keeps its threads

@@ -23,7 +23,10 @@ def photo(seed: int, size=(120, 90), mode="RGB", fmt="JPEG", **save) -> bytes:
     rng = np.random.default_rng(seed)
     w, h = size
     y, x = np.mgrid[0:h, 0:w]
-    channels = [np.sin(x / rng.uniform(5, 30) + rng.uniform(0, 6)) + np.cos(y / rng.uniform(5, 30)) for _ in range(3)]
+    channels = [
+        np.sin(x / rng.uniform(5, 30) + rng.uniform(0, 6)) + np.cos(y / rng.uniform(5, 30))
+        for _ in range(3)
+    ]
     pixels = ((np.stack(channels, axis=-1) + 2) * 63).astype(np.uint8)
     image = Image.fromarray(pixels, "RGB")
     if mode != "RGB":
@@ -34,7 +37,10 @@ def photo(seed: int, size=(120, 90), mode="RGB", fmt="JPEG", **save) -> bytes:
 
 
 def write(root, images: list[bytes], per_shard: int = 16) -> str:
-    samples = [{"__key__": f"img{i:04d}", "jpg": data, "cls": str(i % 10).encode()} for i, data in enumerate(images)]
+    samples = [
+        {"__key__": f"img{i:04d}", "jpg": data, "cls": str(i % 10).encode()}
+        for i, data in enumerate(images)
+    ]
     writer = Store(str(root)).begin("images")
     fmt = get_format("webdataset")
     shards = tuple(
@@ -42,7 +48,12 @@ def write(root, images: list[bytes], per_shard: int = 16) -> str:
         for s, at in enumerate(range(0, len(samples), per_shard))
     )
     writer.commit(
-        Manifest(name="images", shard_format="webdataset", fields={"jpg": "bytes", "cls": "int"}, shards=shards)
+        Manifest(
+            name="images",
+            shard_format="webdataset",
+            fields={"jpg": "bytes", "cls": "int"},
+            shards=shards,
+        )
     )
     return f"{root}/images"
 
@@ -50,7 +61,9 @@ def write(root, images: list[bytes], per_shard: int = 16) -> str:
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> str:
     sizes = [(120, 90), (90, 120), (200, 60), (64, 64), (300, 220)]
-    return write(tmp_path_factory.mktemp("images"), [photo(i, sizes[i % len(sizes)]) for i in range(48)])
+    return write(
+        tmp_path_factory.mktemp("images"), [photo(i, sizes[i % len(sizes)]) for i in range(48)]
+    )
 
 
 def by_key(loader) -> dict[str, np.ndarray]:
@@ -65,24 +78,44 @@ def test_a_batch_is_one_uint8_array_of_the_asked_shape(dataset):
     batch = next(iter(datapipe.Loader(dataset, batch_size=8, decode={"jpg": TRAIN})))
     assert tuple(batch["jpg"].shape) == (8, 3, 32, 32) and str(batch["jpg"].dtype) == "torch.uint8"
     hwc = next(
-        iter(datapipe.Loader(dataset, batch_size=8, decode={"jpg": datapipe.image(32, layout="HWC", dtype="float32")}))
+        iter(
+            datapipe.Loader(
+                dataset,
+                batch_size=8,
+                decode={"jpg": datapipe.image(32, layout="HWC", dtype="float32")},
+            )
+        )
     )
     assert tuple(hwc["jpg"].shape) == (8, 32, 32, 3) and float(hwc["jpg"].max()) <= 1.0
 
 
 def test_the_same_pixels_for_a_sample_under_any_workers_world_size_and_resume(dataset):
-    one = by_key(datapipe.Loader(dataset, batch_size=8, shuffle=True, seed=3, decode={"jpg": TRAIN}))
-    workers = by_key(datapipe.Loader(dataset, batch_size=6, shuffle=True, seed=3, num_workers=2, decode={"jpg": TRAIN}))
+    one = by_key(
+        datapipe.Loader(dataset, batch_size=8, shuffle=True, seed=3, decode={"jpg": TRAIN})
+    )
+    workers = by_key(
+        datapipe.Loader(
+            dataset, batch_size=6, shuffle=True, seed=3, num_workers=2, decode={"jpg": TRAIN}
+        )
+    )
     ranks = {}
     for rank in range(3):
         ranks.update(
             by_key(
                 datapipe.Loader(
-                    dataset, batch_size=4, shuffle=True, seed=3, rank=rank, world_size=3, decode={"jpg": TRAIN}
+                    dataset,
+                    batch_size=4,
+                    shuffle=True,
+                    seed=3,
+                    rank=rank,
+                    world_size=3,
+                    decode={"jpg": TRAIN},
                 )
             )
         )
-    first = datapipe.Loader(dataset, batch_size=8, shuffle=True, seed=3, world_size=2, rank=0, decode={"jpg": TRAIN})
+    first = datapipe.Loader(
+        dataset, batch_size=8, shuffle=True, seed=3, world_size=2, rank=0, decode={"jpg": TRAIN}
+    )
     it = iter(first)
     next(it), next(it)
     state = first.state_dict()
@@ -124,10 +157,15 @@ def test_boxes_follow_torchvisions_random_resized_crop_bounds():
 def test_the_center_crop_is_the_resize_then_crop_of_torchvisions_eval_transform():
     spec = datapipe.image(224, crop="center", flip=False)  # resize the short side to 256, crop 224
     box = crop_box(spec, 512, 384, np.zeros(23))
-    assert (box.right - box.left, box.bottom - box.top) == (336, 336) and (box.left, box.top) == (88, 24)
+    assert (box.right - box.left, box.bottom - box.top) == (336, 336) and (box.left, box.top) == (
+        88,
+        24,
+    )
     data = photo(0, (512, 384))
     slot = np.empty((3, 224, 224), np.uint8)
-    decode_into(datapipe.image(224, crop="center", flip=False, draft=False), data, np.zeros(23), slot)
+    decode_into(
+        datapipe.image(224, crop="center", flip=False, draft=False), data, np.zeros(23), slot
+    )
     with Image.open(io.BytesIO(data)) as img:
         short = img.convert("RGB").resize((341, 256), Image.Resampling.BILINEAR)
         reference = np.asarray(short)[16:240, 58:282].transpose(2, 0, 1).astype(int)
@@ -146,7 +184,9 @@ def test_the_draft_decode_is_close_to_the_full_decode():
     assert 10 * np.log10(255**2 / max(mse, 1e-9)) > 30  # PSNR in dB
 
 
-@pytest.mark.parametrize("mode,fmt", [("L", "PNG"), ("P", "PNG"), ("RGBA", "PNG"), ("CMYK", "JPEG"), ("L", "JPEG")])
+@pytest.mark.parametrize(
+    "mode,fmt", [("L", "PNG"), ("P", "PNG"), ("RGBA", "PNG"), ("CMYK", "JPEG"), ("L", "JPEG")]
+)
 def test_every_mode_becomes_three_channels(mode, fmt):
     slot = np.empty((3, 16, 16), np.uint8)
     decode_into(datapipe.image(16), photo(1, mode=mode, fmt=fmt), np.full(23, 0.5), slot)
@@ -158,7 +198,9 @@ def test_a_sixteen_bit_png_keeps_its_top_eight_bits():
     out = io.BytesIO()
     Image.fromarray(grey).save(out, "PNG")
     slot = np.empty((64, 64, 3), np.uint8)
-    decode_into(datapipe.image(64, crop=None, flip=False, layout="HWC"), out.getvalue(), np.zeros(23), slot)
+    decode_into(
+        datapipe.image(64, crop=None, flip=False, layout="HWC"), out.getvalue(), np.zeros(23), slot
+    )
     assert slot[0, 0, 0] < 8 and slot[0, -1, 0] > 245 and (slot[..., 0] == slot[..., 2]).all()
 
 
@@ -229,7 +271,9 @@ def test_transparent_pixels_are_laid_on_white_as_the_build_does():
     out = io.BytesIO()
     rgba.save(out, "PNG")
     slot = np.empty((8, 8, 3), np.uint8)
-    decode_into(datapipe.image(8, crop=None, flip=False, layout="HWC"), out.getvalue(), np.zeros(23), slot)
+    decode_into(
+        datapipe.image(8, crop=None, flip=False, layout="HWC"), out.getvalue(), np.zeros(23), slot
+    )
     assert (slot == 255).all()
 
 

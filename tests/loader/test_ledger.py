@@ -20,7 +20,9 @@ from datapipe.loader.timeline import Skips, Timeline
     st.integers(0, 50),
     st.data(),
 )
-def test_steps_number_the_global_batches_across_epochs(total, batch, world, drop_last, anchor_step, data):
+def test_steps_number_the_global_batches_across_epochs(
+    total, batch, world, drop_last, anchor_step, data
+):
     per_epoch = Timeline(total, batch, world, drop_last).steps_per_epoch
     if per_epoch == 0:
         return
@@ -38,7 +40,11 @@ def test_steps_number_the_global_batches_across_epochs(total, batch, world, drop
             timeline.locate(anchor_step - 1)
 
 
-@given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 10)), max_size=5), st.integers(0, 30), st.integers(0, 25))
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(1, 10)), max_size=5),
+    st.integers(0, 30),
+    st.integers(0, 25),
+)
 def test_skips_leave_out_exactly_their_steps(pairs, first, n):
     skips = Skips.of([(a, a + length) for a, length in pairs])
     kept = skips.kept(first, n)
@@ -75,7 +81,9 @@ def test_the_ledger_is_what_the_loader_delivers_and_skips_change_nothing_else(ur
     ledger = datapipe.Loader(url, **options)
     for step, keys in plain.items():
         assert [k for _, k in ledger.batch_keys(step, 1)] == keys
-        assert {s for s, _ in ledger.batch_keys(step)} == {"toy"} and len(ledger.batch_keys(step)) == 8
+        assert {s for s, _ in ledger.batch_keys(step)} == {"toy"} and len(
+            ledger.batch_keys(step)
+        ) == 8
     skipping = datapipe.Loader(url, skip_steps=[(2, 4)], **options)
     assert len(skipping) == 4
     first = []
@@ -91,7 +99,9 @@ def test_the_ledger_is_what_the_loader_delivers_and_skips_change_nothing_else(ur
     skipped = {0: first[0], 1: first[1], 4: first[2], **_batches(resumed, 2)}
     assert sorted(skipped) == [0, 1, 4, 5, 6, 7, 8, 10, 11]
     assert all(skipped[s] == plain[s] for s in skipped)
-    assert resumed.batch_keys(9) == [] and resumed.batch_keys(10, 1) == [("toy", k) for k in plain[10]]
+    assert resumed.batch_keys(9) == [] and resumed.batch_keys(10, 1) == [
+        ("toy", k) for k in plain[10]
+    ]
 
 
 def test_steps_before_an_elastic_resume_are_not_this_loaders_to_tell(url):

@@ -30,7 +30,9 @@ def test_dataset_random_access_and_fields(toy):
 def test_batches_are_collated_tensors_and_cover_the_epoch_once(toy, workers):
     loader = datapipe.Loader(toy, batch_size=8, num_workers=workers, prefetch=2)
     batches = list(loader)
-    assert len(batches) == TOTAL // 8 == len(datapipe.Loader(toy, batch_size=8, num_workers=workers))
+    assert (
+        len(batches) == TOTAL // 8 == len(datapipe.Loader(toy, batch_size=8, num_workers=workers))
+    )
     first = batches[0]
     assert first["cls"].dtype == torch.int64 and first["cls"].shape == (8,)
     assert all(isinstance(b, bytes) for b in first["bin"])
@@ -43,7 +45,9 @@ def test_batches_are_collated_tensors_and_cover_the_epoch_once(toy, workers):
 
 
 def test_order_ignores_worker_count_and_follows_seed_and_epoch(toy):
-    runs = {w: keys_of(datapipe.Loader(toy, batch_size=4, num_workers=w, seed=1)) for w in (0, 1, 3)}
+    runs = {
+        w: keys_of(datapipe.Loader(toy, batch_size=4, num_workers=w, seed=1)) for w in (0, 1, 3)
+    }
     assert runs[0] == runs[1] == runs[3]
     assert keys_of(datapipe.Loader(toy, batch_size=4, num_workers=0, seed=2)) != runs[0]
     loader = datapipe.Loader(toy, batch_size=4, num_workers=0, seed=1)
@@ -57,7 +61,11 @@ def test_order_ignores_worker_count_and_follows_seed_and_epoch(toy):
 def test_ranks_get_equal_batches_and_together_every_sample(toy, drop_last):
     world = 3
     per_rank = [
-        list(datapipe.Loader(toy, batch_size=5, rank=r, world_size=world, num_workers=0, drop_last=drop_last))
+        list(
+            datapipe.Loader(
+                toy, batch_size=5, rank=r, world_size=world, num_workers=0, drop_last=drop_last
+            )
+        )
         for r in range(world)
     ]
     assert len({len(b) for b in per_rank}) == 1
@@ -93,7 +101,10 @@ def test_state_dict_resumes_with_exactly_the_next_batch(toy):
 
 
 def test_elastic_resume_finishes_the_epoch_exactly_once(toy):
-    old = [datapipe.Loader(toy, batch_size=3, rank=r, world_size=2, num_workers=0, seed=9) for r in range(2)]
+    old = [
+        datapipe.Loader(toy, batch_size=3, rank=r, world_size=2, num_workers=0, seed=9)
+        for r in range(2)
+    ]
     seen = []
     iters = [iter(loader) for loader in old]
     for _ in range(4):
@@ -172,20 +183,34 @@ def fixed_size_dataset(root, payload: int, n: int, per_shard: int = 10) -> str:
     from datapipe.versioning.store import Store
 
     writer = Store(str(root)).begin("fixed")
-    samples = [{"__key__": f"s{i:04d}", "cls": str(i).encode(), "bin": bytes([i % 251]) * payload} for i in range(n)]
+    samples = [
+        {"__key__": f"s{i:04d}", "cls": str(i).encode(), "bin": bytes([i % 251]) * payload}
+        for i in range(n)
+    ]
     shards = tuple(
-        writer.write_shard(s, samples[s * per_shard : (s + 1) * per_shard], get_format("webdataset"))
+        writer.write_shard(
+            s, samples[s * per_shard : (s + 1) * per_shard], get_format("webdataset")
+        )
         for s in range(n // per_shard)
     )
     writer.commit(
-        Manifest(name="fixed", shard_format="webdataset", fields={"bin": "bytes", "cls": "int"}, shards=shards)
+        Manifest(
+            name="fixed",
+            shard_format="webdataset",
+            fields={"bin": "bytes", "cls": "int"},
+            shards=shards,
+        )
     )
     return f"{root}/fixed"
 
 
 def ragged_contents(batch) -> tuple:
     data, offsets = batch["bin"][0].numpy().tobytes(), batch["bin"][1].tolist()
-    return batch["__key__"], batch["cls"].tolist(), [data[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    return (
+        batch["__key__"],
+        batch["cls"].tolist(),
+        [data[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)],
+    )
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["pickled", "shared memory"])
@@ -196,12 +221,17 @@ def test_ragged_batches_are_the_same_in_process_and_from_workers(tmp_path, monke
         monkeypatch.setattr("datapipe.loader.torch.dataloader.PIPE_LIMIT", 1024)
     url = fixed_size_dataset(tmp_path, 4096, 160)
     runs = {
-        w: [ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=w, decode={"bin": "ragged"})]
+        w: [
+            ragged_contents(b)
+            for b in datapipe.Loader(url, batch_size=8, num_workers=w, decode={"bin": "ragged"})
+        ]
         for w in (0, 2)
     }
     assert runs[0] == runs[2] and len(runs[0]) == 20
     for keys, labels, payloads in runs[0]:
-        assert labels == [int(k[1:]) for k in keys] and payloads == [bytes([n % 251]) * 4096 for n in labels]
+        assert labels == [int(k[1:]) for k in keys] and payloads == [
+            bytes([n % 251]) * 4096 for n in labels
+        ]
     # a consumer that keeps every batch: no segment is reused under it
     kept = list(datapipe.Loader(url, batch_size=8, num_workers=2, decode={"bin": "ragged"}))
     assert [ragged_contents(b) for b in kept] == runs[0]
@@ -223,13 +253,16 @@ def test_a_shared_memory_segment_crosses_to_the_training_process_once(tmp_path, 
     url = fixed_size_dataset(tmp_path, 4096, 480)
     batches = [
         ragged_contents(b)
-        for b in datapipe.Loader(url, batch_size=8, num_workers=2, prefetch=1, decode={"bin": "ragged"})
+        for b in datapipe.Loader(
+            url, batch_size=8, num_workers=2, prefetch=1, decode={"bin": "ragged"}
+        )
     ]
     assert len(batches) == 60
     # once per slot at most: 2 workers x (prefetch + 4)
     assert 2 <= len(crossed) == len(set(crossed)) <= 2 * 5
     assert batches == [
-        ragged_contents(b) for b in datapipe.Loader(url, batch_size=8, num_workers=0, decode={"bin": "ragged"})
+        ragged_contents(b)
+        for b in datapipe.Loader(url, batch_size=8, num_workers=0, decode={"bin": "ragged"})
     ]
     assert not segments._RECEIVED  # the run's segments are let go at its end
 
@@ -239,17 +272,23 @@ def test_scattered_samples_of_a_shuffled_batch_are_read_by_pread(tmp_path, monke
     url = fixed_size_dataset(tmp_path, 100, 800, per_shard=200)
     calls = []
     real = os.preadv
-    monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: calls.append(offset) or real(fd, buffers, offset))
+    monkeypatch.setattr(
+        os, "preadv", lambda fd, buffers, offset: calls.append(offset) or real(fd, buffers, offset)
+    )
     # fewer descriptors than shards stay open
     monkeypatch.setattr("datapipe.loader.preads.OPEN_FDS", 2)
-    loader = datapipe.Loader(url, batch_size=8, num_workers=0, decode={"bin": "ragged"}, block_shards=80)
+    loader = datapipe.Loader(
+        url, batch_size=8, num_workers=0, decode={"bin": "ragged"}, block_shards=80
+    )
     batches = [ragged_contents(b) for b in loader]
     # one read per sample for most of them (a lone sample goes through the map)
     assert len(calls) > 400
     assert 0 < len(loader.dataset.files._preads) <= 2
     seen = []
     for keys, labels, payloads in batches:
-        assert labels == [int(k[1:]) for k in keys] and payloads == [bytes([n % 251]) * 100 for n in labels]
+        assert labels == [int(k[1:]) for k in keys] and payloads == [
+            bytes([n % 251]) * 100 for n in labels
+        ]
         seen += keys
     assert sorted(seen) == [f"s{i:04d}" for i in range(800)] and seen != sorted(seen)
 

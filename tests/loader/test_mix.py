@@ -61,12 +61,16 @@ def _mix_order(sizes, weights, seed, epoch, segment=None, epoch_samples=None, sh
     )
 
 
-source_sizes = st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=4), min_size=1, max_size=4)
+source_sizes = st.lists(
+    st.lists(st.integers(1, 12), min_size=1, max_size=4), min_size=1, max_size=4
+)
 
 
 @settings(max_examples=60)
 @given(source_sizes, st.data(), st.integers(0, 2**20), st.booleans())
-def test_each_source_is_read_pass_by_pass_with_no_sample_twice_in_a_pass(sizes, data, seed, shuffle):
+def test_each_source_is_read_pass_by_pass_with_no_sample_twice_in_a_pass(
+    sizes, data, seed, shuffle
+):
     weights = data.draw(st.lists(st.integers(1, 5), min_size=len(sizes), max_size=len(sizes)))
     order0 = _mix_order(sizes, weights, seed, 0, shuffle=shuffle)
     epochs = [_mix_order(sizes, weights, seed, e, shuffle=shuffle) for e in range(3)]
@@ -142,7 +146,10 @@ def test_the_order_is_the_same_with_workers_and_resumes_exactly(sources):
     head = [next(it) for _ in range(4)]
     state = loader.state_dict()
     resumed = datapipe.Loader(
-        mix({"web": web, "code": code}, {"web": 1, "code": 1}, 60), batch_size=6, num_workers=0, seed=3
+        mix({"web": web, "code": code}, {"web": 1, "code": 1}, 60),
+        batch_size=6,
+        num_workers=0,
+        seed=3,
     )
     resumed.load_state_dict(state)
     assert _keys(head) + _keys(resumed) == alone
@@ -150,31 +157,53 @@ def test_the_order_is_the_same_with_workers_and_resumes_exactly(sources):
 
 def test_a_resume_under_new_weights_repeats_and_skips_nothing_of_the_current_passes(sources):
     web, code = sources
-    loader = datapipe.Loader(mix({"web": web, "code": code}, {"web": 0.7, "code": 0.3}), batch_size=10, num_workers=0)
+    loader = datapipe.Loader(
+        mix({"web": web, "code": code}, {"web": 0.7, "code": 0.3}), batch_size=10, num_workers=0
+    )
     it = iter(loader)
     head = [next(it) for _ in range(3)]
     state = loader.state_dict()
     assert state["mix"]["cursors"] == {"web": [0, 21], "code": [0, 9]}
-    resumed = datapipe.Loader(mix({"web": web, "code": code}, {"web": 0.2, "code": 0.8}), batch_size=10, num_workers=0)
+    resumed = datapipe.Loader(
+        mix({"web": web, "code": code}, {"web": 0.2, "code": 0.8}), batch_size=10, num_workers=0
+    )
     resumed.load_state_dict(state)
     tail = list(resumed)
     assert all(Counter(b["__source__"]) == {"web": 2, "code": 8} for b in tail)
-    web_keys = [k for b in head + tail for s, k in zip(b["__source__"], b["__key__"], strict=True) if s == "web"]
+    web_keys = [
+        k
+        for b in head + tail
+        for s, k in zip(b["__source__"], b["__key__"], strict=True)
+        if s == "web"
+    ]
     assert len(set(web_keys)) == len(web_keys)  # web's first pass goes on where it stopped
-    code_keys = [k for b in head + tail for s, k in zip(b["__source__"], b["__key__"], strict=True) if s == "code"]
+    code_keys = [
+        k
+        for b in head + tail
+        for s, k in zip(b["__source__"], b["__key__"], strict=True)
+        if s == "code"
+    ]
     passes = [code_keys[i : i + 17] for i in range(0, len(code_keys), 17)]
-    assert all(len(set(p)) == len(p) for p in passes) and sorted(passes[0]) == sorted(set(code_keys))
+    assert all(len(set(p)) == len(p) for p in passes) and sorted(passes[0]) == sorted(
+        set(code_keys)
+    )
 
 
 def test_a_state_of_other_sources_or_versions_is_refused_naming_the_difference(sources, tmp_path):
     web, code = sources
-    loader = datapipe.Loader(mix({"web": web, "code": code}, {"web": 1, "code": 1}), batch_size=5, num_workers=0)
+    loader = datapipe.Loader(
+        mix({"web": web, "code": code}, {"web": 1, "code": 1}), batch_size=5, num_workers=0
+    )
     state = loader.state_dict()
-    other = datapipe.Loader(mix({"web": web, "text": code}, {"web": 1, "text": 1}), batch_size=5, num_workers=0)
+    other = datapipe.Loader(
+        mix({"web": web, "text": code}, {"web": 1, "text": 1}), batch_size=5, num_workers=0
+    )
     with pytest.raises(ConfigError, match="adds text; it lacks code"):
         other.load_state_dict(state)
     rebuilt = make_dataset(tmp_path / "other", sizes=(9, 9), name="code")
-    newer = datapipe.Loader(mix({"web": web, "code": rebuilt}, {"web": 1, "code": 1}), batch_size=5, num_workers=0)
+    newer = datapipe.Loader(
+        mix({"web": web, "code": rebuilt}, {"web": 1, "code": 1}), batch_size=5, num_workers=0
+    )
     with pytest.raises(ConfigError, match="mix source 'code': the state is for version"):
         newer.load_state_dict(state)
     single = datapipe.Loader(web, batch_size=5, num_workers=0)
@@ -204,11 +233,17 @@ def test_a_field_one_source_lacks_or_of_two_kinds_is_named(sources, tmp_path):
     other = datapipe.open_dataset(code)
     other.manifest = type(other.manifest)(**{**other.manifest.__dict__, "fields": {"bin": "bytes"}})
     with pytest.raises(ConfigError, match="field 'cls' is not in mix source 'code'"):
-        datapipe.Loader(mix({"web": web, "code": other}, {"web": 1, "code": 1}), fields=["cls"], num_workers=0)
+        datapipe.Loader(
+            mix({"web": web, "code": other}, {"web": 1, "code": 1}), fields=["cls"], num_workers=0
+        )
     assert mix({"web": web, "code": other}, {"web": 1, "code": 1}).fields == {"bin": "bytes"}
     clash = datapipe.open_dataset(code)
-    clash.manifest = type(clash.manifest)(**{**clash.manifest.__dict__, "fields": {"bin": "bytes", "cls": "str"}})
-    with pytest.raises(ConfigError, match="field 'cls' is int in mix source 'web' but str in 'code'"):
+    clash.manifest = type(clash.manifest)(
+        **{**clash.manifest.__dict__, "fields": {"bin": "bytes", "cls": "str"}}
+    )
+    with pytest.raises(
+        ConfigError, match="field 'cls' is int in mix source 'web' but str in 'code'"
+    ):
         mix({"web": web, "code": clash}, {"web": 1, "code": 1})
     assert datapipe.Loader(mixed, fields=["cls"], num_workers=0, batch_size=4)
 
@@ -224,7 +259,9 @@ def test_a_mix_file_names_sources_relative_to_itself(sources, tmp_path):
     mixed = mix(path)
     assert mixed.names == ("web", "code") and mixed.weights == (0.75, 0.25) and len(mixed) == 40
     batches = list(datapipe.Loader(str(path), batch_size=8, num_workers=0))
-    assert len(batches) == 5 and all(Counter(b["__source__"]) == {"web": 6, "code": 2} for b in batches)
+    assert len(batches) == 5 and all(
+        Counter(b["__source__"]) == {"web": 6, "code": 2} for b in batches
+    )
     path.write_text("sources:\n  web: ../store/web\nweight: {web: 1}\n")
     with pytest.raises(ConfigError, match=r"pretrain.yaml: unknown key 'weight'"):
         mix(path)
@@ -233,14 +270,19 @@ def test_a_mix_file_names_sources_relative_to_itself(sources, tmp_path):
 def test_splits_are_mix_sources_and_their_state_names_the_split(digits_built):
     url = digits_built.url
     mixed = mix(
-        {"train": {"dataset": url, "split": "train"}, "val": datapipe.open_dataset(url, split="val")},
+        {
+            "train": {"dataset": url, "split": "train"},
+            "val": datapipe.open_dataset(url, split="val"),
+        },
         {"train": 1, "val": 1},
         epoch_samples=200,
     )
     val_keys = set(datapipe.open_dataset(url, split="val").keys_of(*_every_sample(url, "val")))
     batches = list(datapipe.Loader(mixed, batch_size=20, num_workers=0, fields=["cls"]))
     got = [(s, k) for b in batches for s, k in zip(b["__source__"], b["__key__"], strict=True)]
-    assert {k for s, k in got if s == "val"} <= val_keys and not {k for s, k in got if s == "train"} & val_keys
+    assert {k for s, k in got if s == "val"} <= val_keys and not {
+        k for s, k in got if s == "train"
+    } & val_keys
     state = datapipe.Loader(mixed, batch_size=20, num_workers=0).state_dict()
     assert state["mix"]["sources"]["val"][1] == "val"
     with pytest.raises(ConfigError, match="split=.* applies to a dataset URL"):
@@ -262,5 +304,7 @@ def test_a_users_own_dataloader_reads_a_mix_through_shard_dataset(sources):
     web, code = sources
     mixed = mix({"web": web, "code": code}, {"web": 1, "code": 1}, epoch_samples=40)
     expected = _keys(datapipe.Loader(mixed, batch_size=8, num_workers=0, seed=2))
-    batches = list(DataLoader(ShardDataset(mixed, batch_size=8, seed=2), batch_size=None, num_workers=0))
+    batches = list(
+        DataLoader(ShardDataset(mixed, batch_size=8, seed=2), batch_size=None, num_workers=0)
+    )
     assert _keys(batches) == expected

@@ -41,7 +41,9 @@ def write(root, samples: list[dict], fields: dict[str, str] = FIELDS, per_shard:
         writer.write_shard(s, samples[at : at + per_shard], fmt)
         for s, at in enumerate(range(0, len(samples), per_shard))
     )
-    writer.commit(Manifest(name="payloads", shard_format="webdataset", fields=fields, shards=shards))
+    writer.commit(
+        Manifest(name="payloads", shard_format="webdataset", fields=fields, shards=shards)
+    )
     return f"{root}/payloads"
 
 
@@ -98,23 +100,33 @@ def test_nothing_of_an_unpacked_payload_batch_keeps_its_buffer_alive():
     assert back["meta"] == [json.loads(s["meta"]) for s in items]
 
 
-@pytest.mark.parametrize("rows", [np.zeros((0, 5)), np.zeros((3, 0)), np.array([[1, 0], [0, 2], [0, 0]])])
+@pytest.mark.parametrize(
+    "rows", [np.zeros((0, 5)), np.zeros((3, 0)), np.array([[1, 0], [0, 2], [0, 0]])]
+)
 def test_rows_as_bytes_keeps_trailing_nuls(rows):
     rows = rows.astype(np.uint8)
     assert rows_as_bytes(rows) == [r.tobytes() for r in rows]
 
 
-@pytest.mark.parametrize("payloads", [[], [b""], [b"ab", b"c\x00", b"", b"\x00\x00\x00"], [b"xy\x00"] * 5])
+@pytest.mark.parametrize(
+    "payloads", [[], [b""], [b"ab", b"c\x00", b"", b"\x00\x00\x00"], [b"xy\x00"] * 5]
+)
 def test_payload_bytes_and_decoded_lists_equal_the_plain_ones(payloads):
     # not at offset 0 of its buffer
     data = np.frombuffer(b"--" + b"".join(payloads), dtype=np.uint8)[2:]
-    offsets = np.concatenate([[0], np.cumsum([len(p) for p in payloads], dtype=np.int64)]).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum([len(p) for p in payloads], dtype=np.int64)]).astype(
+        np.int64
+    )
     assert payload_bytes(data, offsets) == payloads
-    assert decode_payloads(data, offsets, "str") == [p.decode("utf-8", "surrogateescape") for p in payloads]
+    assert decode_payloads(data, offsets, "str") == [
+        p.decode("utf-8", "surrogateescape") for p in payloads
+    ]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_payload_that_is_not_json_raises_the_same_error_in_process_and_through_workers(tmp_path, workers):
+def test_a_payload_that_is_not_json_raises_the_same_error_in_process_and_through_workers(
+    tmp_path, workers
+):
     items = [sample(n) for n in range(40)]
     items[17]["meta"] = b"{not json"
     url = write(tmp_path, items, per_shard=20)

@@ -1,8 +1,7 @@
 """What `prefetch` bounds, as the README says: batches made ahead of the training loop are at most
-about
-2 x prefetch per DataLoader worker (its thread's queue plus the DataLoader's prefetch_factor),
-prefetch in process;
-by default none in process (no thread sharing the GIL with the loop) and 4 per worker."""
+about 2 x prefetch per DataLoader worker (its thread's queue plus the DataLoader's prefetch_factor),
+prefetch in process; by default none in process (no thread sharing the GIL with the loop) and 4 per
+worker."""
 
 import functools
 import os
@@ -26,8 +25,7 @@ def record(path: str, payload: bytes) -> bytes:
 
 def settled(log: str, quiet: float = 0.3, longest: float = 2.0) -> int:
     """The samples decoded so far, once no more were for ``quiet`` seconds (the producers wait at
-    their bound), or
-    after ``longest`` seconds."""
+    their bound), or after ``longest`` seconds."""
     deadline = time.monotonic() + longest
     made, still_since = os.path.getsize(log), time.monotonic()
     while time.monotonic() < deadline and time.monotonic() - still_since < quiet:
@@ -43,7 +41,11 @@ def test_batches_made_ahead_stay_within_the_prefetch_bound(toy, tmp_path, worker
     log = str(tmp_path / "decoded")
     prefetch = 2
     loader = datapipe.Loader(
-        toy, batch_size=1, num_workers=workers, prefetch=prefetch, decode={"bin": functools.partial(record, log)}
+        toy,
+        batch_size=1,
+        num_workers=workers,
+        prefetch=prefetch,
+        decode={"bin": functools.partial(record, log)},
     )
     assert loader.prefetch_depth() == prefetch and len(loader) == TOTAL
     batches = iter(loader)
@@ -59,7 +61,9 @@ def test_batches_made_ahead_stay_within_the_prefetch_bound(toy, tmp_path, worker
 
 def test_in_process_batches_are_made_when_the_loop_asks_by_default(toy, tmp_path):
     log = str(tmp_path / "decoded")
-    loader = datapipe.Loader(toy, batch_size=1, num_workers=0, decode={"bin": functools.partial(record, log)})
+    loader = datapipe.Loader(
+        toy, batch_size=1, num_workers=0, decode={"bin": functools.partial(record, log)}
+    )
     assert loader.prefetch_depth() == 0
     assert datapipe.Loader(toy, batch_size=1, num_workers=2).prefetch_depth() == 4
     batches = iter(loader)

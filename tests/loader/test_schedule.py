@@ -20,7 +20,9 @@ def all_pairs(order: EpochOrder) -> list[tuple[int, int]]:
 
 
 @given(shard_sizes, st.integers(0, 2**31), st.integers(0, 5), st.booleans(), st.integers(1, 6))
-def test_epoch_order_is_a_deterministic_permutation_of_every_sample(sizes, seed, epoch, shuffle, block):
+def test_epoch_order_is_a_deterministic_permutation_of_every_sample(
+    sizes, seed, epoch, shuffle, block
+):
     order = EpochOrder(np.array(sizes), seed, epoch, shuffle, block)
     pairs = all_pairs(order)
     expected = [(s, i) for s, n in enumerate(sizes) for i in range(n)]
@@ -61,7 +63,9 @@ def test_every_rank_gets_equal_batches_covering_the_epoch_once(sizes, world, bat
 @given(st.integers(0, 200), st.integers(0, 4))
 def test_workers_are_dealt_batches_round_robin(n, workers):
     per_worker = [list(worker_steps(n, w, workers)) for w in range(max(workers, 1))]
-    interleaved = [s for round_ in range(n) for w in per_worker if round_ < len(w) for s in [w[round_]]]
+    interleaved = [
+        s for round_ in range(n) for w in per_worker if round_ < len(w) for s in [w[round_]]
+    ]
     assert interleaved == list(range(n))
 
 
@@ -75,7 +79,9 @@ def test_workers_are_dealt_batches_round_robin(n, workers):
     st.sampled_from([True, "pad"]),
     st.integers(0, 4),
 )
-def test_resumption_is_exact_and_elastic(sizes, world, batch, done, new_world, new_batch, drop_last, workers):
+def test_resumption_is_exact_and_elastic(
+    sizes, world, batch, done, new_world, new_batch, drop_last, workers
+):
     total = sum(sizes)
     plan = BatchPlan(total, batch, world, drop_last)
     done = min(done, plan.num_batches())
@@ -84,7 +90,9 @@ def test_resumption_is_exact_and_elastic(sizes, world, batch, done, new_world, n
     # number of workers
     resumed = BatchPlan(total, batch, world, drop_last, start=position)
     assert resumed.num_batches() == plan.num_batches() - done
-    dealt = sorted(s for w in range(max(workers, 1)) for s in worker_steps(resumed.num_batches(), w, workers))
+    dealt = sorted(
+        s for w in range(max(workers, 1)) for s in worker_steps(resumed.num_batches(), w, workers)
+    )
     assert dealt == list(range(resumed.num_batches()))
     for rank in range(world):
         for step in dealt:
@@ -93,7 +101,12 @@ def test_resumption_is_exact_and_elastic(sizes, world, batch, done, new_world, n
     # as pad)
     elastic = BatchPlan(total, new_batch, new_world, drop_last, start=position)
     # in global order (step by step, rank by rank)
-    rest = [p for s in range(elastic.num_batches()) for r in range(new_world) for p in elastic.positions(r, s)]
+    rest = [
+        p
+        for s in range(elastic.num_batches())
+        for r in range(new_world)
+        for p in elastic.positions(r, s)
+    ]
     assert len(rest) == elastic.num_batches() * new_world * new_batch
     if drop_last is True:
         assert rest == list(range(position, position + len(rest)))
@@ -107,8 +120,7 @@ def test_resumption_is_exact_and_elastic(sizes, world, batch, done, new_world, n
 
 def mixing(order: EpochOrder, shard_size: int) -> tuple[float, float, float]:
     """(|rank correlation| of output and storage position, fraction of neighbouring outputs from one
-    shard,
-    mean rank correlation of output position and index within the shard, per shard) for equal
+    shard, mean rank correlation of output position and index within the shard, per shard) for equal
     shards."""
     shards, local = order.locate(np.arange(order.total))
     source = order.shard_starts[shards] + local
@@ -124,7 +136,8 @@ def mixing(order: EpochOrder, shard_size: int) -> tuple[float, float, float]:
 
 def shuffle_quality() -> tuple[float, float, float]:
     runs = [
-        mixing(EpochOrder(np.full(2000, 20), seed=seed, epoch=0, shuffle=True, block_shards=4), 20) for seed in range(5)
+        mixing(EpochOrder(np.full(2000, 20), seed=seed, epoch=0, shuffle=True, block_shards=4), 20)
+        for seed in range(5)
     ]
     return tuple(float(np.mean(m)) for m in zip(*runs, strict=True))
 
@@ -138,7 +151,9 @@ def test_shuffle_quality_mixes_globally_and_within_blocks():
     assert abs(within) < 0.05
     # and the next epoch is another order
     sizes = np.full(2000, 20)
-    shards = EpochOrder(sizes, seed=3, epoch=0, shuffle=True, block_shards=4).locate(np.arange(1000))[0]
+    shards = EpochOrder(sizes, seed=3, epoch=0, shuffle=True, block_shards=4).locate(
+        np.arange(1000)
+    )[0]
     other = EpochOrder(sizes, seed=3, epoch=1, shuffle=True, block_shards=4)
     assert not (other.locate(np.arange(1000))[0] == shards).all()
 
@@ -146,6 +161,8 @@ def test_shuffle_quality_mixes_globally_and_within_blocks():
 def test_shuffle_quality_metrics_catch_a_block_read_without_its_sample_shuffle(monkeypatch):
     # shards still permuted, but each block read shard after shard: the global correlation stays
     # near 0, which is why the local metrics above are needed
-    monkeypatch.setattr("datapipe.loader.schedule.block_permutation", lambda seed, epoch, block, n: np.arange(n))
+    monkeypatch.setattr(
+        "datapipe.loader.schedule.block_permutation", lambda seed, epoch, block, n: np.arange(n)
+    )
     rho, same_shard, within = shuffle_quality()
     assert rho < 0.05 and same_shard > 0.9 and within > 0.99

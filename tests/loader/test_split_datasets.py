@@ -1,6 +1,5 @@
 """Reading one split of a version: open_dataset(split=), Loader(split=), ShardDataset(split=), their
-state and
-errors, on a real build with splits."""
+state and errors, on a real build with splits."""
 
 import shutil
 import textwrap
@@ -30,9 +29,15 @@ def split_store(tmp_path_factory, dask_client) -> Path:
     change it."""
     root = tmp_path_factory.mktemp("splits")
     (root / "raw").mkdir()
-    (root / "raw/rows.csv").write_text("id,label\n" + "".join(f"r{i:04d},{i % 10}\n" for i in range(400)))
+    (root / "raw/rows.csv").write_text(
+        "id,label\n" + "".join(f"r{i:04d},{i % 10}\n" for i in range(400))
+    )
     (root / "pipeline.yaml").write_text(textwrap.dedent(PIPELINE))
-    build(load_pipeline(root / "pipeline.yaml"), Store(str(root / "store")), execution=Execution(client=dask_client))
+    build(
+        load_pipeline(root / "pipeline.yaml"),
+        Store(str(root / "store")),
+        execution=Execution(client=dask_client),
+    )
     return root / "store"
 
 
@@ -42,7 +47,10 @@ def keys_of(loader) -> list[str]:
 
 def test_a_split_dataset_has_only_its_shards_in_its_own_numbering(split_store):
     whole = datapipe.open_dataset(f"{split_store}/rows")
-    parts = {s: datapipe.open_dataset(f"{split_store}/rows@latest", split=s) for s in ("train", "val", "test")}
+    parts = {
+        s: datapipe.open_dataset(f"{split_store}/rows@latest", split=s)
+        for s in ("train", "val", "test")
+    }
     assert whole.split is None and len(whole) == 400
     assert sum(len(d) for d in parts.values()) == 400
     val = parts["val"]
@@ -68,7 +76,9 @@ def test_a_val_loader_reads_only_val_shards(split_store, tmp_path):
     # the training shards are gone: a val loader never opens one
     for shard in copy.glob("rows/versions/*/train-*"):
         shard.unlink()
-    val = datapipe.Loader(f"{copy}/rows", split="val", batch_size=16, num_workers=0, shuffle=False, drop_last="pad")
+    val = datapipe.Loader(
+        f"{copy}/rows", split="val", batch_size=16, num_workers=0, shuffle=False, drop_last="pad"
+    )
     expected = datapipe.open_dataset(f"{split_store}/rows", split="val")
     got = keys_of(val)
     assert got[: len(expected)] == [expected[i]["__key__"] for i in range(len(expected))]
@@ -89,7 +99,9 @@ def test_the_loader_state_names_its_split_and_refuses_another(split_store):
     assert keys_of(resumed) == [k for batch in it for k in batch["__key__"]]
     for other in ("val", None):
         with pytest.raises(
-            ConfigError, match=f"the state is for split 'train' of the dataset, this loader reads split {other!r}"
+            ConfigError,
+            match="the state is for split 'train' of the dataset, this loader reads "
+            f"split {other!r}",
         ):
             datapipe.Loader(url, split=other, batch_size=8, num_workers=0).load_state_dict(state)
 
@@ -98,9 +110,14 @@ def test_the_torch_dataset_takes_a_split(split_store):
     pytest.importorskip("torch")
     from datapipe.loader.torch import ShardDataset
 
-    ds = ShardDataset(f"{split_store}/rows", batch_size=10, split="test", shuffle=False, drop_last="pad")
+    ds = ShardDataset(
+        f"{split_store}/rows", batch_size=10, split="test", shuffle=False, drop_last="pad"
+    )
     test = datapipe.open_dataset(f"{split_store}/rows", split="test")
-    got, expected = [k for batch in ds for k in batch["__key__"]], [test[i]["__key__"] for i in range(len(test))]
+    got, expected = (
+        [k for batch in ds for k in batch["__key__"]],
+        [test[i]["__key__"] for i in range(len(test))],
+    )
     # (the last batch padded with repeats)
     assert got[: len(test)] == expected and set(got) == set(expected)
 

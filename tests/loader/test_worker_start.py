@@ -7,9 +7,8 @@ import sys
 
 def test_remote_datasets_workers_fork_from_a_server_that_preloaded_torch():
     """The forkserver (a process-wide server, so this runs in a fresh interpreter) imports torch and
-    the
-    DataLoader wiring before it forks a worker; a module the user asked it to preload stays on its
-    list."""
+    the DataLoader wiring before it forks a worker; a module the user asked it to preload stays on
+    its list."""
     code = (
         "from multiprocessing import forkserver\n"
         "forkserver.set_forkserver_preload(['__main__', 'json'])\n"

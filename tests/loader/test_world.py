@@ -17,7 +17,8 @@ def test_arguments_then_detector_then_environment_then_a_world_of_one():
 
 
 @pytest.mark.parametrize(
-    "rank, world_size, env", [(1, None, {}), (None, None, {"RANK": "a", "WORLD_SIZE": "2"}), (3, 3, {})]
+    "rank, world_size, env",
+    [(1, None, {}), (None, None, {"RANK": "a", "WORLD_SIZE": "2"}), (3, 3, {})],
 )
 def test_a_world_that_cannot_be_is_a_config_error(rank, world_size, env):
     with pytest.raises(ConfigError):

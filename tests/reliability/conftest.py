@@ -7,7 +7,9 @@ import pytest
 from helpers.cli import datapipe_installed
 
 
-def datapipe_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def datapipe_cli(
+    *args: str, cwd: Path, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """The installed command, which must not print a traceback."""
     out = datapipe_installed(*args, cwd=cwd, env=env, timeout=timeout)
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
@@ -27,7 +29,11 @@ def digits_project(tmp_path, copy_digits) -> Path:
 def leftovers(store: Path) -> list[str]:
     """Partial versions, version directories without a manifest and temporary files anywhere in a
     store."""
-    found = {str(p.relative_to(store)) for p in store.rglob("*") if p.name.startswith(".partial-") or ".tmp" in p.name}
+    found = {
+        str(p.relative_to(store))
+        for p in store.rglob("*")
+        if p.name.startswith(".partial-") or ".tmp" in p.name
+    }
     found |= {
         str(p.relative_to(store))
         for p in store.glob("*/versions/*")

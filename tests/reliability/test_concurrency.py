@@ -1,7 +1,6 @@
 """Two `datapipe build` processes into one store at once, of different pipelines and of the same
-one: both finish
-(or one fails cleanly), every ref names a version that verifies, and nothing one wrote is lost to
-the other."""
+one: both finish (or one fails cleanly), every ref names a version that verifies, and nothing one
+wrote is lost to the other."""
 
 import json
 import subprocess
@@ -32,12 +31,16 @@ def build_together(project, store, pipelines):
 
 
 @pytest.mark.parametrize(
-    "pipelines", [("digits.yaml", "digits_tfrecord.yaml"), ("digits.yaml", "digits.yaml")], ids=["different", "same"]
+    "pipelines",
+    [("digits.yaml", "digits_tfrecord.yaml"), ("digits.yaml", "digits.yaml")],
+    ids=["different", "same"],
 )
 def test_concurrent_builds_into_one_store(digits_project, tmp_path, pipelines):
     store = tmp_path / "store"
     results = build_together(digits_project, store, pipelines)
-    ok = [json.loads(out.strip().splitlines()[-1]) for proc, out, _ in results if proc.returncode == 0]
+    ok = [
+        json.loads(out.strip().splitlines()[-1]) for proc, out, _ in results if proc.returncode == 0
+    ]
     for proc, _, err in results:
         assert proc.returncode == 0 or ("error:" in err and "Traceback" not in err)
     assert ok, "at least one build finishes"

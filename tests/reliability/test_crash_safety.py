@@ -1,7 +1,6 @@
 """kill -9 `datapipe build` in every phase of the commit protocol, and kill Dask workers under it:
-every ref
-still names a complete version that verifies, no partial version is listed, a rerun gives the same
-version id, and gc removes every leftover.
+every ref still names a complete version that verifies, no partial version is listed, a rerun gives
+the same version id, and gc removes every leftover.
 
 Random kill moments alone miss the commit: on a small build the partial version appears at ~75% of
 the wall time and the shards, the manifest and the ref are written in well under a second. So most
@@ -152,13 +151,21 @@ class Timeline:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, copy_digits):
     """The digits project, the version id of an undisturbed build and that build's timeline (it is
-    watched the
-    same way the kills are triggered)."""
-    project = copy_digits(tmp_path_factory.mktemp("digits"), "digits.yaml", "digits_tfrecord.yaml", "digits_code.py")
+    watched the same way the kills are triggered)."""
+    project = copy_digits(
+        tmp_path_factory.mktemp("digits"), "digits.yaml", "digits_tfrecord.yaml", "digits_code.py"
+    )
     store = project / "reference-store"
     start = time.monotonic()
     proc = datapipe_process(
-        "build", "digits.yaml", "--out", str(store), "--json", cwd=project, stdout=subprocess.PIPE, text=True
+        "build",
+        "digits.yaml",
+        "--out",
+        str(store),
+        "--json",
+        cwd=project,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     seen: dict[str, float] = {}
     shards = 0
@@ -199,7 +206,9 @@ TRIGGERS = [
 ]
 
 
-def kill_when(proc, store: Path, trigger: str, timeline: Timeline, rng: random.Random, n: int) -> None:
+def kill_when(
+    proc, store: Path, trigger: str, timeline: Timeline, rng: random.Random, n: int
+) -> None:
     """Poll the store every millisecond and SIGKILL the build when ``trigger`` holds (or it has
     ended).
 
@@ -256,7 +265,13 @@ def consistent(project, store, reference_version) -> list[str]:
 
 def rerun(project, store, version, scheduler: str) -> None:
     out = datapipe_in_process(
-        "build", "digits.yaml", "--out", str(store), *on_session_cluster(scheduler), "--json", cwd=project
+        "build",
+        "digits.yaml",
+        "--out",
+        str(store),
+        *on_session_cluster(scheduler),
+        "--json",
+        cwd=project,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert last_json(out)["version"] == version
@@ -270,7 +285,11 @@ def gc(project, store) -> list[str]:
         assert out.returncode == 3 and "no dataset 'digits'" in out.stderr, out.stderr
         return []
     assert out.returncode == 0, out.stderr
-    return [line.removeprefix("removed ") for line in out.stdout.splitlines() if line.startswith("removed ")]
+    return [
+        line.removeprefix("removed ")
+        for line in out.stdout.splitlines()
+        if line.startswith("removed ")
+    ]
 
 
 @pytest.mark.slow
@@ -302,10 +321,16 @@ def test_kill_9_in_every_phase_leaves_only_complete_versions(reference, tmp_path
         if left:
             assert removed, f"{phase}: gc removed nothing, though {left} were left"
         for path in left:  # each leftover went, itself or with the directory holding it...
-            gone = any(str(store / path) == r or str(store / path).startswith(r + "/") for r in removed)
+            gone = any(
+                str(store / path) == r or str(store / path).startswith(r + "/") for r in removed
+            )
             # ...or it was the version directory the killed build had begun and the rerun completed
             # (verified below)
-            completed = i % 2 and path == f"digits/versions/{version}" and (store / path / "manifest.json").exists()
+            completed = (
+                i % 2
+                and path == f"digits/versions/{version}"
+                and (store / path / "manifest.json").exists()
+            )
             assert gone or completed, (phase, path, removed)
         if not i % 2:
             rerun(project, store, version, scheduler)
@@ -329,7 +354,8 @@ def test_kill_9_in_every_phase_leaves_only_complete_versions(reference, tmp_path
     landed_phases = {row[2] for row in report}
     if moments >= 5:  # the sweep reached the commit, not only the passes before it
         assert any(
-            p.startswith("partial version with") and p != "partial version with 0 shards" for p in landed_phases
+            p.startswith("partial version with") and p != "partial version with 0 shards"
+            for p in landed_phases
         ), landed_phases
 
 
@@ -350,8 +376,8 @@ def pixels_then_die(frame):
 @pytest.mark.parametrize("always", [False, True])
 def test_a_dask_worker_killed_mid_build(reference, tmp_path, always):
     """A store that already holds a version: a build whose worker dies either fails clearly and
-    moves no ref,
-    or recovers and moves the ref to a complete version; the old version stays intact either way."""
+    moves no ref, or recovers and moves the ref to a complete version; the old version stays intact
+    either way."""
     project, version, _ = reference
     work = tmp_path / "project"
     shutil.copytree(project, work, ignore=shutil.ignore_patterns("*store*", "__pycache__"))
@@ -361,18 +387,25 @@ def test_a_dask_worker_killed_mid_build(reference, tmp_path, always):
     # a module name of its own per case: this process keeps the first module of a name it imported
     killer = f"killer_{'always' if always else 'once'}"
     (work / f"{killer}.py").write_text(KILLER.format(marker="killed-once", always=always))
-    pipeline = (work / "digits.yaml").read_text().replace("digits_code:pixels_to_png", f"{killer}:pixels_then_die")
+    pipeline = (
+        (work / "digits.yaml")
+        .read_text()
+        .replace("digits_code:pixels_to_png", f"{killer}:pixels_then_die")
+    )
     (work / "digits.yaml").write_text(pipeline)
     # in process, on an embedded cluster of its own (its workers are the ones that die, not the
     # session's)
-    out = datapipe_in_process("build", "digits.yaml", "--out", str(store), "--workers", "2", "--json", cwd=work)
+    out = datapipe_in_process(
+        "build", "digits.yaml", "--out", str(store), "--workers", "2", "--json", cwd=work
+    )
     latest = (store / "digits" / "refs" / "latest").read_text().strip()
     if always:  # every try dies: a clear failure, and no ref moves
         assert out.returncode == 8 and "a Dask worker died" in out.stderr
         assert latest == version
-        assert [r["version"] for r in json.loads(datapipe_in_process("ls", str(store), "--json", cwd=work).stdout)] == [
-            version
-        ]
+        assert [
+            r["version"]
+            for r in json.loads(datapipe_in_process("ls", str(store), "--json", cwd=work).stdout)
+        ] == [version]
     # Dask reruns the lost task on a fresh worker: the build recovers and the ref moves to its
     # version
     else:
@@ -394,7 +427,9 @@ shards: {max_bytes: 20KB}
 
 
 def write_rows(project: Path, n: int, rows: int = 150) -> None:
-    lines = ["id,label,text"] + [f"f{n:03d}r{i:04d},{i % 10},{'x' * (40 + (n * 7 + i) % 90)}" for i in range(rows)]
+    lines = ["id,label,text"] + [
+        f"f{n:03d}r{i:04d},{i % 10},{'x' * (40 + (n * 7 + i) % 90)}" for i in range(rows)
+    ]
     (project / "raw").mkdir(parents=True, exist_ok=True)
     (project / "raw" / f"f{n:03d}.csv").write_text("\n".join(lines) + "\n")
 
@@ -402,19 +437,22 @@ def write_rows(project: Path, n: int, rows: int = 150) -> None:
 @pytest.mark.slow
 def test_kill_9_in_an_incremental_build_keeps_the_parent_whole(tmp_path):
     """A rebuild hard-links the parent's shards into its partial version: killed at any point, the
-    parent still
-    verifies, no listed version is partial, gc removes only the leftovers (the parent's files keep
-    one link), and a rerun gives the version a build from scratch gives."""
+    parent still verifies, no listed version is partial, gc removes only the leftovers (the parent's
+    files keep one link), and a rerun gives the version a build from scratch gives."""
     project = tmp_path / "project"
     project.mkdir()
     (project / "rows.yaml").write_text(ROWS)
     for n in range(0, 40, 2):
         write_rows(project, n)
     base = tmp_path / "base"
-    assert datapipe_in_process("build", "rows.yaml", "--out", str(base), cwd=project).returncode == 0
+    assert (
+        datapipe_in_process("build", "rows.yaml", "--out", str(base), cwd=project).returncode == 0
+    )
     parent = (base / "digits" / "refs" / "latest").read_text().strip()
     write_rows(project, 19)  # one file in the middle of the source order
-    fresh = datapipe_in_process("build", "rows.yaml", "--out", str(tmp_path / "fresh"), "--json", cwd=project)
+    fresh = datapipe_in_process(
+        "build", "rows.yaml", "--out", str(tmp_path / "fresh"), "--json", cwd=project
+    )
     expected = last_json(fresh)["version"]
     rng = random.Random(3)
     phases = []
@@ -451,7 +489,9 @@ def test_kill_9_in_an_incremental_build_keeps_the_parent_whole(tmp_path):
             else "before the partial"
         )
         assert latest in (parent, expected)
-        listed = [r["version"] for r in json.loads(datapipe_in_process("ls", str(store), "--json").stdout)]
+        listed = [
+            r["version"] for r in json.loads(datapipe_in_process("ls", str(store), "--json").stdout)
+        ]
         assert parent in listed and set(listed) <= {parent, expected}
         for version in listed:
             out = datapipe_in_process("verify", f"{store}/digits@{version}")

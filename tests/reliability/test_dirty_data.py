@@ -1,6 +1,5 @@
 """Dirty raw data through `datapipe build`: each case ends in quarantined rows with reasons (and
-counts that add
-up) or in a clear error naming the file; never a silent loss, never a traceback.
+counts that add up) or in a clear error naming the file; never a silent loss, never a traceback.
 
 The builds run the command in process, as `datapipe build` runs a source this small: on threads, no
 cluster.
@@ -39,18 +38,23 @@ def build(
     own_cluster: bool = False,
 ):
     """`datapipe build --json` of the dirty pipeline, in process: on threads, on ``scheduler``, or
-    with an embedded
-    cluster of its own."""
+    with an embedded cluster of its own."""
     for name, data in files.items():
         (tmp_path / "raw").mkdir(exist_ok=True)
         (tmp_path / "raw" / name).write_bytes(data)
     (tmp_path / "p.yaml").write_text(PIPELINE.format(path=path, fmt=fmt, options=options))
-    where = ("--workers", "1") if own_cluster else on_session_cluster(scheduler) if scheduler else ()
-    return datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), *where, "--json", cwd=tmp_path)
+    where = (
+        ("--workers", "1") if own_cluster else on_session_cluster(scheduler) if scheduler else ()
+    )
+    return datapipe_in_process(
+        "build", "p.yaml", "--out", str(tmp_path / "store"), *where, "--json", cwd=tmp_path
+    )
 
 
 def quarantine(tmp_path, summary) -> pd.DataFrame:
-    return pd.read_parquet(tmp_path / "store" / "dirty" / "versions" / summary["version"] / "rejected.parquet")
+    return pd.read_parquet(
+        tmp_path / "store" / "dirty" / "versions" / summary["version"] / "rejected.parquet"
+    )
 
 
 def accounted(summary) -> None:
@@ -60,11 +64,17 @@ def accounted(summary) -> None:
 
 
 CASES = {
-    "wrong column counts": (b"id,n\na,1\nb,2,3\nc\nd,4\n", {"expected 2 fields, saw 3", "expected 2 fields, saw 1"}),
+    "wrong column counts": (
+        b"id,n\na,1\nb,2,3\nc\nd,4\n",
+        {"expected 2 fields, saw 3", "expected 2 fields, saw 1"},
+    ),
     "broken quoting": (b'id,n\na,1\nb,"2\nc,3\nd,4\n', {"a quote that is never closed"}),
     "invalid UTF-8": (b"id,n\na,1\nb\xff\xfe,2\nc,3\n", {"invalid utf-8 bytes"}),
     "values of the wrong type": (b"id,n\na,1\nb,two\nc,3\n", {"is not int64"}),
-    "missing and duplicate keys": (b"id,n\na,1\n,2\na,3\nc,4\n", {"has no value", "duplicate sample key"}),
+    "missing and duplicate keys": (
+        b"id,n\na,1\n,2\na,3\nc,4\n",
+        {"has no value", "duplicate sample key"},
+    ),
 }
 
 
@@ -118,14 +128,18 @@ def test_a_single_100_mb_field_is_one_sample(tmp_path, scheduler):
 
 def test_bad_json_lines_are_quarantined(tmp_path):
     out = build(
-        tmp_path, {"d.jsonl": b'{"id": "a", "n": 1}\n{"id": "b", "n": \n[1, 2]\n{"id": "c", "n": 3}\n'}, fmt="jsonl"
+        tmp_path,
+        {"d.jsonl": b'{"id": "a", "n": 1}\n{"id": "b", "n": \n[1, 2]\n{"id": "c", "n": 3}\n'},
+        fmt="jsonl",
     )
     assert out.returncode == 0, out.stderr
     summary = last_json(out)
     accounted(summary)
     reasons = list(quarantine(tmp_path, summary).reason)
     assert len(reasons) == 2
-    assert any("not valid JSON" in r for r in reasons) and any("expected a JSON object" in r for r in reasons)
+    assert any("not valid JSON" in r for r in reasons) and any(
+        "expected a JSON object" in r for r in reasons
+    )
 
 
 NAN_PIPELINE = """\
@@ -165,7 +179,9 @@ def test_nan_values_are_quarantined_with_their_reason(tmp_path, case, data, key,
     (tmp_path / "raw" / "d.csv").write_bytes(data)
     fmt = "tfrecord" if case == "NaN in a float key" else "webdataset"
     (tmp_path / "p.yaml").write_text(NAN_PIPELINE.format(key=key, options=options, fmt=fmt))
-    out = datapipe_in_process("build", "p.yaml", "--out", str(tmp_path / "store"), "--json", cwd=tmp_path)
+    out = datapipe_in_process(
+        "build", "p.yaml", "--out", str(tmp_path / "store"), "--json", cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     summary = last_json(out)
     accounted(summary)
@@ -177,8 +193,14 @@ def test_nan_values_are_quarantined_with_their_reason(tmp_path, case, data, key,
     url = f"{tmp_path}/store/dirty"
     import datapipe
 
-    keys = [k for b in datapipe.Loader(url, batch_size=1, num_workers=0, shuffle=False) for k in b["__key__"]]
-    assert len(keys) == summary["samples"] and not any(k.lower() in ("nan", "", "none", "<na>") for k in keys)
+    keys = [
+        k
+        for b in datapipe.Loader(url, batch_size=1, num_workers=0, shuffle=False)
+        for k in b["__key__"]
+    ]
+    assert len(keys) == summary["samples"] and not any(
+        k.lower() in ("nan", "", "none", "<na>") for k in keys
+    )
 
 
 def test_a_directory_where_a_source_file_is_expected_is_named(tmp_path):
@@ -186,7 +208,9 @@ def test_a_directory_where_a_source_file_is_expected_is_named(tmp_path):
     # source file cannot be read either way (the chmod case is below, for non-root runs).
     (tmp_path / "raw" / "b.csv").mkdir(parents=True)
     out = build(tmp_path, {"a.csv": b"id,n\na,1\n"}, path="raw/b.csv")
-    assert out.returncode == 3 and "raw/b.csv" in out.stderr and out.stderr.startswith("error: "), out.stderr
+    assert out.returncode == 3 and "raw/b.csv" in out.stderr and out.stderr.startswith("error: "), (
+        out.stderr
+    )
 
 
 def test_a_directory_among_matched_source_files_is_named(tmp_path):
@@ -200,7 +224,9 @@ def test_a_directory_among_matched_source_files_is_named(tmp_path):
         assert "raw/b.csv" in out.stderr and out.stderr.startswith("error: "), out.stderr
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode; the directory case covers it")
+@pytest.mark.skipif(
+    os.geteuid() == 0, reason="root reads files whatever their mode; the directory case covers it"
+)
 def test_an_unreadable_source_file_is_named_chmod(tmp_path):
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "a.csv").write_bytes(b"id,n\na,1\n")

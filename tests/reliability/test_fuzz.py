@@ -1,7 +1,6 @@
 """Fuzzing the readers and the index parser with hypothesis: mutated shards and indexes give
-ShardCorruptError (or a
-clean read), never another exception and never a hang. CI runs a few thousand inputs; README.md here
-says how to run a long campaign."""
+ShardCorruptError (or a clean read), never another exception and never a hang. CI runs a few
+thousand inputs; README.md here says how to run a long campaign."""
 
 import os
 
@@ -27,7 +26,11 @@ def valid(fmt: str, tmp_path_factory) -> tuple[bytes, bytes]:
 
 
 mutations = st.lists(
-    st.tuples(st.sampled_from(["flip", "cut", "insert", "set"]), st.integers(0, 10**6), st.integers(0, 255)),
+    st.tuples(
+        st.sampled_from(["flip", "cut", "insert", "set"]),
+        st.integers(0, 10**6),
+        st.integers(0, 255),
+    ),
     min_size=1,
     max_size=4,
 )

@@ -1,7 +1,6 @@
 """Corrupt and hostile shards met by the loader, `datapipe inspect` and `datapipe verify`:
-ShardCorruptError (or the
-documented skip) naming the shard; no hang, no write outside the cache, no allocation larger than
-the file."""
+ShardCorruptError (or the documented skip) naming the shard; no hang, no write outside the cache, no
+allocation larger than the file."""
 
 import os
 import tracemalloc
@@ -45,8 +44,7 @@ HOW = ["flip header", "flip payload", "truncate", "empty", "length beyond file"]
 
 def command(how):
     """The installed command for one kind of damage; the same command in process for the others (an
-    interpreter
-    start each)."""
+    interpreter start each)."""
     return datapipe_cli if how == "truncate" else datapipe_in_process
 
 

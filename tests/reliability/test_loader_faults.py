@@ -1,6 +1,5 @@
 """A DataLoader worker killed mid-epoch: a clear error in the training process, and a restart from
-the last
-state_dict finishes the epoch with every sample exactly once."""
+the last state_dict finishes the epoch with every sample exactly once."""
 
 import os
 import signal
@@ -16,9 +15,8 @@ MARKER = Path(os.environ.get("TMPDIR", "/tmp")) / f"datapipe-kill-worker-{os.get
 
 def die_when_asked(payload: bytes) -> int:
     """A decoder that kills its DataLoader worker once the test drops the marker file: the worker
-    that removes
-    the marker dies (removal is the atomic claim: with exists-then-unlink both workers could see it
-    and die)."""
+    that removes the marker dies (removal is the atomic claim: with exists-then-unlink both workers
+    could see it and die)."""
     try:
         MARKER.unlink()
     except FileNotFoundError:
@@ -30,10 +28,13 @@ def die_when_asked(payload: bytes) -> int:
 def test_killed_worker_is_reported_and_the_epoch_resumes_exactly_once(tmp_path):
     url = make_dataset(tmp_path / "store")
     total = sum(SIZES)
-    loader = datapipe.Loader(url, batch_size=4, num_workers=2, prefetch=1, seed=4, decode={"cls": die_when_asked})
+    loader = datapipe.Loader(
+        url, batch_size=4, num_workers=2, prefetch=1, seed=4, decode={"cls": die_when_asked}
+    )
     seen, state = [], None
     with pytest.raises(
-        RuntimeError, match=r"DataLoader worker \(pid\(s\) \d+\) exited unexpectedly|killed by " r"signal"
+        RuntimeError,
+        match=r"DataLoader worker \(pid\(s\) \d+\) exited unexpectedly|killed by " r"signal",
     ):
         for i, batch in enumerate(loader):
             seen.extend(batch["__key__"])

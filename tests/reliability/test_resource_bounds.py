@@ -1,8 +1,7 @@
 """Resource bounds: the loader's memory does not grow with the number of shards it iterates, and a
-build of an
-input larger than the memory given to its Dask workers completes (streaming the partitions,
-spilling) with every row accounted for. The measured figures are printed (run with -s) for
-tests/reliability/README.md."""
+build of an input larger than the memory given to its Dask workers completes (streaming the
+partitions, spilling) with every row accounted for. The measured figures are printed (run with -s)
+for tests/reliability/README.md."""
 
 import json
 import subprocess
@@ -31,12 +30,21 @@ def make_shards(root, shards: int, name: str) -> str:
     entries = []
     for s in range(shards):
         samples = (
-            {"__key__": f"s{s:05d}-{i:05d}", "cls": str(i % 10).encode(), "bin": blobs[(s + i) % 16]}
+            {
+                "__key__": f"s{s:05d}-{i:05d}",
+                "cls": str(i % 10).encode(),
+                "bin": blobs[(s + i) % 16],
+            }
             for i in range(SAMPLES_PER_SHARD)
         )
         entries.append(writer.write_shard(s, samples, fmt))
     writer.commit(
-        Manifest(name=name, shard_format="webdataset", fields={"bin": "bytes", "cls": "int"}, shards=tuple(entries))
+        Manifest(
+            name=name,
+            shard_format="webdataset",
+            fields={"bin": "bytes", "cls": "int"},
+            shards=tuple(entries),
+        )
     )
     return f"{root}/{name}"
 
@@ -81,7 +89,10 @@ READER = textwrap.dedent("""
 def read_in_subprocess(workers: int, *urls: str) -> list[dict]:
     """The figures of reading each of ``urls`` in turn, in one new process."""
     out = subprocess.run(
-        [sys.executable, "-c", READER, str(workers), *urls], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", READER, str(workers), *urls],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return [json.loads(line) for line in out.stdout.strip().splitlines()[-len(urls) :]]
@@ -96,9 +107,12 @@ def test_loader_memory_does_not_grow_with_10x_more_shards(tmp_path_factory, work
     few, many = read_in_subprocess(workers, f"{root}/few", f"{root}/many")
     data_mb = 10 * FEW_SHARDS * SAMPLES_PER_SHARD * SAMPLE_BYTES / 2**20
     print(
-        f"\nloader, {workers} workers: {FEW_SHARDS} shards {few} | {10 * FEW_SHARDS} shards ({data_mb:.0f} MB) {many}"
+        f"\nloader, {workers} workers: {FEW_SHARDS} shards {few} | "
+        f"{10 * FEW_SHARDS} shards ({data_mb:.0f} MB) {many}"
     )
-    assert few["samples"] == FEW_SHARDS * SAMPLES_PER_SHARD and many["samples"] == 10 * few["samples"]
+    assert (
+        few["samples"] == FEW_SHARDS * SAMPLES_PER_SHARD and many["samples"] == 10 * few["samples"]
+    )
     # 9x more bytes went through: memory that grew with them (kept pages, per-shard buffers) would
     # show as hundreds of MB. Allowed: the indexes of 10x as many samples and allocator noise.
     for figure in ("anon_peak_mb", "hwm_mb", "children_hwm_mb"):
@@ -119,7 +133,8 @@ BUILDER = textwrap.dedent("""
                 Client(cluster) as client:
             limits = [w["memory_limit"] for w in client.scheduler_info()["workers"].values()]
             # keep_encoded: the build decides
-            result = build(load_pipeline(pipeline), Store(store), execution=Execution(client=client))
+            execution = Execution(client=client)
+            result = build(load_pipeline(pipeline), Store(store), execution=execution)
         print(json.dumps({"limits": limits, **result.summary()}))
 """)
 
@@ -147,12 +162,14 @@ def test_a_build_larger_than_the_workers_memory_completes(tmp_path):
             out.write("id,label,text\n")
             base = f * ROWS_PER_FILE
             out.writelines(
-                f"r{base + i:09d},{(base + i) % 10},{texts[(base + i) % 97]}\n" for i in range(ROWS_PER_FILE)
+                f"r{base + i:09d},{(base + i) % 10},{texts[(base + i) % 97]}\n"
+                for i in range(ROWS_PER_FILE)
             )
     input_bytes = sum(p.stat().st_size for p in raw.iterdir())
     assert input_bytes > WORKERS * WORKER_LIMIT
     (tmp_path / "big.yaml").write_text(
-        "name: big\nsource: {path: raw/*.csv, format: csv}\nsample: {key: id, fields: {txt: text, cls: label}}\n"
+        "name: big\nsource: {path: raw/*.csv, format: csv}\nsample: {key: id, "
+        "fields: {txt: text, cls: label}}\n"
     )
     script = tmp_path / "build_big.py"
     script.write_text(BUILDER)
@@ -175,6 +192,9 @@ def test_a_build_larger_than_the_workers_memory_completes(tmp_path):
         pytest.fail("the build did not finish within 4 minutes (it takes ~35 s)")
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"\nbuild of {input_bytes / 2**20:.0f} MB on workers of {summary['limits']} bytes: {summary['seconds']}")
+    print(
+        f"\nbuild of {input_bytes / 2**20:.0f} MB on workers of "
+        f"{summary['limits']} bytes: {summary['seconds']}"
+    )
     assert summary["samples"] == FILES * ROWS_PER_FILE and summary["rejected"] == 0
     assert all(s["in"] == s["out"] + s["dropped"] + s["rejected"] for s in summary["stages"])

@@ -1,6 +1,5 @@
 """Truncation at every header boundary, hostile tar members met by the loader, `datapipe inspect`
-and `datapipe
-verify`, and a TFRecord length field larger than the file.
+and `datapipe verify`, and a TFRecord length field larger than the file.
 
 Truncated: a tar shard cut at each 512-byte header start and end, each payload end and each padded
 member end; a TFRecord shard cut at each length, length-CRC, payload and payload-CRC boundary. A
@@ -147,8 +146,8 @@ HOSTILE = {
 @pytest.fixture
 def hostile_dataset(tmp_path):
     """A committed version whose one shard holds two good samples around every kind of hostile
-    member; its index
-    and manifest are consistent with the bytes (an attacker who can write the store can do this)."""
+    member; its index and manifest are consistent with the bytes (an attacker who can write the
+    store can do this)."""
     entries = [member("good0.cls", data=b"1"), *HOSTILE.values(), member("good1.cls", data=b"2")]
     store = Store(str(tmp_path / "store"))
     writer = store.begin("hostile")
@@ -186,7 +185,9 @@ def test_hostile_members_are_skipped_by_loader_inspect_and_verify(hostile_datase
     with caplog.at_level(logging.WARNING):
         got = [
             key
-            for batch in datapipe.Loader(url, batch_size=1, num_workers=0, shuffle=False, verify=True)
+            for batch in datapipe.Loader(
+                url, batch_size=1, num_workers=0, shuffle=False, verify=True
+            )
             for key in batch["__key__"]
         ]
     assert got == ["good0", "good1"]
@@ -194,7 +195,9 @@ def test_hostile_members_are_skipped_by_loader_inspect_and_verify(hostile_datase
     out = datapipe_in_process("verify", url, cwd=tmp)
     assert out.returncode == 0, out.stdout + out.stderr
     out = datapipe_in_process("inspect", shard, "--n", "10", cwd=tmp)
-    assert out.returncode == 0 and "[0] good0" in out.stdout and "[1] good1" in out.stdout, out.stderr
+    assert out.returncode == 0 and "[0] good0" in out.stdout and "[1] good1" in out.stdout, (
+        out.stderr
+    )
     # and by scanning, where each skip is logged naming the shard and the member
     os.remove(shard + ".idx")
     out = datapipe_in_process("inspect", shard, "--n", "10", cwd=tmp)
@@ -222,7 +225,10 @@ def test_tfrecord_length_beyond_the_file_allocates_nothing_like_it(tmp_path, len
     data[8:12] = CRC.pack(masked_crc(bytes(data[:8])))
     path.write_bytes(bytes(data))
     tracemalloc.start()
-    with pytest.raises(ShardCorruptError, match=f"{path}.*claims {value} bytes"), open_shard(path) as reader:
+    with (
+        pytest.raises(ShardCorruptError, match=f"{path}.*claims {value} bytes"),
+        open_shard(path) as reader,
+    ):
         list(reader)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()

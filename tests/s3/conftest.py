@@ -34,10 +34,9 @@ def _frozen_between_tests():
 @pytest.fixture(autouse=True)
 def _unclosed_datasets_release_their_leases_in_their_test(_frozen_between_tests):
     """A dataset nobody closed releases its lease when it is collected (a weakref finalizer).
-    Collect at the end
-    of each test, while the server and the environment are those it was opened with: left to chance,
-    the release ran during a later test's command, against that test's endpoint, and wrote a warning
-    into its stderr."""
+    Collect at the end of each test, while the server and the environment are those it was opened
+    with: left to chance, the release ran during a later test's command, against that test's
+    endpoint, and wrote a warning into its stderr."""
     yield
     gc.collect()
     # what is left lives on (torch, Dask, pyarrow: half a million objects): freezing it keeps the
@@ -48,9 +47,11 @@ def _unclosed_datasets_release_their_leases_in_their_test(_frozen_between_tests)
 @pytest.fixture
 def quick_backoff(monkeypatch):
     """Retries wait a twentieth of their backoff: tests that fail hundreds of requests on purpose
-    test that each
-    is retried, not how long the jittered wait is (tests/storage/test_retry.py tests that)."""
+    test that each is retried, not how long the jittered wait is (tests/storage/test_retry.py tests
+    that)."""
     from datapipe.storage.retry import RetryPolicy
 
     full = RetryPolicy.delay
-    monkeypatch.setattr(RetryPolicy, "delay", lambda self, attempt, rng: full(self, attempt, rng) / 20)
+    monkeypatch.setattr(
+        RetryPolicy, "delay", lambda self, attempt, rng: full(self, attempt, rng) / 20
+    )

@@ -1,7 +1,6 @@
 """A fault-injecting HTTP proxy in front of the S3 server: fails a fraction of requests with a 503
-that
-s3fs does not retry itself, answers 403 AccessDenied for chosen keys, streams responses slowly, and
-records every request, so tests can exercise datapipe's retries, permanent errors, crashes
+that s3fs does not retry itself, answers 403 AccessDenied for chosen keys, streams responses slowly,
+and records every request, so tests can exercise datapipe's retries, permanent errors, crashes
 mid-download and the order and overlap of a commit's requests."""
 
 from __future__ import annotations
@@ -22,7 +21,9 @@ UNAVAILABLE = (
     b"<Message>Service is unable to handle request.</Message></Error>"
 )
 DENIED = (
-    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>'
+    b'<?xml version="1.0" '
+    b'encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access '
+    b"Denied</Message></Error>"
 )
 # what S3 answers a request sent to another region than the bucket's
 MOVED = (
@@ -35,8 +36,7 @@ MOVED = (
 
 class FaultProxy:
     """Forwards every request to ``target``; ``fail_rate`` of the GETs (of ``fail_methods``) get a
-    503
-    ServiceUnavailable instead, any request whose path ends with a suffix in ``deny`` gets a 403
+    503 ServiceUnavailable instead, any request whose path ends with a suffix in ``deny`` gets a 403
     AccessDenied, and one whose path ends with a suffix in ``moved`` a 301 PermanentRedirect (a
     bucket in another region).
 
@@ -91,7 +91,9 @@ class FaultProxy:
                 # Logged before the reply goes out: the client may act on the reply (and a test read
                 # the log) before this thread runs again.
                 with proxy.lock:
-                    proxy.log.append((self.command, path, status, start, time.monotonic(), copy_source))
+                    proxy.log.append(
+                        (self.command, path, status, start, time.monotonic(), copy_source)
+                    )
                     if self.command == "GET" and status < 300:
                         proxy.gets[path] += 1
                 self._send(status, headers, data)
@@ -110,7 +112,11 @@ class FaultProxy:
                     )
                     proxy.failed += fail
                     proxy.forwarded += not (fail or denied or moved)
-                for fault, status, payload in ((denied, 403, DENIED), (moved, 301, MOVED), (fail, 503, UNAVAILABLE)):
+                for fault, status, payload in (
+                    (denied, 403, DENIED),
+                    (moved, 301, MOVED),
+                    (fail, 503, UNAVAILABLE),
+                ):
                     if fault:
                         return status, [("Content-Type", "application/xml")], payload
                 if copy_source:
@@ -118,7 +124,9 @@ class FaultProxy:
                         proxy.copies_in_flight += 1
                         proxy.max_copies = max(proxy.max_copies, proxy.copies_in_flight)
                     time.sleep(proxy.copy_delay)
-                conn = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=60)
+                conn = http.client.HTTPConnection(
+                    proxy.target.hostname, proxy.target.port, timeout=60
+                )
                 try:
                     headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
                     headers["Host"] = f"{proxy.target.hostname}:{proxy.target.port}"

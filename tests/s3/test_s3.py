@@ -1,7 +1,6 @@
 """Stores on S3 for real: a moto S3 server on 127.0.0.1, builds written from Dask workers, the
-dataset
-commands, the loader through the shared cache (cold and warm, eviction, crash recovery) and retries
-through a proxy that fails requests."""
+dataset commands, the loader through the shared cache (cold and warm, eviction, crash recovery) and
+retries through a proxy that fails requests."""
 
 import hashlib
 import json
@@ -43,18 +42,24 @@ def cli(env, *args, cwd=None):
 @pytest.fixture(scope="module")
 def digits_on_s3(s3, tmp_path_factory, copy_digits):
     """The digits example built by the CLI straight into s3://BUCKET/store from 2 Dask workers (once
-    per module;
-    tests that damage it work on a copy). The credentials are given as -o key=... -o secret=..., not
-    in the environment: the secret must reach neither the output (with -v) nor any stored object."""
+    per module; tests that damage it work on a copy). The credentials are given as -o key=... -o
+    secret=..., not in the environment: the secret must reach neither the output (with -v) nor any
+    stored object."""
     tmp_path = copy_digits(tmp_path_factory.mktemp("digits"), "digits.yaml", "digits_code.py")
     # without its splits section: these tests read the whole version in storage order, over shards
     # of 21-41 samples numbered shard-000000 on (splits are tested in tests/builder and
     # tests/loader)
     pipeline = tmp_path / "digits.yaml"
-    pipeline.write_text(re.sub(r"^splits:.*\n(?:  .*\n)*", "", pipeline.read_text(), flags=re.MULTILINE))
+    pipeline.write_text(
+        re.sub(r"^splits:.*\n(?:  .*\n)*", "", pipeline.read_text(), flags=re.MULTILINE)
+    )
     assert "splits" not in pipeline.read_text()
     store = f"s3://{s3['bucket']}/store"
-    env = {k: v for k, v in s3["env"].items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    env = {
+        k: v
+        for k, v in s3["env"].items()
+        if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    }
     out = cli(
         env,
         "-v",
@@ -116,13 +121,19 @@ def test_build_to_s3_and_every_dataset_command_there(digits_on_s3):
         "info",
         f"{store}/nothing",
     )
-    assert wrong.returncode == 3 and "Traceback" not in wrong.stderr and wrong.stderr.startswith("error: ")
+    assert (
+        wrong.returncode == 3
+        and "Traceback" not in wrong.stderr
+        and wrong.stderr.startswith("error: ")
+    )
 
 
-def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(digits_on_s3, tmp_path, in_process):
+def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(
+    digits_on_s3, tmp_path, in_process
+):
     """Two DataLoader worker processes (and their download-ahead threads) share one cache: every
-    shard and
-    index is fetched from S3 once (GETs counted at a proxy), the warm epoch fetches nothing."""
+    shard and index is fetched from S3 once (GETs counted at a proxy), the warm epoch fetches
+    nothing."""
     cache = tmp_path / "cache"
     proxy = FaultProxy(digits_on_s3["endpoint"])
 
@@ -141,7 +152,11 @@ def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(digits_on
         cold = epoch()
         shard_gets = {path: n for path, n in proxy.gets.items() if "/shard-" in path}
         # each file in GETs alone: no HEAD before a download
-        assert [(method, path) for method, path, *_ in proxy.log if "/shard-" in path and method != "GET"] == []
+        assert [
+            (method, path)
+            for method, path, *_ in proxy.log
+            if "/shard-" in path and method != "GET"
+        ] == []
         warm = epoch()
         # nothing new
         assert {path: n for path, n in proxy.gets.items() if "/shard-" in path} == shard_gets
@@ -155,24 +170,32 @@ def test_loader_reads_through_the_cache_with_two_workers_cold_and_warm(digits_on
     # the same pipeline (the S3 copy has no splits section, unlike the session's digits) built into
     # a local store
     local = tmp_path / "local"
-    build(load_pipeline(digits_on_s3["dir"] / "digits.yaml"), Store(str(local)), execution=Execution(client=in_process))
+    build(
+        load_pipeline(digits_on_s3["dir"] / "digits.yaml"),
+        Store(str(local)),
+        execution=Execution(client=in_process),
+    )
     same = datapipe.Loader(f"{local}/digits", batch_size=64, num_workers=0, seed=3)
     assert [(b["__key__"], b["cls"].tolist()) for b in same] == cold
 
 
 def _cached_shards(cache: ShardCache) -> list[int]:
-    return sorted(int(e.rsplit("shard-", 1)[1][:6]) for _, _, e in cache.entries() if e.endswith(".tar"))
+    return sorted(
+        int(e.rsplit("shard-", 1)[1][:6]) for _, _, e in cache.entries() if e.endswith(".tar")
+    )
 
 
 def test_cache_evicts_least_recently_used_shards_while_an_epoch_streams(digits_on_s3, tmp_path):
     """Storage order, batches of 32 from shards of 21 to 41 samples (cut by content, at least half
-    full): a batch
-    reads at most three shards, so a limit of four shards (with indexes) holds everything in use.
+    full): a batch reads at most three shards, so a limit of four shards (with indexes) holds
+    everything in use.
     After every batch the cache is under the limit, and what it holds is the newest stretch of
     shards: the oldest went first. No download ahead here: its thread may open (and so refresh) a
     shard while the consumer does, which makes the order of use times a race under load (the full
     suite once saw [0, 3, 4]); tests of download_ahead check the bound with it."""
-    shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
+    shards = datapipe.open_dataset(
+        digits_on_s3["url"], cache_dir=tmp_path / "unused"
+    ).manifest.shards
     entry = max(s.bytes + s.index_bytes for s in shards)
     limit = 4 * entry
     loader = datapipe.Loader(
@@ -199,16 +222,21 @@ def test_cache_evicts_least_recently_used_shards_while_an_epoch_streams(digits_o
     assert len(set(keys)) == len(keys) == 1773 // 32 * 32
     # every shard read passed through (the last may hold only samples drop_last drops); shard 0 left
     # long ago
-    assert set(range(len(shards) - 1)) <= seen <= set(range(len(shards))) and _cached_shards(cache)[0] > 0
+    assert (
+        set(range(len(shards) - 1)) <= seen <= set(range(len(shards)))
+        and _cached_shards(cache)[0] > 0
+    )
     # released as soon as read, all of them at the end
     assert max(held) <= 3 and loader.dataset.held() == []
 
 
 def test_a_mix_of_remote_sources_gives_each_shard_back_after_its_last_read(digits_on_s3, tmp_path):
     """Two sources read through one bounded cache, interleaved 1:1 in storage order: each holds at
-    most the
-    two shards a batch spans, and every shard goes back as soon as its source has passed it."""
-    shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
+    most the two shards a batch spans, and every shard goes back as soon as its source has passed
+    it."""
+    shards = datapipe.open_dataset(
+        digits_on_s3["url"], cache_dir=tmp_path / "unused"
+    ).manifest.shards
     limit = 6 * max(s.bytes + s.index_bytes for s in shards)
     mixed = datapipe.mix(
         {"a": digits_on_s3["url"], "b": f"{digits_on_s3['url']}@latest"},
@@ -216,7 +244,9 @@ def test_a_mix_of_remote_sources_gives_each_shard_back_after_its_last_read(digit
         cache_dir=tmp_path / "c",
         cache_limit=limit,
     )
-    loader = datapipe.Loader(mixed, batch_size=32, shuffle=False, num_workers=0, prefetch=0, download_ahead=0)
+    loader = datapipe.Loader(
+        mixed, batch_size=32, shuffle=False, num_workers=0, prefetch=0, download_ahead=0
+    )
     cache = ShardCache(tmp_path / "c")
     keys, held = {"a": [], "b": []}, []
     for batch in loader:
@@ -230,10 +260,11 @@ def test_a_mix_of_remote_sources_gives_each_shard_back_after_its_last_read(digit
 
 def test_a_limit_below_the_shards_in_use_holds_just_those(digits_on_s3, tmp_path):
     """Shuffled: a consumer reads the 4 shards of a block at once (8 across a block boundary). With
-    a limit
-    smaller than that, the cache holds only the shards in use and the one downloaded ahead
+    a limit smaller than that, the cache holds only the shards in use and the one downloaded ahead
     (documented)."""
-    shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
+    shards = datapipe.open_dataset(
+        digits_on_s3["url"], cache_dir=tmp_path / "unused"
+    ).manifest.shards
     entry = max(s.bytes + s.index_bytes for s in shards)
     loader = datapipe.Loader(
         digits_on_s3["url"],
@@ -255,10 +286,11 @@ def test_a_limit_below_the_shards_in_use_holds_just_those(digits_on_s3, tmp_path
 
 def test_two_workers_share_a_bounded_cache(digits_on_s3, tmp_path):
     """Two DataLoader worker processes evicting from one small cache while both read: the same
-    batches as
-    an unbounded epoch, and the cache back under its limit once they are done (no lock left
-    behind)."""
-    shards = datapipe.open_dataset(digits_on_s3["url"], cache_dir=tmp_path / "unused").manifest.shards
+    batches as an unbounded epoch, and the cache back under its limit once they are done (no lock
+    left behind)."""
+    shards = datapipe.open_dataset(
+        digits_on_s3["url"], cache_dir=tmp_path / "unused"
+    ).manifest.shards
     limit = 4 * max(s.bytes + s.index_bytes for s in shards)
 
     def epoch(**kw):
@@ -306,15 +338,23 @@ def test_missing_objects_fail_at_once_naming_bucket_and_key(digits_on_s3, tmp_pa
     import s3fs
 
     fs = s3fs.S3FileSystem()
-    fs.copy(f"{digits_on_s3['bucket']}/store/digits", f"{digits_on_s3['bucket']}/damaged/digits", recursive=True)
+    fs.copy(
+        f"{digits_on_s3['bucket']}/store/digits",
+        f"{digits_on_s3['bucket']}/damaged/digits",
+        recursive=True,
+    )
     version = digits_on_s3["summary"]["version"]
     shard = f"{digits_on_s3['bucket']}/damaged/digits/versions/{version}/shard-000003.tar"
     fs.rm(shard)
     with pytest.raises(NotFoundError, match=r"shard-000003\.tar: missing"):
-        datapipe.Loader(f"s3://{digits_on_s3['bucket']}/damaged/digits", num_workers=0, cache_dir=tmp_path)
+        datapipe.Loader(
+            f"s3://{digits_on_s3['bucket']}/damaged/digits", num_workers=0, cache_dir=tmp_path
+        )
     start = time.monotonic()
     bucket = digits_on_s3["bucket"]
-    with pytest.raises(NotFoundError, match=rf"no such object \(bucket '{bucket}', key '.*shard-000003"):
+    with pytest.raises(
+        NotFoundError, match=rf"no such object \(bucket '{bucket}', key '.*shard-000003"
+    ):
         ShardCache(tmp_path).open(fs, shard, "0" * 64, 10)
     assert time.monotonic() - start < 5  # permanent: no backoff
 
@@ -323,9 +363,8 @@ def test_transient_failures_are_retried_by_datapipe_until_the_epoch_is_complete(
     digits_on_s3, tmp_path, caplog, monkeypatch, quick_backoff
 ):
     """The proxy fails 3 GETs in 10 (ref and manifest reads and listings included) with a 503 that
-    neither
-    s3fs nor botocore (total_max_attempts=1) tries again: every failure reaches datapipe, which
-    retries it.
+    neither s3fs nor botocore (total_max_attempts=1) tries again: every failure reaches datapipe,
+    which retries it.
     With DATAPIPE_RETRIES=1 the same faults end the epoch with an error naming bucket, key and
     cause."""
     proxy = FaultProxy(digits_on_s3["endpoint"], fail_rate=0.3, seed=4)
@@ -336,7 +375,12 @@ def test_transient_failures_are_retried_by_datapipe_until_the_epoch_is_complete(
         # each loader closed while the proxy and the server run (one left open releases its lease at
         # exit, to neither)
         with datapipe.Loader(
-            digits_on_s3["url"], batch_size=64, num_workers=0, seed=1, cache_dir=tmp_path / "a", storage_options=options
+            digits_on_s3["url"],
+            batch_size=64,
+            num_workers=0,
+            seed=1,
+            cache_dir=tmp_path / "a",
+            storage_options=options,
         ) as loader:
             keys = [k for b in loader for k in b["__key__"]]
         assert len(set(keys)) == len(keys) == 1773 // 64 * 64
@@ -368,7 +412,9 @@ def test_transient_failures_are_retried_by_datapipe_until_the_epoch_is_complete(
         assert not [r for r in caplog.records if r.name == "datapipe.storage.retry"]
         # the argument wins over the environment, for the store's reads and the cache's downloads
         # alike
-        with datapipe.open_dataset(digits_on_s3["url"], options, cache_dir=tmp_path / "c", retries=12) as ds:
+        with datapipe.open_dataset(
+            digits_on_s3["url"], options, cache_dir=tmp_path / "c", retries=12
+        ) as ds:
             assert ds.store.retry.attempts == ds.cache.retry.attempts == 12
             assert len(datapipe.Loader(ds, batch_size=64, num_workers=0)) == 1773 // 64
     finally:
@@ -394,7 +440,16 @@ def test_a_download_killed_midway_leaves_nothing_a_restart_trips_over(s3, tmp_pa
     cache_dir = tmp_path / "cache"
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-c", CRASHING_DOWNLOAD, str(cache_dir), proxy.url, key, sha, str(len(data))],
+            [
+                sys.executable,
+                "-c",
+                CRASHING_DOWNLOAD,
+                str(cache_dir),
+                proxy.url,
+                key,
+                sha,
+                str(len(data)),
+            ],
             env=s3["env"],
         )
         deadline = time.monotonic() + 60
@@ -457,19 +512,31 @@ def test_an_incremental_build_on_s3_shares_the_parents_shards(s3, tmp_path):
     again = build(load_pipeline(pipeline), store)
     scratch = build(load_pipeline(pipeline), Store(f"s3://{s3['bucket']}/scratch"))
     assert again.manifest.version == scratch.manifest.version
-    assert again.incremental.partitions == PartitionCounts(measured=1, reused=3) and again.incremental.shards.reused
+    assert (
+        again.incremental.partitions == PartitionCounts(measured=1, reused=3)
+        and again.incremental.shards.reused
+    )
     shared = [s for s in again.manifest.shards if s.stored_in]
     # renumbered
     assert len(shared) == again.incremental.shards.reused and any(s.stored_as for s in shared)
     assert not verify_version(store, "rows", again.manifest, again.manifest.version)
     from datapipe.versioning.history import usage
 
-    assert usage(store, "rows")["stored_bytes"] == first.manifest.bytes + again.incremental.shards.bytes_written
-    keys = {k for b in datapipe.Loader(again.url, batch_size=10, shuffle=False, drop_last="pad") for k in b["__key__"]}
+    assert (
+        usage(store, "rows")["stored_bytes"]
+        == first.manifest.bytes + again.incremental.shards.bytes_written
+    )
+    keys = {
+        k
+        for b in datapipe.Loader(again.url, batch_size=10, shuffle=False, drop_last="pad")
+        for k in b["__key__"]
+    }
     assert keys == {f"f{n}r{i:03d}" for n in (0, 1, 2, 4) for i in range(40)}
 
 
-def test_check_on_a_cluster_rebuilds_into_a_scratch_prefix_of_the_s3_store(digits_on_s3, dask_client):
+def test_check_on_a_cluster_rebuilds_into_a_scratch_prefix_of_the_s3_store(
+    digits_on_s3, dask_client
+):
     from helpers.cli import on_session_cluster
 
     env = digits_on_s3["env"]
@@ -492,10 +559,15 @@ def test_check_on_a_cluster_rebuilds_into_a_scratch_prefix_of_the_s3_store(digit
         cwd=digits_on_s3["dir"],
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"rebuilding into {digits_on_s3['store']}/.check-" in out.stderr and "reproducible" in out.stdout
+    assert (
+        f"rebuilding into {digits_on_s3['store']}/.check-" in out.stderr
+        and "reproducible" in out.stdout
+    )
     import s3fs
 
-    assert not [p for p in s3fs.S3FileSystem().ls(f"{digits_on_s3['bucket']}/store") if "/.check-" in p]
+    assert not [
+        p for p in s3fs.S3FileSystem().ls(f"{digits_on_s3['bucket']}/store") if "/.check-" in p
+    ]
 
 
 def test_the_browser_serves_a_store_on_s3_reading_sample_ranges(digits_on_s3):
@@ -516,8 +588,7 @@ def test_the_browser_serves_a_store_on_s3_reading_sample_ranges(digits_on_s3):
 
 def test_serve_takes_the_store_options_with_o(digits_on_s3):
     """`datapipe serve s3://... -o key=... -o secret=... -o endpoint_url=...` as a user runs it,
-    with no
-    credentials nor endpoint in its environment: the options reach the store it browses."""
+    with no credentials nor endpoint in its environment: the options reach the store it browses."""
     import urllib.request
 
     from helpers.cli import INSTALLED

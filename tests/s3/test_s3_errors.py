@@ -1,7 +1,6 @@
 """Permanent S3 errors through the CLI (missing bucket, unreachable endpoint, unknown protocol,
-access denied),
-the commit on S3 (parallel server-side copies, manifest after shards, ref last), and gc and verify
-there."""
+access denied), the commit on S3 (parallel server-side copies, manifest after shards, ref last), and
+gc and verify there."""
 
 import datetime
 import json
@@ -39,10 +38,14 @@ def write_tiny(store: Store, name: str = "tiny", shards: int = 6) -> Manifest:
     writer = store.begin(name)
     fmt = get_format("webdataset")
     entries = [
-        writer.write_shard(i, [{"__key__": f"s{i:02d}-{j}", "cls": str(j).encode()} for j in range(10)], fmt)
+        writer.write_shard(
+            i, [{"__key__": f"s{i:02d}-{j}", "cls": str(j).encode()} for j in range(10)], fmt
+        )
         for i in range(shards)
     ]
-    return writer.commit(Manifest(name=name, shard_format="webdataset", fields={"cls": "int"}, shards=tuple(entries)))
+    return writer.commit(
+        Manifest(name=name, shard_format="webdataset", fields={"cls": "int"}, shards=tuple(entries))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +63,10 @@ def test_a_missing_bucket_is_an_error_naming_it(tiny):
     ):
         out = cli(tiny["env"], "-o", "key=testing-key", "-o", f"secret={SECRET}", *args)
         assert out.returncode == 3, (args, out.stdout, out.stderr)
-        assert "error: s3://no-such-bucket-dp/store: bucket 'no-such-bucket-dp' does not exist" in out.stderr
+        assert (
+            "error: s3://no-such-bucket-dp/store: bucket 'no-such-bucket-dp' does not exist"
+            in out.stderr
+        )
         assert out.stdout == ""  # not an empty listing, not "0 removed"
 
 
@@ -89,7 +95,9 @@ def test_an_unknown_protocol_is_a_config_error_naming_the_url(tiny, tmp_path):
     ):
         out = cli(tiny["env"], *args, cwd=tmp_path)
         assert out.returncode == 2, (args, out.stderr)
-        assert out.stderr.startswith(f"error: {url}: cannot open this store (Protocol not known: "), out.stderr
+        assert out.stderr.startswith(
+            f"error: {url}: cannot open this store (Protocol not known: "
+        ), out.stderr
 
 
 def test_access_denied_fails_at_once_naming_bucket_and_key(tiny, tmp_path):
@@ -117,7 +125,10 @@ def test_access_denied_fails_at_once_naming_bucket_and_key(tiny, tmp_path):
             cache_dir=tmp_path,
             storage_options={"endpoint_url": proxy.url},
         )
-        with pytest.raises(ConfigError, match=rf"access denied \(bucket '{tiny['bucket']}', key '.*shard-000002.tar'"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"access denied \(bucket '{tiny['bucket']}', key '.*shard-000002.tar'",
+        ):
             list(loader)
         assert [r[2] for r in proxy.log if r[1].endswith("/shard-000002.tar")] == [403]
     finally:
@@ -147,17 +158,23 @@ def test_commit_copies_shards_in_parallel_on_the_server_then_manifest_then_ref(s
         store = Store(f"s3://{s3['bucket']}/commit", {"endpoint_url": proxy.url})
         writer = store.begin("many")
         fmt = get_format("webdataset")
-        entries = [writer.write_shard(i, [{"__key__": f"k{i}", "cls": b"1"}], fmt) for i in range(12)]
+        entries = [
+            writer.write_shard(i, [{"__key__": f"k{i}", "cls": b"1"}], fmt) for i in range(12)
+        ]
         before = len(proxy.log)
         manifest = writer.commit(
-            Manifest(name="many", shard_format="webdataset", fields={"cls": "int"}, shards=tuple(entries))
+            Manifest(
+                name="many", shard_format="webdataset", fields={"cls": "int"}, shards=tuple(entries)
+            )
         )
         log = proxy.log[before:]
     finally:
         proxy.close()
     copies = [r for r in log if r[5] is not None]
     final = f"/{s3['bucket']}/commit/many/versions/{manifest.version}/"
-    assert sorted(r[1] for r in copies) == sorted(final + name for e in entries for name in (e.path, e.index_path))
+    assert sorted(r[1] for r in copies) == sorted(
+        final + name for e in entries for name in (e.path, e.index_path)
+    )
     # copied on the server from the partial directory
     assert all(".partial-" in r[5] for r in copies)
     # no bytes via us
@@ -171,7 +188,9 @@ def test_commit_copies_shards_in_parallel_on_the_server_then_manifest_then_ref(s
     # every shard in place before the manifest
     assert max(r[4] for r in copies) <= manifest_put[0][3]
     assert manifest_put[0][4] <= ref_put[0][3]  # the ref last
-    assert not Store(f"s3://{s3['bucket']}/commit").fs.find(f"{s3['bucket']}/commit/many/versions/.partial-")
+    assert not Store(f"s3://{s3['bucket']}/commit").fs.find(
+        f"{s3['bucket']}/commit/many/versions/.partial-"
+    )
 
 
 def leave_dead_partial(store: Store) -> str:
@@ -179,7 +198,9 @@ def leave_dead_partial(store: Store) -> str:
     has exited."""
     writer = store.begin("tiny")
     writer.write_shard(0, [{"__key__": "x", "cls": b"1"}], get_format("webdataset"))
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     owner = {
         "host": socket.gethostname(),
         "pid": int(dead.stdout),
@@ -202,9 +223,9 @@ def test_gc_on_s3_removes_a_partial_version_its_dead_writer_left(tiny):
 
 def test_gc_and_verify_on_s3_retry_every_transient_failure(s3, caplog, monkeypatch, quick_backoff):
     """gc's listings, existence checks and deletes, and verify's listing and reads, through a proxy
-    that fails 3 in
-    10 requests of every method with a 503 that only datapipe retries: each failure is retried, gc
-    removes the dead writer's partial and nothing else, and verify finds every file."""
+    that fails 3 in 10 requests of every method with a 503 that only datapipe retries: each failure
+    is retried, gc removes the dead writer's partial and nothing else, and verify finds every
+    file."""
     from collections import Counter
 
     from datapipe.versioning.gc import collect
@@ -213,7 +234,9 @@ def test_gc_and_verify_on_s3_retry_every_transient_failure(s3, caplog, monkeypat
     direct = Store(f"s3://{s3['bucket']}/flaky")
     manifest = write_tiny(direct)
     partial = leave_dead_partial(direct)
-    proxy = FaultProxy(s3["endpoint"], fail_rate=0.3, seed=5, fail_methods=("GET", "HEAD", "DELETE", "POST"))
+    proxy = FaultProxy(
+        s3["endpoint"], fail_rate=0.3, seed=5, fail_methods=("GET", "HEAD", "DELETE", "POST")
+    )
     options = {
         "endpoint_url": proxy.url,
         "config_kwargs": {"retries": {"total_max_attempts": 1}},

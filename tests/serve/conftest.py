@@ -21,11 +21,22 @@ def store(tmp_path_factory) -> Store:
         ("stages[0].clean", "meta is not JSON", "raw/a.csv", 9, '{"meta": "<b>{"}'),
         ("source", "unparseable line", "raw/b.csv", 2, "<script>alert(3)</script>"),
     ]
-    write(store, "shapes", shapes(24, change=5), FIELDS, stages=stages, refs=("latest", "v2"), rejects=rejects)
+    write(
+        store,
+        "shapes",
+        shapes(24, change=5),
+        FIELDS,
+        stages=stages,
+        refs=("latest", "v2"),
+        rejects=rejects,
+    )
     write(
         store,
         "numbers",
-        [{"__key__": f"n{i}", "x": str(i * 1.5).encode(), "txt": f"row {i}".encode()} for i in range(10)],
+        [
+            {"__key__": f"n{i}", "x": str(i * 1.5).encode(), "txt": f"row {i}".encode()}
+            for i in range(10)
+        ],
         {"x": "float", "txt": "str"},
         per_shard=4,
         fmt="tfrecord",
@@ -40,7 +51,11 @@ def store(tmp_path_factory) -> Store:
     failed = store.path("shapes", "rejected", "20261201T101500Z-0badf00d.parquet")
     store.fs.makedirs(store.path("shapes", "rejected"), exist_ok=True)
     with store.fs.open(failed, "wb") as f:  # as a build that failed past max_rejected leaves it
-        f.write(quarantine_bytes([(Reject("stages[0].validate", "x out of range", 0, '{"x": 99}'), "raw/c.csv", 4)]))
+        f.write(
+            quarantine_bytes(
+                [(Reject("stages[0].validate", "x out of range", 0, '{"x": 99}'), "raw/c.csv", 4)]
+            )
+        )
     return store
 
 

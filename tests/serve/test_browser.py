@@ -1,8 +1,7 @@
 """datapipe serve in a real browser: Debian's headless Chromium (through chromium-driver, driven by
-Selenium)
-against `datapipe serve` on 127.0.0.1. Every page loads without a console error (a CSP violation
-would be one), thumbnails decode, the key search and the grid's pages work, the diff shows both
-sides of a changed sample; screenshots go to the test's tmp_path."""
+Selenium) against `datapipe serve` on 127.0.0.1. Every page loads without a console error (a CSP
+violation would be one), thumbnails decode, the key search and the grid's pages work, the diff shows
+both sides of a changed sample; screenshots go to the test's tmp_path."""
 
 import re
 import shutil
@@ -29,7 +28,10 @@ def _chromium():
 @pytest.fixture(scope="module")
 def server(store):
     proc = subprocess.Popen(
-        [str(INSTALLED), "serve", store.url, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [str(INSTALLED), "serve", store.url, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         url = re.search(r"http://127\.0\.0\.1:\d+/", proc.stdout.readline())
@@ -70,7 +72,9 @@ def visit(browser, url: str) -> None:
     assert "Not found" not in browser.title and "error" not in browser.title
 
 
-def test_every_page_loads_without_console_errors_and_thumbnails_render(browser, server, store, tmp_path):
+def test_every_page_loads_without_console_errors_and_thumbnails_render(
+    browser, server, store, tmp_path
+):
     from selenium.webdriver.common.by import By
 
     v = store.resolve("shapes", "latest")
@@ -86,7 +90,9 @@ def test_every_page_loads_without_console_errors_and_thumbnails_render(browser, 
     visit(browser, f"{server}/d/shapes/v/{v}/samples")
     images = browser.find_elements(By.CSS_SELECTOR, ".cell img")
     assert len(images) == 24
-    widths = browser.execute_script("return Array.from(document.images).map(i => i.complete ? i.naturalWidth : -1)")
+    widths = browser.execute_script(
+        "return Array.from(document.images).map(i => i.complete ? i.naturalWidth : -1)"
+    )
     assert widths and all(w > 0 for w in widths), widths
     browser.save_screenshot(str(tmp_path / "samples.png"))
     visit(browser, f"{server}/d/shapes/v/{v}/s/1/2")
@@ -96,10 +102,13 @@ def test_every_page_loads_without_console_errors_and_thumbnails_render(browser, 
     visit(browser, f"{server}/d/shapes/diff")
     assert "~1 changed" in browser.page_source
     sides = browser.execute_script(
-        "return Array.from(document.querySelectorAll('.sides img')).map(i => i.complete ? i.naturalWidth : -1)"
+        "return Array.from(document.querySelectorAll('.sides img')).map(i => "
+        "i.complete ? i.naturalWidth : -1)"
     )
     assert len(sides) == 2 and all(w > 0 for w in sides), sides
-    assert (tmp_path / "version.png").stat().st_size > 1000 and (tmp_path / "samples.png").stat().st_size > 1000
+    assert (tmp_path / "version.png").stat().st_size > 1000 and (
+        tmp_path / "samples.png"
+    ).stat().st_size > 1000
 
 
 def test_the_key_search_narrows_the_grid(browser, server, store):
@@ -112,7 +121,10 @@ def test_the_key_search_narrows_the_grid(browser, server, store):
     box.submit()
     # submit returns once the form is sent, not when the answer has loaded
     WebDriverWait(browser, 30).until(
-        lambda d: "q=shape02" in d.current_url and d.execute_script("return document.readyState") == "complete"
+        lambda d: (
+            "q=shape02" in d.current_url
+            and d.execute_script("return document.readyState") == "complete"
+        )
     )
     keys = [a.text for a in browser.find_elements(By.CSS_SELECTOR, ".cell .key")]
     assert keys == ["shape020", "shape021", "shape022", "shape023"]
@@ -127,7 +139,10 @@ def test_next_pages_through_the_grid(browser, server, store):
     assert browser.find_elements(By.CSS_SELECTOR, ".cell .key")[0].text == "m000"
     browser.find_element(By.CSS_SELECTOR, 'a[rel="next"]').click()
     WebDriverWait(browser, 30).until(
-        lambda d: "page=1" in d.current_url and d.execute_script("return document.readyState") == "complete"
+        lambda d: (
+            "page=1" in d.current_url
+            and d.execute_script("return document.readyState") == "complete"
+        )
     )
     keys = [a.text for a in browser.find_elements(By.CSS_SELECTOR, ".cell .key")]
     assert keys == [f"m{i:03d}" for i in range(48, 96)]

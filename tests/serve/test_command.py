@@ -12,7 +12,10 @@ from helpers.cli import INSTALLED
 
 def test_serve_prints_its_url_and_answers_there(store):
     proc = subprocess.Popen(
-        [str(INSTALLED), "serve", store.url, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [str(INSTALLED), "serve", store.url, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         line = proc.stdout.readline()
@@ -27,10 +30,15 @@ def test_serve_prints_its_url_and_answers_there(store):
             named = urllib.request.Request(url.group(0), headers={"Host": f"{name}:1"})
             assert direct.open(named, timeout=30).status == 200
         # a page of evil.example whose name was rebound to 127.0.0.1 sends its own name: refused
-        rebound = urllib.request.Request(url.group(0) + "d/shapes", headers={"Host": "evil.example"})
+        rebound = urllib.request.Request(
+            url.group(0) + "d/shapes", headers={"Host": "evil.example"}
+        )
         with pytest.raises(urllib.error.HTTPError) as refused:
             direct.open(rebound, timeout=30)
-        assert refused.value.code == 400 and refused.value.headers["x-content-type-options"] == "nosniff"
+        assert (
+            refused.value.code == 400
+            and refused.value.headers["x-content-type-options"] == "nosniff"
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=30)

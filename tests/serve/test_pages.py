@@ -52,7 +52,9 @@ def test_the_samples_grid_pages_searches_by_key_prefix_and_shows_thumbnails(clie
     # npy shape and dtype, JSON pretty
     assert "float32 [3]" in page.text and "&#34;name&#34;" in page.text
     search = client.get(base + "/samples", params={"q": "shape01"})
-    assert re.findall(r'class="key" href="[^"]+">(shape\d+)<', search.text) == [f"shape01{i}" for i in range(10)]
+    assert re.findall(r'class="key" href="[^"]+">(shape\d+)<', search.text) == [
+        f"shape01{i}" for i in range(10)
+    ]
     thumbs = re.findall(r'<img src="([^"]+)"', page.text)
     assert len(thumbs) == 24
     thumb = client.get(thumbs[0])
@@ -85,11 +87,19 @@ def test_no_request_writes_to_the_store(client, store):
     import os
 
     def files():
-        return sorted((p, os.path.getmtime(os.path.join(p, f))) for p, _, fs in os.walk(store.url) for f in fs)
+        return sorted(
+            (p, os.path.getmtime(os.path.join(p, f))) for p, _, fs in os.walk(store.url) for f in fs
+        )
 
     before = files()
     v = latest(store, "shapes")
-    for url in ("/", "/d/shapes", f"/d/shapes/v/{v}", f"/d/shapes/v/{v}/samples", f"/d/shapes/v/{v}/s/0/0"):
+    for url in (
+        "/",
+        "/d/shapes",
+        f"/d/shapes/v/{v}",
+        f"/d/shapes/v/{v}/samples",
+        f"/d/shapes/v/{v}/s/0/0",
+    ):
         assert client.get(url).status_code == 200
     assert files() == before
 
@@ -101,7 +111,11 @@ def test_the_quarantine_page_lists_the_rejected_rows_by_stage_and_reason(client,
     assert page.status_code == 200 and "3 of 3 rows" in page.text and "raw/b.csv" in page.text
     assert "&lt;script&gt;alert(3)&lt;/script&gt;" in page.text and "<script>" not in page.text
     stage = client.get(base + "/quarantine", params={"stage": "source"})
-    assert "1 of 3 rows" in stage.text and "unparseable line" in stage.text and "raw/a.csv" not in stage.text
+    assert (
+        "1 of 3 rows" in stage.text
+        and "unparseable line" in stage.text
+        and "raw/a.csv" not in stage.text
+    )
     reason = client.get(base + "/quarantine", params={"reason": "JSON"})
     assert "1 of 3 rows" in reason.text and "meta is not JSON" in reason.text
     assert client.get(base + "/quarantine", params={"stage": "nope"}).status_code == 404
@@ -117,7 +131,10 @@ def test_the_diff_page_shows_added_removed_and_both_sides_of_a_changed_sample(cl
     assert "19 unchanged" in page.text
     for key in ("shape020", "shape023"):
         assert key in page.text
-    assert f"/d/shapes/v/{v1}/s/0/5/png/thumb" in page.text and f"/d/shapes/v/{v2}/s/0/5/png/thumb" in page.text
+    assert (
+        f"/d/shapes/v/{v1}/s/0/5/png/thumb" in page.text
+        and f"/d/shapes/v/{v2}/s/0/5/png/thumb" in page.text
+    )
     back = client.get("/d/shapes/diff", params={"a": "v2", "b": "v1"})
     assert "-4 removed" in back.text and "+0 added" in back.text
     assert client.get("/d/numbers/diff").status_code == 404  # no parent to compare with
@@ -153,23 +170,31 @@ def test_the_parent_graph_puts_a_branch_in_its_own_lane():
     from datapipe.serve.charts import parent_graph
 
     # c and b both children of a (b built from a again, not on latest's chain); d a root of its own
-    nodes, edges = parent_graph([("c", "a", ["latest"]), ("b", "a", []), ("a", None, ["v1"]), ("d", None, [])])
+    nodes, edges = parent_graph(
+        [("c", "a", ["latest"]), ("b", "a", []), ("a", None, ["v1"]), ("d", None, [])]
+    )
     lanes = {n.version: n.lane for n in nodes}
     assert lanes["c"] == lanes["a"] == 0 and lanes["b"] == 1
-    assert sorted((child.version, parent.version) for child, parent in edges) == [("b", "a"), ("c", "a")]
+    assert sorted((child.version, parent.version) for child, parent in edges) == [
+        ("b", "a"),
+        ("c", "a"),
+    ]
     assert [n.row for n in nodes] == [0, 1, 2, 3]
 
 
 def test_the_dataset_page_draws_the_parent_graph(client, store):
     page = client.get("/d/shapes")
-    assert '<svg class="graph"' in page.text and page.text.count("<circle") == 2 and "<line" in page.text
+    assert (
+        '<svg class="graph"' in page.text
+        and page.text.count("<circle") == 2
+        and "<line" in page.text
+    )
     assert "(latest, v2)" in page.text
 
 
 def test_pages_are_answered_side_by_side(store, monkeypatch):
     """Two thumbnails must be in the making at once to get past the barrier: a server that answered
-    one page
-    at a time would time the first out (a 500) while the second waited."""
+    one page at a time would time the first out (a 500) while the second waited."""
     import asyncio
     import threading
 

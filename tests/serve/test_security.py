@@ -36,7 +36,11 @@ TRAVERSALS = [
 def test_paths_that_the_store_does_not_list_are_404(client, url):
     status, headers, text = raw_get(client.app, url)
     assert status == 404, text
-    assert "Traceback" not in text and "root:" not in text and headers["x-content-type-options"] == "nosniff"
+    assert (
+        "Traceback" not in text
+        and "root:" not in text
+        and headers["x-content-type-options"] == "nosniff"
+    )
 
 
 def test_every_response_has_nosniff_and_a_csp_without_inline_script(client, store):
@@ -117,7 +121,9 @@ def test_a_malformed_manifest_is_an_error_page_naming_the_file(tmp_path):
         home = client.get("/")
         assert home.status_code == 200 and "good" in home.text and str(manifest) in home.text
         page = client.get(f"/d/bad/v/{m.version}")
-        assert page.status_code == 500 and str(manifest) in page.text and "Traceback" not in page.text
+        assert (
+            page.status_code == 500 and str(manifest) in page.text and "Traceback" not in page.text
+        )
         assert client.get("/d/good").status_code == 200
 
 
@@ -127,10 +133,14 @@ def test_a_damaged_quarantine_file_is_an_error_page_naming_it(tmp_path):
     from datapipe.serve import create_app
 
     store = Store(str(tmp_path / "store"))
-    m = write(store, "q", shapes(3), {"png": "bytes"}, rejects=[("source", "bad", "a.csv", 1, "{}")])
+    m = write(
+        store, "q", shapes(3), {"png": "bytes"}, rejects=[("source", "bad", "a.csv", 1, "{}")]
+    )
     parquet = tmp_path / "store" / "q" / "versions" / m.version / "rejected.parquet"
     parquet.write_bytes(b"PAR1 not parquet at all")
     with TestClient(create_app(store), raise_server_exceptions=False) as client:
         page = client.get(f"/d/q/v/{m.version}/quarantine")
-        assert page.status_code == 500 and str(parquet) in page.text and "Traceback" not in page.text
+        assert (
+            page.status_code == 500 and str(parquet) in page.text and "Traceback" not in page.text
+        )
         assert client.get(f"/d/q/v/{m.version}").status_code == 200

@@ -98,7 +98,9 @@ def test_crashed_download_leftovers_are_cleaned_but_live_ones_are_not(tmp_path, 
     live.write_bytes(b"being written")
     ctx = multiprocessing.get_context("spawn")
     ready, release = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold_exclusive, args=(tmp_path / f"{live_entry}.lock", ready, release))
+    holder = ctx.Process(
+        target=_hold_exclusive, args=(tmp_path / f"{live_entry}.lock", ready, release)
+    )
     holder.start()
     try:
         assert ready.wait(30)
@@ -166,8 +168,7 @@ def test_a_download_makes_room_before_it_lands(tmp_path, remote, monkeypatch):
 
 class CountingFS(fsspec.implementations.local.LocalFileSystem):
     """A 'remote' that records every read (an open, or a copy to a local file) in a log file (shared
-    by forked
-    processes)."""
+    by forked processes)."""
 
     log_path = None
 
@@ -203,7 +204,14 @@ def test_processes_sharing_a_cache_download_each_shard_once_and_never_wait_on_ea
     procs = [
         ctx.Process(
             target=_open_in_child,
-            args=(tmp_path / "cache", str(remote), hashlib.sha256(data).hexdigest(), len(data), start, all_open),
+            args=(
+                tmp_path / "cache",
+                str(remote),
+                hashlib.sha256(data).hexdigest(),
+                len(data),
+                start,
+                all_open,
+            ),
         )
         for _ in range(4)
     ]

@@ -23,7 +23,9 @@ from datapipe.loader.schedule import BatchPlan, EpochOrder, worker_steps
     world=st.integers(1, 3),
     workers=st.integers(1, 3),
 )
-def test_no_shard_is_read_after_its_release_point(sizes, block, seed, shuffle, batch, world, workers):
+def test_no_shard_is_read_after_its_release_point(
+    sizes, block, seed, shuffle, batch, world, workers
+):
     if sum(sizes) == 0:
         return
     order = EpochOrder(np.array(sizes), seed, 1, shuffle, block)
@@ -39,12 +41,16 @@ def test_no_shard_is_read_after_its_release_point(sizes, block, seed, shuffle, b
             reads = [set(order.locate(plan.positions(rank, step))[0].tolist()) for step in steps]
             released_at: dict[int, int] = {}
             for i in range(len(steps)):
-                after = int(plan.positions(rank, steps[i + 1]).min()) if i + 1 < len(steps) else None
+                after = (
+                    int(plan.positions(rank, steps[i + 1]).min()) if i + 1 < len(steps) else None
+                )
                 for shard in set().union(*reads[: i + 1]) - set(released_at):
                     if after is None or done_at[shard] <= after:
                         released_at[shard] = i
             for shard, i in released_at.items():
-                last_read = max(j for j, read in enumerate(reads) if {unit[s] for s in read} & {unit[shard]})
+                last_read = max(
+                    j for j, read in enumerate(reads) if {unit[s] for s in read} & {unit[shard]}
+                )
                 # never before a later read, and at the very step its block is done
                 assert i == last_read
 
@@ -70,7 +76,8 @@ def test_a_mix_releases_a_shard_only_after_its_last_read_in_the_epoch(
     weights = data.draw(st.lists(st.integers(1, 6), min_size=k, max_size=k))
     total = data.draw(st.integers(1, 3 * sum(map(sum, sizes))))
     segment = Segment(
-        data.draw(st.integers(0, total * epoch)), tuple(data.draw(st.lists(st.integers(0, 40), min_size=k, max_size=k)))
+        data.draw(st.integers(0, total * epoch)),
+        tuple(data.draw(st.lists(st.integers(0, 40), min_size=k, max_size=k))),
     )
     order = MixOrder(
         tuple(f"s{i}" for i in range(k)),

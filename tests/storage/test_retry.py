@@ -6,7 +6,13 @@ import random
 import pytest
 
 from datapipe.errors import ConfigError, DatapipeError, NotFoundError
-from datapipe.storage.retry import RetryPolicy, is_transient, remote_call, remote_error, with_retries
+from datapipe.storage.retry import (
+    RetryPolicy,
+    is_transient,
+    remote_call,
+    remote_error,
+    with_retries,
+)
 
 
 class BotoLike(OSError):
@@ -73,7 +79,9 @@ def test_permanent_errors_and_exhausted_retries_raise():
         raise TimeoutError("read timeout")
 
     with pytest.raises(TimeoutError):
-        with_retries(always_down, "get", RetryPolicy(attempts=3, base_delay=0), sleep=lambda s: None)
+        with_retries(
+            always_down, "get", RetryPolicy(attempts=3, base_delay=0), sleep=lambda s: None
+        )
     assert len(calls) == 4
 
 

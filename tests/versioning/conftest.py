@@ -22,17 +22,27 @@ def store(request, tmp_path) -> Store:
 
 
 def commit(
-    store: Store, samples_per_shard: list[list[dict]], name: str = "digits", fmt: str = "webdataset", refs=("latest",)
+    store: Store,
+    samples_per_shard: list[list[dict]],
+    name: str = "digits",
+    fmt: str = "webdataset",
+    refs=("latest",),
 ) -> Manifest:
     """Commit a version made of the given shards, validating its manifest against the schema."""
     shard_format = get_format(fmt)
     writer = store.begin(name)
     shards = tuple(writer.write_shard(i, s, shard_format) for i, s in enumerate(samples_per_shard))
     manifest = writer.commit(
-        Manifest(name=name, shard_format=fmt, fields={"bin": "bytes", "cls": "bytes"}, shards=shards), refs
+        Manifest(
+            name=name, shard_format=fmt, fields={"bin": "bytes", "cls": "bytes"}, shards=shards
+        ),
+        refs,
     )
     jsonschema.validate(
-        json.loads(store.fs.cat_file(store.path(name, "versions", manifest.version, "manifest.json"))), SCHEMA
+        json.loads(
+            store.fs.cat_file(store.path(name, "versions", manifest.version, "manifest.json"))
+        ),
+        SCHEMA,
     )
     return manifest
 

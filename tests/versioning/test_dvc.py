@@ -1,6 +1,6 @@
 """DVC tracks a pipeline for real: the dvc CLI in a temporary git repository, `dvc repro`,
-push/pull, and
-`datapipe check` proving a version rebuilds byte for byte (and saying why when it does not).
+push/pull, and `datapipe check` proving a version rebuilds byte for byte (and saying why when it
+does not).
 
 The main test runs docs/guide/dvc.md's commands in page order (helpers/doc_pages.py), checking what
 DVC and the store show between them, then goes on where the page stops. `dvc repro` runs the
@@ -29,14 +29,15 @@ BIN = Path(sys.executable).parent
 @pytest.fixture
 def dvc_repo(tmp_path, copy_digits):
     """A git repository with the digits example in pipelines/ (no DVC yet: the page runs `dvc
-    init`), and a
-    function that runs a command there."""
+    init`), and a function that runs a command there."""
     root = tmp_path / "repo"
     copy_digits(root / "pipelines", "digits.yaml", "digits_code.py")
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
 
     def run(*cmd: str, check: bool = True, **extra_env: str) -> subprocess.CompletedProcess:
-        out = subprocess.run(cmd, cwd=root, env={**env, **extra_env}, capture_output=True, text=True)
+        out = subprocess.run(
+            cmd, cwd=root, env={**env, **extra_env}, capture_output=True, text=True
+        )
         if check and out.returncode != 0:
             raise AssertionError(f"{cmd} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
         return out
@@ -112,7 +113,9 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     second = (root / "storage/digits/refs/latest").read_text().strip()
     assert second != first and status(run) == {}
     diff = json.loads(
-        datapipe_in_process("diff", f"storage/digits@{first}", "storage/digits@latest", "--json", cwd=root).stdout
+        datapipe_in_process(
+            "diff", f"storage/digits@{first}", "storage/digits@latest", "--json", cwd=root
+        ).stdout
     )
     assert (diff["changed"], diff["added"], diff["removed"]) == (["d0100"], [], [])
     # persist: older versions stay
@@ -124,9 +127,14 @@ def test_dvc_repro_rebuilds_only_on_change_and_check_proves_reproducibility(dvc_
     data[700] ^= 0xFF
     shard.write_bytes(bytes(data))
     tampered = datapipe_in_process(
-        "check", "pipelines/digits.yaml", *on_session_cluster(dask_client.scheduler.address), cwd=root
+        "check",
+        "pipelines/digits.yaml",
+        *on_session_cluster(dask_client.scheduler.address),
+        cwd=root,
     )
-    assert tampered.returncode == 1 and f"mismatch: {shard}" in tampered.stdout.replace("stored ", "")
+    assert tampered.returncode == 1 and f"mismatch: {shard}" in tampered.stdout.replace(
+        "stored ", ""
+    )
 
 
 def store_files(root: Path) -> dict[str, tuple[int, int]]:
@@ -141,4 +149,8 @@ def store_files(root: Path) -> dict[str, tuple[int, int]]:
 def test_dvc_outside_a_repository_is_a_clear_error(tmp_path):
     shutil.copy(REPO / "pipelines" / "digits.yaml", tmp_path / "digits.yaml")
     out = datapipe_installed("dvc", "digits.yaml", cwd=tmp_path)  # the `dvc` smoke test
-    assert out.returncode == 3 and "not inside a DVC repository" in out.stderr and "Traceback" not in out.stderr
+    assert (
+        out.returncode == 3
+        and "not inside a DVC repository" in out.stderr
+        and "Traceback" not in out.stderr
+    )

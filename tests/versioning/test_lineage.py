@@ -1,7 +1,6 @@
 """Lineage of real builds: user code, sources, canonical config, seed and tool versions are
-recorded; what
-goes into the version id does, the environment does not; `datapipe check` names the sample and field
-that changed."""
+recorded; what goes into the version id does, the environment does not; `datapipe check` names the
+sample and field that changed."""
 
 import hashlib
 import json
@@ -75,7 +74,9 @@ def test_lineage_records_code_sources_config_seed_and_environment(tmp_path, clie
     lineage = m.lineage
     assert lineage.code == (CodeRef(module, sha256(tmp_path / f"{module}.py")),)
     raw = tmp_path / "raw/words.csv"
-    assert lineage.sources == (SourceFile("raw/words.csv", raw.stat().st_size, f"sha256:{sha256(raw)}"),)
+    assert lineage.sources == (
+        SourceFile("raw/words.csv", raw.stat().st_size, f"sha256:{sha256(raw)}"),
+    )
     assert lineage.pipeline == load_pipeline(pipeline).pipeline.canonical()
     assert lineage.pipeline["stages"] == [{"map": f"{module}:shout"}]
     assert lineage.pipeline["shards"]["shuffle_seed"] == lineage.seed == 7
@@ -91,8 +92,15 @@ def test_lineage_records_code_sources_config_seed_and_environment(tmp_path, clie
     # versions leave the id (and verify) as they are, another seed does not
     path = Path(store.path("words", "versions", m.version, "manifest.json"))
     stored = json.loads(path.read_text())
-    assert stored["lineage"]["environment"] == env and stored["lineage"]["code"][0]["module"] == module
-    stored["lineage"]["environment"] = {"datapipe": "0.0.1", "dask": "1.0", "pyarrow": "1.0", "python": "2.7.18"}
+    assert (
+        stored["lineage"]["environment"] == env and stored["lineage"]["code"][0]["module"] == module
+    )
+    stored["lineage"]["environment"] = {
+        "datapipe": "0.0.1",
+        "dask": "1.0",
+        "pyarrow": "1.0",
+        "python": "2.7.18",
+    }
     path.write_text(json.dumps(stored))
     edited = store.manifest("words", m.version)
     assert edited.content_id() == m.version and verify_version(store, "words", edited) == []
@@ -119,12 +127,18 @@ def test_editing_the_map_code_changes_the_version_and_undoing_it_restores_it(tmp
     assert lineage_changes(first, edited) == [f"code changed: {module}"]
 
     code.write_text(CODE)
-    assert build(load_pipeline(pipeline), store, execution=Execution(client=client)).manifest.version == first.version
+    assert (
+        build(load_pipeline(pipeline), store, execution=Execution(client=client)).manifest.version
+        == first.version
+    )
 
     make_project(tmp_path, seed=8)  # same module, same code
     reseeded = build(load_pipeline(pipeline), store, execution=Execution(client=client)).manifest
     assert reseeded.version != first.version
-    assert lineage_changes(first, reseeded) == ["pipeline config: shards.shuffle_seed", "seed: 7 -> 8"]
+    assert lineage_changes(first, reseeded) == [
+        "pipeline config: shards.shuffle_seed",
+        "seed: 7 -> 8",
+    ]
 
 
 def test_check_names_the_sample_and_field_that_changed(tmp_path, client):
@@ -132,7 +146,11 @@ def test_check_names_the_sample_and_field_that_changed(tmp_path, client):
     (--scheduler)."""
     pipeline, _ = make_project(tmp_path)
     # what `datapipe build` makes
-    build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), execution=Execution(client=client))
+    build(
+        load_pipeline(pipeline),
+        Store(str(tmp_path / "storage")),
+        execution=Execution(client=client),
+    )
 
     def datapipe_cli(*args: str) -> subprocess.CompletedProcess:
         return datapipe_in_process(*args, cwd=tmp_path)
@@ -149,17 +167,28 @@ def test_check_names_the_sample_and_field_that_changed(tmp_path, client):
     assert "  samples: 1 changed, 0 only in the recorded version, 0 only in the rebuild" in lines
     assert "  sample w0003 (shard-000000.tar): txt 'THREE' -> 'TREE'" in lines
     assert any(
-        re.fullmatch(r"  lineage: source changed: raw/words.csv \(sha256:\w+ -> sha256:\w+\)", line) for line in lines
+        re.fullmatch(r"  lineage: source changed: raw/words.csv \(sha256:\w+ -> sha256:\w+\)", line)
+        for line in lines
     ), lines
     assert not any("cls" in line for line in lines)  # the field that did not change is not named
 
 
 def test_check_gives_up_on_an_unreachable_scheduler_after_scheduler_timeout(tmp_path, client):
     pipeline, _ = make_project(tmp_path)
-    build(load_pipeline(pipeline), Store(str(tmp_path / "storage")), execution=Execution(client=client))
+    build(
+        load_pipeline(pipeline),
+        Store(str(tmp_path / "storage")),
+        execution=Execution(client=client),
+    )
     # the installed command (the `check` smoke test)
     out = datapipe_installed(
-        "check", "pipeline.yaml", "--scheduler", "tcp://127.0.0.1:9", "--scheduler-timeout", "1", cwd=tmp_path
+        "check",
+        "pipeline.yaml",
+        "--scheduler",
+        "tcp://127.0.0.1:9",
+        "--scheduler-timeout",
+        "1",
+        cwd=tmp_path,
     )
     assert out.returncode == 2 and "cannot connect to a Dask scheduler" in out.stderr, out.stderr
     assert "after 1 s" in out.stderr and "Traceback" not in out.stderr

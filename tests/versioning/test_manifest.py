@@ -42,8 +42,16 @@ def test_field_kinds_of_every_partition_are_merged_in_name_order():
 def test_rejected_rows_name_the_quarantine():
     stages = (StageCounts("source", 5, 4, 0, 1), StageCounts("stages[0].validate", 4, 3, 0, 1))
     m = assemble_manifest("toy", "tfrecord", iter([SHARD]), iter(stages), iter([]), Lineage())
-    assert m.rejected == REJECTED_NAME and m.rejected_rows == 2 and m.stages == stages and m.fields == {}
-    assert m.with_id().version == assemble_manifest("toy", "tfrecord", [SHARD], stages, [], Lineage()).with_id().version
+    assert (
+        m.rejected == REJECTED_NAME
+        and m.rejected_rows == 2
+        and m.stages == stages
+        and m.fields == {}
+    )
+    assert (
+        m.with_id().version
+        == assemble_manifest("toy", "tfrecord", [SHARD], stages, [], Lineage()).with_id().version
+    )
 
 
 # --- manifest.json bytes and version ids ----------------------------------------------------------
@@ -77,11 +85,16 @@ WITH_SPLITS = Manifest(
     created_at="2026-01-01T00:00:00.123456+00:00",
     host="h",
 )
-# every optional part of a manifest, each as earlier datapipe versions wrote it: (manifest, sha256 of
-# its manifest.json, its version id), pinned when they were first written
+# every optional part of a manifest, each as earlier datapipe versions wrote it: (manifest, sha256
+# of its manifest.json, its version id), pinned when they were first written
 PINNED = [
     (
-        Manifest(name="toy", shard_format="webdataset", fields={"png": "bytes", "cls": "int|str"}, shards=(SHARD,)),
+        Manifest(
+            name="toy",
+            shard_format="webdataset",
+            fields={"png": "bytes", "cls": "int|str"},
+            shards=(SHARD,),
+        ),
         "fda7b15b935c0bb11e04741f8770889b3f81a09c1fdbc5f76c4e61863afe2a7c",
         "11f10810b2f98832b62ba7530bd926066f80856c0a128bbdad7e597863475987",
     ),
@@ -104,7 +117,11 @@ PINNED = [
         "e011c153a690f32e095fac3c5d86912b6168ddeddc6b5a5027265eb4f46ef3ec",
     ),
     (  # format 1, and a fraction written as an integer
-        replace(WITH_SPLITS, format_version=1, splits=Splits({"train": 1, "val": 0.5}, {"train": 3, "val": 2})),
+        replace(
+            WITH_SPLITS,
+            format_version=1,
+            splits=Splits({"train": 1, "val": 0.5}, {"train": 3, "val": 2}),
+        ),
         "474e8f9fef162d2703c8c434a6ae9be8b2d6d2a20afb05b24ac4c061a0edc697",
         "03d7e3032f15f9d01cd1c3d3318a25b71f2d76b3628e5b20cdb605bdda76dab0",
     ),
@@ -137,5 +154,7 @@ def test_a_stored_manifest_round_trips_byte_for_byte(tmp_path):
 def test_an_unknown_format_version_is_a_clear_error(version):
     raw = json.loads(WITH_SPLITS.with_id().to_json())
     raw["format_version"] = version
-    with pytest.raises(FormatVersionError, match=f"m.json: manifest format version {version!r} is not supported"):
+    with pytest.raises(
+        FormatVersionError, match=f"m.json: manifest format version {version!r} is not supported"
+    ):
         Manifest.from_json(json.dumps(raw).encode(), "m.json")

@@ -27,11 +27,18 @@ def test_schema_is_valid_and_requires_what_every_manifest_has():
     schema = json.loads(SCHEMA_FILE.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["$schema"].startswith("https://json-schema.org/") and schema["title"]
-    assert {"format_version", "version", "name", "shard_format", "fields", "shards"} <= set(schema["required"])
+    assert {"format_version", "version", "name", "shard_format", "fields", "shards"} <= set(
+        schema["required"]
+    )
     assert {"samples", "bytes"} <= set(schema["properties"])  # the totals beside the fields
     minimal = {"format_version": 2, "name": "toy", "version": "a" * 64, "shard_format": "tfrecord"}
     jsonschema.validate({**minimal, "fields": {}, "shards": []}, schema)
-    assert Manifest.from_json(json.dumps({**minimal, "fields": {}, "shards": []}).encode(), "m").samples == 0
+    assert (
+        Manifest.from_json(
+            json.dumps({**minimal, "fields": {}, "shards": []}).encode(), "m"
+        ).samples
+        == 0
+    )
 
 
 INNER = """
@@ -104,11 +111,15 @@ def test_the_conftest_check_fails_tests_that_leave_invalid_manifests(pytester):
         "tests", "-p", "no:cacheprovider", "--rootdir", str(pytester.path), "-o", "pythonpath=tests"
     )
     outcomes = result.parseoutcomes()
-    assert outcomes.get("passed") == 3 and outcomes.get("failed") == 2 and outcomes.get("errors") == 1, outcomes
+    assert (
+        outcomes.get("passed") == 3 and outcomes.get("failed") == 2 and outcomes.get("errors") == 1
+    ), outcomes
     out = result.stdout.str()
     assert "FAILED tests/test_inner.py::test_broken_local_manifest_fails" in out
     assert "shards/0/samples: 'many' is not of type 'integer'" in out
     assert "FAILED tests/test_inner.py::test_broken_memory_manifest_fails" in out
     assert "lineage: 'none' is not of type 'object'" in out
-    assert "ERROR tests/test_inner.py::test_uses_a_module_store" in out or "ERROR at teardown" in out
+    assert (
+        "ERROR tests/test_inner.py::test_uses_a_module_store" in out or "ERROR at teardown" in out
+    )
     assert "shared0/store/toy/versions" in out

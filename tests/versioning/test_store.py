@@ -137,7 +137,11 @@ def test_verify_lists_missing_extra_and_mismatched_files(store):
     store.fs.rm_file(f"{root}/shard-000000.tar.idx")
     store.fs.pipe_file(f"{root}/stray.bin", b"x")
     problems = {(p.kind, p.path.rsplit("/", 1)[-1]) for p in verify_version(store, "digits", m)}
-    assert problems == {("mismatch", "shard-000001.tar"), ("missing", "shard-000000.tar.idx"), ("extra", "stray.bin")}
+    assert problems == {
+        ("mismatch", "shard-000001.tar"),
+        ("missing", "shard-000000.tar.idx"),
+        ("extra", "stray.bin"),
+    }
 
 
 def test_diff_by_sample(store):
@@ -149,7 +153,12 @@ def test_diff_by_sample(store):
     # other shard boundaries: diff is by key, not position
     b = commit(store, [changed[:15], changed[15:]])
     d = diff_versions(sample_hashes(store, "digits", a), sample_hashes(store, "digits", b))
-    assert (d.added, d.removed, d.changed, d.unchanged) == (["extra"], ["sample000000"], ["sample000005"], 28)
+    assert (d.added, d.removed, d.changed, d.unchanged) == (
+        ["extra"],
+        ["sample000000"],
+        ["sample000005"],
+        28,
+    )
 
 
 @pytest.mark.broken_manifests
@@ -172,9 +181,13 @@ def test_a_format_1_version_is_read_and_verified_as_before(store):
     # what datapipe 0.1 wrote: the same fields, format 1
     old = replace(m, format_version=1).with_id()
     store.fs.mv(
-        store.path("digits", "versions", m.version), store.path("digits", "versions", old.version), recursive=True
+        store.path("digits", "versions", m.version),
+        store.path("digits", "versions", old.version),
+        recursive=True,
     )
-    store.fs.pipe_file(store.path("digits", "versions", old.version, "manifest.json"), old.to_json())
+    store.fs.pipe_file(
+        store.path("digits", "versions", old.version, "manifest.json"), old.to_json()
+    )
     read = store.manifest("digits", old.version)
     assert read.format_version == 1 and read.content_id() == old.version
     assert not verify_version(store, "digits", read, old.version)
@@ -210,11 +223,16 @@ def test_cli_ls_info_tag_verify_diff_gc(tmp_path):
     b = commit(store, two_shards(seed=1))
     assert run("tag", "storage/digits@" + a.version[:8], "v1", cwd=tmp_path).returncode == 0
     rows = json.loads(run("ls", "--json", cwd=tmp_path).stdout)  # default store: ./storage
-    assert {(r["version"], tuple(r["tags"])) for r in rows} == {(a.version, ("v1",)), (b.version, ("latest",))}
+    assert {(r["version"], tuple(r["tags"])) for r in rows} == {
+        (a.version, ("v1",)),
+        (b.version, ("latest",)),
+    }
     info = json.loads(run("info", "storage/digits@v1", "--json", cwd=tmp_path).stdout)
     assert info["samples"] == 30 and info["shards"]["count"] == 2
     assert run("verify", "storage/digits", cwd=tmp_path).returncode == 0
-    d = json.loads(run("diff", "storage/digits@v1", "storage/digits", "--json", cwd=tmp_path).stdout)
+    d = json.loads(
+        run("diff", "storage/digits@v1", "storage/digits", "--json", cwd=tmp_path).stdout
+    )
     assert len(d["changed"]) == 30 and d["added"] == d["removed"] == []
     shard = tmp_path / "storage/digits/versions" / b.version / "shard-000000.tar"
     os.truncate(shard, 1024)
@@ -222,13 +240,18 @@ def test_cli_ls_info_tag_verify_diff_gc(tmp_path):
     assert out.returncode == 1 and "mismatch:" in out.stdout and "shard-000000.tar" in out.stdout
     assert "Traceback" not in out.stderr
     out = run("info", "storage/digits@zzz", cwd=tmp_path)
-    assert out.returncode == 3 and out.stderr.startswith("error: ") and "Traceback" not in out.stderr
+    assert (
+        out.returncode == 3 and out.stderr.startswith("error: ") and "Traceback" not in out.stderr
+    )
     assert run("gc", "storage/digits", cwd=tmp_path).returncode == 0
 
 
 def test_gc_takes_old_partials_from_other_hosts_as_abandoned(store):
     recent, old = store.begin("digits"), store.begin("digits")
-    for writer, started in ((recent, "2999-01-01T00:00:00+00:00"), (old, "2000-01-01T00:00:00+00:00")):
+    for writer, started in (
+        (recent, "2999-01-01T00:00:00+00:00"),
+        (old, "2000-01-01T00:00:00+00:00"),
+    ):
         owner = {"host": "another-host", "pid": 1, "started": started}
         store.fs.pipe_file(f"{writer.partial}/.owner.json", json.dumps(owner).encode())
     report = collect(store, "digits")
@@ -243,7 +266,9 @@ def test_gc_takes_a_partial_without_a_readable_owner_file_as_abandoned(store):
     assert sorted(collect(store, "digits").removed) == sorted([missing.partial, cut.partial])
 
 
-def test_keep_last_keeps_the_newest_of_versions_made_in_one_second_whose_ancestors_are_gone(tmp_path):
+def test_keep_last_keeps_the_newest_of_versions_made_in_one_second_whose_ancestors_are_gone(
+    tmp_path,
+):
     """Six versions committed within a second, the ancestors of the newest pruned: keep_last=1 keeps
     the newest.
     With created_at to the second only, the tie fell to the depth of each version's chain of

@@ -109,11 +109,15 @@ def align_on(run: Callable[[str, list[Any]], list[BlockScan]], source: Source) -
     from dask import delayed
 
     scan = delayed(scan_block, pure=False)
-    tasks = [scan(source.fs, source.files[i].path, p.start, p.length, source.quote) for i, p in needed]
+    tasks = [
+        scan(source.fs, source.files[i].path, p.start, p.length, source.quote) for i, p in needed
+    ]
     return align_parts(source, run("find record boundaries", tasks))
 
 
-def _aligned(f: InputFile, index: int, blocks: list[tuple[Part, BlockScan]], first: int) -> list[Part]:
+def _aligned(
+    f: InputFile, index: int, blocks: list[tuple[Part, BlockScan]], first: int
+) -> list[Part]:
     parities = [0]
     for _, scan in blocks:
         parities.append(parities[-1] ^ scan.parity)
@@ -130,7 +134,11 @@ def _aligned(f: InputFile, index: int, blocks: list[tuple[Part, BlockScan]], fir
     cuts = sorted(
         {
             0,
-            *(c for c in (record_end(j) for j in range(1, len(blocks))) if c is not None and c < f.size),
+            *(
+                c
+                for c in (record_end(j) for j in range(1, len(blocks)))
+                if c is not None and c < f.size
+            ),
         }
     )
     ends = [*cuts[1:], f.size]

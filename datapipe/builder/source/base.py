@@ -100,8 +100,7 @@ class RawPart:
 
 class SourceFormat(ABC):
     """One source format: the options its reader takes, what is learnt of the files once, how they
-    are
-    partitioned (a pure function of that) and how a partition is read."""
+    are partitioned (a pure function of that) and how a partition is read."""
 
     name: ClassVar[str]
     # how messages list the reader options, where not one by one
@@ -115,21 +114,25 @@ class SourceFormat(ABC):
     def check_options(self, options: Mapping[str, Any]) -> tuple[str, str] | None:
         """(key, problem) of a reader option whose value this format cannot take, or None."""
 
-    def section_options(self, spec: SourceSpec, base_dir: str, fs: Any, options: dict[str, Any]) -> dict[str, Any]:
+    def section_options(
+        self, spec: SourceSpec, base_dir: str, fs: Any, options: dict[str, Any]
+    ) -> dict[str, Any]:
         """The reader options: ``options`` (source.options less the execution ones), plus what a
-        format takes
-        from elsewhere in the source section (class_folders: its directory and classes). None by
-        default."""
+        format takes from elsewhere in the source section (class_folders: its directory and
+        classes). None by default."""
         return options
 
     @abstractmethod
     def describe(
-        self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any], dtypes: Mapping[str, str]
+        self,
+        fs: Any,
+        files: tuple[InputFile, ...],
+        options: dict[str, Any],
+        dtypes: Mapping[str, str],
     ) -> Source:
         """The source unpartitioned, with what reading it needs that the listing does not say (the
-        schema,
-        with ``dtypes`` over the inferred types; the CSV layout; Parquet row groups), read from the
-        files once."""
+        schema, with ``dtypes`` over the inferred types; the CSV layout; Parquet row groups), read
+        from the files once."""
 
     @abstractmethod
     def partition(self, source: Source, blocksize: int) -> Source:
@@ -154,8 +157,7 @@ def open_input(source: Source, f: InputFile, compression: str | None = "infer") 
 
 def block_bytes(handle: Any, part: Part) -> bytes:
     """The bytes of text partition ``part`` from its open file. Exact parts were cut between records
-    by the
-    quote scan; others at the first newline after their nominal start."""
+    by the quote scan; others at the first newline after their nominal start."""
     if part.length is None:
         return handle.read()
     if part.exact:
@@ -184,7 +186,9 @@ def typed(source: Source, raw: RawPart, *, strings: bool) -> RawPart:
     frame, bad = apply_schema(raw.frame, source.schema, strings=strings)
     if len(bad):
         for row, reason in bad.items():
-            raw.rejects.append((int(row), reason, json.dumps(_row_text(raw.frame, row), ensure_ascii=False)))
+            raw.rejects.append(
+                (int(row), reason, json.dumps(_row_text(raw.frame, row), ensure_ascii=False))
+            )
         frame = frame.drop(index=bad.index)
     raw.frame = frame
     return raw

@@ -33,9 +33,8 @@ COLUMNS = ["key", "path", "name", "class", "label", "group", "bytes"]
 
 def read_class_file(classes: ClassesFile, base_dir: str) -> list[str]:
     """The class names in ``classes.from_`` (relative to the pipeline file): one a line, stripped;
-    blank lines
-    and lines starting with '#' skipped. ConfigError naming ``source.classes.from`` when it cannot
-    be used."""
+    blank lines and lines starting with '#' skipped. ConfigError naming ``source.classes.from`` when
+    it cannot be used."""
     path = classes.from_
     full = path if os.path.isabs(path) else os.path.join(base_dir, path)
     try:
@@ -48,7 +47,8 @@ def read_class_file(classes: ClassesFile, base_dir: str) -> list[str]:
         ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(
-            f"source.classes.from: cannot read {full} ({e}); it must be UTF-8 text, one class name a line"
+            f"source.classes.from: cannot read {full} ({e}); it must be UTF-8 text, "
+            "one class name a line"
         ) from None
     names = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
     problem = class_names_problem(names)
@@ -72,13 +72,14 @@ def _relative(source: Source, f: InputFile) -> str:
 def _is_image(rel: str) -> bool:
     """An image file of the layout: a known extension, no hidden file or folder ('.DS_Store',
     '.cache/')."""
-    return rel.lower().endswith(IMAGE_EXTENSIONS) and not any(part.startswith(".") for part in rel.split("/"))
+    return rel.lower().endswith(IMAGE_EXTENSIONS) and not any(
+        part.startswith(".") for part in rel.split("/")
+    )
 
 
 def sample_key(rel: str) -> str:
     """The sample key of the image at ``rel``: its path with '/' and '.' made '_' (the extension
-    stays in, so
-    that a.jpg and a.png beside it are two samples)."""
+    stays in, so that a.jpg and a.png beside it are two samples)."""
     return rel.replace("/", "_").replace(".", "_")
 
 
@@ -89,13 +90,14 @@ def class_names(source: Source) -> tuple[str, ...] | None:
 
 class ClassFoldersFormat(FilesFormat):
     """Images in class folders, one labelled sample each: a 'files' source (no reader options, the
-    same
-    partitions) with its own listing check, class list and rows (``classes`` sits beside the
+    same partitions) with its own listing check, class list and rows (``classes`` sits beside the
     options)."""
 
     name = "class_folders"
 
-    def section_options(self, spec: SourceSpec, base_dir: str, fs: Any, options: dict[str, Any]) -> dict[str, Any]:
+    def section_options(
+        self, spec: SourceSpec, base_dir: str, fs: Any, options: dict[str, Any]
+    ) -> dict[str, Any]:
         """The directory (as a path of ``fs``) and the pinned classes, or None."""
         root = fs._strip_protocol(source_url(spec, base_dir)).rstrip("/")
         if not fs.isdir(root):
@@ -106,7 +108,11 @@ class ClassFoldersFormat(FilesFormat):
         return {**options, "root": root + "/", "classes": pinned_classes(spec, base_dir)}
 
     def describe(
-        self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any], dtypes: Mapping[str, str]
+        self,
+        fs: Any,
+        files: tuple[InputFile, ...],
+        options: dict[str, Any],
+        dtypes: Mapping[str, str],
     ) -> Source:
         """The image files of the listing, and the class list: the pinned one, or the sorted folder
         names."""
@@ -123,7 +129,14 @@ class ClassFoldersFormat(FilesFormat):
         if not pinned:
             rels = (f.path[len(root) :].split("/") for f in images)
             classes = sorted({parts[-2] for parts in rels if len(parts) >= 2})
-        return Source(self.name, fs, images, (), {"root": root, "classes": classes, "pinned": pinned}, has_header=False)
+        return Source(
+            self.name,
+            fs,
+            images,
+            (),
+            {"root": root, "classes": classes, "pinned": pinned},
+            has_header=False,
+        )
 
     def read(self, source: Source, part: Part) -> RawPart:
         """One row per image; an image outside any class folder, or in one the pinned list lacks, a
@@ -157,7 +170,9 @@ class ClassFoldersFormat(FilesFormat):
                 continue
             with open_input(source, f, compression=None) as handle:
                 content = handle.read()
-            rows.append([sample_key(rel), rel, name, cls, labels[cls], "/".join(folders[:-1]), content])
+            rows.append(
+                [sample_key(rel), rel, name, cls, labels[cls], "/".join(folders[:-1]), content]
+            )
             ids.append(row)
         frame = pd.DataFrame(rows, columns=COLUMNS, index=pd.Index(ids, dtype="int64"))
         frame["label"] = frame["label"].astype("int64")

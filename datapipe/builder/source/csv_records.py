@@ -103,7 +103,9 @@ def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None
     # separators per record from their positions: a pass over the few separators, not over every
     # byte
     seps = np.flatnonzero(delims)
-    fields = np.searchsorted(seps, np.append(starts[1:], len(raw))) - np.searchsorted(seps, starts) + 1
+    fields = (
+        np.searchsorted(seps, np.append(starts[1:], len(raw))) - np.searchsorted(seps, starts) + 1
+    )
     nonblank = ~_BLANK[raw[starts]]
     # a record that starts with a blank byte is blank only if all its bytes are
     if not nonblank.all():
@@ -115,7 +117,9 @@ _BLANK = np.zeros(256, dtype=bool)  # bytes pandas treats as a blank line's
 _BLANK[list(b" \t\r\n")] = True
 
 
-def fields_agree(frame: pd.DataFrame, fields: np.ndarray | None, width: int | None, has_header: bool) -> bool:
+def fields_agree(
+    frame: pd.DataFrame, fields: np.ndarray | None, width: int | None, has_header: bool
+) -> bool:
     """Whether pandas read the records the slow path would: one row per record, each with ``width``
     fields (pandas pads a short row with missing values, where the slow path quarantines it)."""
     if fields is None:
@@ -141,7 +145,9 @@ def read_records(
     good, rows, rejects = io.StringIO(), [], []
     # every field quoted: pandas reads a field of spaces or a \r back as it was (NA values stay NA)
     quoting = csv.QUOTE_MINIMAL if options.get("quoting") == csv.QUOTE_NONE else csv.QUOTE_ALL
-    writer = csv.writer(good, delimiter=delimiter, quotechar=quotechar, lineterminator="\r\n", quoting=quoting)
+    writer = csv.writer(
+        good, delimiter=delimiter, quotechar=quotechar, lineterminator="\r\n", quoting=quoting
+    )
     row = -1
     for raw, closed in logical_records(text, quotechar):
         if not raw.strip():
@@ -149,7 +155,11 @@ def read_records(
         shown = raw.encode(encoding, "surrogateescape").decode(encoding, "replace")
         # not strict: text after a closing quote joins the field ("x"y is xy), as pandas reads it
         try:
-            record = next(csv.reader([raw], delimiter=delimiter, quotechar=quotechar)) if closed else None
+            record = (
+                next(csv.reader([raw], delimiter=delimiter, quotechar=quotechar))
+                if closed
+                else None
+            )
         except csv.Error as e:
             record, why = None, f"malformed CSV ({e})"
         else:

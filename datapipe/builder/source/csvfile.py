@@ -35,13 +35,29 @@ from datapipe.builder.source.schema import infer_schema
 from datapipe.errors import ConfigError
 
 # What the reader takes of pandas.read_csv's own keywords
-_CSV_NOT_TAKEN = ("filepath_or_buffer", "chunksize", "iterator", "index_col", "compression", "memory_map")
+_CSV_NOT_TAKEN = (
+    "filepath_or_buffer",
+    "chunksize",
+    "iterator",
+    "index_col",
+    "compression",
+    "memory_map",
+)
 
 
 # pandas options that give a row a meaning by its place in the file: a block cut from the middle
 # of the file cannot apply them, so such files are read whole (one partition per file).
 _WHOLE_FILE_OPTIONS = ("skiprows", "skipfooter", "nrows", "comment", "escapechar", "lineterminator")
-_ASCII_COMPATIBLE = ("utf-8", "utf8", "ascii", "latin-1", "latin1", "iso-8859-1", "cp1252", "windows-1252")
+_ASCII_COMPATIBLE = (
+    "utf-8",
+    "utf8",
+    "ascii",
+    "latin-1",
+    "latin1",
+    "iso-8859-1",
+    "cp1252",
+    "windows-1252",
+)
 
 
 def csv_layout(options: Mapping[str, Any]) -> tuple[bool, bool, int | None]:
@@ -112,8 +128,7 @@ def _block(source: Source, part: Part) -> tuple[bytes, bytes]:
 
 def _leading_record(handle: Any, quote: int | None) -> bytes:
     """The file's lines up to the end of its first non-blank record (blank lines before it, as
-    pandas
-    skips them; a record ends at a newline outside quotes)."""
+    pandas skips them; a record ends at a newline outside quotes)."""
     lines, parity, text = [], 0, False
     for line in iter(handle.readline, b""):
         lines.append(line)
@@ -149,7 +164,9 @@ def read_csv_part(source: Source, part: Part) -> RawPart:
     options = {**source.options, "dtype": str}
     sep = csv_dialect(options).sep
     checked = part.length is not None and len(sep.encode()) == 1  # a file read whole is never cut
-    width = no_header_width(source.options, first, data) if checked and not source.has_header else None
+    width = (
+        no_header_width(source.options, first, data) if checked and not source.has_header else None
+    )
     try:
         try:
             frame = _csv_fast(text, options)
@@ -173,7 +190,9 @@ def _sample_schema(sample: bytes, options: dict[str, Any]) -> dict[str, str]:
         return {}
     try:
         try:
-            frame = pd.read_csv(io.BytesIO(sample), on_bad_lines="skip", encoding_errors="replace", **options)
+            frame = pd.read_csv(
+                io.BytesIO(sample), on_bad_lines="skip", encoding_errors="replace", **options
+            )
         except pd.errors.ParserError:  # e.g. an unclosed quote: infer from the records that parse
             frame = pd.read_csv(io.StringIO(_well_formed(sample, options)), **options)
     except pd.errors.EmptyDataError:
@@ -187,7 +206,9 @@ class CsvFormat(SourceFormat):
     """CSV read by pandas.read_csv, whose keywords are the reader options."""
 
     name = "csv"
-    options_help = "the keywords of pandas.read_csv (sep, encoding, quotechar, header, names, na_values, ...)"
+    options_help = (
+        "the keywords of pandas.read_csv (sep, encoding, quotechar, header, names, na_values, ...)"
+    )
 
     def reader_options(self) -> tuple[str, ...]:
         """pandas.read_csv's keywords, but those the reader sets itself."""
@@ -198,19 +219,28 @@ class CsvFormat(SourceFormat):
         return None
 
     def describe(
-        self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any], dtypes: Mapping[str, str]
+        self,
+        fs: Any,
+        files: tuple[InputFile, ...],
+        options: dict[str, Any],
+        dtypes: Mapping[str, str],
     ) -> Source:
         """The layout the options give (``csv_layout``) and the schema of the first MiB."""
         whole, has_header, quote = csv_layout(options)
         schema = {**_sample_schema(read_sample(fs, files), options), **dtypes}
-        return Source(self.name, fs, files, (), options, schema, has_header, quote, whole_files=whole)
+        return Source(
+            self.name, fs, files, (), options, schema, has_header, quote, whole_files=whole
+        )
 
     def partition(self, source: Source, blocksize: int) -> Source:
         """Byte blocks, whose cuts the quote scan still has to move between records where quotes may
-        hold
-        newlines (``source.unaligned``)."""
+        hold newlines (``source.unaligned``)."""
         parts = byte_blocks(source.files, blocksize, source.whole_files)
-        unaligned = tuple(sorted({p.file for p in parts if p.start > 0})) if source.quote is not None else ()
+        unaligned = (
+            tuple(sorted({p.file for p in parts if p.start > 0}))
+            if source.quote is not None
+            else ()
+        )
         return replace(source, parts=tuple(parts), unaligned=unaligned)
 
     def read(self, source: Source, part: Part) -> RawPart:

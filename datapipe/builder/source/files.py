@@ -21,7 +21,9 @@ def read_files_part(source: Source, part: Part) -> RawPart:
         with open_input(source, f, compression=None) as handle:
             content = handle.read()
         parent, _, name = f.label.rpartition("/")
-        rows.append({"path": f.label, "name": name, "parent": parent.rpartition("/")[2], "bytes": content})
+        rows.append(
+            {"path": f.label, "name": name, "parent": parent.rpartition("/")[2], "bytes": content}
+        )
     return RawPart(pd.DataFrame(rows, columns=["path", "name", "parent", "bytes"]), len(rows))
 
 
@@ -39,14 +41,20 @@ class FilesFormat(SourceFormat):
         return None
 
     def describe(
-        self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any], dtypes: Mapping[str, str]
+        self,
+        fs: Any,
+        files: tuple[InputFile, ...],
+        options: dict[str, Any],
+        dtypes: Mapping[str, str],
     ) -> Source:
         """The listing says it all."""
         return Source(self.name, fs, files, (), options, has_header=False)
 
     def partition(self, source: Source, blocksize: int) -> Source:
         """Groups of files_per_partition files, at most ``blocksize`` bytes together."""
-        return replace(source, parts=tuple(file_groups(source.files, source.files_per_partition, blocksize)))
+        return replace(
+            source, parts=tuple(file_groups(source.files, source.files_per_partition, blocksize))
+        )
 
     def read(self, source: Source, part: Part) -> RawPart:
         """``read_files_part``."""

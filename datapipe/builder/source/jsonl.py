@@ -61,11 +61,17 @@ def read_jsonl_part(source: Source, part: Part) -> RawPart:
             rejects.append((row, f"not valid JSON ({e})", line.decode(encoding, "replace")))
             continue
         if not isinstance(record, dict):
-            rejects.append((row, f"expected a JSON object, got {type(record).__name__}", line.decode(encoding)))
+            rejects.append(
+                (row, f"expected a JSON object, got {type(record).__name__}", line.decode(encoding))
+            )
             continue
         records.append(record)
         rows.append(row)
-    frame = pd.DataFrame.from_records(records, index=pd.Index(rows, dtype="int64")) if records else pd.DataFrame()
+    frame = (
+        pd.DataFrame.from_records(records, index=pd.Index(rows, dtype="int64"))
+        if records
+        else pd.DataFrame()
+    )
     known = [c for c in source.schema if c in frame.columns]
     frame = frame[known + sorted(c for c in frame.columns if c not in source.schema)]
     return typed(source, RawPart(frame, row + 1, rejects), strings=False)
@@ -90,11 +96,18 @@ class JsonlFormat(SourceFormat):
         except LookupError:
             return "encoding", f"unknown encoding {options['encoding']!r}"
         if not ascii_compatible:
-            return "encoding", "JSON lines are read line by line: use an encoding where a newline is one byte"
+            return (
+                "encoding",
+                "JSON lines are read line by line: use an encoding where a newline is one byte",
+            )
         return None
 
     def describe(
-        self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any], dtypes: Mapping[str, str]
+        self,
+        fs: Any,
+        files: tuple[InputFile, ...],
+        options: dict[str, Any],
+        dtypes: Mapping[str, str],
     ) -> Source:
         """The schema of the objects in the first MiB."""
         schema = {**_sample_schema(read_sample(fs, files), options), **dtypes}

@@ -35,7 +35,9 @@ def stamp_of(st: os.stat_result) -> str:
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
-def list_files(source: SourceSpec, base_dir: str, storage_options: Mapping[str, Any]) -> tuple[Any, list[InputFile]]:
+def list_files(
+    source: SourceSpec, base_dir: str, storage_options: Mapping[str, Any]
+) -> tuple[Any, list[InputFile]]:
     """The source's files in sorted order, with sizes; a clear error when nothing matches."""
     url = source_url(source, base_dir)
     fs, path = filesystem(url, dict(storage_options))
@@ -55,8 +57,15 @@ def list_files(source: SourceSpec, base_dir: str, storage_options: Mapping[str, 
         if is_local(fs):
             etag, stamp = None, stamp_of(os.stat(p))
         else:
-            etag, stamp = str(info.get("ETag") or info.get("etag") or info.get("checksum") or ""), None
-        infos.append(InputFile(p, _label(p, url, fs, base_dir), int(info.get("size") or 0), etag or None, stamp))
+            etag, stamp = (
+                str(info.get("ETag") or info.get("etag") or info.get("checksum") or ""),
+                None,
+            )
+        infos.append(
+            InputFile(
+                p, _label(p, url, fs, base_dir), int(info.get("size") or 0), etag or None, stamp
+            )
+        )
     if not infos:
         raise NotFoundError(f"source.path: {source.path!r} matches no files (looked for {url})")
     return fs, infos

@@ -36,25 +36,32 @@ def open_source(
     ``spec.options``; they shape the work, never the result.
     """
     options = {k: v for k, v in spec.options.items() if k not in EXECUTION_OPTIONS}
-    execution = {**{k: v for k, v in spec.options.items() if k in EXECUTION_OPTIONS}, **(execution or {})}
+    execution = {
+        **{k: v for k, v in spec.options.items() if k in EXECUTION_OPTIONS},
+        **(execution or {}),
+    }
     storage_options = {**execution.pop("storage_options", {}), **(storage_options or {})}
     fs, files = list_files(spec, base_dir, storage_options)
     dtypes = options.pop("dtype", None) or {}
     if not isinstance(dtypes, dict) or any(t not in SCHEMA_TYPES for t in dtypes.values()):
-        raise ConfigError(f"source.options.dtype: expected a mapping of column -> one of {', '.join(SCHEMA_TYPES)}")
+        raise ConfigError(
+            "source.options.dtype: expected a mapping of column -> one of "
+            f"{', '.join(SCHEMA_TYPES)}"
+        )
     blocksize = execution_size(execution, "blocksize", DEFAULT_BLOCKSIZE)
     per = DEFAULT_FILES_PER_PARTITION
     if spec.format in FILE_ROW_FORMATS:
         per = execution_count(execution, "files_per_partition", DEFAULT_FILES_PER_PARTITION)
     fmt = get_source_format(spec.format)
-    described = fmt.describe(fs, tuple(files), fmt.section_options(spec, base_dir, fs, options), dtypes)
+    described = fmt.describe(
+        fs, tuple(files), fmt.section_options(spec, base_dir, fs, options), dtypes
+    )
     return replace(described, blocksize=blocksize, files_per_partition=per)
 
 
 def partition_source(source: Source, blocksize: int | None = None) -> Source:
     """``source`` cut into partitions of ``blocksize`` bytes (default: the configured one); quoted
-    CSV files
-    still to be aligned (``align.scans_needed``, ``align.align_parts``)."""
+    CSV files still to be aligned (``align.scans_needed``, ``align.align_parts``)."""
     return get_source_format(source.format).partition(source, blocksize or source.blocksize)
 
 

@@ -45,5 +45,7 @@ def execution_count(execution: Mapping[str, Any], key: str, default: int) -> int
     """A positive count from the partitioning options; ConfigError naming ``source.options.KEY``."""
     value = execution.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"source.options.{key}: must be a whole number of at least 1 (got {value!r})")
+        raise ConfigError(
+            f"source.options.{key}: must be a whole number of at least 1 (got {value!r})"
+        )
     return value

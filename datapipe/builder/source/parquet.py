@@ -42,7 +42,9 @@ def read_parquet_part(source: Source, part: Part) -> RawPart:
         try:
             table = pq.ParquetFile(handle).read_row_group(part.row_group, **source.options)
         except Exception as e:  # pyarrow's error kinds vary by damage
-            raise ConfigError(f"{f.label}: row group {part.row_group} cannot be read ({e})") from None
+            raise ConfigError(
+                f"{f.label}: row group {part.row_group} cannot be read ({e})"
+            ) from None
     frame = table.to_pandas(types_mapper=_nullable)
     frame.index = pd.RangeIndex(len(frame))
     return RawPart(frame, len(frame))
@@ -62,11 +64,21 @@ class ParquetFormat(SourceFormat):
         return None
 
     def describe(
-        self, fs: Any, files: tuple[InputFile, ...], options: dict[str, Any], dtypes: Mapping[str, str]
+        self,
+        fs: Any,
+        files: tuple[InputFile, ...],
+        options: dict[str, Any],
+        dtypes: Mapping[str, str],
     ) -> Source:
         """The row groups of each file, from its footer."""
         return Source(
-            self.name, fs, files, (), options, has_header=False, row_groups=tuple(_row_groups(fs, f) for f in files)
+            self.name,
+            fs,
+            files,
+            (),
+            options,
+            has_header=False,
+            row_groups=tuple(_row_groups(fs, f) for f in files),
         )
 
     def partition(self, source: Source, blocksize: int) -> Source:

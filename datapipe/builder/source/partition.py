@@ -13,8 +13,7 @@ COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip")
 
 def byte_blocks(files: Sequence[InputFile], blocksize: int, whole: bool = False) -> list[Part]:
     """Nominal blocks of ``blocksize`` bytes of each text file (one part per file when ``whole``,
-    compressed
-    or empty); a reader moves each cut to the next record boundary."""
+    compressed or empty); a reader moves each cut to the next record boundary."""
     parts = []
     for i, f in enumerate(files):
         if whole or f.path.endswith(COMPRESSED) or f.size == 0:
@@ -35,8 +34,7 @@ def row_group_parts(row_groups: Sequence[int]) -> list[Part]:
 
 def file_groups(files: Sequence[InputFile], per_partition: int, max_bytes: int) -> list[Part]:
     """Runs of consecutive files, at most ``per_partition`` of them and ``max_bytes`` together (a
-    larger
-    file goes alone)."""
+    larger file goes alone)."""
     parts: list[Part] = []
     group: list[int] = []
     size = 0

@@ -16,7 +16,8 @@ from datapipe.builder.source.parquet import ParquetFormat
 from datapipe.errors import ConfigError
 
 SOURCE_FORMATS: dict[str, SourceFormat] = {
-    f.name: f for f in (CsvFormat(), ParquetFormat(), JsonlFormat(), FilesFormat(), ClassFoldersFormat())
+    f.name: f
+    for f in (CsvFormat(), ParquetFormat(), JsonlFormat(), FilesFormat(), ClassFoldersFormat())
 }
 
 
@@ -24,7 +25,10 @@ def get_source_format(name: str) -> SourceFormat:
     """The source format called ``name``; ConfigError listing the choices."""
     fmt = SOURCE_FORMATS.get(name)
     if fmt is None:
-        raise ConfigError(f"source.format: unknown source format {name!r}; choose one of: {', '.join(SOURCE_FORMATS)}")
+        raise ConfigError(
+            f"source.format: unknown source format {name!r}; choose one of: "
+            f"{', '.join(SOURCE_FORMATS)}"
+        )
     return fmt
 
 

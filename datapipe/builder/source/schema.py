@@ -121,7 +121,9 @@ def _fast_numeric(series: pd.Series, kind: str) -> pd.Series | None:
         return None
 
 
-def apply_schema(frame: pd.DataFrame, schema: dict[str, str], *, strings: bool) -> tuple[pd.DataFrame, pd.Series]:
+def apply_schema(
+    frame: pd.DataFrame, schema: dict[str, str], *, strings: bool
+) -> tuple[pd.DataFrame, pd.Series]:
     """Convert ``frame``'s columns to ``schema``; returns (frame, reason per bad row, indexed by row
     id).
 

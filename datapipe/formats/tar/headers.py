@@ -44,13 +44,27 @@ def _template() -> bytearray:
 USTAR_TEMPLATE = bytes(_template())
 USTAR_TEMPLATE_SUM = sum(USTAR_TEMPLATE) + 8 * ord(" ")
 
-_MODE_TO_SIZE, _MTIME, _AFTER_TYPEFLAG = USTAR_TEMPLATE[100:124], USTAR_TEMPLATE[136:148], USTAR_TEMPLATE[157:]
+_MODE_TO_SIZE, _MTIME, _AFTER_TYPEFLAG = (
+    USTAR_TEMPLATE[100:124],
+    USTAR_TEMPLATE[136:148],
+    USTAR_TEMPLATE[157:],
+)
 
 
 def _ustar(name: bytes, size: int, typeflag: bytes) -> bytes:
     size_field = b"%011o\x00" % size
     checksum = b"%06o\x00 " % (USTAR_TEMPLATE_SUM + sum(name) + sum(size_field) + typeflag[0])
-    return b"".join((name.ljust(100, b"\x00"), _MODE_TO_SIZE, size_field, _MTIME, checksum, typeflag, _AFTER_TYPEFLAG))
+    return b"".join(
+        (
+            name.ljust(100, b"\x00"),
+            _MODE_TO_SIZE,
+            size_field,
+            _MTIME,
+            checksum,
+            typeflag,
+            _AFTER_TYPEFLAG,
+        )
+    )
 
 
 def _pax_record(key: str, value: str) -> bytes:
@@ -151,7 +165,12 @@ def parse_pax(data: bytes) -> dict[str, str]:
             raise HeaderError("malformed pax record length")
         length = int(data[pos:space])
         record = data[space + 1 : pos + length]
-        if length <= space - pos or pos + length > len(data) or not record.endswith(b"\n") or b"=" not in record:
+        if (
+            length <= space - pos
+            or pos + length > len(data)
+            or not record.endswith(b"\n")
+            or b"=" not in record
+        ):
             raise HeaderError("malformed pax record")
         key, _, value = record[:-1].partition(b"=")
         out[key.decode("utf-8", "replace")] = value.decode("utf-8", "surrogateescape")

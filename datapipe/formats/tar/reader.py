@@ -58,10 +58,9 @@ class TarShardReader(SpanReader):
 
     def _member_table(self) -> np.ndarray | tuple[int, np.ndarray]:
         """Where each sample's members are, built once per reader: (members per sample, member
-        position of each
-        field or -1) when every sample has the same fields in the same order (the usual case: no
-        table), else a (samples x fields) table of member numbers, -1 where a sample lacks the
-        field."""
+        position of each field or -1) when every sample has the same fields in the same order (the
+        usual case: no table), else a (samples x fields) table of member numbers, -1 where a sample
+        lacks the field."""
         table = getattr(self, "_table", None)
         if table is None:
             index = self._require_index()
@@ -71,7 +70,10 @@ class TarShardReader(SpanReader):
             member_field = index.member_field.astype(np.int64)
             if n and (counts == per).all() and len(member_field) == n * per:
                 first = member_field[:per]
-                if len(set(first.tolist())) == per and (member_field.reshape(n, per) == first).all():
+                if (
+                    len(set(first.tolist())) == per
+                    and (member_field.reshape(n, per) == first).all()
+                ):
                     position = np.full(fields, -1, dtype=np.int64)
                     position[first] = np.arange(per)
                     self._table = table = (per, position)
@@ -91,7 +93,11 @@ class TarShardReader(SpanReader):
         fid = index.fields.index(field) if field in index.fields else -1
         if isinstance(table, tuple):  # every sample has the field, or none has
             per, position = table
-            members = rows * per + position[fid] if fid >= 0 and position[fid] >= 0 else np.full(len(rows), -1)
+            members = (
+                rows * per + position[fid]
+                if fid >= 0 and position[fid] >= 0
+                else np.full(len(rows), -1)
+            )
             absent = len(rows) and members[0] < 0
         else:
             members = table[rows, fid] if fid >= 0 else np.full(len(rows), -1)
@@ -99,16 +105,22 @@ class TarShardReader(SpanReader):
         if absent:
             missing = index.key(int(rows[int(np.argmax(members < 0))]))
             raise SampleError(f"{self.name}: sample {missing!r} has no field {field!r}")
-        return index.member_offset[members].astype(np.int64), index.member_size[members].astype(np.int64)
+        return index.member_offset[members].astype(np.int64), index.member_size[members].astype(
+            np.int64
+        )
 
-    def gather(self, indices: Sequence[int], fields: Sequence[str]) -> tuple[list[str], dict[str, list[Any]]]:
+    def gather(
+        self, indices: Sequence[int], fields: Sequence[str]
+    ) -> tuple[list[str], dict[str, list[Any]]]:
         """Array lookups in the index: one slice of the mapped shard per payload, no dict per
         sample."""
         columns: dict[str, list[Any]] = {}
         view = self._view
         for name in fields:
             offsets, sizes = self.spans(indices, name)
-            column = [view[a:b] for a, b in zip(offsets.tolist(), (offsets + sizes).tolist(), strict=True)]
+            column = [
+                view[a:b] for a, b in zip(offsets.tolist(), (offsets + sizes).tolist(), strict=True)
+            ]
             columns[name] = [bytes(v) for v in column] if self.copy else column
         return self.gather_keys(indices), columns
 
@@ -149,7 +161,9 @@ class TarShardReader(SpanReader):
             data = pos + BLOCK
             if size > end - data:
                 raise ShardCorruptError(
-                    self.name, f"member claims {size} bytes but only {end - data} remain in the file", pos
+                    self.name,
+                    f"member claims {size} bytes but only {end - data} remain in the file",
+                    pos,
                 )
             next_pos = data + size + (-size % BLOCK)
             kind = header.typeflag
@@ -168,14 +182,28 @@ class TarShardReader(SpanReader):
                 continue
             name = pax.get("path") or long_name or header.name.decode("utf-8", "surrogateescape")
             pax, long_name = {}, None
-            if kind in REGULAR:
-                if unsafe_name(name):
-                    log.warning("%s: skipping member %r at byte %d: absolute or '..' name", self.name, name, pos)
-                else:
-                    yield first_header, name, data, size
-            elif kind not in (DIRECTORY, PAX_GLOBAL, GNU_LONG_LINK):
-                log.warning("%s: skipping non-regular member %r (type %r) at byte %d", self.name, name, kind, pos)
+            if self._kept(kind, name, pos):
+                yield first_header, name, data, size
             pos = next_pos
+
+    def _kept(self, kind: bytes, name: str, pos: int) -> bool:
+        """Whether a member is a regular file with a safe name; others are skipped, with a
+        warning unless a tar writer adds them routinely (directories, global headers)."""
+        if kind in REGULAR:
+            if not unsafe_name(name):
+                return True
+            log.warning(
+                "%s: skipping member %r at byte %d: absolute or '..' name", self.name, name, pos
+            )
+        elif kind not in (DIRECTORY, PAX_GLOBAL, GNU_LONG_LINK):
+            log.warning(
+                "%s: skipping non-regular member %r (type %r) at byte %d",
+                self.name,
+                name,
+                kind,
+                pos,
+            )
+        return False
 
     def scan(self) -> Iterator[ScanEntry]:
         """Group regular members into samples by WebDataset's key rule."""
@@ -191,7 +219,9 @@ class TarShardReader(SpanReader):
             if current is None:
                 current = ScanEntry(key, header_at, 0, {KEY: key})
             if field in current.sample:
-                raise ShardCorruptError(self.name, f"sample {key!r} has field {field!r} twice", header_at)
+                raise ShardCorruptError(
+                    self.name, f"sample {key!r} has field {field!r} twice", header_at
+                )
             current.sample[field] = self._payload(offset, size)
             current.members.append((field, offset, size))
             current.end = offset + size + (-size % BLOCK)

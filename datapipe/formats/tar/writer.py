@@ -37,7 +37,9 @@ class TarShardWriter(ShardWriter):
     allow_dots_in_keys = False
     encodes_columns = True
 
-    def _write_sample(self, key: str, fields: dict[str, Any], sample_sha: Any) -> list[tuple[str, int, int]]:
+    def _write_sample(
+        self, key: str, fields: dict[str, Any], sample_sha: Any
+    ) -> list[tuple[str, int, int]]:
         members = []
         parts: list[Any] = []
         pos = self._pos
@@ -76,20 +78,30 @@ class TarShardWriter(ShardWriter):
         """Vectorised: plain ustar members (ASCII names of 100 bytes or less) cost 512 + padded
         payload."""
         n = len(keys)
-        key_len = np.fromiter((len(k) if k.isascii() else 1000 for k in keys), dtype=np.int64, count=n)
+        key_len = np.fromiter(
+            (len(k) if k.isascii() else 1000 for k in keys), dtype=np.int64, count=n
+        )
         total = np.zeros(n, dtype=np.int64)
         plain = np.ones(n, dtype=bool)
         for name, payloads in fields.items():
             size = np.fromiter((memoryview(p).nbytes for p in payloads), dtype=np.int64, count=n)
             total += BLOCK + size + (-size % BLOCK)
-            plain &= (key_len + 1 + len(name.encode()) <= 100) & (size <= MAX_USTAR_SIZE) & name.isascii()
+            plain &= (
+                (key_len + 1 + len(name.encode()) <= 100)
+                & (size <= MAX_USTAR_SIZE)
+                & name.isascii()
+            )
         # long or non-ASCII names, huge payloads: pax headers
         for i in np.flatnonzero(~plain).tolist():
-            total[i] = cls.sample_size(keys[i], {name: payloads[i] for name, payloads in fields.items()})
+            total[i] = cls.sample_size(
+                keys[i], {name: payloads[i] for name, payloads in fields.items()}
+            )
         return total
 
     @classmethod
-    def encode_samples(cls, keys: Sequence[str], fields: Mapping[str, Sequence[Any]]) -> EncodedSamples:
+    def encode_samples(
+        cls, keys: Sequence[str], fields: Mapping[str, Sequence[Any]]
+    ) -> EncodedSamples:
         """Column-wise: headers of plain ustar members built as one numpy array, payloads copied
         into place.
 
@@ -115,7 +127,10 @@ class TarShardWriter(ShardWriter):
         bounds = np.concatenate([[0], ends[f - 1 :: f]]).astype(np.int64)
         view = memoryview(data)
         hashes = b"".join(
-            [sha256(view[a:b]).digest() for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+            [
+                sha256(view[a:b]).digest()
+                for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+            ]
         )
         return EncodedSamples(
             data=data,
@@ -145,7 +160,9 @@ def _plain_members(
         return None
     key_bytes = [k.encode("utf-8", "surrogateescape") for k in keys]
     key_len = np.fromiter(map(len, key_bytes), dtype=np.int64, count=n)
-    sizes = np.stack([np.fromiter(map(len, fields[name]), dtype=np.int64, count=n) for name in names], axis=1)
+    sizes = np.stack(
+        [np.fromiter(map(len, fields[name]), dtype=np.int64, count=n) for name in names], axis=1
+    )
     name_len = key_len[:, None] + 1 + np.array([len(name.encode()) for name in names])
     if (
         (name_len > 100).any()
@@ -170,7 +187,9 @@ def _write_headers(
     blocks, rows = flat.reshape(-1, BLOCK), header_at // BLOCK
     blocks[rows] = np.frombuffer(USTAR_TEMPLATE, dtype=np.uint8)
     suffixes = [b"." + name.encode() for name in names]
-    blob = np.frombuffer(b"".join([k + suffix for k in key_bytes for suffix in suffixes]), dtype=np.uint8)
+    blob = np.frombuffer(
+        b"".join([k + suffix for k in key_bytes for suffix in suffixes]), dtype=np.uint8
+    )
     lengths = name_len.reshape(-1)
     starts = np.cumsum(lengths) - lengths
     flat[np.repeat(header_at - starts, lengths) + np.arange(len(blob))] = blob  # name
@@ -193,9 +212,8 @@ STRIDED_BELOW = 16 << 10  # payload size from which each payload is copied into 
 
 def _place(flat: np.ndarray, at: np.ndarray, sizes: np.ndarray, payloads: Sequence[bytes]) -> None:
     """Copy ``payloads`` to offsets ``at`` of ``flat``: as one strided copy when they are small, all
-    of one size
-    and at evenly spaced offsets (samples of one shape: the usual case), else one slice assignment
-    each."""
+    of one size and at evenly spaced offsets (samples of one shape: the usual case), else one slice
+    assignment each."""
     n = len(payloads)
     size, stride = int(sizes[0]), int(at[1] - at[0]) if n > 1 else 0
     # (the strided copy goes through one joined copy of the payloads: worth it only where a slice
@@ -207,7 +225,9 @@ def _place(flat: np.ndarray, at: np.ndarray, sizes: np.ndarray, payloads: Sequen
         and (sizes == size).all()
         and (np.diff(at) == stride).all()
     ):
-        rows = np.lib.stride_tricks.as_strided(flat[int(at[0]) :], shape=(n, size), strides=(stride, 1))
+        rows = np.lib.stride_tricks.as_strided(
+            flat[int(at[0]) :], shape=(n, size), strides=(stride, 1)
+        )
         rows[:] = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(n, size)
         return
     data = flat.data

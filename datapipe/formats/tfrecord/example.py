@@ -23,7 +23,14 @@ from datapipe.formats.base import KEY
 _F = descriptor_pb2.FieldDescriptorProto
 
 
-def _field(name: str, number: int, kind: int, label: int = _F.LABEL_OPTIONAL, type_name: str = "", **kw: Any):
+def _field(
+    name: str,
+    number: int,
+    kind: int,
+    label: int = _F.LABEL_OPTIONAL,
+    type_name: str = "",
+    **kw: Any,
+):
     if type_name:
         kw["type_name"] = type_name
     return _F(name=name, number=number, type=kind, label=label, **kw)
@@ -31,7 +38,9 @@ def _field(name: str, number: int, kind: int, label: int = _F.LABEL_OPTIONAL, ty
 
 def _example_file() -> descriptor_pb2.FileDescriptorProto:
     """tensorflow/core/example/{example,feature}.proto, as a descriptor."""
-    f = descriptor_pb2.FileDescriptorProto(name="datapipe/tf_example.proto", package="tensorflow", syntax="proto3")
+    f = descriptor_pb2.FileDescriptorProto(
+        name="datapipe/tf_example.proto", package="tensorflow", syntax="proto3"
+    )
     rep = _F.LABEL_REPEATED
     f.message_type.add(name="BytesList").field.append(_field("value", 1, _F.TYPE_BYTES, rep))
     f.message_type.add(name="FloatList").field.append(_field("value", 1, _F.TYPE_FLOAT, rep))
@@ -39,15 +48,20 @@ def _example_file() -> descriptor_pb2.FileDescriptorProto:
     feature = f.message_type.add(name="Feature")
     feature.oneof_decl.add(name="kind")
     for number, (name, msg) in enumerate(
-        [("bytes_list", "BytesList"), ("float_list", "FloatList"), ("int64_list", "Int64List")], start=1
+        [("bytes_list", "BytesList"), ("float_list", "FloatList"), ("int64_list", "Int64List")],
+        start=1,
     ):
-        feature.field.append(_field(name, number, _F.TYPE_MESSAGE, type_name=f".tensorflow.{msg}", oneof_index=0))
+        feature.field.append(
+            _field(name, number, _F.TYPE_MESSAGE, type_name=f".tensorflow.{msg}", oneof_index=0)
+        )
     features = f.message_type.add(name="Features")
     entry = features.nested_type.add(name="FeatureEntry")
     entry.options.map_entry = True
     entry.field.append(_field("key", 1, _F.TYPE_STRING))
     entry.field.append(_field("value", 2, _F.TYPE_MESSAGE, type_name=".tensorflow.Feature"))
-    features.field.append(_field("feature", 1, _F.TYPE_MESSAGE, rep, ".tensorflow.Features.FeatureEntry"))
+    features.field.append(
+        _field("feature", 1, _F.TYPE_MESSAGE, rep, ".tensorflow.Features.FeatureEntry")
+    )
     example = f.message_type.add(name="Example")
     example.field.append(_field("features", 1, _F.TYPE_MESSAGE, type_name=".tensorflow.Features"))
     return f

@@ -27,14 +27,18 @@ class TFRecordShardReader(ShardReader):
         view = self._view
         left = len(view) - pos
         if left < HEADER_SIZE:
-            raise ShardCorruptError(self.name, f"record {number}: header cut short ({left} bytes left)", pos)
+            raise ShardCorruptError(
+                self.name, f"record {number}: header cut short ({left} bytes left)", pos
+            )
         (length,) = LENGTH.unpack_from(view, pos)
         (length_crc,) = CRC.unpack_from(view, pos + LENGTH.size)
         if masked_crc(view[pos : pos + LENGTH.size]) != length_crc:
             raise ShardCorruptError(self.name, f"record {number}: length checksum mismatch", pos)
         if length > left - HEADER_SIZE - FOOTER_SIZE:
             raise ShardCorruptError(
-                self.name, f"record {number} claims {length} bytes but only {left - HEADER_SIZE} remain", pos
+                self.name,
+                f"record {number} claims {length} bytes but only {left - HEADER_SIZE} remain",
+                pos,
             )
         start = pos + HEADER_SIZE
         payload = view[start : start + length]
@@ -48,7 +52,9 @@ class TFRecordShardReader(ShardReader):
         try:
             key, fields = decode_example(payload)
         except DecodeError:
-            raise ShardCorruptError(self.name, f"record {number} is not a tf.train.Example", pos) from None
+            raise ShardCorruptError(
+                self.name, f"record {number} is not a tf.train.Example", pos
+            ) from None
         key = key if key is not None else f"{number:08d}"
         return key, {KEY: key, **fields}
 

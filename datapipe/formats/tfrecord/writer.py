@@ -23,7 +23,9 @@ class TFRecordShardWriter(ShardWriter):
         """The serialised Example plus 16 bytes of framing (length, two CRCs)."""
         return len(encode_example(key, dict(sorted(fields.items())))) + 16
 
-    def _write_sample(self, key: str, fields: dict[str, Any], sample_sha: Any) -> list[tuple[str, int, int]]:
+    def _write_sample(
+        self, key: str, fields: dict[str, Any], sample_sha: Any
+    ) -> list[tuple[str, int, int]]:
         record = frame(encode_example(key, fields))
         self._emit(record)
         sample_sha.update(record)

@@ -36,7 +36,10 @@ def uniforms(keys: Sequence[str], seed: int, epoch: int) -> np.ndarray:
     """(n, UNIFORMS) floats in [0, 1): each row a function of (seed, epoch, key) only."""
     salt = f"{seed}:{epoch}".encode()
     roots = np.frombuffer(
-        b"".join(hashlib.blake2b(k.encode("utf-8", "surrogateescape"), digest_size=8, key=salt).digest() for k in keys),
+        b"".join(
+            hashlib.blake2b(k.encode("utf-8", "surrogateescape"), digest_size=8, key=salt).digest()
+            for k in keys
+        ),
         dtype="<u8",
     )
     with np.errstate(over="ignore"):
@@ -64,7 +67,9 @@ def crop_box(spec: ImageSpec, width: int, height: int, u: np.ndarray) -> Box:
     return Box(float(left), float(top), float(left + w), float(top + h), flip)
 
 
-def _random_resized(spec: ImageSpec, width: int, height: int, u: np.ndarray) -> tuple[int, int, int, int]:
+def _random_resized(
+    spec: ImageSpec, width: int, height: int, u: np.ndarray
+) -> tuple[int, int, int, int]:
     """torchvision's RandomResizedCrop.get_params, with the sample's own numbers: (left, top, width,
     height)."""
     area = width * height
@@ -74,7 +79,12 @@ def _random_resized(spec: ImageSpec, width: int, height: int, u: np.ndarray) -> 
         aspect = math.exp(lo + (hi - lo) * u[2 * t + 1])
         w, h = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
         if 0 < w <= width and 0 < h <= height:
-            return int(u[2 * TRIES] * (width - w + 1)), int(u[2 * TRIES + 1] * (height - h + 1)), w, h
+            return (
+                int(u[2 * TRIES] * (width - w + 1)),
+                int(u[2 * TRIES + 1] * (height - h + 1)),
+                w,
+                h,
+            )
     in_ratio = width / height
     if in_ratio < spec.ratio[0]:
         w, h = width, round(width / spec.ratio[0])

@@ -29,7 +29,11 @@ def _pillow() -> Any:
 
 
 def decode_images(
-    spec: ImageSpec, keys: Sequence[str], payloads: Sequence[Any], out: np.ndarray, field: str = "image"
+    spec: ImageSpec,
+    keys: Sequence[str],
+    payloads: Sequence[Any],
+    out: np.ndarray,
+    field: str = "image",
 ) -> np.ndarray:
     """Decode ``payloads`` (one per key) into ``out``, an array of shape (n, *spec.shape) and spec's
     dtype."""
@@ -40,11 +44,15 @@ def decode_images(
 
 
 def decode_into(
-    spec: ImageSpec, payload: Any, u: np.ndarray, slot: np.ndarray, key: str = "?", field: str = "image"
+    spec: ImageSpec,
+    payload: Any,
+    u: np.ndarray,
+    slot: np.ndarray,
+    key: str = "?",
+    field: str = "image",
 ) -> None:
     """One image: opened, its box drawn from ``u``, decoded (at a draft scale for JPEG), cropped and
-    resized
-    to ``spec.size`` in one resample, flipped, and written into ``slot``."""
+    resized to ``spec.size`` in one resample, flipped, and written into ``slot``."""
     image = _pillow()
     try:
         with warnings.catch_warnings():
@@ -53,7 +61,13 @@ def decode_into(
                 width, height = img.size
                 box = crop_box(spec, width, height, u)
                 pixels = _resized(spec, img, box, image)
-    except (OSError, SyntaxError, ValueError, image.DecompressionBombError, image.DecompressionBombWarning) as e:
+    except (
+        OSError,
+        SyntaxError,
+        ValueError,
+        image.DecompressionBombError,
+        image.DecompressionBombWarning,
+    ) as e:
         raise SampleError(
             f"field {field!r} of sample {key!r}: cannot decode the image "
             f"({type(e).__name__}: {e}); "
@@ -76,7 +90,10 @@ def _resized(spec: ImageSpec, img: Any, box: Box, image: Any) -> np.ndarray:
         # the largest DCT reduction that leaves the box at least as big as the output
         reduce = min((box.right - box.left) / out_w, (box.bottom - box.top) / out_h)
         if reduce >= 2:
-            img.draft("RGB" if img.mode != "L" else "L", (math.ceil(width / reduce), math.ceil(height / reduce)))
+            img.draft(
+                "RGB" if img.mode != "L" else "L",
+                (math.ceil(width / reduce), math.ceil(height / reduce)),
+            )
     img.load()
     fx, fy = img.size[0] / width, img.size[1] / height  # the draft's scale
     img = _rgb(img, image)
@@ -87,8 +104,7 @@ def _resized(spec: ImageSpec, img: Any, box: Box, image: Any) -> np.ndarray:
 
 def _rgb(img: Any, image: Any) -> Any:
     """Any mode as RGB: 16-bit grey to its top 8 bits, transparency laid on white (as the build's
-    ``image`` stage
-    re-encodes it), palette and CMYK converted."""
+    ``image`` stage re-encodes it), palette and CMYK converted."""
     if img.mode == "RGB":
         return img
     if img.mode in SIXTEEN_BIT:

@@ -20,8 +20,7 @@ EVAL_RESIZE = 256 / 224
 @dataclass(frozen=True)
 class ImageSpec:
     """An image decoder; ``seed`` and ``epoch`` are bound by the loader (the augmentation is a
-    function of them
-    and of the sample key)."""
+    function of them and of the sample key)."""
 
     size: tuple[int, int]  # (height, width) of every decoded image
     crop: str | None = "random-resized"
@@ -59,13 +58,19 @@ class ImageSpec:
 
 
 def _pair(name: str, value: object, kind: type, low: float) -> tuple:
-    pair = (value, value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    pair = (
+        (value, value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    )
     if (
         not isinstance(pair, (tuple, list))
         or len(pair) != 2
-        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > low for v in pair)
+        or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > low for v in pair
+        )
     ):
-        raise ConfigError(f"datapipe.image({name}={value!r}): give one number or two, each above {low:g}")
+        raise ConfigError(
+            f"datapipe.image({name}={value!r}): give one number or two, each above {low:g}"
+        )
     return tuple(kind(v) for v in pair)
 
 
@@ -102,18 +107,28 @@ def image(
     if layout not in LAYOUTS:
         raise ConfigError(f"datapipe.image(layout={layout!r}): use 'CHW' or 'HWC'")
     if dtype not in DTYPES:
-        raise ConfigError(f"datapipe.image(dtype={dtype!r}): use 'uint8' or 'float32' (values / 255)")
+        raise ConfigError(
+            f"datapipe.image(dtype={dtype!r}): use 'uint8' or 'float32' (values / 255)"
+        )
     if device not in DEVICES:
         raise ConfigError(f"datapipe.image(device={device!r}): use 'cpu' or 'cuda'")
-    if resize is not None and (isinstance(resize, bool) or not isinstance(resize, int) or resize < min(h, w)):
+    if resize is not None and (
+        isinstance(resize, bool) or not isinstance(resize, int) or resize < min(h, w)
+    ):
         raise ConfigError(
             f"datapipe.image(resize={resize!r}): the short side before a center crop, an int of at "
             f"least the crop's {min(h, w)}"
         )
     lo, hi = _pair("scale", scale, float, 0)
     if lo > hi or hi > 1:
-        raise ConfigError(f"datapipe.image(scale={scale!r}): (low, high) area fractions with low <= high <= 1")
+        raise ConfigError(
+            f"datapipe.image(scale={scale!r}): (low, high) area fractions with low <= high <= 1"
+        )
     rlo, rhi = _pair("ratio", ratio, float, 0)
     if rlo > rhi:
-        raise ConfigError(f"datapipe.image(ratio={ratio!r}): (low, high) aspect ratios with low <= high")
-    return ImageSpec((h, w), crop, bool(flip), layout, dtype, resize, (lo, hi), (rlo, rhi), device, bool(draft))
+        raise ConfigError(
+            f"datapipe.image(ratio={ratio!r}): (low, high) aspect ratios with low <= high"
+        )
+    return ImageSpec(
+        (h, w), crop, bool(flip), layout, dtype, resize, (lo, hi), (rlo, rhi), device, bool(draft)
+    )

@@ -72,7 +72,9 @@ class Packed(NamedTuple):
         copy of the buffer in page-locked memory, made off the training loop's thread."""
         if isinstance(self.buffer, WorkerFailure):
             return self
-        buffer = torch.from_numpy(self.buffer) if isinstance(self.buffer, np.ndarray) else self.buffer
+        buffer = (
+            torch.from_numpy(self.buffer) if isinstance(self.buffer, np.ndarray) else self.buffer
+        )
         return self._replace(buffer=buffer.pin_memory())
 
 
@@ -267,9 +269,9 @@ def _widen_pipe(queue: Any) -> None:
 
 def _pickled_layout(layout: Any) -> bytes:
     """The batch's layout (keys and the values of non-numeric fields) pickled in the worker, as the
-    DataLoader
-    would pickle it: a value that cannot be pickled is an error here (in the DataLoader's queue
-    thread it is printed and the batch dropped, and the training process waits for it for ever)."""
+    DataLoader would pickle it: a value that cannot be pickled is an error here (in the DataLoader's
+    queue thread it is printed and the batch dropped, and the training process waits for it for
+    ever)."""
     try:
         return bytes(ForkingPickler.dumps(layout))
     except Exception as e:
@@ -289,7 +291,13 @@ def _pickled_layout(layout: Any) -> bytes:
 
 def _sendable(batch: dict[str, Any]) -> dict[str, Any]:
     """``batch``, once its values that are not tensors (keys, strings, decoded objects) pickle."""
-    _pickled_layout([(name, None, value) for name, value in batch.items() if not isinstance(value, torch.Tensor)])
+    _pickled_layout(
+        [
+            (name, None, value)
+            for name, value in batch.items()
+            if not isinstance(value, torch.Tensor)
+        ]
+    )
     return batch
 
 
@@ -303,9 +311,8 @@ def _picklable(error: BaseException) -> bool:
 
 def _forkserver() -> Any:
     """The forkserver context, its server importing torch and this module before it forks any worker
-    (so a
-    worker starts in milliseconds, not after its own imports); modules a user asked it to preload
-    stay."""
+    (so a worker starts in milliseconds, not after its own imports); modules a user asked it to
+    preload stay."""
     import multiprocessing
     from multiprocessing import forkserver
 

@@ -1,7 +1,6 @@
 """``datapipe.image(device="cuda")``: a batch's JPEGs decoded on the GPU
-(torchvision.io.decode_jpeg), then each
-cropped, resized and flipped there with the same boxes as the CPU path; and the check that a device
-is there."""
+(torchvision.io.decode_jpeg), then each cropped, resized and flipped there with the same boxes as
+the CPU path; and the check that a device is there."""
 
 from __future__ import annotations
 
@@ -50,7 +49,9 @@ def on_gpu(batch: dict[str, Any], specs: Mapping[str, ImageSpec]) -> dict[str, A
     return batch
 
 
-def decode_batch(spec: ImageSpec, keys: Sequence[str], payloads: Sequence[bytes], field: str = "image") -> Any:
+def decode_batch(
+    spec: ImageSpec, keys: Sequence[str], payloads: Sequence[bytes], field: str = "image"
+) -> Any:
     """(n, 3, H, W) (or (n, H, W, 3)) CUDA tensor of ``payloads``: JPEGs decoded on the GPU in one
     call, other formats by Pillow on the CPU and moved."""
     import torch

@@ -27,7 +27,9 @@ Slot = tuple[int, int] | None  # (worker, slot), or None for a buffer that is no
 
 def new_segment(nbytes: int) -> torch.Tensor:
     """A uint8 tensor over a new shared-memory segment (sent to another process without a copy)."""
-    return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(nbytes, 1)))[:nbytes]
+    return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(nbytes, 1)))[
+        :nbytes
+    ]
 
 
 def slot_table(workers: int, prefetch: int) -> torch.Tensor:
@@ -52,7 +54,9 @@ class SegmentBatch:
 
     __slots__ = ("segment_id", "nbytes", "segment")
 
-    def __init__(self, segment_id: tuple[str, int, int, int], nbytes: int, segment: torch.Tensor | None) -> None:
+    def __init__(
+        self, segment_id: tuple[str, int, int, int], nbytes: int, segment: torch.Tensor | None
+    ) -> None:
         self.segment_id, self.nbytes, self.segment = segment_id, nbytes, segment
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
@@ -63,7 +67,9 @@ class SegmentBatch:
 _RECEIVED: dict[tuple[str, int, int, int], np.ndarray] = {}
 
 
-def _receive(segment_id: tuple[str, int, int, int], nbytes: int, segment: torch.Tensor | None) -> np.ndarray:
+def _receive(
+    segment_id: tuple[str, int, int, int], nbytes: int, segment: torch.Tensor | None
+) -> np.ndarray:
     if segment is not None:
         token, worker, slot, made = segment_id
         # the segment it replaces (batches keep their views)
@@ -90,7 +96,9 @@ class WorkerSegments:
         self.segments: list[torch.Tensor | None] = [None] * len(self.busy)
         # numpy views of the segments
         self.arrays: list[np.ndarray | None] = [None] * len(self.busy)
-        self.ids: list[tuple[str, int, int, int]] = [(token, worker, slot, 0) for slot in range(len(self.busy))]
+        self.ids: list[tuple[str, int, int, int]] = [
+            (token, worker, slot, 0) for slot in range(len(self.busy))
+        ]
 
     def allocate(self, nbytes: int) -> tuple[tuple[Any, Slot], np.ndarray]:
         """((what to send, its slot), a numpy view to fill) for a batch of ``nbytes`` bytes."""

@@ -39,12 +39,17 @@ def pinned_buffer(nbytes: int) -> tuple[torch.Tensor, np.ndarray]:
 _DTYPES: dict[str, tuple[torch.dtype, int]] = {}  # numpy dtype string -> (torch dtype, item size)
 
 
-def tensor_view(buffer: torch.Tensor | np.ndarray, start: int, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
+def tensor_view(
+    buffer: torch.Tensor | np.ndarray, start: int, dtype: str, shape: tuple[int, ...]
+) -> torch.Tensor:
     """A view of the batch buffer with the given numpy dtype and shape (runs per field per batch:
     kept cheap)."""
     known = _DTYPES.get(dtype)
     if known is None:
-        known = _DTYPES[dtype] = (torch.from_numpy(np.empty(0, dtype=dtype)).dtype, np.dtype(dtype).itemsize)
+        known = _DTYPES[dtype] = (
+            torch.from_numpy(np.empty(0, dtype=dtype)).dtype,
+            np.dtype(dtype).itemsize,
+        )
     torch_dtype, itemsize = known
     count = math.prod(shape)
     # one call instead of a slice and a view; its storage keeps the array

@@ -52,7 +52,9 @@ def test_tarfile_reads_names_payloads_and_metadata(shard):
     with tarfile.open(shard) as tar:
         infos = tar.getmembers()
         assert [(i.name, tar.extractfile(i).read()) for i in infos] == members_of(SAMPLES)
-        assert {(i.mtime, i.uid, i.gid, i.uname, i.gname, i.mode) for i in infos} == {(0, 0, 0, "", "", 0o644)}
+        assert {(i.mtime, i.uid, i.gid, i.uname, i.gname, i.mode) for i in infos} == {
+            (0, 0, 0, "", "", 0o644)
+        }
 
 
 def test_pax_only_where_ustar_cannot_hold_the_name():
@@ -77,7 +79,9 @@ def test_we_read_webdataset_tarwriter_output(tmp_path):
     import webdataset as wds
 
     path = tmp_path / "theirs.tar"
-    samples = [{KEY: f"s{i:04d}", "cls": str(i).encode(), "bin": payload(i * 37, i)} for i in range(50)]
+    samples = [
+        {KEY: f"s{i:04d}", "cls": str(i).encode(), "bin": payload(i * 37, i)} for i in range(50)
+    ]
     with wds.TarWriter(str(path)) as sink:  # pax headers with float mtimes on every member
         for s in samples:
             sink.write(dict(s))
@@ -102,10 +106,14 @@ def test_we_read_gnu_tar_of_class_folders(tmp_path, tar_format):
             data = payload(700 + i, hash((cls, i)))
             (folder / f"{cls}{i:03d}{'e' * 50}.jpg").write_bytes(data)
             (folder / f"{cls}{i:03d}{'e' * 50}.cls").write_bytes(cls.encode())
-            expected[f"train/{cls}/{deep}/{cls}{i:03d}{'e' * 50}"] = {"jpg": data, "cls": cls.encode()}
+            expected[f"train/{cls}/{deep}/{cls}{i:03d}{'e' * 50}"] = {
+                "jpg": data,
+                "cls": cls.encode(),
+            }
     path = tmp_path / f"gnu-{tar_format}.tar"
     subprocess.run(
-        ["tar", "cf", str(path), f"--format={tar_format}", "--sort=name", "-C", str(root), "train"], check=True
+        ["tar", "cf", str(path), f"--format={tar_format}", "--sort=name", "-C", str(root), "train"],
+        check=True,
     )
     with open_shard(path) as reader:
         got = {s[KEY]: {k: bytes(v) for k, v in s.items() if k != KEY} for s in reader}
@@ -151,7 +159,15 @@ def test_hostile_members_are_skipped_with_a_warning(tmp_path, caplog):
         got = [plain(s) for s in reader]
     assert got == [{KEY: "ok", "txt": good}, {KEY: "also", "txt": good}]
     warned = caplog.text
-    for name in ("link.txt", "hard.txt", "dev.txt", "fifo.txt", "/etc/passwd.txt", "../escape.txt", "a/../../b.txt"):
+    for name in (
+        "link.txt",
+        "hard.txt",
+        "dev.txt",
+        "fifo.txt",
+        "/etc/passwd.txt",
+        "../escape.txt",
+        "a/../../b.txt",
+    ):
         assert name in warned
     assert not (tmp_path / "escape.txt").exists() and not (tmp_path.parent / "escape.txt").exists()
 

@@ -49,8 +49,20 @@ def test_tfrecord_package_reads_ours(tmp_path):
 def test_numeric_features_round_trip_and_are_typed_for_tfrecord(tmp_path):
     path = tmp_path / "num.tfrecord"
     samples = [
-        {KEY: "a", "label": 3, "vec": np.arange(5, dtype=np.float32), "ids": [1, 2, 2**62], "tags": [b"x", b"yz"]},
-        {KEY: "b", "label": -1, "vec": [0.5, 1.5], "ids": np.array([7], dtype=np.uint8), "tags": []},
+        {
+            KEY: "a",
+            "label": 3,
+            "vec": np.arange(5, dtype=np.float32),
+            "ids": [1, 2, 2**62],
+            "tags": [b"x", b"yz"],
+        },
+        {
+            KEY: "b",
+            "label": -1,
+            "vec": [0.5, 1.5],
+            "ids": np.array([7], dtype=np.uint8),
+            "tags": [],
+        },
     ]
     write_shard(path, samples)
     with open_shard(path) as reader:
@@ -73,7 +85,9 @@ def test_we_read_tfrecord_package_output(tmp_path):
     path = tmp_path / "theirs.tfrecord"
     writer = TFRecordWriter(str(path))
     for i in range(30):
-        writer.write({"image": (bytes([i]) * 10, "byte"), "label": (i, "int"), "score": (i / 2, "float")})
+        writer.write(
+            {"image": (bytes([i]) * 10, "byte"), "label": (i, "int"), "score": (i / 2, "float")}
+        )
     writer.close()
     with open_shard(path) as reader:  # no index yet: scan
         got = [plain(s) for s in reader]
