@@ -26,6 +26,18 @@ def test_dataset_random_access_and_fields(toy):
     assert ds[-1]["__key__"] == f"k{TOTAL - 1:05d}"
 
 
+def test_the_loader_shows_the_settings_it_runs_with(toy):
+    asked = dict(batch_size=8, shuffle=False, seed=5, drop_last="pad", block_shards=2)
+    asked.update(fields=["cls"], decode={"cls": "int"}, num_workers=2, pin_memory=False)
+    asked.update(download_ahead=3)
+    loader = datapipe.Loader(toy, **asked)
+    assert {name: getattr(loader, name) for name in asked} == asked
+    assert loader.prefetch > 0 and datapipe.Loader(toy, num_workers=0).prefetch == 0
+    assert loader.dataset.version == datapipe.open_dataset(toy).version
+    with pytest.raises(AttributeError):
+        loader.batch_sizes  # noqa: B018  (a misspelt setting is an error, not a silent None)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batches_are_collated_tensors_and_cover_the_epoch_once(toy, workers):
     loader = datapipe.Loader(toy, batch_size=8, num_workers=workers, prefetch=2)

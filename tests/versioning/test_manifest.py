@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from sample_data import make_dataset
 
-from datapipe.errors import FormatVersionError
+from datapipe.errors import FormatVersionError, IntegrityError
 from datapipe.versioning.manifest import (
     MANIFEST_NAME,
     REJECTED_NAME,
@@ -158,3 +158,43 @@ def test_an_unknown_format_version_is_a_clear_error(version):
         FormatVersionError, match=f"m.json: manifest format version {version!r} is not supported"
     ):
         Manifest.from_json(json.dumps(raw).encode(), "m.json")
+
+
+def _edited(edit) -> bytes:
+    raw = json.loads(WITH_SPLITS.with_id().to_json())
+    edit(raw)
+    return json.dumps(raw).encode()
+
+
+def test_an_unknown_key_inside_a_shard_names_the_keys_a_shard_has():
+    data = _edited(lambda raw: raw["shards"][1].update(colour="red"))
+    with pytest.raises(IntegrityError) as info:
+        Manifest.from_json(data, "m.json")
+    assert str(info.value).startswith(
+        "m.json: malformed manifest: field 'shards[1].colour': not a shard field "
+        "(known: path, samples, bytes, sha256, index_path, index_bytes, index_sha256, split, "
+        "stored_in, stored_as); "
+    )
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (
+            lambda raw: raw["shards"][0].update(stored_as=["a.tar", "a.idx", "b"]),
+            'shards[0].stored_as\': expected at most 2 items, got list ["a.tar", "a.idx", "b"]',
+        ),
+        (
+            lambda raw: raw["splits"].update(fractions="most"),
+            'splits.fractions\': expected an object, got str "most"',
+        ),
+        (
+            lambda raw: raw["lineage"]["sources"].append({"path": 3}),
+            "lineage.sources[2].path': expected a string, got int 3",
+        ),
+    ],
+)
+def test_a_wrong_nested_value_is_named_by_its_path(edit, problem):
+    with pytest.raises(IntegrityError) as info:
+        Manifest.from_json(_edited(edit), "m.json")
+    assert str(info.value).startswith(f"m.json: malformed manifest: field '{problem}; ")
