@@ -28,3 +28,17 @@ def test_the_loader_api_does_not_pull_torch_until_it_iterates():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_opening_a_dataset_reads_its_manifest_without_pydantic(tmp_path):
+    # a manifest is read by typed_json in plain Python: pydantic's import and schema build would
+    # cost every process that opens a dataset (each CLI call, each training run) a tenth of a second
+    from sample_data import make_dataset
+
+    url = make_dataset(tmp_path / "store")
+    code = (
+        f"import sys, datapipe; ds = datapipe.open_dataset({str(url)!r}); assert len(ds); "
+        "print([m for m in ('pydantic', 'pydantic_core') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

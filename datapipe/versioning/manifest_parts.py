@@ -15,31 +15,19 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # dataset names and refs
 SPLIT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 
 
-def _integer(cs: Any, **limits: int) -> Any:
-    return cs.int_schema(strict=True, **limits)
-
-
-def _string(cs: Any, **limits: Any) -> Any:
-    return cs.str_schema(strict=True, **limits)
-
-
 # The kinds of JSON value in a manifest: what each must be, and what an error says.
-Int = Annotated[int, Value("an integer", _integer)]
-Count = Annotated[int, Value("a non-negative integer", lambda cs: _integer(cs, ge=0))]
-Str = Annotated[str, Value("a string", _string)]
+Int = Annotated[int, Value("an integer", int)]
+Count = Annotated[int, Value("a non-negative integer", int, ge=0)]
+Str = Annotated[str, Value("a string", str)]
 Sha256 = Annotated[
-    str,
-    Value(
-        "64 lowercase hex digits (a sha256)",
-        lambda cs: _string(cs, pattern=r"^[0-9a-f]{64}$"),
-        quoted=True,
-    ),
+    str, Value("64 lowercase hex digits (a sha256)", str, pattern=r"^[0-9a-f]{64}$", quoted=True)
 ]
 FileName = Annotated[
     str,
     Value(
         "a file name inside the version directory",
-        lambda cs: _string(cs, pattern=r"^[^/\\]+$"),
+        str,
+        pattern=r"^[^/\\]+$",
         check=lambda name: name not in (".", ".."),
         schema={
             "not": {"enum": [".", ".."]},
@@ -50,32 +38,15 @@ FileName = Annotated[
 ]
 Name = Annotated[
     str,
-    Value(
-        "a name of letters, digits, '.', '_' and '-'",
-        lambda cs: _string(cs, pattern=NAME_PATTERN),
-        quoted=True,
-    ),
+    Value("a name of letters, digits, '.', '_' and '-'", str, pattern=NAME_PATTERN, quoted=True),
 ]
-SplitName = Annotated[
-    str,
-    Value("a split name", lambda cs: _string(cs, pattern=SPLIT_PATTERN), quoted=True),
-]
-ClassName = Annotated[str, Value("a class name", lambda cs: _string(cs, min_length=1), quoted=True)]
+SplitName = Annotated[str, Value("a split name", str, pattern=SPLIT_PATTERN, quoted=True)]
+ClassName = Annotated[str, Value("a class name", str, min_length=1, quoted=True)]
 ShardFormatName = Annotated[
-    str,
-    Value(
-        f"one of {', '.join(FORMATS)}",
-        lambda cs: cs.literal_schema(list(FORMATS)),
-        quoted=True,
-    ),
+    str, Value(f"one of {', '.join(FORMATS)}", str, choices=tuple(FORMATS), quoted=True)
 ]
-FormatVersion = Annotated[
-    int, Value("an integer", _integer, schema={"enum": list(READABLE_FORMATS)})
-]
-Fraction = Annotated[
-    float,
-    Value("a number in (0, 1]", lambda cs: cs.float_schema(strict=True, gt=0, le=1)),
-]
+FormatVersion = Annotated[int, Value("an integer", int, schema={"enum": list(READABLE_FORMATS)})]
+Fraction = Annotated[float, Value("a number in (0, 1]", float, gt=0, le=1)]
 
 
 @dataclass(frozen=True)
