@@ -1,11 +1,11 @@
-"""MkDocs hook: fill the `<!-- generated: NAME -->` markers of a page from the repository's own
-sources.
+"""The docs' generated sections: written into the pages, checked by the site build and a test.
 
-Each reference that could drift from the code is made at build time from the file the code is
-checked against:
+Each reference that could drift from the code is made from the file the code is checked against:
 the pipeline file's and the manifest's JSON Schemas (schemas/, kept in sync with the models by
-tests), the import-linter contracts (pyproject.toml) and the exception tree's exit codes
-(datapipe.errors).
+tests), the import-linter contracts (pyproject.toml), the exception tree's exit codes
+(datapipe.errors) and the commands (datapipe.cli.main). The text stands in the page between
+`<!-- generated: NAME -->` and `<!-- end generated -->`, so a page read on the repository shows
+it; `python docs/hooks/generated.py` rewrites it, and the MkDocs hook fails a build of stale pages.
 """
 
 from __future__ import annotations
@@ -25,7 +25,14 @@ else:  # pragma: no cover - the docs build on 3.11+, but the hook should not bre
     tomllib = None
 
 ROOT = Path(__file__).resolve().parents[2]
-MARKER = re.compile(r"<!-- generated: ([a-z-]+) -->")
+MARKER = re.compile(r"(<!-- generated: ([a-z-]+) -->\n)(.*?)(<!-- end generated -->)", re.S)
+OPENING = re.compile(r"<!-- generated: ([a-z-]+) -->")
+PAGES = (
+    "docs/reference/pipeline.md",
+    "docs/reference/store.md",
+    "docs/reference/cli.md",
+    "docs/architecture.md",
+)
 
 
 def _cell(text: str) -> str:
@@ -185,7 +192,7 @@ def schema_reference(path: Path) -> str:
         return f"[{name}](#{anchors[name]})"
 
     header = "| key | type | default | constraints and meaning |\n|---|---|---|---|"
-    out = [f"Generated from `{path.relative_to(ROOT).as_posix()}` when the site is built.", ""]
+    out = [f"Generated from `{path.relative_to(ROOT).as_posix()}`.", ""]
     if schema.get("description"):
         out += [schema["description"], ""]
     out += [header, *_rows(schema, schema, "", link), ""]
@@ -210,9 +217,8 @@ def import_contracts() -> str:
         return "(the import contracts are listed when the docs are built with Python 3.11 or later)"
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     out = [
-        "Generated from `pyproject.toml` (`[tool.importlinter]`) when the site "
-        "is built; CI checks them with "
-        "`lint-imports`.",
+        "Generated from `pyproject.toml` (`[tool.importlinter]`); "
+        "CI checks them with `lint-imports`.",
         "",
     ]
     for contract in config["contracts"]:
@@ -250,24 +256,80 @@ def exit_codes() -> str:
     return "\n".join(out) + "\n"
 
 
+def commands() -> str:
+    """A table of the commands at a glance: usage and the first sentence of each one's help."""
+    import click
+
+    main = importlib.import_module("datapipe.cli.main").cli
+    context = click.Context(main, info_name="datapipe")
+    out = [
+        "| command | what it does |",
+        "|---|---|",
+        "| `datapipe --version` | print the version |",
+    ]
+    for name in sorted(main.list_commands(context)):
+        command = main.get_command(context, name)
+        sub = click.Context(command, info_name=name, parent=context)
+        usage = " ".join(command.collect_usage_pieces(sub)).replace("|", " or ")
+        summary = command.get_short_help_str(limit=1000)
+        out.append(f"| `datapipe {name} {usage}` | {_cell(summary)} |")
+    return "\n".join(out) + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "pipeline-schema": lambda: schema_reference(ROOT / "schemas" / "pipeline.schema.json"),
     "manifest-schema": lambda: schema_reference(ROOT / "schemas" / "manifest.schema.json"),
     "import-contracts": import_contracts,
     "exit-codes": exit_codes,
+    "commands": commands,
 }
 
 
-def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Replace each marker with what its generator makes; an unknown marker fails the build."""
-
-    def replace(match: re.Match[str]) -> str:
-        name = match.group(1)
+def filled(markdown: str, where: str) -> str:
+    """``markdown`` with each generated section made anew; an unknown or unclosed marker is an
+    error naming ``where``."""
+    openings = OPENING.findall(markdown)
+    sections = MARKER.findall(markdown)
+    if len(openings) != len(sections):
+        raise ValueError(
+            f"{where}: a <!-- generated: NAME --> marker without <!-- end generated -->"
+        )
+    for name in openings:
         if name not in GENERATORS:
             raise ValueError(
-                f"{page.file.src_path}: unknown marker <!-- generated: {name} -->; "
+                f"{where}: unknown marker <!-- generated: {name} -->; "
                 f"known: {', '.join(sorted(GENERATORS))}"
             )
-        return GENERATORS[name]()
+    return MARKER.sub(
+        lambda m: f"{m.group(1)}\n{GENERATORS[m.group(2)]().strip()}\n\n{m.group(4)}", markdown
+    )
 
-    return MARKER.sub(replace, markdown)
+
+def stale_pages() -> list[str]:
+    """The pages whose generated sections differ from what the generators make now."""
+    return [p for p in PAGES if filled((ROOT / p).read_text(), p) != (ROOT / p).read_text()]
+
+
+def on_pre_build(config: Any) -> None:
+    """Fail the site build when a page's generated sections are stale."""
+    stale = stale_pages()
+    if stale:
+        raise ValueError(
+            f"generated sections out of date in {', '.join(stale)}: "
+            "run python docs/hooks/generated.py"
+        )
+
+
+def main() -> None:
+    """Rewrite the generated sections of every page that has them."""
+    for page in PAGES:
+        path = ROOT / page
+        text = path.read_text()
+        new = filled(text, page)
+        if new != text:
+            path.write_text(new)
+            print(f"rewrote {page}")
+
+
+if __name__ == "__main__":
+    main()
