@@ -155,7 +155,7 @@ def info(dataset: str, as_json: bool) -> None:
         click.echo(_classes_line(m.classes))
     if m.splits is not None:
         click.echo(
-            f"  splits by {m.splits.by or 'the sample key'}, seed {m.splits.seed}: "
+            f"  splits by {m.splits.by or 'the sample key'} (splits.seed {m.splits.seed}): "
             + ", ".join(
                 f"{name} {part['samples']} ({part['fraction']:g}, {part['shards']} shards)"
                 for name, part in s["splits"]["splits"].items()
@@ -167,8 +167,9 @@ def info(dataset: str, as_json: bool) -> None:
             f"{st.dropped}, rejected {st.rejected}"
         )
     lin = m.lineage
+    shuffle = "not shuffled" if lin.seed is None else f"shards.shuffle_seed {lin.seed}"
     click.echo(
-        f"  lineage: {len(lin.sources)} source files, seed {lin.seed}, "
+        f"  lineage: {len(lin.sources)} source files, {shuffle}, "
         + ", ".join(f"{k} {v}" for k, v in sorted(lin.environment.items()))
     )
     for c in lin.code:

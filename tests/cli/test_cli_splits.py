@@ -48,11 +48,15 @@ def test_info_shows_each_split_with_its_samples_and_shards(tmp_path, in_process)
     assert out.returncode == 0, out.stderr
     s = m.splits.samples
     line = (
-        f"  splits by the sample key, seed 0: train {s['train']} (0.8, "
+        f"  splits by the sample key (splits.seed 0): train {s['train']} (0.8, "
         f"{len(m.split_shards('train'))} shards), "
         f"val {s['val']} (0.2, {len(m.split_shards('val'))} shards)"
     )
     assert line in out.stdout.splitlines()
+    # the lineage's seed is the shard shuffle's, named as the pipeline file names it
+    assert any(
+        ln.startswith("  lineage: ") and ", not shuffled, " in ln for ln in out.stdout.splitlines()
+    )
     info = json.loads(datapipe_in_process("info", url, "--json").stdout)
     assert info["splits"] == {
         "by": None,
