@@ -109,7 +109,8 @@ class Loader:
         )
         if num_workers and not _torch_available():
             raise ConfigError(
-                "num_workers > 0 needs torch (pip install 'datapipe[torch]'), or use num_workers=0"
+                "num_workers > 0 needs torch: pip install torch (the CPU wheel for a machine "
+                "without a GPU: docs/guide/loading.md#installing-torch), or use num_workers=0"
             )
         self.settings = settings
         # what it opened from a URL or a mix file it closes (and so releases their leases); a
