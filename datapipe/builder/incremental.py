@@ -219,6 +219,8 @@ def save_state(state: BuildState) -> bytes:
         arrays[f"sizes{i}"], arrays[f"keys{i}"], arrays[f"keep{i}"] = m.sizes, m.key_hashes, keep
         if m.splits is not None:
             arrays[f"splits{i}"] = m.splits
+        if m.payloads is not None:
+            arrays[f"payloads{i}"] = m.payloads
         meta["measured"].append(
             {
                 "counts": [asdict(c) for c in m.counts],
@@ -256,6 +258,7 @@ def load_state(data: bytes) -> BuildState | None:
                         z[f"keys{i}"],
                         {k: set(v) for k, v in m["kinds"].items()},
                         z[f"splits{i}"] if m["splits"] else None,
+                        z[f"payloads{i}"] if f"payloads{i}" in z.files else None,
                     )
                 )
                 rejects.append(all_rejects)

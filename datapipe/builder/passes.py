@@ -79,6 +79,8 @@ class Measured:
     kinds: dict[str, set[str]] = field(default_factory=dict)
     # with a splits section: each sample's split number (split_names order)
     splits: np.ndarray | None = None
+    # each sample's field bytes, what its encoded size holds (None: a state saved without them)
+    payloads: np.ndarray | None = None
 
 
 def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> Cleaned:
@@ -151,6 +153,16 @@ def measure_pass(job: BuildJob, part: Part, masks: Masks) -> Measured:
     return _measured(job, cleaned, encoded, rejects, sizes)
 
 
+def field_bytes(encoded: EncodedRows) -> np.ndarray:
+    """Each encoded sample's bytes of field values, before the shard format adds its own (a number
+    kept as a number, for TFRecord, counts 8)."""
+    total = np.zeros(len(encoded.keys), dtype=np.int64)
+    for payloads in encoded.fields.values():
+        sizes = (8 if isinstance(p, int | float) else memoryview(p).nbytes for p in payloads)
+        total += np.fromiter(sizes, np.int64, len(total))
+    return total
+
+
 def _measured(
     job: BuildJob, cleaned: Cleaned, encoded: EncodedRows, rejects: list[Reject], sizes: np.ndarray
 ) -> Measured:
@@ -165,6 +177,7 @@ def _measured(
         key_hashes(encoded.keys),
         encoded.kinds,
         sample_splits(job, cleaned.frame, encoded),
+        field_bytes(encoded),
     )
 
 

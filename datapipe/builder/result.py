@@ -49,6 +49,21 @@ class IncrementalReport:
 
 
 @dataclass(frozen=True)
+class Overhead:
+    """The bytes of a version's shards on disk, of the fields they hold, and advice past
+    ``overhead.ADVISE_ABOVE``."""
+
+    on_disk: int
+    payload: int
+    advice: str | None
+
+    @property
+    def ratio(self) -> float:
+        """Bytes on disk per byte of fields (1.0 for a version without fields)."""
+        return self.on_disk / self.payload if self.payload else 1.0
+
+
+@dataclass(frozen=True)
 class BuildResult:
     """A committed build: its manifest and the dataset URL that pins it."""
 
@@ -62,6 +77,8 @@ class BuildResult:
     worker_peak_rss: int | None = None
     # what came from the parent version, or why nothing
     incremental: IncrementalReport | None = None
+    # the shards' bytes on disk against the bytes of the fields they hold
+    overhead: Overhead | None = None
 
     def summary(self) -> dict[str, Any]:
         """The JSON object `datapipe build --json` prints."""
@@ -91,4 +108,12 @@ class BuildResult:
         }
         if m.splits is not None:
             out["splits"] = dict(m.splits.samples)
+        if self.overhead is not None:
+            o = self.overhead
+            out["overhead"] = {
+                "on_disk": o.on_disk,
+                "fields": o.payload,
+                "ratio": round(o.ratio, 3),
+                "advice": o.advice,
+            }
         return out

@@ -30,6 +30,7 @@ from datapipe.builder.incremental import Identities
 from datapipe.builder.inputs import Inputs, find_inputs
 from datapipe.builder.known_hashes import SourceHashes
 from datapipe.builder.measure import Measure, dedupe_stages, measure_parts
+from datapipe.builder.overhead import overhead
 from datapipe.builder.pass_runner import PassRunner
 from datapipe.builder.passes import BuildJob
 from datapipe.builder.plan import plan_shards
@@ -99,6 +100,7 @@ def build(
         run.ran_on,
         peak,
         report,
+        overhead(measured, committed, pipeline.shards.format),
     )
 
 

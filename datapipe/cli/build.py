@@ -69,10 +69,13 @@ def _print_summary(summary: dict[str, Any], incremental: IncrementalReport | Non
         click.echo(
             f"{s['stage']:<24} {s['in']:>10} {s['out']:>10} {s['dropped']:>10} {s['rejected']:>10}"
         )
+    cost = summary.get("overhead")
+    of_fields = f" ({cost['ratio']:.1f}x the fields' {format_size(cost['fields'])})" if cost else ""
     click.echo(
-        f"{summary['samples']} samples in {summary['shards']} shards, {summary['bytes']} bytes; "
-        f"{summary['rejected']} rows quarantined"
+        f"{summary['samples']} samples in {summary['shards']} shards, {summary['bytes']} bytes"
+        f"{of_fields}; {summary['rejected']} rows quarantined"
     )
+
     seconds = dict(summary.get("seconds", {}))
     if "total" in seconds:
         total = seconds.pop("total")
@@ -204,3 +207,6 @@ def build(
         click.echo(json.dumps(summary, sort_keys=True))
     else:
         _print_summary(summary, result.incremental)
+    advice = (summary.get("overhead") or {}).get("advice")
+    if advice:
+        click.echo(f"warning: {advice}", err=True)
