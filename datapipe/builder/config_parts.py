@@ -22,6 +22,8 @@ TypeName = Literal[
     "string",
     "bool",
     "bytes",
+    "date",
+    "datetime",
 ]
 TYPE_NAMES: tuple[str, ...] = typing.get_args(TypeName)
 FORBID = ConfigDict(extra="forbid", frozen=True)

@@ -75,6 +75,18 @@ def _json(value: Any) -> bytes:
     ).encode()
 
 
+def _json_columns(values: Mapping[str, Any]) -> bytes:
+    """A ``json: [columns]`` field: missing values (None, NaN, NA) are null; an infinity, which
+    JSON cannot hold, is a SampleError naming its column."""
+    for col, value in values.items():
+        if isinstance(value, float | np.floating) and math.isinf(value):
+            raise SampleError(
+                f"column {col!r} is {float(value)!r}, which JSON cannot hold (a missing value "
+                "becomes null); replace it in a map stage, or drop the row with a filter"
+            )
+    return _json(values)
+
+
 def _npy(array: np.ndarray) -> bytes:
     if array.dtype.hasobject:
         raise SampleError(
@@ -158,7 +170,7 @@ class SampleEncoder:
                 if isinstance(spec, str):
                     encoded[name], kinds[name] = encode_value(row[spec], self.numeric)
                 else:
-                    encoded[name], kinds[name] = _json({col: row[col] for col in spec}), "json"
+                    encoded[name], kinds[name] = _json_columns({c: row[c] for c in spec}), "json"
             except MissingValue:
                 raise MissingValue(
                     f"field {name!r}: column {spec!r} has no value (add a dropna or fillna stage)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -32,11 +33,25 @@ class Reject:
 
 
 def row_json(frame: pd.DataFrame, row: Any) -> str:
-    """The row ``row`` of ``frame`` as a JSON object (bytes as base64, missing as null)."""
+    """The row ``row`` of ``frame`` as a JSON object (bytes as base64, missing as null, an
+    infinity as the text "inf" or "-inf": a rejected row is kept whatever it holds)."""
     values = frame.loc[row]
     return json.dumps(
-        {str(k): jsonable(v) for k, v in values.items()}, ensure_ascii=False, allow_nan=False
+        {str(k): _finite(jsonable(v)) for k, v in values.items()},
+        ensure_ascii=False,
+        allow_nan=False,
     )
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with infinite floats as their text, which JSON can hold."""
+    if isinstance(value, float) and math.isinf(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def rejects_of(frame: pd.DataFrame, stage: str, reasons: dict[Any, str]) -> list[Reject]:

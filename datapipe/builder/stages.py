@@ -20,6 +20,7 @@ import pandas as pd
 
 from datapipe.builder.config import StageConfig
 from datapipe.builder.config_parts import ColumnRule, ImageArgs
+from datapipe.builder.dates import DATE_DTYPES, DATE_KINDS, cast_date, is_date
 from datapipe.builder.image_stage import check_images
 from datapipe.builder.quarantine import Reject, rejects_of
 from datapipe.builder.user_code import load_function
@@ -118,6 +119,8 @@ def _filter(frame: pd.DataFrame, expr: str, label: str) -> StageOutcome:
 
 
 def _cast_value(value: Any, kind: str) -> Any:
+    if kind in DATE_KINDS:
+        return cast_date(value, kind)
     if kind in _INT_RANGES:
         if isinstance(value, bool | np.bool_):
             raise ValueError("a bool is not an integer")
@@ -156,6 +159,7 @@ _DTYPES = {
     "bool": "boolean",
     "string": object,
     "bytes": object,
+    **DATE_DTYPES,
 }
 
 
@@ -194,6 +198,7 @@ _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "bool": lambda v: isinstance(v, bool | np.bool_),
     "bytes": lambda v: isinstance(v, bytes | bytearray),
+    **{kind: (lambda v, kind=kind: is_date(v, kind)) for kind in DATE_KINDS},
 }
 
 

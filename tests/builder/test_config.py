@@ -235,6 +235,8 @@ def test_type_names():
         "string",
         "bool",
         "bytes",
+        "date",
+        "datetime",
     )
 
 
