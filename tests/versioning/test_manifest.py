@@ -192,9 +192,28 @@ def test_an_unknown_key_inside_a_shard_names_the_keys_a_shard_has():
             lambda raw: raw["lineage"]["sources"].append({"path": 3}),
             "lineage.sources[2].path': expected a string, got int 3",
         ),
+        (
+            lambda raw: raw["shards"][0].update(stored_as=["a.tar"]),
+            "shards[0].stored_as[1]': missing",
+        ),
+        (lambda raw: raw.pop("version"), "version': missing"),
+        (
+            lambda raw: raw.update(format_version=True),
+            "format_version': expected an integer, got bool true",
+        ),
     ],
 )
 def test_a_wrong_nested_value_is_named_by_its_path(edit, problem):
     with pytest.raises(IntegrityError) as info:
         Manifest.from_json(_edited(edit), "m.json")
     assert str(info.value).startswith(f"m.json: malformed manifest: field '{problem}; ")
+
+
+def test_splits_that_name_different_splits_in_samples_and_fractions_are_refused():
+    def edit(raw):
+        raw["splits"]["samples"]["extra"] = raw["splits"]["samples"].pop("val")
+
+    with pytest.raises(
+        IntegrityError, match="'splits.samples' and 'splits.fractions' name different"
+    ):
+        Manifest.from_json(_edited(edit), "m.json")
