@@ -64,6 +64,15 @@ def _distributed() -> Detect | None:
     return distributed_world
 
 
+def _check_torch_for_workers(num_workers: int) -> None:
+    """DataLoader workers are torch's: without torch only num_workers=0 can run."""
+    if num_workers and not _torch_available():
+        raise ConfigError(
+            "num_workers > 0 needs torch: pip install torch (the CPU wheel for a machine "
+            "without a GPU: docs/guide/loading.md#installing-torch), or use num_workers=0"
+        )
+
+
 class Loader:
     """Iterate batches of a dataset version (or a mix) for this rank; docs/guide/loading.md has the
     order and guarantees, docs/guide/training-runs.md the mix, the step ledger and skips."""
@@ -107,11 +116,7 @@ class Loader:
             pin_memory=pin_memory,
             download_ahead=download_ahead,
         )
-        if num_workers and not _torch_available():
-            raise ConfigError(
-                "num_workers > 0 needs torch: pip install torch (the CPU wheel for a machine "
-                "without a GPU: docs/guide/loading.md#installing-torch), or use num_workers=0"
-            )
+        _check_torch_for_workers(num_workers)
         self.settings = settings
         # what it opened from a URL or a mix file it closes (and so releases their leases); a
         # Dataset or Mix given is the caller's

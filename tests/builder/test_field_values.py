@@ -52,7 +52,8 @@ def test_dates_and_datetimes_are_cast_to_one_timezone_rule(project, fmt):
         "b": (b"2024-02-29", b"2024-02-29T08:00:00+00:00"),
         "c": (b"2024-03-01", b"2024-03-01T00:00:00+00:00"),
     }
-    reasons = dict(zip(quarantine(project, result)["data"], quarantine(project, result)["reason"]))
+    rejected = quarantine(project, result)
+    reasons = dict(zip(rejected["data"], rejected["reason"], strict=True))
     reasons = {json.loads(d)["id"]: r for d, r in reasons.items()}
     assert "'2024-13-01': month must be in 1..12" in reasons["d"]
     assert "has a time of day; cast it to datetime" in reasons["e"]
