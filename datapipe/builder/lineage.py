@@ -31,44 +31,55 @@ def hash_sources(fs: Any, files: Sequence[InputFile]) -> list[SourceFile]:
     return [hash_source(fs, f) for f in files]
 
 
+def _map_stages(pipeline: Pipeline) -> list[tuple[str, str]]:
+    """(YAML key, 'module:function') of every map stage."""
+    return [
+        (f"stages[{i}].map", stage.args)
+        for i, stage in enumerate(pipeline.stages)
+        if stage.kind == "map"
+    ]
+
+
 def code_files(pipeline: Pipeline, base_dir: str) -> dict[str, str]:
     """module -> file of every module that a map stage calls."""
     files = {}
-    for i, stage in enumerate(pipeline.stages):
-        if stage.kind == "map":
-            module = stage.args.partition(":")[0]
-            files[module] = find_module(module, base_dir, f"stages[{i}].map")
+    for key, spec in _map_stages(pipeline):
+        module = spec.partition(":")[0]
+        files[module] = find_module(module, base_dir, key)
     return dict(sorted(files.items()))
 
 
-def code_refs(pipeline: Pipeline, base_dir: str) -> tuple[CodeRef, ...]:
-    """Every module a map stage calls, with the sha256 of its file."""
+def _hashed(files: dict[str, str]) -> tuple[CodeRef, ...]:
+    """A CodeRef of each module file, with its sha256."""
     refs = []
-    for module, path in code_files(pipeline, base_dir).items():
+    for module, path in sorted(files.items()):
         with open(path, "rb") as f:
             refs.append(CodeRef(module, hashlib.sha256(f.read()).hexdigest()))
     return tuple(refs)
 
 
+def code_refs(pipeline: Pipeline, base_dir: str) -> tuple[CodeRef, ...]:
+    """Every module a map stage calls, with the sha256 of its file."""
+    return _hashed(code_files(pipeline, base_dir))
+
+
 def checked_code(loaded: LoadedPipeline) -> tuple[CodeRef, ...]:
     """``code_refs`` after importing every map stage's function here, before any cluster starts, so
     a missing module or function, or a module that fails on import, is an error naming the stage and
-    its line."""
+    its line. Every module is found before any is imported: a missing one fails the build before
+    any module's top-level code has run."""
 
     def named(e: ConfigError, key: str) -> ConfigError:
         return ConfigError(f"{loaded.where(key)}: {key}: {str(e).removeprefix(key + ': ')}")
 
-    maps = [
-        (f"stages[{i}].map", stage.args)
-        for i, stage in enumerate(loaded.pipeline.stages)
-        if stage.kind == "map"
-    ]
+    maps, files = _map_stages(loaded.pipeline), {}
     for key, spec in maps:
+        module = spec.partition(":")[0]
         try:
-            find_module(spec.partition(":")[0], loaded.base_dir, key)
+            files[module] = find_module(module, loaded.base_dir, key)
         except ConfigError as e:
             raise named(e, key) from None
-    refs = code_refs(loaded.pipeline, loaded.base_dir)
+    refs = _hashed(files)
     hashes = {ref.module: ref.sha256 for ref in refs}
     for key, spec in maps:
         try:
