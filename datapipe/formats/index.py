@@ -28,6 +28,11 @@ _TRAILER = struct.Struct("<II")
 HASH_SIZE = 32
 
 
+def _uint64s(a: array) -> np.ndarray:
+    """A uint64 view of ``a`` (frombuffer refuses an empty buffer)."""
+    return np.frombuffer(a, dtype=np.uint64) if len(a) else np.zeros(0, np.uint64)
+
+
 def _pad8(n: int) -> int:
     return -n % 8
 
@@ -273,7 +278,7 @@ class IndexBuilder:
 
     def build(self, shard_size: int) -> ShardIndex:
         """The finished index for a shard of ``shard_size`` bytes."""
-        u8 = lambda a: np.frombuffer(a, dtype=np.uint64) if len(a) else np.zeros(0, np.uint64)  # noqa: E731
+        u8 = _uint64s
         return ShardIndex(
             format_code=self.format_code,
             shard_size=shard_size,
