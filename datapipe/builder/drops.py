@@ -79,7 +79,7 @@ def stage_shown(stage: StageConfig, label: str) -> str:
     if stage.kind in ("filter", "map"):
         return f'{label} "{args}"' if stage.kind == "filter" else f"{label} {args}"
     columns = getattr(args, "columns", None)
-    return f"{label} {list(columns)}" if columns else label
+    return f"{label} [{', '.join(columns)}]" if columns else label
 
 
 def _placed(example: DroppedRow) -> str:
