@@ -7,6 +7,7 @@ summary names it and shows some of the rows it dropped, placed in their source f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from datapipe.builder.quarantine import Reject, row_json
 DROP_EXAMPLES = 3  # rows kept per stage and partition, and shown per warning
 WARN_ABOVE = 0.5  # a stage that drops more than this share of its rows gets a warning
 DROPPED = "dropped"
+SHOWN_CHARS = 80  # of a text value in an example row
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,23 @@ def dropped_examples(
     gone = before.index.difference(after.index)
     if len(gone) and rejected:
         gone = gone.difference(pd.Index([r.row for r in rejected]))
-    return [Reject(label, DROPPED, int(row), row_json(before, row)) for row in gone[:DROP_EXAMPLES]]
+    return [
+        Reject(label, DROPPED, int(row), _shortened(row_json(before, row)))
+        for row in gone[:DROP_EXAMPLES]
+    ]
+
+
+def _shortened(data: str) -> str:
+    """A row's JSON with each long text cut to SHOWN_CHARS (an image's base64, a long post): an
+    example is for reading in a summary line."""
+    values = json.loads(data)
+    return json.dumps(
+        {
+            k: v[: SHOWN_CHARS - 3] + "..." if isinstance(v, str) and len(v) > SHOWN_CHARS else v
+            for k, v in values.items()
+        },
+        ensure_ascii=False,
+    )
 
 
 def stage_shown(stage: StageConfig, label: str) -> str:

@@ -91,3 +91,17 @@ def test_the_stage_that_drops_every_row_is_named_with_what_to_check(project):
     assert '  raw/posts.csv row 1: {"id": 0, "text": "post 0", "is_retweet": "True"' in out.stderr
     assert "`datapipe schema pipeline.yaml`" in out.stderr
     assert f"stages[1].filter: {ROWS} in, 0 out, {ROWS} dropped" in out.stderr
+
+
+def test_an_example_row_shows_the_start_of_a_long_value(project):
+    project.write("raw/long.csv", "id,text\n" + "".join(f"{i},{'x' * 500}\n" for i in range(9)))
+    project.pipeline(
+        PIPELINE.replace("raw/posts.csv", "raw/long.csv")
+        .replace("  - dropna: {{columns: [likes]}}\n", "")
+        .replace(", likes: likes", "")
+        .format(expr="id > 6", options="{}")
+    )
+    out = datapipe_in_process("build", "pipeline.yaml", "--json", cwd=project.root)
+    assert out.returncode == 0, out.stderr
+    (warning,) = json.loads(out.stdout.splitlines()[-1])["warnings"]
+    assert json.loads(warning["examples"][0]["data"]) == {"id": 0, "text": "x" * 77 + "..."}
