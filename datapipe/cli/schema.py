@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from datapipe.cli.options import echo_json, json_option, storage_options
+from datapipe.errors import NotFoundError
 from datapipe.storage.byte_size import format_size
 from datapipe.versioning.manifest import Manifest, short_id
 
@@ -172,7 +173,13 @@ def pipeline_json(shown: str, name: str, preview: SchemaPreview) -> dict[str, An
 def _dataset_schema(dataset: str, as_json: bool) -> None:
     from datapipe.versioning.store import open_dataset_url
 
-    _, _, m = open_dataset_url(dataset, storage_options())
+    try:
+        _, _, m = open_dataset_url(dataset, storage_options())
+    except NotFoundError as e:
+        raise NotFoundError(
+            f"{e}; `datapipe schema` takes a pipeline file (a .yaml path) or a dataset "
+            "(STORE/NAME[@REF])"
+        ) from None
     fields = dataset_fields(m)
     if as_json:
         echo_json(

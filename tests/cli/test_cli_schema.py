@@ -189,12 +189,15 @@ def test_a_built_dataset_shows_its_fields_kinds_and_columns(tmp_path):
     [
         ("nothere.yaml", 3, "error: nothere.yaml: pipeline file not found"),
         ("store/nothere", 3, "error: "),
+        ("pipeline", 3, "error: "),
     ],
 )
 def test_a_missing_pipeline_or_dataset_is_one_line(tmp_path, target, code, message):
     out = schema(tmp_path, target)
     assert out.returncode == code and out.stderr.startswith(message), out.stderr
-    assert "Traceback" not in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1
+    if not target.endswith(".yaml"):
+        assert "takes a pipeline file (a .yaml path) or a dataset" in out.stderr
 
 
 def test_the_installed_command(tmp_path):
