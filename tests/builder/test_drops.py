@@ -6,7 +6,7 @@ import json
 
 import pytest
 from helpers.cli import datapipe_in_process
-from test_bare_cr import ROWS, posts
+from test_schema_sample import ROWS, posts
 
 PIPELINE = """\
 name: posts

@@ -1,5 +1,6 @@
-"""A carriage return alone inside an unquoted CSV field (a bare CR): text of its field, so the row
-stays whole, every row is read and the types inferred from the sample are the columns' own."""
+"""The schema sample is read as the build reads the file: a carriage return alone inside an unquoted
+CSV field (a bare CR) is text of its field, so the row stays whole and every row is read, and a
+malformed early row votes on no column's type."""
 
 import gzip
 
@@ -78,3 +79,28 @@ def test_lines_ending_with_a_bare_cr_are_named_with_the_option_that_reads_them(t
     assert 'source.options.lineterminator: "\\r"' in str(e.value)
     rows, rejects, read, _ = read_all(tmp_path, "mac.csv", 1 << 20, lineterminator="\r")
     assert (len(rows), rejects, read) == (ROWS, [], ROWS)
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ("7,short\n", "expected 4 fields, saw 2"),
+        ("7,too,many,fields,here\n", "expected 4 fields, saw 5"),
+        ('7,a "stray" quote,True,3\n', None),
+    ],
+)
+def test_a_malformed_early_row_votes_on_no_type(tmp_path, bad, reason):
+    """pandas pads a short row with NaN (an int column would be inferred float) and shifts a long
+    one; the build rejects both, so the sample does not count them."""
+    lines = posts().decode().splitlines(keepends=True)
+    (tmp_path / "p.csv").write_text("".join(lines[:4] + [bad] + lines[4:]))
+    source = open_source(SourceConfig(path="p.csv", format="csv"), str(tmp_path))
+    assert source.schema == {
+        "id": "int64",
+        "text": "string",
+        "is_retweet": "bool",
+        "likes": "int64",
+    }
+    rows, rejects, read, _ = read_all(tmp_path, "p.csv", 1 << 20)
+    assert read == ROWS + 1
+    assert [r for _, r in rejects] == ([reason] if reason else [])
