@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -212,3 +213,16 @@ def test_the_installed_command(tmp_path):
     ]
     missing = datapipe_installed("schema", "missing.yaml", cwd=root)
     assert missing.returncode == 3 and missing.stderr.startswith("error: missing.yaml")
+
+
+def test_the_preview_starts_no_cluster_and_imports_no_dask(tmp_path):
+    root = project(tmp_path, posts_csv(10), STAGES)
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from datapipe.cli.main import cli\n"
+        "out = CliRunner().invoke(cli, ['schema', 'pipeline.yaml'])\n"
+        "print(out.exit_code, 'dask' in sys.modules, 'distributed' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert out.stdout.split() == ["0", "False", "False"], out.stderr
