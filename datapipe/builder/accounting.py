@@ -90,9 +90,11 @@ def check_counts(
     source: Source,
     stages: tuple[StageCounts, ...],
     failed_quarantine: str | None = None,
+    emptied: str | None = None,
 ) -> int:
     """The samples left; a BuildError before writing when nothing was read, too much was rejected
-    (``over_max_rejected``: its quarantine kept at ``failed_quarantine``) or nothing is left."""
+    (``over_max_rejected``: its quarantine kept at ``failed_quarantine``) or nothing is left
+    (``emptied`` says which stage dropped every row, when one did: ``drops.emptied_message``)."""
     rows_read = stages[0].rows_in
     rejected = sum(s.rejected for s in stages)
     counts = ", ".join(
@@ -111,5 +113,9 @@ def check_counts(
         )
     samples = stages[-1].rows_out
     if samples == 0:
-        raise BuildError(f"no samples left after the stages ({counts})")
+        raise BuildError(
+            f"{emptied}\nCounts: {counts}"
+            if emptied
+            else f"no samples left after the stages ({counts})"
+        )
     return samples

@@ -227,6 +227,7 @@ def save_state(state: BuildState) -> bytes:
                 "kinds": {k: sorted(v) for k, v in m.kinds.items()},
                 "rejects": [asdict(r) for r in rejects],
                 "measure_rejects": len(m.rejects),
+                "dropped": [asdict(r) for r in m.dropped],
                 "splits": m.splits is not None,
             }
         )
@@ -259,6 +260,7 @@ def load_state(data: bytes) -> BuildState | None:
                         {k: set(v) for k, v in m["kinds"].items()},
                         z[f"splits{i}"] if m["splits"] else None,
                         z[f"payloads{i}"] if f"payloads{i}" in z.files else None,
+                        [Reject(**r) for r in m.get("dropped", ())],
                     )
                 )
                 rejects.append(all_rejects)

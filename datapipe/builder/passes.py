@@ -17,6 +17,7 @@ import pandas as pd
 
 from datapipe.builder.allocator import restore_dynamic_thresholds
 from datapipe.builder.config import Pipeline, stage_path
+from datapipe.builder.drops import dropped_examples
 from datapipe.builder.encode import EncodedRows, SampleEncoder, encode_columns
 from datapipe.builder.quarantine import Reject, row_json
 from datapipe.builder.source.base import Part, Source
@@ -66,6 +67,7 @@ class Cleaned:
     frame: pd.DataFrame
     counts: list[StageCounts]
     rejects: list[Reject]
+    dropped: list[Reject] = field(default_factory=list)  # a few rows each stage dropped
 
 
 @dataclass
@@ -81,6 +83,8 @@ class Measured:
     splits: np.ndarray | None = None
     # each sample's field bytes, what its encoded size holds (None: a state saved without them)
     payloads: np.ndarray | None = None
+    # the first rows each stage dropped (drops.DROP_EXAMPLES), for the summary's warnings
+    dropped: list[Reject] = field(default_factory=list)
 
 
 def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> Cleaned:
@@ -90,6 +94,7 @@ def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> 
     frame = raw.frame
     rejects = [Reject(SOURCE_STAGE, reason, row, data) for row, reason, data in raw.rejects]
     counts = [StageCounts(SOURCE_STAGE, raw.rows_in, len(frame), 0, len(rejects))]
+    dropped: list[Reject] = []
     for i, stage in enumerate(job.pipeline.stages):
         if i == until:
             break
@@ -101,8 +106,10 @@ def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> 
             )
         )
         rejects.extend(outcome.rejected)
+        if outcome.dropped:
+            dropped.extend(dropped_examples(label, frame, outcome.frame, outcome.rejected))
         frame = outcome.frame
-    return Cleaned(frame, counts, rejects)
+    return Cleaned(frame, counts, rejects, dropped)
 
 
 def dedupe_pass(job: BuildJob, part: Part, masks: Masks, stage: int) -> np.ndarray:
@@ -178,6 +185,7 @@ def _measured(
         encoded.kinds,
         sample_splits(job, cleaned.frame, encoded),
         field_bytes(encoded),
+        cleaned.dropped,
     )
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datapipe.versioning.manifest import Manifest
+
+if TYPE_CHECKING:
+    from datapipe.builder.drops import DropWarning
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class BuildResult:
     incremental: IncrementalReport | None = None
     # the shards' bytes on disk against the bytes of the fields they hold
     overhead: Overhead | None = None
+    # the stages that dropped more than half of their rows (``drops.DropWarning``)
+    warnings: tuple[DropWarning, ...] = ()
 
     def summary(self) -> dict[str, Any]:
         """The JSON object `datapipe build --json` prints."""
@@ -106,6 +111,7 @@ class BuildResult:
                 for s in m.stages
             ],
         }
+        out["warnings"] = [w.as_dict() for w in self.warnings]
         if m.splits is not None:
             out["splits"] = dict(m.splits.samples)
         if self.overhead is not None:

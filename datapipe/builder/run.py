@@ -18,6 +18,7 @@ from datapipe.builder.accounting import (
     check_counts,
     keep_failed_quarantine,
     over_max_rejected,
+    placed,
     quarantine,
     sum_counts,
 )
@@ -25,6 +26,7 @@ from datapipe.builder.client import open_client
 from datapipe.builder.cluster import dashboard_link, worker_memory_limits, worker_peak_rss
 from datapipe.builder.commit import commit, manifest_of, new_version, next_state, state_staged
 from datapipe.builder.config import LoadedPipeline, Pipeline
+from datapipe.builder.drops import DropWarning, drop_warnings, emptied_message
 from datapipe.builder.execution import DEFAULT_EXECUTION, Execution
 from datapipe.builder.incremental import Identities
 from datapipe.builder.inputs import Inputs, find_inputs
@@ -77,7 +79,10 @@ def build(
         reuse = run.timed("find parent", found.parent.reuse, store, pipeline.name, identities)
         deduped = dedupe_stages(run, on_workers, source.parts, pipeline.stages, reuse)
         measured = measure_parts(run, on_workers, source.parts, deduped, reuse, keep_encoded)
-        stages = _checked_counts(store, pipeline, source, measured)
+        warnings = _drop_warnings(loaded, source, measured)
+        stages = _checked_counts(
+            store, pipeline, source, measured, emptied_message(warnings, loaded.shown)
+        )
         plan = plan_shards(pipeline, measured, identities.at(deduped))
         state = next_state(found, blocksize, identities, measured, plan, hashes)
         with new_version(store, pipeline.name) as writer:
@@ -101,6 +106,7 @@ def build(
         peak,
         report,
         overhead(measured, committed, pipeline.shards.format),
+        tuple(warnings),
     )
 
 
@@ -145,6 +151,7 @@ def _checked_counts(
     pipeline: Pipeline,
     source: Source,
     measured: Measure,
+    emptied: str | None = None,
 ) -> tuple[StageCounts, ...]:
     """Each stage's counts, checked before anything is written (``accounting.check_counts``); the
     quarantine of a build over ``max_rejected`` is kept for the user to look at."""
@@ -153,8 +160,21 @@ def _checked_counts(
     if over_max_rejected(pipeline, stages):
         rejected = quarantine(source, measured.reports, measured.rejects)
         failed = keep_failed_quarantine(store, pipeline.name, rejected)
-    check_counts(pipeline, source, stages, failed)
+    check_counts(pipeline, source, stages, failed, emptied)
     return stages
+
+
+def _drop_warnings(loaded: LoadedPipeline, source: Source, measured: Measure) -> list[DropWarning]:
+    """The stages that dropped more than half of their rows, with some of those rows."""
+    counts = [
+        (s.stage, s.rows_in, s.dropped) for s in sum_counts(measured.reports, measured.duplicates)
+    ]
+    examples = placed(
+        source,
+        measured.reports,
+        {p.number: m.dropped for p, m in zip(source.parts, measured.reports, strict=True)},
+    )
+    return drop_warnings(loaded, counts, list(examples))
 
 
 def _quarantine(source: Source, stages: Iterable[StageCounts], measured: Measure) -> bytes | None:

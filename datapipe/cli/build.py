@@ -69,6 +69,10 @@ def _print_summary(summary: dict[str, Any], incremental: IncrementalReport | Non
         click.echo(
             f"{s['stage']:<24} {s['in']:>10} {s['out']:>10} {s['dropped']:>10} {s['rejected']:>10}"
         )
+    for warning in summary.get("warnings", ()):
+        click.echo(f"warning: {warning['message']}")
+        for e in warning["examples"][1:]:
+            click.echo(f"  e.g. {e['source']} row {e['row']}: {e['data']}")
     cost = summary.get("overhead")
     of_fields = f" ({cost['ratio']:.1f}x the fields' {format_size(cost['fields'])})" if cost else ""
     click.echo(

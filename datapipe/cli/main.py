@@ -48,10 +48,11 @@ def cli(ctx: click.Context, verbose: bool, storage_options: tuple[str, ...]) -> 
 
 
 def _register() -> None:
-    from datapipe.cli import build, datasets, reproduce, serve, shards, training, versions
+    from datapipe.cli import build, datasets, reproduce, schema, serve, shards, training, versions
 
     for command in (
         build.build,
+        schema.schema,
         reproduce.dvc_stage,
         reproduce.check,
         shards.inspect,

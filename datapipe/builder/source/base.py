@@ -22,7 +22,7 @@ import pandas as pd
 from fsspec.utils import read_block
 
 from datapipe.builder.source.options import DEFAULT_BLOCKSIZE, DEFAULT_FILES_PER_PARTITION
-from datapipe.builder.source.schema import SAMPLE_BYTES, apply_schema
+from datapipe.builder.source.schema import SAMPLE_BYTES, SchemaSample, apply_schema
 from datapipe.errors import ConfigError, NotFoundError
 
 DEFAULT_ENCODING = "utf-8"  # of text sources without options.encoding
@@ -86,6 +86,8 @@ class Source:
     row_groups: tuple[int, ...] = ()  # Parquet: the row groups of each file
     blocksize: int = DEFAULT_BLOCKSIZE  # the configured partition size (an execution setting)
     files_per_partition: int = DEFAULT_FILES_PER_PARTITION
+    # text formats: what the inferred types were inferred from (``datapipe schema`` shows it)
+    sample: SchemaSample | None = None
 
 
 @dataclass
@@ -166,9 +168,9 @@ def block_bytes(handle: Any, part: Part) -> bytes:
     return read_block(handle, part.start, part.length, delimiter=b"\n")
 
 
-def read_sample(fs: Any, files: Sequence[InputFile]) -> bytes:
-    """The schema sample: the first MiB of the first non-empty file, cut after its last complete
-    line."""
+def read_sample(fs: Any, files: Sequence[InputFile]) -> tuple[str, bytes]:
+    """The schema sample: the label of the first non-empty file and its first MiB, cut after its
+    last complete line."""
     for f in files:
         if f.size == 0:
             continue
@@ -176,8 +178,8 @@ def read_sample(fs: Any, files: Sequence[InputFile]) -> bytes:
             data = handle.read(SAMPLE_BYTES)
         if len(data) == SAMPLE_BYTES and b"\n" in data:
             data = data[: data.rindex(b"\n") + 1]
-        return data
-    return b""
+        return f.label, data
+    return "", b""
 
 
 def typed(source: Source, raw: RawPart, *, strings: bool) -> RawPart:

@@ -58,6 +58,34 @@ def logical_records(text: str, quotechar: str) -> Iterator[tuple[str, bool]]:
             i = j + 1
 
 
+def parse_record(raw: str, delimiter: str, quotechar: str) -> list[str]:
+    """The fields of one record, where a carriage return that ends no line (a bare CR) is text of
+    its field.
+
+    Records end at a newline (LF or CRLF), so a bare CR inside a record is content, as it is
+    inside quotes: Python's csv module refuses it outside quotes, and pandas would end the
+    record there, cutting one row into two that shift the columns (and the types inferred).
+    """
+    body = raw.rstrip("\r")  # the CRs of a CRLF line end
+    if "\r" not in body:
+        return next(csv.reader([raw], delimiter=delimiter, quotechar=quotechar))
+    mark = next(chr(c) for c in range(0xE000, 0xF900) if chr(c) not in body)
+    fields = next(csv.reader([body.replace("\r", mark)], delimiter=delimiter, quotechar=quotechar))
+    return [f.replace(mark, "\r") for f in fields]
+
+
+def has_bare_cr(data: bytes, quote: int | None) -> bool:
+    """Whether ``data`` holds a carriage return outside quotes that is not part of a CRLF."""
+    if b"\r" not in data:
+        return False
+    raw = np.frombuffer(data, dtype=np.uint8)
+    bare = raw == 13
+    bare[:-1] &= raw[1:] != 10
+    if quote is not None and bytes([quote]) in data:
+        bare &= (np.cumsum(raw == quote, dtype=np.uint8) & 1) == 0
+    return bool(bare.any())
+
+
 def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None:
     """The number of fields of each non-blank record of ``data``, where records end at newlines
     outside quotes and fields at separators outside quotes (the record model of the slow path and
@@ -155,11 +183,7 @@ def read_records(
         shown = raw.encode(encoding, "surrogateescape").decode(encoding, "replace")
         # not strict: text after a closing quote joins the field ("x"y is xy), as pandas reads it
         try:
-            record = (
-                next(csv.reader([raw], delimiter=delimiter, quotechar=quotechar))
-                if closed
-                else None
-            )
+            record = parse_record(raw, delimiter, quotechar) if closed else None
         except csv.Error as e:
             record, why = None, f"malformed CSV ({e})"
         else:
@@ -210,7 +234,7 @@ def no_header_width(options: Mapping[str, Any], first: bytes, data: bytes) -> in
             if not closed and not complete:
                 break  # the quote may close further on: read more
             if closed:
-                return len(next(csv.reader([raw], delimiter=delimiter, quotechar=quotechar)))
+                return len(parse_record(raw, delimiter, quotechar))
         else:
             if complete:
                 return None

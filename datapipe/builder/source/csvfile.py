@@ -26,12 +26,13 @@ from datapipe.builder.source.base import (
 from datapipe.builder.source.csv_records import (
     csv_dialect,
     fields_agree,
+    has_bare_cr,
     no_header_width,
     read_records,
     record_fields,
 )
 from datapipe.builder.source.partition import byte_blocks
-from datapipe.builder.source.schema import infer_schema
+from datapipe.builder.source.schema import SchemaSample, infer_schema
 from datapipe.errors import ConfigError
 
 # What the reader takes of pandas.read_csv's own keywords
@@ -89,24 +90,6 @@ def csv_layout(options: Mapping[str, Any]) -> tuple[bool, bool, int | None]:
     if options.get("quoting") == csv.QUOTE_NONE or len(str(quotechar).encode()) != 1:
         return whole or options.get("quoting") != csv.QUOTE_NONE, has_header, None
     return whole, has_header, str(quotechar).encode()[0]
-
-
-def _well_formed(sample: bytes, options: dict[str, Any]) -> str:
-    """The header and the records of a CSV sample that have as many fields as the header."""
-    dialect = csv_dialect(options)
-    delimiter = dialect.sep
-    text = sample.decode(dialect.encoding, "replace")
-    csv.field_size_limit(2**31 - 1)
-    records = []
-    try:
-        for record in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter):
-            if record and (not records or len(record) == len(records[0])):
-                records.append(record)
-    except csv.Error:
-        pass
-    out = io.StringIO()
-    csv.writer(out, delimiter=delimiter, lineterminator="\n").writerows(records)
-    return out.getvalue()
 
 
 def _block(source: Source, part: Part) -> tuple[bytes, bytes]:
@@ -178,6 +161,8 @@ def read_csv_part(source: Source, part: Part) -> RawPart:
             frame, record_fields(text, sep.encode()[0], source.quote), width, source.has_header
         ):
             raise pd.errors.ParserError("the records are not all whole")
+        if not checked and _cr_is_text(options) and has_bare_cr(text, source.quote):
+            raise pd.errors.ParserError("pandas ends a record at a bare CR")
         raw = RawPart(frame, len(frame))
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError):
         frame, rejects, rows_in = read_records(text, options, source.has_header, width)
@@ -185,21 +170,63 @@ def read_csv_part(source: Source, part: Part) -> RawPart:
     return typed(source, raw, strings=True)
 
 
-def _sample_schema(sample: bytes, options: dict[str, Any]) -> dict[str, str]:
-    if not sample:
-        return {}
+def _cr_is_text(options: Mapping[str, Any]) -> bool:
+    """Whether a bare CR is text of its field: records end at LF or CRLF, unless the options name
+    another line terminator (pandas then reads the file whole, by its own rule)."""
+    return options.get("lineterminator") in (None, "\n")
+
+
+def _sample_frame(sample: bytes, options: dict[str, Any], quote: int | None) -> tuple[Any, int]:
+    """The sample's rows as the build reads them, and the records set aside (malformed: they do not
+    vote on a type).
+
+    pandas' C parser reads a clean sample; one whose records it would cut otherwise than the build
+    (a bare CR, a stray quote, a short row) is read record by record, so that no broken row, its
+    fields shifted into the next columns, turns a column of booleans or numbers into text.
+    """
+    has_header, sep = csv_layout(options)[1], csv_dialect(options).sep
+    checked = len(sep.encode()) == 1 and _cr_is_text(options)
     try:
-        try:
-            frame = pd.read_csv(
-                io.BytesIO(sample), on_bad_lines="skip", encoding_errors="replace", **options
-            )
-        except pd.errors.ParserError:  # e.g. an unclosed quote: infer from the records that parse
-            frame = pd.read_csv(io.StringIO(_well_formed(sample, options)), **options)
+        frame = pd.read_csv(io.BytesIO(sample), **options)
+        if checked and not fields_agree(
+            frame,
+            record_fields(sample, sep.encode()[0], quote),
+            no_header_width(options, b"", sample) if not has_header else None,
+            has_header,
+        ):
+            raise pd.errors.ParserError("the records are not all whole")
+        return frame, 0
+    except (pd.errors.ParserError, UnicodeDecodeError):
+        width = None if has_header else no_header_width(options, b"", sample)
+        frame, rejects, _ = read_records(sample, options, has_header, width)
+        return frame, len(rejects)
+
+
+def _check_line_ends(label: str, sample: bytes, options: Mapping[str, Any]) -> None:
+    """A ConfigError for a file whose lines end with a bare CR (classic Mac OS): read as LF lines,
+    it would be one record."""
+    if _cr_is_text(options) and b"\r" in sample and b"\n" not in sample:
+        raise ConfigError(
+            f"{label}: its lines end with a bare carriage return (CR, as classic Mac OS wrote "
+            'them), not a newline; set source.options.lineterminator: "\\r" to read them so, '
+            "or convert the file to LF line ends"
+        )
+
+
+def _sample_schema(
+    sample: bytes, options: dict[str, Any], quote: int | None
+) -> tuple[dict[str, str], int, int]:
+    """(the types inferred from ``sample``, the rows they were inferred from, the records set
+    aside)."""
+    if not sample:
+        return {}, 0, 0
+    try:
+        frame, set_aside = _sample_frame(sample, options, quote)
     except pd.errors.EmptyDataError:
-        return {}
+        return {}, 0, 0
     except (ValueError, TypeError) as e:
         raise ConfigError(f"source.options: the CSV reader refused them ({e})") from None
-    return infer_schema(frame)
+    return infer_schema(frame), len(frame), set_aside
 
 
 class CsvFormat(SourceFormat):
@@ -227,9 +254,21 @@ class CsvFormat(SourceFormat):
     ) -> Source:
         """The layout the options give (``csv_layout``) and the schema of the first MiB."""
         whole, has_header, quote = csv_layout(options)
-        schema = {**_sample_schema(read_sample(fs, files), options), **dtypes}
+        label, data = read_sample(fs, files)
+        _check_line_ends(label, data, options)
+        inferred, rows, set_aside = _sample_schema(data, options, quote)
+        sample = SchemaSample(label, len(data), rows, set_aside) if data else None
         return Source(
-            self.name, fs, files, (), options, schema, has_header, quote, whole_files=whole
+            self.name,
+            fs,
+            files,
+            (),
+            options,
+            {**inferred, **dtypes},
+            has_header,
+            quote,
+            whole_files=whole,
+            sample=sample,
         )
 
     def partition(self, source: Source, blocksize: int) -> Source:

@@ -23,21 +23,28 @@ from datapipe.builder.source.base import (
     typed,
 )
 from datapipe.builder.source.partition import byte_blocks
-from datapipe.builder.source.schema import infer_schema
+from datapipe.builder.source.schema import SchemaSample, infer_schema
 
 
-def _sample_schema(sample: bytes, options: Mapping[str, Any]) -> dict[str, str]:
-    if not sample:
-        return {}
-    records = []
+def _sample_schema(sample: bytes, options: Mapping[str, Any]) -> tuple[dict[str, str], int, int]:
+    """(the types inferred from the objects of ``sample``, how many objects, the lines set
+    aside)."""
+    records, set_aside = [], 0
     for line in sample.splitlines():
+        if not line.strip():
+            continue
         try:
             record = json.loads(line.decode(options.get("encoding") or DEFAULT_ENCODING))
         except ValueError:
+            set_aside += 1
             continue
         if isinstance(record, dict):
             records.append(record)
-    return infer_schema(pd.DataFrame.from_records(records)) if records else {}
+        else:
+            set_aside += 1
+    if not records:
+        return {}, 0, set_aside
+    return infer_schema(pd.DataFrame.from_records(records)), len(records), set_aside
 
 
 def read_jsonl_part(source: Source, part: Part) -> RawPart:
@@ -110,8 +117,11 @@ class JsonlFormat(SourceFormat):
         dtypes: Mapping[str, str],
     ) -> Source:
         """The schema of the objects in the first MiB."""
-        schema = {**_sample_schema(read_sample(fs, files), options), **dtypes}
-        return Source(self.name, fs, files, (), options, schema, has_header=False)
+        label, data = read_sample(fs, files)
+        inferred, rows, set_aside = _sample_schema(data, options)
+        sample = SchemaSample(label, len(data), rows, set_aside) if data else None
+        schema = {**inferred, **dtypes}
+        return Source(self.name, fs, files, (), options, schema, has_header=False, sample=sample)
 
     def partition(self, source: Source, blocksize: int) -> Source:
         """Byte blocks, cut at the first newline after each nominal start."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,17 @@ import pandas as pd
 SAMPLE_BYTES = 1 << 20
 SCHEMA_TYPES = ("int64", "float64", "bool", "string", "object")
 _TRUE = {"true": True, "false": False, "True": True, "False": False, "TRUE": True, "FALSE": False}
+
+
+@dataclass(frozen=True)
+class SchemaSample:
+    """Where a text source's inferred types came from: the file, the bytes of it read, the rows
+    they held and the records set aside as malformed (they vote on no type)."""
+
+    file: str
+    bytes: int
+    rows: int
+    set_aside: int = 0
 
 
 def infer_schema(sample: pd.DataFrame) -> dict[str, str]:
