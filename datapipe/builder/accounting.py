@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from datapipe.builder.config import Pipeline
 from datapipe.builder.passes import SAMPLE_STAGE, Measured
-from datapipe.builder.quarantine import Reject, quarantine_bytes
+from datapipe.builder.quarantine import Placed, Reject, quarantine_bytes
 from datapipe.builder.source.base import Source
 from datapipe.builder.splits import split_names
 from datapipe.errors import BuildError
@@ -44,17 +44,23 @@ def sum_counts(measured: Sequence[Measured], duplicates: int) -> tuple[StageCoun
 
 def placed(
     source: Source, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]
-) -> Iterator[tuple[Reject, str, int]]:
-    """Each reject with its source file and 1-based row number in that file, in source order."""
-    offsets: dict[int, int] = {}
+) -> Iterator[Placed]:
+    """Each reject with its source file, 1-based row number and 1-based line in that file (None
+    where unknown: not a text source, or a partition before it measured by an older datapipe), in
+    source order. A partition's first line follows the newlines of the file's partitions before
+    it, which the measure pass counted."""
+    rows: dict[int, int] = {}
+    lines: dict[int, int | None] = {}
     for part, m in zip(source.parts, measured, strict=True):
-        offset = offsets.get(part.file, 0)
-        offsets[part.file] = offset + m.counts[0].rows_in
+        row, line = rows.get(part.file, 0), lines.get(part.file, 0)
+        rows[part.file] = row + m.counts[0].rows_in
+        lines[part.file] = None if line is None or m.newlines is None else line + m.newlines
         for r in sorted(rejects.get(part.number, ()), key=lambda r: r.row):
             if part.members:
-                yield r, source.files[part.members[r.row]].label, 1
+                yield r, source.files[part.members[r.row]].label, 1, None
             else:
-                yield r, source.files[part.file].label, offset + r.row + 1
+                at = None if line is None or r.line is None else line + r.line + 1
+                yield r, source.files[part.file].label, row + r.row + 1, at
 
 
 def splits_section(pipeline: Pipeline, entries: Sequence[ShardEntry]) -> Splits | None:

@@ -228,6 +228,7 @@ def save_state(state: BuildState) -> bytes:
                 "rejects": [asdict(r) for r in rejects],
                 "measure_rejects": len(m.rejects),
                 "splits": m.splits is not None,
+                "newlines": m.newlines,
             }
         )
     meta["dedupe"] = {}
@@ -259,6 +260,7 @@ def load_state(data: bytes) -> BuildState | None:
                         {k: set(v) for k, v in m["kinds"].items()},
                         z[f"splits{i}"] if m["splits"] else None,
                         z[f"payloads{i}"] if f"payloads{i}" in z.files else None,
+                        m.get("newlines"),
                     )
                 )
                 rejects.append(all_rejects)

@@ -8,8 +8,8 @@ Every pass runs the same deterministic code, so a row meets the same fate in eac
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -61,11 +61,20 @@ class BuildJob:
 
 @dataclass
 class Cleaned:
-    """A partition after the stages: its frame, per-stage counts and rejects."""
+    """A partition after the stages: its frame, per-stage counts and rejects; where its rows start
+    (``RawPart.lines``, ``RawPart.newlines``)."""
 
     frame: pd.DataFrame
     counts: list[StageCounts]
     rejects: list[Reject]
+    lines: np.ndarray | None = None
+    newlines: int | None = None
+
+    def located(self, rejects: Iterable[Reject]) -> list[Reject]:
+        """``rejects`` with the line each row starts on in the partition, where it is known."""
+        if self.lines is None:
+            return list(rejects)
+        return [replace(r, line=int(self.lines[r.row])) for r in rejects]
 
 
 @dataclass
@@ -81,6 +90,8 @@ class Measured:
     splits: np.ndarray | None = None
     # each sample's field bytes, what its encoded size holds (None: a state saved without them)
     payloads: np.ndarray | None = None
+    # newline bytes in the partition (text sources): where the next one of its file starts
+    newlines: int | None = None
 
 
 def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> Cleaned:
@@ -102,7 +113,7 @@ def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> 
         )
         rejects.extend(outcome.rejected)
         frame = outcome.frame
-    return Cleaned(frame, counts, rejects)
+    return Cleaned(frame, counts, rejects, raw.lines, raw.newlines)
 
 
 def dedupe_pass(job: BuildJob, part: Part, masks: Masks, stage: int) -> np.ndarray:
@@ -172,12 +183,13 @@ def _measured(
     ]
     return Measured(
         counts,
-        cleaned.rejects + rejects,
+        cleaned.located(cleaned.rejects + rejects),
         sizes,
         key_hashes(encoded.keys),
         encoded.kinds,
         sample_splits(job, cleaned.frame, encoded),
         field_bytes(encoded),
+        cleaned.newlines,
     )
 
 
@@ -221,7 +233,7 @@ def duplicates_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarra
     """Rejects for the samples whose key an earlier sample already has."""
     cleaned = clean(job, part, masks)
     encoded, _ = encode_rows(job, cleaned.frame)
-    return [
+    return cleaned.located(
         Reject(
             SAMPLE_STAGE,
             f"duplicate sample key {key!r} (the first row with this key is kept)",
@@ -230,7 +242,7 @@ def duplicates_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarra
         )
         for row, key, keep in zip(encoded.rows, encoded.keys, key_keep, strict=True)
         if not keep
-    ]
+    )
 
 
 def prepare_pass(
