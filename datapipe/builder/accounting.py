@@ -14,10 +14,8 @@ from datapipe.builder.splits import split_names
 from datapipe.errors import BuildError
 from datapipe.storage.fs import put_atomic
 from datapipe.versioning.manifest import ShardEntry, Splits, StageCounts
+from datapipe.versioning.rejected import FAILED_QUARANTINE
 from datapipe.versioning.store import Store
-
-# STORE/NAME/rejected/<time>-<id>.parquet: quarantine of builds that failed
-FAILED_QUARANTINE = "rejected"
 
 
 def quarantine(
