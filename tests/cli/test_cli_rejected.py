@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from helpers.cli import datapipe_in_process
 
+from datapipe.versioning.store import Store
+
 # 3 values that are not numbers (one behind a quoted newline), 2 below min, 1 with a field too
 # many: 6 of 9 rows rejected, for 3 reasons
 CARS = (
@@ -105,6 +107,52 @@ def test_bad_arguments_are_one_line_with_the_choices(tmp_path):
     out = run("rejected", "store/cars", "--failed", cwd=root)
     assert out.returncode == 3 and "no failed build left its rejected rows" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_build_over_max_rejected_names_its_top_reasons_and_keeps_its_rows(tmp_path):
+    root = project(tmp_path, max_rejected=0.1)
+    (root / "cars.csv").write_text(CARS + "fiat,ok,5\ngolf,ok,\n")  # 2 more reasons: 5 in all
+    failed = run("build", "cars.yaml", "--out", "store", cwd=root)
+    assert failed.returncode == 8
+    error = failed.stderr[failed.stderr.index("error: ") :]  # after the build's progress lines
+    lines = error.splitlines()
+    assert lines[0] == (
+        "error: 8 of 11 rows rejected (72.73%), over max_rejected 10.00%; no version was made. "
+        "The top reasons:"
+    )
+    assert lines[1].startswith("  3  source: column 'mpg': … is not int64")
+    assert lines[1].endswith("(e.g. cars.csv line 2, row 1)")
+    assert lines[2] == (
+        "  2  stages[0].validate: mpg: … is below min 0 (e.g. cars.csv line 8, row 4)"
+    )
+    assert lines[3].startswith("  1  source: expected 3 fields, saw 4 (e.g. cars.csv line 11,")
+    assert lines[4] == "  and 2 more rows for 2 other reasons"
+    assert lines[5].startswith("Every rejected row, with its reason: `datapipe rejected store/cars")
+    assert lines[6].startswith("(kept in ") and lines[7] == "Rows per stage:"
+    assert max(len(line) for line in lines if not line.startswith("(kept in ")) < 160
+    assert Store(str(root / "store")).versions("cars") == []
+
+    shown = run("rejected", "store/cars", "--failed", "--json", cwd=root)
+    data = json.loads(shown.stdout)
+    assert data["rows"] == 8 and data["version"] is None and data["failed_build"]
+    assert [g["count"] for g in data["reasons"]] == [3, 2, 1, 1, 1]
+    # the file the error named reads the same; the dataset has no version, so the hint points there
+    path = lines[6].removeprefix("(kept in ").removesuffix(")")
+    assert json.loads(run("rejected", path, "--json", cwd=root).stdout)["rows"] == 8
+    no_version = run("rejected", "store/cars", cwd=root)
+    assert no_version.returncode == 3
+    assert no_version.stderr.rstrip().endswith("`datapipe rejected store/cars --failed`")
+
+
+def test_a_build_left_with_no_samples_keeps_its_rejected_rows(tmp_path):
+    root = project(tmp_path, extra='- filter: "mpg > 100"\n')
+    failed = run("build", "cars.yaml", "--out", "store", cwd=root)
+    assert failed.returncode == 8 and "no samples left" in failed.stderr
+    assert "`datapipe rejected store/cars --failed`" in failed.stderr
+    out = run("rejected", "store/cars", "--failed", cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert ": 6 rejected rows, 3 reasons" in out.stdout.splitlines()[0]
+    assert out.stdout.splitlines()[0].startswith("cars, failed build ")
 
 
 def test_a_quarantine_written_before_lines_reads_with_rows(tmp_path):

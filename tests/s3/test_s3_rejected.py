@@ -36,7 +36,7 @@ def test_rejected_rows_of_a_version_and_of_a_failed_build_on_s3(s3, tmp_path):
     ]
 
     pipeline.write_text(pipeline.read_text().replace("max_rejected: 0.5", "max_rejected: 0.1"))
-    with pytest.raises(BuildError, match="over max_rejected"):
+    with pytest.raises(BuildError, match=f"`datapipe rejected {url}/rows --failed`"):
         build(load_pipeline(pipeline), Store(url))
     out = datapipe_in_process("rejected", f"{url}/rows", "--failed", env=s3["env"])
     assert out.returncode == 0, out.stderr
