@@ -118,9 +118,13 @@ def _one_line(text: Any) -> str:
 )
 @json_option
 def rejected(dataset: str, failed: bool, stage: str | None, top: int, as_json: bool) -> None:
-    """The rows a build rejected, grouped by reason with their counts, most frequent first; each
-    with an example row, its source file, line and row. DATASET: STORE/NAME[@REF] (a version),
-    STORE/NAME with --failed, or the path of a quarantine file (.parquet)."""
+    """Show the rows a build rejected (a version's, or with --failed a failed build's), grouped by
+    reason with their counts, most frequent first; each with an example row, its source file, line
+    and row.
+
+    DATASET is STORE/NAME[@REF] (a version; with --failed, STORE/NAME) or the path of a quarantine
+    file (.parquet), such as the one a failed build's error names. Reasons that differ only in a
+    value are one reason, the value shown as '…'."""
     if dataset.endswith(".parquet"):
         if failed:
             raise ConfigError(f"{dataset}: a quarantine file is read as it is; leave out --failed")
