@@ -9,6 +9,7 @@ import click
 
 from datapipe.cli.options import echo_json, json_option, storage_options
 from datapipe.errors import ConfigError, NotFoundError
+from datapipe.storage.fs import url_of
 from datapipe.versioning.layout import parse_dataset_url
 from datapipe.versioning.manifest import short_id
 from datapipe.versioning.rejected import (
@@ -32,7 +33,7 @@ class Quarantine:
 
     title: str
     about: dict[str, Any]
-    path: str | None
+    url: str | None  # of the file (s3://bucket/key on S3); None for a version that rejected none
     rows: list[dict[str, Any]]
 
 
@@ -49,11 +50,12 @@ def _of_version(dataset: str) -> Quarantine:
         ) from None
     path = version_quarantine(store, name, m)
     rows = read_rows(store, path) if path is not None else []
+    url = url_of(store.fs, path) if path is not None else None
     read = m.stages[0].rows_in if m.stages else 0
     return Quarantine(
         f"{name}@{short_id(m.version)} ({read} rows read)",
         {"dataset": name, "version": m.version, "failed_build": None, "rows_read": read},
-        path,
+        url,
         rows,
     )
 
@@ -73,7 +75,7 @@ def _of_failed(dataset: str) -> Quarantine:
     return Quarantine(
         f"{name}, failed build {build}{older}",
         {"dataset": name, "version": None, "failed_build": build, "rows_read": None},
-        path,
+        url_of(store.fs, path),
         read_rows(store, path),
     )
 
@@ -85,7 +87,7 @@ def _of_file(url: str) -> Quarantine:
     return Quarantine(
         url,
         {"dataset": None, "version": None, "failed_build": None, "rows_read": None},
-        path,
+        url_of(store.fs, path),
         read_rows(store, path),
     )
 
@@ -137,7 +139,7 @@ def rejected(dataset: str, failed: bool, stage: str | None, top: int, as_json: b
         echo_json(
             {
                 **q.about,
-                "file": q.path,
+                "file": q.url,
                 "rows": len(rows),
                 "reasons_total": len(groups),
                 "reasons": [g.as_json() for g in groups[:top]],

@@ -118,3 +118,45 @@ def test_the_quarantine_keeps_row_and_line(project, in_process):
         *(("sample", k, line[k]) for k in range(57, 62)),  # keys k00..k04 again
     }
     assert line[30] == 46 and all(r["source"] == "raw/a.csv" for r in rows)
+
+
+def test_lines_survive_an_incremental_rebuild(project, in_process):
+    """A partition whose report the rebuild takes from its parent keeps its rejects' lines, and the
+    partitions after it still count its newlines."""
+
+    def write(name: str, rows: int) -> None:
+        body = "".join(f'{name}{i:03d},"x\ny",{"bad" if i % 10 == 3 else i}\n' for i in range(rows))
+        project.write(f"raw/{name}.csv", "id,t,v\n" + body)
+
+    write("a", 40)
+    write("b", 20)
+    project.pipeline("""\
+        name: again
+        source: {path: raw/*.csv, format: csv, options: {blocksize: 150, dtype: {v: int64}}}
+        sample: {key: id, fields: {cls: v}}
+        max_rejected: 0.5
+        """)
+    first = project.build(client=in_process)
+    write("b", 30)
+    again = project.build(client=in_process)
+    assert again.incremental.partitions.reused > 0
+    got = [
+        (r["source"], r["row"], r["line"])
+        for r in quarantine_rows(project, "again", again.manifest.version)
+    ]
+    # record i of a file (0-based) is row i + 1 and starts on line 2 + 2 i
+    expected = [
+        (f"raw/{f}.csv", i + 1, 2 + 2 * i) for f, n in (("a", 40), ("b", 30)) for i in range(n)
+    ]
+    assert got == [e for e in expected if e[1] % 10 == 4]
+    old = quarantine_rows(project, "again", first.manifest.version)
+    assert [(r["row"], r["line"]) for r in old if r["source"] == "raw/a.csv"] == [
+        (r, line) for _, r, line in got if _ == "raw/a.csv"
+    ]
+
+
+def test_a_carriage_return_inside_quotes_is_not_a_line(tmp_path):
+    (tmp_path / "cr.csv").write_bytes(b"a,b\n" + b'1,"x\ry"\n2,"p\r\nq"\n3,z\n' * 30)
+    expected = [2 + 4 * k + j for k in range(30) for j in (0, 1, 3)]
+    for bs in BLOCKSIZES:
+        assert row_lines(tmp_path, "cr.csv", "csv", bs) == expected, bs

@@ -29,7 +29,7 @@ def test_rejected_rows_of_a_version_and_of_a_failed_build_on_s3(s3, tmp_path):
     out = datapipe_in_process("rejected", f"{url}/rows", "--json", env=s3["env"])
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["rows"] == 2 and data["file"].startswith(f"{s3['bucket']}/rejected/rows/")
+    assert data["rows"] == 2 and data["file"].startswith(f"{url}/rows/versions/")
     assert sorted((g["stage"], g["example"]["line"]) for g in data["reasons"]) == [
         ("source", 4),
         ("stages[0].validate", 3),
