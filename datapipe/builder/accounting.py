@@ -5,19 +5,20 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from datapipe.builder.config import Pipeline
 from datapipe.builder.passes import SAMPLE_STAGE, Measured
-from datapipe.builder.quarantine import Reject, quarantine_bytes
+from datapipe.builder.quarantine import Placed, Reject, quarantine_bytes
 from datapipe.builder.source.base import Source
 from datapipe.builder.splits import split_names
 from datapipe.errors import BuildError
 from datapipe.storage.fs import put_atomic
 from datapipe.versioning.manifest import ShardEntry, Splits, StageCounts
+from datapipe.versioning.rejected import FAILED_QUARANTINE, group_reasons, reason_lines
 from datapipe.versioning.store import Store
 
-# STORE/NAME/rejected/<time>-<id>.parquet: quarantine of builds that failed
-FAILED_QUARANTINE = "rejected"
+TOP_REASONS = 3  # the reasons a build that failed over max_rejected names
 
 
 def quarantine(
@@ -44,17 +45,23 @@ def sum_counts(measured: Sequence[Measured], duplicates: int) -> tuple[StageCoun
 
 def placed(
     source: Source, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]
-) -> Iterator[tuple[Reject, str, int]]:
-    """Each reject with its source file and 1-based row number in that file, in source order."""
-    offsets: dict[int, int] = {}
+) -> Iterator[Placed]:
+    """Each reject with its source file, 1-based row number and 1-based line in that file (None
+    where unknown: not a text source, or a partition before it measured by an older datapipe), in
+    source order. A partition's first line follows the newlines of the file's partitions before
+    it, which the measure pass counted."""
+    rows: dict[int, int] = {}
+    lines: dict[int, int | None] = {}
     for part, m in zip(source.parts, measured, strict=True):
-        offset = offsets.get(part.file, 0)
-        offsets[part.file] = offset + m.counts[0].rows_in
+        row, line = rows.get(part.file, 0), lines.get(part.file, 0)
+        rows[part.file] = row + m.counts[0].rows_in
+        lines[part.file] = None if line is None or m.newlines is None else line + m.newlines
         for r in sorted(rejects.get(part.number, ()), key=lambda r: r.row):
             if part.members:
-                yield r, source.files[part.members[r.row]].label, 1
+                yield r, source.files[part.members[r.row]].label, 1, None
             else:
-                yield r, source.files[part.file].label, offset + r.row + 1
+                at = None if line is None or r.line is None else line + r.line + 1
+                yield r, source.files[part.file].label, row + r.row + 1, at
 
 
 def splits_section(pipeline: Pipeline, entries: Sequence[ShardEntry]) -> Splits | None:
@@ -75,26 +82,49 @@ def over_max_rejected(pipeline: Pipeline, stages: tuple[StageCounts, ...]) -> bo
     return bool(rows_read and rejected and rejected > pipeline.max_rejected * rows_read)
 
 
-def keep_failed_quarantine(store: Store, name: str, quarantine: bytes) -> str:
-    """Keep the quarantine of a build that failed (over ``max_rejected``) under
-    STORE/NAME/rejected/ for the user to look at; its path."""
+def fails(pipeline: Pipeline, stages: tuple[StageCounts, ...]) -> bool:
+    """Whether ``check_counts`` stops the build: nothing read, over ``max_rejected`` or no sample
+    left."""
+    return not stages[0].rows_in or over_max_rejected(pipeline, stages) or not stages[-1].rows_out
+
+
+@dataclass(frozen=True)
+class KeptQuarantine:
+    """The quarantine of a build that failed, kept: where, and its reasons in lines to show."""
+
+    path: str
+    command: str  # the command that shows its rows
+    reasons: list[str]
+
+
+def keep_failed_quarantine(store: Store, name: str, rejects: Sequence[Placed]) -> KeptQuarantine:
+    """Keep the quarantine of a build that failed under STORE/NAME/rejected/TIME-ID.parquet, where
+    `datapipe rejected STORE/NAME --failed` reads it."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = store.path(name, FAILED_QUARANTINE, f"{now}-{uuid.uuid4().hex[:8]}.parquet")
     store.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    put_atomic(store.fs, path, quarantine)
-    return path
+    put_atomic(store.fs, path, quarantine_bytes(rejects))
+    rows = (
+        {"stage": r.stage, "reason": r.reason, "source": source, "row": row, "line": line}
+        for r, source, row, line in rejects
+    )
+    return KeptQuarantine(
+        path,
+        f"datapipe rejected {store.url.rstrip('/')}/{name} --failed",
+        reason_lines(group_reasons(rows), TOP_REASONS),
+    )
 
 
 def check_counts(
     pipeline: Pipeline,
     source: Source,
     stages: tuple[StageCounts, ...],
-    failed_quarantine: str | None = None,
+    kept: KeptQuarantine | None = None,
     emptied: str | None = None,
 ) -> int:
     """The samples left; a BuildError before writing when nothing was read, too much was rejected
-    (``over_max_rejected``: its quarantine kept at ``failed_quarantine``) or nothing is left
-    (``emptied`` says which stage dropped every row, when one did: ``drops.emptied_message``)."""
+    (``over_max_rejected``) or nothing is left (``emptied`` says which stage dropped every row,
+    when one did: ``drops.emptied_message``), naming the quarantine ``kept`` of its rejects."""
     rows_read = stages[0].rows_in
     rejected = sum(s.rejected for s in stages)
     counts = ", ".join(
@@ -105,17 +135,28 @@ def check_counts(
         files = ", ".join(f.label for f in source.files[:5])
         raise BuildError(f"source.path: no rows in {files}; the build needs at least one row")
     if over_max_rejected(pipeline, stages):
+        per_stage = "\n".join(
+            f"  {s.stage}: {s.rows_in} in, {s.rows_out} out, {s.dropped} dropped, "
+            f"{s.rejected} rejected"
+            for s in stages
+        )
+        reasons = "\n".join(kept.reasons) if kept else ""
         raise BuildError(
-            f"{rejected} of {rows_read} rows rejected ({rejected / rows_read:.2%}), "
-            "over max_rejected "
-            f"{pipeline.max_rejected:.2%}; no version was made. Rejected rows with their reasons: "
-            f"{failed_quarantine}. Counts: {counts}"
+            f"{rejected} of {rows_read} rows rejected ({rejected / rows_read:.2%}), over "
+            f"max_rejected {pipeline.max_rejected:.2%}; no version was made. The top reasons:\n"
+            f"{reasons}\n{_see(kept)}\nRows per stage:\n{per_stage}"
         )
     samples = stages[-1].rows_out
     if samples == 0:
+        emptied_by = f"{emptied}\nCounts: {counts}" if emptied else None
         raise BuildError(
-            f"{emptied}\nCounts: {counts}"
-            if emptied
-            else f"no samples left after the stages ({counts})"
+            (emptied_by or f"no samples left after the stages ({counts})") + _see(kept, "\n")
         )
     return samples
+
+
+def _see(kept: KeptQuarantine | None, before: str = "") -> str:
+    """The line that says how to see the rejected rows of a failed build."""
+    if kept is None:
+        return ""
+    return f"{before}Every rejected row, with its reason: `{kept.command}`\n(kept in {kept.path})"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from datapipe.builder.config import LoadedPipeline, StageConfig
-from datapipe.builder.quarantine import Reject, row_json
+from datapipe.builder.quarantine import Placed, Reject, row_json
 
 DROP_EXAMPLES = 3  # rows kept per stage and partition, and shown per warning
 WARN_ABOVE = 0.5  # a stage that drops more than this share of its rows gets a warning
@@ -24,11 +24,13 @@ SHOWN_CHARS = 80  # of a text value in an example row
 
 @dataclass(frozen=True)
 class DroppedRow:
-    """A row a stage dropped: its source file, 1-based row in that file, and values as JSON."""
+    """A row a stage dropped: its source file, 1-based row in that file, its values as JSON, and the
+    1-based line it starts on (text sources; None where unknown)."""
 
     source: str
     row: int
     data: str
+    line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,13 +103,14 @@ def stage_shown(stage: StageConfig, label: str) -> str:
 
 
 def _placed(example: DroppedRow) -> str:
-    return f"{example.source} row {example.row}: {example.data}"
+    line = f"line {example.line}, " if example.line is not None else ""
+    return f"{example.source} {line}row {example.row}: {example.data}"
 
 
 def drop_warnings(
     loaded: LoadedPipeline,
     counts: Sequence[tuple[str, int, int]],
-    examples: Sequence[tuple[Reject, str, int]],
+    examples: Sequence[Placed],
 ) -> list[DropWarning]:
     """A warning per stage that dropped more than WARN_ABOVE of its rows, from (label, rows in,
     dropped) per stage and the placed examples (``accounting.placed``)."""
@@ -117,7 +120,9 @@ def drop_warnings(
         if label not in stages or not rows_in or dropped <= WARN_ABOVE * rows_in:
             continue
         shown = tuple(
-            DroppedRow(source, row, r.data) for r, source, row in examples if r.stage == label
+            DroppedRow(source, row, r.data, line)
+            for r, source, row, line in examples
+            if r.stage == label
         )[:DROP_EXAMPLES]
         warnings.append(
             DropWarning(

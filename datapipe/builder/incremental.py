@@ -229,6 +229,7 @@ def save_state(state: BuildState) -> bytes:
                 "measure_rejects": len(m.rejects),
                 "dropped": [asdict(r) for r in m.dropped],
                 "splits": m.splits is not None,
+                "newlines": m.newlines,
             }
         )
     meta["dedupe"] = {}
@@ -261,6 +262,7 @@ def load_state(data: bytes) -> BuildState | None:
                         z[f"splits{i}"] if m["splits"] else None,
                         z[f"payloads{i}"] if f"payloads{i}" in z.files else None,
                         [Reject(**r) for r in m.get("dropped", ())],
+                        m.get("newlines"),
                     )
                 )
                 rejects.append(all_rejects)

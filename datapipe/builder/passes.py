@@ -8,8 +8,8 @@ Every pass runs the same deterministic code, so a row meets the same fate in eac
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -62,12 +62,21 @@ class BuildJob:
 
 @dataclass
 class Cleaned:
-    """A partition after the stages: its frame, per-stage counts and rejects."""
+    """A partition after the stages: its frame, per-stage counts and rejects; where its rows start
+    (``RawPart.lines``, ``RawPart.newlines``)."""
 
     frame: pd.DataFrame
     counts: list[StageCounts]
     rejects: list[Reject]
     dropped: list[Reject] = field(default_factory=list)  # a few rows each stage dropped
+    lines: np.ndarray | None = None
+    newlines: int | None = None
+
+    def located(self, rejects: Iterable[Reject]) -> list[Reject]:
+        """``rejects`` with the line each row starts on in the partition, where it is known."""
+        if self.lines is None:
+            return list(rejects)
+        return [replace(r, line=int(self.lines[r.row])) for r in rejects]
 
 
 @dataclass
@@ -85,6 +94,8 @@ class Measured:
     payloads: np.ndarray | None = None
     # the first rows each stage dropped (drops.DROP_EXAMPLES), for the summary's warnings
     dropped: list[Reject] = field(default_factory=list)
+    # newline bytes in the partition (text sources): where the next one of its file starts
+    newlines: int | None = None
 
 
 def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> Cleaned:
@@ -109,7 +120,7 @@ def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> 
         if outcome.dropped:
             dropped.extend(dropped_examples(label, frame, outcome.frame, outcome.rejected))
         frame = outcome.frame
-    return Cleaned(frame, counts, rejects, dropped)
+    return Cleaned(frame, counts, rejects, dropped, raw.lines, raw.newlines)
 
 
 def dedupe_pass(job: BuildJob, part: Part, masks: Masks, stage: int) -> np.ndarray:
@@ -179,13 +190,14 @@ def _measured(
     ]
     return Measured(
         counts,
-        cleaned.rejects + rejects,
+        cleaned.located(cleaned.rejects + rejects),
         sizes,
         key_hashes(encoded.keys),
         encoded.kinds,
         sample_splits(job, cleaned.frame, encoded),
         field_bytes(encoded),
-        cleaned.dropped,
+        cleaned.located(cleaned.dropped),
+        cleaned.newlines,
     )
 
 
@@ -229,7 +241,7 @@ def duplicates_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarra
     """Rejects for the samples whose key an earlier sample already has."""
     cleaned = clean(job, part, masks)
     encoded, _ = encode_rows(job, cleaned.frame)
-    return [
+    return cleaned.located(
         Reject(
             SAMPLE_STAGE,
             f"duplicate sample key {key!r} (the first row with this key is kept)",
@@ -238,7 +250,7 @@ def duplicates_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarra
         )
         for row, key, keep in zip(encoded.rows, encoded.keys, key_keep, strict=True)
         if not keep
-    ]
+    )
 
 
 def prepare_pass(

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 
 from datapipe.builder.accounting import (
     check_counts,
+    fails,
     keep_failed_quarantine,
-    over_max_rejected,
     placed,
     quarantine,
     sum_counts,
@@ -154,13 +154,13 @@ def _checked_counts(
     emptied: str | None = None,
 ) -> tuple[StageCounts, ...]:
     """Each stage's counts, checked before anything is written (``accounting.check_counts``); the
-    quarantine of a build over ``max_rejected`` is kept for the user to look at."""
+    quarantine of a build that fails there is kept for `datapipe rejected --failed`."""
     stages = sum_counts(measured.reports, measured.duplicates)
-    failed = None
-    if over_max_rejected(pipeline, stages):
-        rejected = quarantine(source, measured.reports, measured.rejects)
-        failed = keep_failed_quarantine(store, pipeline.name, rejected)
-    check_counts(pipeline, source, stages, failed, emptied)
+    kept = None
+    if fails(pipeline, stages) and any(s.rejected for s in stages):
+        rejects = list(placed(source, measured.reports, measured.rejects))
+        kept = keep_failed_quarantine(store, pipeline.name, rejects)
+    check_counts(pipeline, source, stages, kept, emptied)
     return stages
 
 

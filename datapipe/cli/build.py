@@ -72,7 +72,8 @@ def _print_summary(summary: dict[str, Any], incremental: IncrementalReport | Non
     for warning in summary.get("warnings", ()):
         click.echo(f"warning: {warning['message']}")
         for e in warning["examples"][1:]:
-            click.echo(f"  e.g. {e['source']} row {e['row']}: {e['data']}")
+            line = f"line {e['line']}, " if e.get("line") is not None else ""
+            click.echo(f"  e.g. {e['source']} {line}row {e['row']}: {e['data']}")
     cost = summary.get("overhead")
     of_fields = f" ({cost['ratio']:.1f}x the fields' {format_size(cost['fields'])})" if cost else ""
     click.echo(

@@ -48,7 +48,17 @@ def cli(ctx: click.Context, verbose: bool, storage_options: tuple[str, ...]) -> 
 
 
 def _register() -> None:
-    from datapipe.cli import build, datasets, reproduce, schema, serve, shards, training, versions
+    from datapipe.cli import (
+        build,
+        datasets,
+        rejected,
+        reproduce,
+        schema,
+        serve,
+        shards,
+        training,
+        versions,
+    )
 
     for command in (
         build.build,
@@ -62,6 +72,7 @@ def _register() -> None:
         datasets.verify,
         datasets.tag,
         datasets.diff,
+        rejected.rejected,
         datasets.gc,
         versions.lease,
         versions.du,

@@ -11,8 +11,8 @@ Layout (documented in docs/reference/store.md and schemas/manifest.schema.json):
     share STORE/NAME/versions/.partial-ID/               a version being written (never listed)
     STORE/NAME/refs/latest, STORE/NAME/refs/TAG    a version id and a newline
     STORE/NAME/leases/ID.json                      a hold on a version (versioning/leases.py)
-    STORE/NAME/rejected/TIME-ID.parquet            quarantine of a build that failed (kept for the
-    user)
+    STORE/NAME/rejected/TIME-ID.parquet            quarantine of a build that failed (kept for
+    `datapipe rejected STORE/NAME --failed`: versioning/rejected.py)
 
 A shard entry with ``stored_in`` lies in that version's directory instead (shared, stored once).
 """

@@ -327,7 +327,9 @@ def test_too_many_rejects_fail_the_build_keep_the_quarantine_and_move_no_ref(pro
         """)
     with pytest.raises(BuildError, match=r"2 of 3 rows rejected .* over max_rejected 10.00%") as e:
         project.build(client=in_process)
-    path = str(e.value).split("reasons: ")[1].split(". Counts")[0]
+    message = str(e.value)
+    assert "\n  2  source: column 'v': … is not int64" in message  # the top reasons, a line each
+    path = message.split("(kept in ")[1].split(")\n")[0]
     assert len(pd.read_parquet(path)) == 2
     assert project.store.refs("strict") == {} and project.store.versions("strict") == []
 

@@ -59,7 +59,7 @@ def test_a_stage_that_drops_most_rows_is_named_with_rows_it_dropped(project, blo
     text = build(project, "likes > 14", blocksize)
     assert text.returncode == 0, text.stderr
     assert f"warning: {warning['message']}\n" in text.stdout
-    assert '  e.g. raw/posts.csv row 3: {"id": 2, "text": "post 2"' in text.stdout
+    assert '  e.g. raw/posts.csv line 4, row 3: {"id": 2, "text": "post 2"' in text.stdout
 
 
 def test_a_rebuild_that_reuses_its_partitions_warns_the_same(project):
@@ -88,7 +88,10 @@ def test_the_stage_that_drops_every_row_is_named_with_what_to_check(project):
         f'\nerror: pipeline.yaml:8: stages[1].filter "is_retweet == False" dropped all {ROWS:,} '
         "rows that reached it; no samples left"
     ) in out.stderr, out.stderr
-    assert '  raw/posts.csv row 1: {"id": 0, "text": "post 0", "is_retweet": "True"' in out.stderr
+    assert (
+        '  raw/posts.csv line 2, row 1: {"id": 0, "text": "post 0", "is_retweet": "True"'
+        in out.stderr
+    )
     assert "`datapipe schema pipeline.yaml`" in out.stderr
     assert f"stages[1].filter: {ROWS} in, 0 out, {ROWS} dropped" in out.stderr
 

@@ -68,6 +68,13 @@ def test_tag_diff_and_gc(store, tmp_path):
     assert out.returncode == 0 and out.stdout == "0 removed\n", out.stderr
 
 
+def test_rejected(store):
+    out = datapipe_installed("rejected", f"{store}/toy@v0", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["rows"] == 0, out.stderr
+    out = datapipe_installed("rejected", f"{store}/toy", "--failed")
+    assert out.returncode == 3 and out.stderr.startswith("error: "), out.stderr
+
+
 def test_a_user_mistake_is_one_line_and_an_exit_code(tmp_path):
     out = datapipe_installed("info", str(tmp_path / "nowhere/toy"))
     assert (

@@ -49,7 +49,7 @@ def write(
     )
     if rejects:
         data = quarantine_bytes(
-            (Reject(stage, reason, 0, text), source, row)
+            (Reject(stage, reason, 0, text), source, row, None)
             for stage, reason, source, row, text in rejects
         )
         with store.fs.open(f"{writer.partial}/rejected.parquet", "wb") as f:

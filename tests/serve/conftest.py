@@ -53,7 +53,14 @@ def store(tmp_path_factory) -> Store:
     with store.fs.open(failed, "wb") as f:  # as a build that failed past max_rejected leaves it
         f.write(
             quarantine_bytes(
-                [(Reject("stages[0].validate", "x out of range", 0, '{"x": 99}'), "raw/c.csv", 4)]
+                [
+                    (
+                        Reject("stages[0].validate", "x out of range", 0, '{"x": 99}'),
+                        "raw/c.csv",
+                        4,
+                        5,
+                    )
+                ]
             )
         )
     return store

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+import numpy as np
 import pandas as pd
 from fsspec.utils import read_block
 
@@ -93,11 +94,14 @@ class Source:
 @dataclass
 class RawPart:
     """A parsed partition: good rows, and (row id, reason, raw text) of the rows that failed to
-    parse."""
+    parse. Text sources also say where each row starts: ``lines[row id]``, the newlines before it
+    in the partition's bytes; and ``newlines``, those in all of them (None where unknown)."""
 
     frame: pd.DataFrame
     rows_in: int
     rejects: list[tuple[int, str, str]] = field(default_factory=list)
+    lines: np.ndarray | None = None
+    newlines: int | None = None
 
 
 class SourceFormat(ABC):

@@ -35,8 +35,9 @@ def csv_dialect(options: Mapping[str, Any]) -> CsvDialect:
     )
 
 
-def logical_records(text: str, quotechar: str) -> Iterator[tuple[str, bool]]:
-    """(record text, quotes closed) per logical record: physical lines joined while a quote is open.
+def logical_records(text: str, quotechar: str) -> Iterator[tuple[str, bool, int]]:
+    """(record text, quotes closed, 0-based line it starts on) per logical record: physical lines
+    joined while a quote is open.
 
     A quote still open at the end of the block is reported on its first line alone, and reading
     goes on from the next line, so one stray quote costs one row instead of the rest of the file.
@@ -51,10 +52,10 @@ def logical_records(text: str, quotechar: str) -> Iterator[tuple[str, bool]]:
             j += 1
             record += "\n" + lines[j]
         if record.count(quotechar) % 2:
-            yield lines[i], False
+            yield lines[i], False, i
             i += 1
         else:
-            yield record, True
+            yield record, True, i
             i = j + 1
 
 
@@ -86,18 +87,33 @@ def has_bare_cr(data: bytes, quote: int | None) -> bool:
     return bool(bare.any())
 
 
+@dataclass(frozen=True)
+class Records:
+    """The non-blank records of a CSV block as the record model sees them."""
+
+    fields: np.ndarray  # the number of fields of each
+    lines: np.ndarray  # the 0-based line each starts on: the newlines before it in the block
+
+
 def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None:
-    """The number of fields of each non-blank record of ``data``, where records end at newlines
-    outside quotes and fields at separators outside quotes (the record model of the slow path and
-    of the quote scan that cut the file), computed with numpy. None when a carriage return outside
-    quotes is not part of a CRLF (pandas ends a record there, the slow path does not), or when a
-    quote is still open at the end."""
+    """The number of fields of each non-blank record of ``data`` (``scan_records``), or None."""
+    records = scan_records(data, sep, quote)
+    return None if records is None else records.fields
+
+
+def scan_records(data: bytes, sep: int, quote: int | None) -> Records | None:
+    """The fields and first line of each non-blank record of ``data``, where records end at
+    newlines outside quotes and fields at separators outside quotes (the record model of the slow
+    path and of the quote scan that cut the file), computed with numpy. None when a carriage return
+    outside quotes is not part of a CRLF (pandas ends a record there, the slow path does not), or
+    when a quote is still open at the end."""
     raw = np.frombuffer(data, dtype=np.uint8)
     if not len(raw):
-        return np.zeros(0, dtype=np.int64)
+        return Records(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     # bytes absent from the block (the common case for carriage returns and quotes) are found absent
     # by a memchr over the bytes, without an array of the block's size
     newline, delims = raw == 10, raw == sep
+    every_newline = np.flatnonzero(newline)  # quoted ones too: they start lines, not records
     bare_cr = None
     if b"\r" in data:
         bare_cr = raw == 13
@@ -138,7 +154,8 @@ def record_fields(data: bytes, sep: int, quote: int | None) -> np.ndarray | None
     # a record that starts with a blank byte is blank only if all its bytes are
     if not nonblank.all():
         nonblank = np.logical_or.reduceat(~_BLANK[raw], starts)
-    return fields[nonblank]
+    starts = starts[nonblank]
+    return Records(fields[nonblank], np.searchsorted(every_newline, starts))
 
 
 _BLANK = np.zeros(256, dtype=bool)  # bytes pandas treats as a blank line's
@@ -159,8 +176,9 @@ def fields_agree(
 
 def read_records(
     data: bytes, options: dict[str, Any], has_header: bool = True, width: int | None = None
-) -> tuple[pd.DataFrame, list[tuple[int, str, str]], int]:
-    """Record by record: bad records become rejects (with their text), the rest is parsed by pandas.
+) -> tuple[pd.DataFrame, list[tuple[int, str, str]], np.ndarray]:
+    """Record by record: bad records become rejects (with their text), the rest is parsed by pandas;
+    and the 0-based line of ``data`` each row starts on (by row id: the rows read are its length).
 
     Records end at newlines outside quotes, as the quote scan that cut the file assumed. Without a
     header row, ``width`` (the fields of the file's first record, or of ``names``) is the number
@@ -170,14 +188,14 @@ def read_records(
     encoding, delimiter, quotechar = dialect.encoding, dialect.sep, dialect.quotechar
     text = data.decode(encoding, "surrogateescape")
     csv.field_size_limit(2**31 - 1)
-    good, rows, rejects = io.StringIO(), [], []
+    good, rows, rejects, lines = io.StringIO(), [], [], []
     # every field quoted: pandas reads a field of spaces or a \r back as it was (NA values stay NA)
     quoting = csv.QUOTE_MINIMAL if options.get("quoting") == csv.QUOTE_NONE else csv.QUOTE_ALL
     writer = csv.writer(
         good, delimiter=delimiter, quotechar=quotechar, lineterminator="\r\n", quoting=quoting
     )
     row = -1
-    for raw, closed in logical_records(text, quotechar):
+    for raw, closed, line in logical_records(text, quotechar):
         if not raw.strip():
             continue  # a blank line, as pandas skips it
         shown = raw.encode(encoding, "surrogateescape").decode(encoding, "replace")
@@ -193,6 +211,7 @@ def read_records(
             writer.writerow(record)
             continue
         row += 1
+        lines.append(line)
         # no header row, and the file's first record not known
         if width is None and record is not None:
             width = len(record)
@@ -205,11 +224,12 @@ def read_records(
         else:
             writer.writerow(record)
             rows.append(row)
+    starts = np.array(lines, dtype=np.int64)
     if not good.getvalue():  # no header and no good row
-        return pd.DataFrame(index=pd.Index([], dtype="int64")), rejects, row + 1
+        return pd.DataFrame(index=pd.Index([], dtype="int64")), rejects, starts
     frame = pd.read_csv(io.StringIO(good.getvalue()), **{**options, "encoding": None})
     frame.index = pd.Index(rows[: len(frame)], dtype="int64")
-    return frame, rejects, row + 1
+    return frame, rejects, starts
 
 
 def no_header_width(options: Mapping[str, Any], first: bytes, data: bytes) -> int | None:
@@ -228,7 +248,7 @@ def no_header_width(options: Mapping[str, Any], first: bytes, data: bytes) -> in
         text = leading[:size].decode(encoding, "surrogateescape")
         if not complete:
             text = text[: text.rfind("\n") + 1]
-        for raw, closed in logical_records(text, quotechar):
+        for raw, closed, _ in logical_records(text, quotechar):
             if not raw.strip():
                 continue
             if not closed and not complete:

@@ -24,12 +24,14 @@ from datapipe.builder.source.base import (
     typed,
 )
 from datapipe.builder.source.csv_records import (
+    Records,
     csv_dialect,
     fields_agree,
     has_bare_cr,
     no_header_width,
     read_records,
     record_fields,
+    scan_records,
 )
 from datapipe.builder.source.partition import byte_blocks
 from datapipe.builder.source.schema import SchemaSample, infer_schema
@@ -136,38 +138,50 @@ def read_csv_part(source: Source, part: Part) -> RawPart:
     """A CSV block: pandas' C parser when the block is clean, record by record when it is not.
 
     Clean means that pandas read one row per record with the file's number of fields, records
-    and fields found as the quote scan found them (``record_fields``); where a stray quote or a
+    and fields found as the quote scan found them (``scan_records``); where a stray quote or a
     short row makes them differ, the block is read record by record, so that the rows and the
     quarantine never depend on where the blocks were cut.
     """
     first, data = _block(source, part)
     text = first + data if source.has_header else data
+    newlines = data.count(b"\n")
     if not text.strip():
-        return RawPart(pd.DataFrame(), 0)
+        return RawPart(pd.DataFrame(), 0, newlines=newlines)
     options = {**source.options, "dtype": str}
     sep = csv_dialect(options).sep
     checked = part.length is not None and len(sep.encode()) == 1  # a file read whole is never cut
     width = (
         no_header_width(source.options, first, data) if checked and not source.has_header else None
     )
+    shift = first.count(b"\n") if source.has_header else 0  # the header's lines, put before data
     try:
         try:
             frame = _csv_fast(text, options)
         except pd.errors.EmptyDataError:
             if not checked:
-                return RawPart(pd.DataFrame(), 0)
+                return RawPart(pd.DataFrame(), 0, newlines=newlines)
             raise pd.errors.ParserError("pandas found no records") from None
-        if checked and not fields_agree(
-            frame, record_fields(text, sep.encode()[0], source.quote), width, source.has_header
-        ):
+        records = scan_records(text, sep.encode()[0], source.quote)
+        fields = None if records is None else records.fields
+        if checked and not fields_agree(frame, fields, width, source.has_header):
             raise pd.errors.ParserError("the records are not all whole")
         if not checked and _cr_is_text(options) and has_bare_cr(text, source.quote):
             raise pd.errors.ParserError("pandas ends a record at a bare CR")
-        raw = RawPart(frame, len(frame))
+        raw = RawPart(frame, len(frame), lines=_row_lines(records, len(frame), source, shift))
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError):
-        frame, rejects, rows_in = read_records(text, options, source.has_header, width)
-        raw = RawPart(frame, rows_in, rejects)
+        frame, rejects, lines = read_records(text, options, source.has_header, width)
+        raw = RawPart(frame, len(lines), rejects, lines - shift)
+    raw.newlines = newlines
     return typed(source, raw, strings=True)
+
+
+def _row_lines(records: Records | None, rows: int, source: Source, shift: int) -> Any:
+    """The line of the block each of pandas' ``rows`` starts on, where the record model found as
+    many records (options such as ``comment`` or ``skiprows`` make pandas skip some: unknown)."""
+    if records is None:
+        return None
+    lines = records.lines[1:] if source.has_header and len(records.lines) else records.lines
+    return lines - shift if len(lines) == rows else None
 
 
 def _cr_is_text(options: Mapping[str, Any]) -> bool:

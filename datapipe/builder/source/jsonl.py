@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from datapipe.builder.source.base import (
@@ -53,12 +54,13 @@ def read_jsonl_part(source: Source, part: Part) -> RawPart:
     with open_input(source, source.files[part.file]) as handle:
         data = block_bytes(handle, part)
     encoding = source.options.get("encoding") or DEFAULT_ENCODING
-    records, rows, rejects = [], [], []
+    records, rows, rejects, starts = [], [], [], []
     row = -1
-    for line in data.split(b"\n"):
+    for number, line in enumerate(data.split(b"\n")):
         if not line.strip():
             continue
         row += 1
+        starts.append(number)
         try:
             record = json.loads(line.decode(encoding))
         except UnicodeDecodeError:
@@ -81,7 +83,8 @@ def read_jsonl_part(source: Source, part: Part) -> RawPart:
     )
     known = [c for c in source.schema if c in frame.columns]
     frame = frame[known + sorted(c for c in frame.columns if c not in source.schema)]
-    return typed(source, RawPart(frame, row + 1, rejects), strings=False)
+    lines = np.array(starts, dtype=np.int64)
+    return typed(source, RawPart(frame, row + 1, rejects, lines, data.count(b"\n")), strings=False)
 
 
 class JsonlFormat(SourceFormat):
