@@ -75,6 +75,70 @@ class BuildError(DatapipeError):
     exit_code = 8
 
 
+class UserCodeError(BuildError):
+    """A map function that raised: the first line as before (stage, function, exception), then the
+    record that made it raise (source file and row) and the frames of the user's own code.
+
+    ``frames``: (file, line, function, source line) of the user's code only, outermost first;
+    ``source`` and ``row``: the input file and 1-based row of the record (None when no one record
+    raises alone); ``record``: that row as JSON. Pickled with its fields, so it crosses from a
+    Dask worker as itself.
+    """
+
+    def __init__(
+        self,
+        head: str,
+        frames: tuple[tuple[str, int, str, str], ...] = (),
+        source: str | None = None,
+        row: int | None = None,
+        record: str | None = None,
+    ) -> None:
+        self.head, self.frames = head, tuple(tuple(f) for f in frames)
+        self.source, self.row, self.record = source, row, record
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        lines = [self.head]
+        if self.source is not None:
+            shown = (
+                self.record
+                if self.record is None or len(self.record) <= 300
+                else (self.record[:297] + "...")
+            )
+            lines.append(
+                f"  record: {self.source} row {self.row}" + (f": {shown}" if shown else "")
+            )
+        if self.frames:
+            lines.append("  your code (most recent call last):")
+            for file, line, function, text in self.frames:
+                lines.append(
+                    f"    {file}:{line} in {function}" + (f"\n      {text}" if text else "")
+                )
+        return "\n".join(lines)
+
+    def located(self, source: str, row: int, record: str | None) -> UserCodeError:
+        """This error with the record's place in its file."""
+        return UserCodeError(self.head, self.frames, source, row, record)
+
+    def details(self) -> dict[str, object]:
+        """The fields as `datapipe build --json` prints them."""
+        return {
+            "source": self.source,
+            "row": self.row,
+            "record": self.record,
+            "traceback": [
+                {"file": f, "line": n, "function": fn, "code": t} for f, n, fn, t in self.frames
+            ],
+        }
+
+    def __reduce__(self) -> tuple:
+        return (
+            type(self),
+            (self.head, self.frames, self.source, self.row, self.record),
+            self.__dict__,
+        )
+
+
 class IndexRequiredError(ConfigError, TypeError):
     """Random access or len() on a shard opened without its index.
 

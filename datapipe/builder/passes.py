@@ -18,12 +18,13 @@ import pandas as pd
 from datapipe.builder.allocator import restore_dynamic_thresholds
 from datapipe.builder.config import Pipeline, stage_path
 from datapipe.builder.encode import EncodedRows, SampleEncoder, encode_columns
+from datapipe.builder.map_failure import located
 from datapipe.builder.quarantine import Reject, row_json
 from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.registry import read_part
 from datapipe.builder.splits import assign_splits
 from datapipe.builder.stages import dedupe_hashes, run_stage
-from datapipe.errors import BuildError, ConfigError
+from datapipe.errors import BuildError, ConfigError, UserCodeError
 from datapipe.formats.encoded import EncodedSamples, in_output_order
 from datapipe.formats.registry import get_format
 from datapipe.versioning.manifest import ShardEntry, StageCounts
@@ -94,7 +95,10 @@ def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> 
         if i == until:
             break
         label = stage_path(i, stage.kind)
-        outcome = run_stage(stage, label, frame, job.base_dir, masks.get(i), job.code)
+        try:
+            outcome = run_stage(stage, label, frame, job.base_dir, masks.get(i), job.code)
+        except UserCodeError as e:
+            raise located(e, job.source, part, frame) from None
         counts.append(
             StageCounts(
                 label, len(frame), len(outcome.frame), outcome.dropped, len(outcome.rejected)

@@ -22,6 +22,7 @@ from datapipe.builder.config import StageConfig
 from datapipe.builder.config_parts import ColumnRule, ImageArgs
 from datapipe.builder.dates import DATE_DTYPES, DATE_KINDS, cast_date, is_date
 from datapipe.builder.image_stage import check_images
+from datapipe.builder.map_failure import map_failed
 from datapipe.builder.quarantine import Reject, rejects_of
 from datapipe.builder.user_code import load_function
 from datapipe.errors import BuildError, ConfigError
@@ -250,7 +251,9 @@ def _map(
     try:
         result = fn(frame.copy())
     except Exception as e:
-        raise BuildError(f"{label}: {spec} raised {type(e).__name__}: {e}") from e
+        # the user's frames and record, not datapipe's and Dask's: the place to fix is theirs
+        head = f"{label}: {spec} raised {type(e).__name__}: {e}"
+        raise map_failed(e, fn, frame, head, base_dir) from None
     if not isinstance(result, pd.DataFrame):
         raise BuildError(
             f"{label}: {spec} must return a pandas DataFrame, not {type(result).__name__}"
