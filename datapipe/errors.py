@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable, Sequence
+
 
 class DatapipeError(Exception):
     """Base of every error datapipe raises on purpose.
@@ -145,3 +148,26 @@ class IndexRequiredError(ConfigError, TypeError):
     Also a TypeError, as len() of any unsized iterable is, so that ``list(reader)`` falls back
     to plain iteration instead of failing.
     """
+
+
+def nearest(name: str, names: Iterable[object]) -> str | None:
+    """The one of ``names`` that ``name`` most likely meant: the same but for case, else the
+    closest spelling; None when none is close (a message then lists them all instead)."""
+    folded = {str(n).casefold(): str(n) for n in names}
+    key = name.casefold()
+    if key in folded:
+        return folded[key]
+    close = difflib.get_close_matches(key, list(folded), n=1, cutoff=0.75)
+    return folded[close[0]] if close else None
+
+
+def did_you_mean(unknown: Sequence[str], names: Iterable[object]) -> str:
+    """ "; did you mean 'Cylinders'?" for the misspelt ``unknown`` names that have a near one among
+    ``names`` ("'A' for 'a', 'B' for 'b'" for several), "" when none has."""
+    names = list(names)
+    hints = [(u, n) for u in unknown if (n := nearest(u, names)) is not None and n != u]
+    if not hints:
+        return ""
+    if len(unknown) == 1:
+        return f"; did you mean {hints[0][1]!r}?"
+    return "; did you mean " + ", ".join(f"{n!r} for {u!r}" for u, n in hints) + "?"
