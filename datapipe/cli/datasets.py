@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from datapipe.cli.options import echo_json, json_option, storage_options
-from datapipe.errors import ConfigError, NotFoundError
+from datapipe.errors import ConfigError
 from datapipe.storage.byte_size import format_size
 from datapipe.versioning.gc import collect
 from datapipe.versioning.layout import check_ref_name, parse_dataset_url
@@ -28,6 +28,9 @@ def ls(store_url: str, as_json: bool) -> None:
     in files stored once for several versions, hard links included), creation time and parent in
     STORE."""
     store = Store(store_url, storage_options())
+    absent = store.absent()
+    if absent is not None:
+        raise absent
     rows = []
     for name in store.datasets():
         tags: dict[str, list[str]] = {}
@@ -267,10 +270,7 @@ def dataset_of(dataset: str, verb: str) -> tuple[Store, str]:
                 f"{dataset} is a store, not a dataset: {verb} one dataset at a time; name one of "
                 + ", ".join(f"{dataset.rstrip('/')}/{d}" for d in inner)
             )
-        known = ", ".join(store.datasets()) or "none"
-        raise NotFoundError(
-            f"{store.url}: no dataset {name!r} (datasets here: {known}); give STORE/NAME"
-        )
+        raise store.no_dataset(name, "give STORE/NAME")
     return store, name
 
 

@@ -120,10 +120,13 @@ def du(target: str, as_json: bool) -> None:
         rows = {name: usage(store, name)}
         disk = rows[name]["disk_bytes"]
     else:
-        store = Store(target, storage_options())
-        rows = {n: usage(store, n) for n in store.datasets()}
-        if not rows:
-            raise NotFoundError(f"{target}: no datasets here; give STORE or STORE/NAME")
+        whole = Store(target, storage_options())
+        rows = {n: usage(whole, n) for n in whole.datasets()}
+        if not rows:  # a missing folder, or a misspelt dataset, is said so
+            if whole.absent() is None:
+                raise NotFoundError(f"{target}: no datasets here; give STORE or STORE/NAME")
+            raise store.absent() or (store.no_dataset(name) if store.datasets() else whole.absent())
+        store = whole
         # the store's every file, once: what lies beside the datasets too
         disk = sum(on_disk(store, store.root).values())
     for n, r in rows.items():
