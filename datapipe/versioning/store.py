@@ -259,8 +259,9 @@ class Store:
 
     def absent(self) -> NotFoundError | None:
         """The error for a store whose folder does not exist (a near folder beside it suggested),
-        or None when it exists."""
+        or None when it exists. On an object store, a missing bucket is its own error."""
         if not self.exists(self.root):
+            self.check_bucket()
             parent, _, base = self.root.rstrip("/").rpartition("/")
             near = nearest(base, self._folders(parent or "/"))
             hint = (

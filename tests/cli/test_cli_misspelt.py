@@ -37,3 +37,12 @@ def test_ls_du_and_a_dataset_name_get_the_same_answers(tmp_path):
         f"error: elsewhere: no such store: the folder {tmp_path / 'elsewhere'} does not exist; "
         "give the store the build wrote to (build --out, default storage)\n"
     )
+
+
+def test_an_object_store_prefix_gets_the_same_answer(tmp_path):
+    make_dataset("memory://misspelt/storage", name="cars")  # fsspec's in-memory object store
+    out = run("info", "memory://misspelt/storag/cars", cwd=tmp_path)
+    assert out.returncode == 3 and out.stderr == (
+        "error: memory://misspelt/storag: no such store: the folder memory://misspelt/storag does "
+        "not exist; did you mean 'memory://misspelt/storage'?\n"
+    )
