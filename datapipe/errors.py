@@ -1,4 +1,4 @@
-"""The one exception tree of datapipe; every error a user can cause carries its CLI exit code."""
+"""The one exception tree of datapipe, each error with its CLI exit code; near-name hints."""
 
 from __future__ import annotations
 
@@ -79,8 +79,8 @@ class BuildError(DatapipeError):
 
 
 class UserCodeError(BuildError):
-    """A map function that raised: the first line as before (stage, function, exception), then the
-    record that made it raise (source file and row) and the frames of the user's own code.
+    """A map function that raised: the stage, function and exception, then the record that made it
+    raise (its source file and row) and the frames of the user's own code.
 
     ``frames``: (file, line, function, source line) of the user's code only, outermost first;
     ``source`` and ``row``: the input file and 1-based row of the record (None when no one record
