@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 import typing
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 TypeName = Literal[
     "int8",
@@ -27,6 +27,9 @@ TypeName = Literal[
 ]
 TYPE_NAMES: tuple[str, ...] = typing.get_args(TypeName)
 FORBID = ConfigDict(extra="forbid", frozen=True)
+# a number; text ('min: "40"') is kept as text, so that the validate stage refuses it naming the
+# column's type (builder/stages.py), which is not known before the data
+Bound = Annotated[float | str, WithJsonSchema({"type": "number"})]
 
 
 class DropnaArgs(BaseModel):
@@ -56,8 +59,8 @@ class ColumnRule(BaseModel):
     model_config = FORBID
     type: TypeName | None = None
     nullable: bool = True
-    min: float | None = None
-    max: float | None = None
+    min: Bound | None = None
+    max: Bound | None = None
     values: list[Any] | None = None
     pattern: str | None = None  # regex the whole value must match
     min_length: int | None = Field(default=None, ge=0)
@@ -77,7 +80,8 @@ class ColumnRule(BaseModel):
     def _ordered(self) -> ColumnRule:
         for low, high in (("min", "max"), ("min_length", "max_length")):
             lo, hi = getattr(self, low), getattr(self, high)
-            if lo is not None and hi is not None and lo > hi:
+            numbers = not isinstance(lo, str) and not isinstance(hi, str)
+            if lo is not None and hi is not None and numbers and lo > hi:
                 raise ValueError(f"{low} is greater than {high}")
         return self
 

@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from datapipe.builder.config_parts import ImageArgs
-from datapipe.errors import ConfigError
+from datapipe.errors import ConfigError, did_you_mean
 
 ORIENTATION = 0x0112  # the EXIF tag; 1 is upright
 SIXTEEN_BIT = ("I", "I;16", "I;16B", "I;16L", "I;16N")  # 16-bit grey (PNG) opens as one of these
@@ -61,7 +61,8 @@ def check_images(
     image_module = _pillow(label)
     if args.column not in frame.columns:
         raise ConfigError(
-            f"{label}.column: no column {args.column!r} (columns: "
+            f"{label}.column: no column {args.column!r}"
+            f"{did_you_mean([args.column], frame.columns)} (columns: "
             f"{', '.join(map(str, frame.columns))});"
             " name the column that holds the image bytes"
         )

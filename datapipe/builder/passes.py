@@ -19,12 +19,13 @@ from datapipe.builder.allocator import restore_dynamic_thresholds
 from datapipe.builder.config import Pipeline, stage_path
 from datapipe.builder.drops import dropped_examples
 from datapipe.builder.encode import EncodedRows, SampleEncoder, encode_columns
+from datapipe.builder.map_failure import located
 from datapipe.builder.quarantine import Reject, row_json
 from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.registry import read_part
 from datapipe.builder.splits import assign_splits
 from datapipe.builder.stages import dedupe_hashes, run_stage
-from datapipe.errors import BuildError, ConfigError
+from datapipe.errors import BuildError, ConfigError, UserCodeError, did_you_mean
 from datapipe.formats.encoded import EncodedSamples, in_output_order
 from datapipe.formats.registry import get_format
 from datapipe.versioning.manifest import ShardEntry, StageCounts
@@ -110,7 +111,10 @@ def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> 
         if i == until:
             break
         label = stage_path(i, stage.kind)
-        outcome = run_stage(stage, label, frame, job.base_dir, masks.get(i), job.code)
+        try:
+            outcome = run_stage(stage, label, frame, job.base_dir, masks.get(i), job.code)
+        except UserCodeError as e:
+            raise located(e, job.source, part, frame) from None
         counts.append(
             StageCounts(
                 label, len(frame), len(outcome.frame), outcome.dropped, len(outcome.rejected)
@@ -133,9 +137,16 @@ def dedupe_pass(job: BuildJob, part: Part, masks: Masks, stage: int) -> np.ndarr
 def _sample_columns(job: BuildJob, frame: pd.DataFrame, encoder: SampleEncoder) -> list[str]:
     missing = [c for c in encoder.columns if c not in frame.columns]
     if missing and len(frame):
-        where = "sample.key" if job.pipeline.sample.key in missing else "sample.fields"
+        sample = job.pipeline.sample
+        places = ["sample.key"] if sample.key in missing else []
+        places += [
+            f"sample.fields.{name}"
+            for name, columns in sample.fields.items()
+            if set([columns] if isinstance(columns, str) else columns) & set(missing)
+        ]
         raise ConfigError(
-            f"{where}: no column {', '.join(map(repr, missing))} after the stages "
+            f"{', '.join(places) or 'sample.fields'}: no column {', '.join(map(repr, missing))} "
+            f"after the stages{did_you_mean(missing, frame.columns)} "
             f"(columns: {', '.join(map(str, frame.columns))})"
         )
     return encoder.columns
@@ -213,7 +224,8 @@ def sample_splits(job: BuildJob, frame: pd.DataFrame, encoded: EncodedRows) -> n
         if not len(frame):
             return np.zeros(0, dtype=np.int8)
         raise ConfigError(
-            f"{job.where}: splits.by: no column {splits.by!r} after the stages (columns: "
+            f"{job.where}: splits.by: no column {splits.by!r} after the stages"
+            f"{did_you_mean([splits.by], frame.columns)} (columns: "
             f"{', '.join(map(str, frame.columns))}); name one of them, or leave 'by' out to "
             "split by the sample key"
         )

@@ -2,16 +2,15 @@
 rejected.
 
 Dropped rows are counted (dropna, filter, dedupe, a map that removes rows); rejected rows go to
-the quarantine with a reason (cast, validate, image: see builder/image_stage.py). ``dedupe`` is
-global: it needs every partition's keys first, so here it only applies a keep-mask that the run
-computed in an earlier pass.
+the quarantine with a reason (cast; validate: builder/validate_stage.py; image:
+builder/image_stage.py). ``dedupe`` is global: it needs every partition's keys first, so here it
+only applies a keep-mask that the run computed in an earlier pass.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +19,14 @@ import pandas as pd
 
 from datapipe.builder.config import StageConfig
 from datapipe.builder.config_parts import ColumnRule, ImageArgs
-from datapipe.builder.dates import DATE_DTYPES, DATE_KINDS, cast_date, is_date
+from datapipe.builder.dates import DATE_DTYPES, DATE_KINDS, cast_date
+from datapipe.builder.frame_columns import columns_of, is_missing
 from datapipe.builder.image_stage import check_images
+from datapipe.builder.map_failure import map_failed
 from datapipe.builder.quarantine import Reject, rejects_of
 from datapipe.builder.user_code import load_function
-from datapipe.errors import BuildError, ConfigError
+from datapipe.builder.validate_stage import validate
+from datapipe.errors import BuildError, ConfigError, did_you_mean
 
 _INT_RANGES = {
     f"{p}{b}": (
@@ -45,30 +47,9 @@ class StageOutcome:
     rejected: list[Reject] = field(default_factory=list)
 
 
-def _missing(value: Any) -> bool:
-    return (
-        value is None
-        or value is pd.NA
-        or value is pd.NaT
-        or (isinstance(value, float) and math.isnan(value))
-    )
-
-
-def _columns(frame: pd.DataFrame, columns: list[str] | None, label: str) -> list[str]:
-    if columns is None:
-        return list(frame.columns)
-    unknown = [c for c in columns if c not in frame.columns]
-    if unknown:
-        raise ConfigError(
-            f"{label}: no column {', '.join(map(repr, unknown))} (columns: "
-            f"{', '.join(frame.columns)})"
-        )
-    return list(columns)
-
-
 def dedupe_hashes(frame: pd.DataFrame, columns: list[str] | None, label: str) -> np.ndarray:
     """A 128-bit hash per row of the dedupe columns, as an (n, 2) uint64 array in row order."""
-    cols = _columns(frame, columns, label)
+    cols = columns_of(frame, columns, f"{label}.columns")
     if not len(frame):
         return np.zeros((0, 2), dtype=np.uint64)
     part = frame[cols].astype(object).where(frame[cols].notna(), None)
@@ -78,14 +59,14 @@ def dedupe_hashes(frame: pd.DataFrame, columns: list[str] | None, label: str) ->
 
 
 def _dropna(frame: pd.DataFrame, args: Any, label: str) -> StageOutcome:
-    kept = frame.dropna(subset=_columns(frame, args.columns, label))
+    kept = frame.dropna(subset=columns_of(frame, args.columns, f"{label}.columns"))
     return StageOutcome(kept, len(frame) - len(kept))
 
 
 def _fillna(frame: pd.DataFrame, args: Any, label: str) -> StageOutcome:
     frame = frame.copy()
     for col, value in args.values.items():
-        _columns(frame, [col], label)
+        columns_of(frame, [col], f"{label}.values.{col}")
         try:
             frame[col] = frame[col].fillna(value)
         except (TypeError, ValueError) as e:
@@ -95,15 +76,38 @@ def _fillna(frame: pd.DataFrame, args: Any, label: str) -> StageOutcome:
     return StageOutcome(frame)
 
 
+_STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+# a bare name (not an attribute, a call or a number's exponent) or a `quoted` column name
+_NAME = re.compile(r"`([^`]+)`|(?<![\w.])([A-Za-z_]\w*)(?!\w)(?!\s*\()")
+_NOT_COLUMNS = {"and", "or", "not", "in", "is", "True", "False", "None", "inf", "nan"}
+
+
+def names_in(expr: str) -> list[str]:
+    """The column names a filter expression uses (words outside its strings, `quoted` names too),
+    for the message when one is not a column."""
+    names = []
+    for quoted, bare in _NAME.findall(_STRING.sub("''", expr)):
+        name = quoted or bare
+        if name not in _NOT_COLUMNS and not name.startswith("@") and name not in names:
+            names.append(name)
+    return names
+
+
 def _filter(frame: pd.DataFrame, expr: str, label: str) -> StageOutcome:
     if not len(frame):
         return StageOutcome(frame)
     try:
         mask = frame.eval(expr)
     except Exception as e:  # pandas raises many kinds for a bad expression
+        unknown = [n for n in names_in(expr) if n not in frame.columns]
+        why = (
+            f"no column {', '.join(map(repr, unknown))}{did_you_mean(unknown, frame.columns)}"
+            if unknown
+            else f"{type(e).__name__}: {e}"
+        )
         raise ConfigError(
-            f"{label}: cannot evaluate {expr!r} ({type(e).__name__}: {e}); "
-            f"columns: {', '.join(map(str, frame.columns))}"
+            f"{label}: cannot evaluate {expr!r}: {why} "
+            f"(columns: {', '.join(map(str, frame.columns))})"
         ) from None
     if (
         not isinstance(mask, pd.Series)
@@ -167,10 +171,10 @@ def _cast(frame: pd.DataFrame, casts: dict[str, str], label: str) -> StageOutcom
     frame = frame.copy()
     reasons: dict[Any, str] = {}
     for col, kind in casts.items():
-        _columns(frame, [col], label)
+        columns_of(frame, [col], f"{label}.{col}")
         values = []
         for row, value in zip(frame.index, frame[col].array, strict=True):
-            if _missing(value):
+            if is_missing(value):
                 values.append(None)
                 continue
             try:
@@ -184,65 +188,6 @@ def _cast(frame: pd.DataFrame, casts: dict[str, str], label: str) -> StageOutcom
     return StageOutcome(frame.drop(index=list(reasons)), rejected=rejected)
 
 
-_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
-    **{
-        k: (lambda v: isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_))
-        for k in _INT_RANGES
-    },
-    "float32": lambda v: (
-        isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool)
-    ),
-    "float64": lambda v: (
-        isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool)
-    ),
-    "string": lambda v: isinstance(v, str),
-    "bool": lambda v: isinstance(v, bool | np.bool_),
-    "bytes": lambda v: isinstance(v, bytes | bytearray),
-    **{kind: (lambda v, kind=kind: is_date(v, kind)) for kind in DATE_KINDS},
-}
-
-
-def _rule_failure(col: str, rule: ColumnRule, value: Any) -> str | None:
-    """Why ``value`` breaks ``rule``, or None."""
-    if _missing(value):
-        return None if rule.nullable else f"{col}: missing value (nullable: false)"
-    if isinstance(value, np.generic):
-        value = value.item()
-    if rule.type is not None and not _TYPE_CHECKS[rule.type](value):
-        return f"{col}: expected {rule.type}, got {type(value).__name__} {value!r}"
-    if rule.min is not None and not value >= rule.min:
-        return f"{col}: {value!r} is below min {rule.min:g}"
-    if rule.max is not None and not value <= rule.max:
-        return f"{col}: {value!r} is above max {rule.max:g}"
-    if rule.values is not None and value not in rule.values:
-        return f"{col}: {value!r} is not one of {rule.values!r}"
-    if rule.pattern is not None and not (
-        isinstance(value, str) and re.fullmatch(rule.pattern, value)
-    ):
-        return f"{col}: {value!r} does not match pattern {rule.pattern!r}"
-    if rule.min_length is not None and len(value) < rule.min_length:
-        return f"{col}: length {len(value)} is below min_length {rule.min_length}"
-    if rule.max_length is not None and len(value) > rule.max_length:
-        return f"{col}: length {len(value)} is above max_length {rule.max_length}"
-    return None
-
-
-def _validate(frame: pd.DataFrame, rules: dict[str, ColumnRule], label: str) -> StageOutcome:
-    reasons: dict[Any, str] = {}
-    for col, rule in rules.items():
-        _columns(frame, [col], f"{label}.{col}")
-        for row, value in zip(frame.index, frame[col].array, strict=True):
-            if row in reasons:
-                continue
-            try:
-                why = _rule_failure(col, rule, value)
-            except TypeError as e:  # e.g. min on a string
-                why = f"{col}: {value!r} cannot be checked ({e})"
-            if why is not None:
-                reasons[row] = why
-    return StageOutcome(frame.drop(index=list(reasons)), rejected=rejects_of(frame, label, reasons))
-
-
 def _map(
     frame: pd.DataFrame, spec: str, label: str, base_dir: str, sha256: str | None
 ) -> StageOutcome:
@@ -250,7 +195,9 @@ def _map(
     try:
         result = fn(frame.copy())
     except Exception as e:
-        raise BuildError(f"{label}: {spec} raised {type(e).__name__}: {e}") from e
+        # the user's frames and record, not datapipe's and Dask's: the place to fix is theirs
+        head = f"{label}: {spec} raised {type(e).__name__}: {e}"
+        raise map_failed(e, fn, frame, head, base_dir) from None
     if not isinstance(result, pd.DataFrame):
         raise BuildError(
             f"{label}: {spec} must return a pandas DataFrame, not {type(result).__name__}"
@@ -265,6 +212,11 @@ def _map(
             "(it may drop rows and change columns, not add rows or reset the index)"
         )
     return StageOutcome(result, len(frame) - len(result))
+
+
+def _validate(frame: pd.DataFrame, rules: dict[str, ColumnRule], label: str) -> StageOutcome:
+    kept, rejected = validate(frame, rules, label)
+    return StageOutcome(kept, rejected=rejected)
 
 
 def _image(frame: pd.DataFrame, args: ImageArgs, label: str) -> StageOutcome:

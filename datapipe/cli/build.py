@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from datapipe.cli.options import scheduler_timeout_option, storage_options
-from datapipe.errors import ConfigError
+from datapipe.errors import ConfigError, DatapipeError
 from datapipe.storage.byte_size import format_size
 from datapipe.versioning.manifest import short_id
 from datapipe.versioning.store import Store
@@ -112,6 +112,18 @@ def _incremental_line(report: IncrementalReport) -> str:
     )
 
 
+def _error_json(e: DatapipeError) -> dict[str, Any]:
+    """A failed build as `build --json` prints it: the message and exit code, and what the error
+    knows of its place (a map's record and the user's frames)."""
+    details = getattr(e, "details", None)
+    return {
+        "message": str(e),
+        "exit_code": e.exit_code,
+        "kind": type(e).__name__,
+        **(details() if callable(details) else {}),
+    }
+
+
 @click.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False))
 @click.option(
@@ -160,7 +172,13 @@ def _incremental_line(report: IncrementalReport) -> str:
     "the build runs on [default: on; env DATAPIPE_DASHBOARD=0 turns it off]. Off, an embedded "
     "cluster starts sooner.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print a JSON summary as the last line; a failed build prints {"error": ...}: the '
+    "message, the exit code and, for a map function that raised, the record and your frames.",
+)
 def build(
     pipeline: str,
     store_url: str,
@@ -203,6 +221,10 @@ def build(
             progress=progress,
             execution=execution,
         )
+    except DatapipeError as e:
+        if as_json:  # a script reads why, where and (a map's) whose code as it reads a summary
+            click.echo(json.dumps({"error": _error_json(e)}, sort_keys=True))
+        raise
     finally:
         bars = getattr(progress, "bars", None)
         if bars is not None:

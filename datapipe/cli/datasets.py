@@ -8,13 +8,14 @@ from typing import Any
 import click
 
 from datapipe.cli.options import echo_json, json_option, storage_options
-from datapipe.errors import ConfigError, NotFoundError
+from datapipe.errors import ConfigError
 from datapipe.storage.byte_size import format_size
 from datapipe.versioning.gc import collect
 from datapipe.versioning.layout import check_ref_name, parse_dataset_url
 from datapipe.versioning.leases import parse_duration
 from datapipe.versioning.manifest import Manifest, short_id, shown_time
 from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
+from datapipe.versioning.sizes import Sharing
 from datapipe.versioning.store import Store, open_dataset_url
 from datapipe.versioning.verify import verify_version
 
@@ -23,16 +24,22 @@ from datapipe.versioning.verify import verify_version
 @click.argument("store_url", metavar="STORE", default="storage")
 @json_option
 def ls(store_url: str, as_json: bool) -> None:
-    """List datasets, versions, tags, samples, size (own: in the version's directory; shared: stored
-    once in an earlier version's), creation time and parent in STORE."""
+    """List datasets, versions, tags, samples, size (own: in files no other version lists; shared:
+    in files stored once for several versions, hard links included), creation time and parent in
+    STORE."""
     store = Store(store_url, storage_options())
+    absent = store.absent()
+    if absent is not None:
+        raise absent
     rows = []
     for name in store.datasets():
         tags: dict[str, list[str]] = {}
         for ref, version in store.refs(name).items():
             tags.setdefault(version, []).append(ref)
-        for version in store.versions(name):
-            m = store.manifest(name, version)
+        manifests = {v: store.manifest(name, v) for v in store.versions(name)}
+        sharing = Sharing(store, name, manifests)
+        for version, m in manifests.items():
+            sizes = sharing.version(version)
             rows.append(
                 {
                     "dataset": name,
@@ -40,8 +47,8 @@ def ls(store_url: str, as_json: bool) -> None:
                     "tags": sorted(tags.get(version, [])),
                     "samples": m.samples,
                     "bytes": m.bytes,
-                    "own_bytes": m.own_bytes,
-                    "shared_bytes": m.shared_bytes,
+                    "own_bytes": sizes.own_bytes,
+                    "shared_bytes": sizes.shared_bytes,
                     "created_at": m.created_at,
                     "parent": m.parent,
                 }
@@ -263,10 +270,7 @@ def dataset_of(dataset: str, verb: str) -> tuple[Store, str]:
                 f"{dataset} is a store, not a dataset: {verb} one dataset at a time; name one of "
                 + ", ".join(f"{dataset.rstrip('/')}/{d}" for d in inner)
             )
-        known = ", ".join(store.datasets()) or "none"
-        raise NotFoundError(
-            f"{store.url}: no dataset {name!r} (datasets here: {known}); give STORE/NAME"
-        )
+        raise store.no_dataset(name, "give STORE/NAME")
     return store, name
 
 

@@ -12,11 +12,12 @@ from datapipe.cli.options import echo_json, json_option, storage_options
 from datapipe.errors import ConfigError, NotFoundError
 from datapipe.storage.byte_size import format_size
 from datapipe.versioning.history import as_json as entry_json
-from datapipe.versioning.history import history, usage
+from datapipe.versioning.history import history
 from datapipe.versioning.layout import parse_dataset_url
 from datapipe.versioning.leases import parse_duration as duration
 from datapipe.versioning.leases import read_leases, release_lease, take_lease
 from datapipe.versioning.manifest import short_id, shown_time
+from datapipe.versioning.sizes import on_disk, usage
 from datapipe.versioning.store import Store
 
 
@@ -109,31 +110,43 @@ def _release(where: str, lease_id: str) -> None:
 @click.argument("target", metavar="STORE[/NAME]", default="storage")
 @json_option
 def du(target: str, as_json: bool) -> None:
-    """Shard bytes per dataset of STORE (or of one dataset): own, shared (stored once, listed by
-    several versions) and stored (each file once: the real size), and the total."""
+    """Bytes per dataset of STORE (or of one dataset), each file on disk counted once: OWN (shard
+    files one version lists), SHARED (shard files several versions list, hard links included),
+    OTHER (indexes, manifests, quarantines, build states) and ON DISK (the three added up); then
+    the total of the store."""
     store_url, name, _ = parse_dataset_url(target)
     store = Store(store_url, storage_options())
     if "@" not in target and name in store.datasets():
         rows = {name: usage(store, name)}
+        disk = rows[name]["disk_bytes"]
     else:
-        store = Store(target, storage_options())
-        rows = {n: usage(store, n) for n in store.datasets()}
-        if not rows:
-            raise NotFoundError(f"{target}: no datasets here; give STORE or STORE/NAME")
-    total = {
-        k: sum(r[k] for r in rows.values())
-        for k in ("versions", "own_bytes", "shared_bytes", "stored_bytes", "listed_bytes")
-    }
+        whole = Store(target, storage_options())
+        rows = {n: usage(whole, n) for n in whole.datasets()}
+        if not rows:  # a missing folder, or a misspelt dataset, is said so
+            if whole.absent() is None:
+                raise NotFoundError(f"{target}: no datasets here; give STORE or STORE/NAME")
+            raise store.absent() or (store.no_dataset(name) if store.datasets() else whole.absent())
+        store = whole
+        # the store's every file, once: what lies beside the datasets too
+        disk = sum(on_disk(store, store.root).values())
+    for n, r in rows.items():
+        if r["missing_files"]:
+            click.echo(
+                f"warning: {n}: {r['missing_files']} shard files its manifests list are missing; "
+                f"`datapipe verify {store.url}/{n}@VERSION` names them",
+                err=True,
+            )
+    total = {k: sum(r[k] for r in rows.values()) for k in next(iter(rows.values()))}
+    total.update(disk_bytes=disk, other_bytes=disk - total["stored_bytes"])
     if as_json:
         echo_json({"datasets": rows, "total": total})
         return
-    click.echo(f"{'DATASET':16} {'VERSIONS':>8} {'OWN':>9} {'SHARED':>9} {'STORED':>9}")
+    click.echo(
+        f"{'DATASET':16} {'VERSIONS':>8} {'OWN':>9} {'SHARED':>9} {'OTHER':>9} {'ON DISK':>9}"
+    )
     for n, r in [*rows.items(), ("total", total)]:
-        click.echo(
-            f"{n:16} {r['versions']:>8} {format_size(r['own_bytes']):>9} "
-            f"{format_size(r['shared_bytes']):>9} "
-            f"{format_size(r['stored_bytes']):>9}"
-        )
+        sizes = (r[k] for k in ("own_bytes", "shared_bytes", "other_bytes", "disk_bytes"))
+        click.echo(f"{n:16} {r['versions']:>8} " + " ".join(f"{format_size(b):>9}" for b in sizes))
 
 
 @click.command(name="log")

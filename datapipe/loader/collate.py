@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from datapipe.errors import ConfigError
+from datapipe.errors import ConfigError, did_you_mean
 from datapipe.formats.base import KEY
 from datapipe.loader.columns import Allocate, Column, payload_bytes
 from datapipe.loader.images.spec import ImageSpec
@@ -243,7 +243,8 @@ def decoders_for(
     unknown = [f for f in [*names, *(decode or {})] if f not in kinds]
     if unknown:
         raise ConfigError(
-            f"no field {', '.join(map(repr, unknown))} in this dataset (fields: {', '.join(kinds)})"
+            f"no field {', '.join(map(repr, unknown))} in this dataset"
+            f"{did_you_mean(unknown, kinds)} (fields: {', '.join(kinds)})"
         )
     out: dict[str, Decoder] = {}
     for name in names:

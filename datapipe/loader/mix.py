@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.errors import ConfigError
+from datapipe.errors import ConfigError, did_you_mean
 from datapipe.loader.chained_files import ChainedFiles
 from datapipe.loader.dataset import Dataset, open_dataset
 from datapipe.loader.interleave import Interleave
@@ -145,7 +145,8 @@ class Mix:
                 continue
             ds = self.datasets[self.names.index(lacking[0])]
             raise ConfigError(
-                f"field {name!r} is not in mix source {lacking[0]!r} ({ds!r}, fields: "
+                f"field {name!r} is not in mix source {lacking[0]!r}"
+                f"{did_you_mean([name], ds.fields)} ({ds!r}, fields: "
                 f"{', '.join(sorted(ds.fields)) or 'none'}); ask only for fields every source has: "
                 f"{', '.join(sorted(self._fields)) or 'none'}"
             )

@@ -3,20 +3,20 @@ parent, and sizes."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from datapipe.errors import DatapipeError, NotFoundError
-from datapipe.storage.fs import is_local, read_bytes
+from datapipe.storage.fs import read_bytes
 from datapipe.versioning.layout import LATEST, VERSIONS
 from datapipe.versioning.leases import held_versions
 from datapipe.versioning.manifest import Manifest, short_id
 from datapipe.versioning.rebuild_report import lineage_changes
 from datapipe.versioning.retention import PRUNED_NAME, newest_first
 from datapipe.versioning.sample_diff import Side, VersionPair
+from datapipe.versioning.sizes import Sharing
+from datapipe.versioning.sizes import usage as usage  # where callers found it first
 from datapipe.versioning.store import Store
 
 
@@ -29,8 +29,8 @@ class Entry:
     created_at: str
     samples: int
     bytes: int
-    own_bytes: int
-    shared_bytes: int
+    own_bytes: int  # in files no other version lists
+    shared_bytes: int  # in files stored once for this version and others (versioning/sizes.py)
     parent: str | None
     parent_state: str | None
     reachable: bool  # on the parent chain from latest
@@ -86,16 +86,16 @@ def history(
         chain.append(at)
         at = manifests[at].parent
     rest = [v for v in newest_first(manifests) if v not in chain]
-    entries = []
+    entries, sharing = [], Sharing(store, name, manifests)
     for version in chain + rest:
-        m = manifests[version]
+        m, sizes = manifests[version], sharing.version(version)
         entry = Entry(
             version,
             m.created_at,
             m.samples,
             m.bytes,
-            m.own_bytes,
-            m.shared_bytes,
+            sizes.own_bytes,
+            sizes.shared_bytes,
             m.parent,
             None if m.parent is None else "present" if m.parent in manifests else "pruned",
             version in chain,
@@ -146,31 +146,3 @@ def _changes(store: Store, name: str, parent: Manifest, manifest: Manifest) -> C
 def as_json(entry: Entry) -> dict[str, Any]:
     """The entry as `datapipe log --json` prints it."""
     return dict(vars(entry))
-
-
-def usage(store: Store, name: str) -> dict[str, int]:
-    """A dataset's shard bytes: ``own`` (in each version's own directory), ``shared`` (listed
-    through ``stored_in``: what sharing saves), ``stored`` (each file once: the real size, pruned
-    versions' kept files included) and ``listed`` (as if every version held a copy)."""
-    files: dict[tuple[Any, ...], int] = {}
-    own = shared = 0
-    versions = store.versions(name)
-    local = is_local(store.fs)
-    for version in versions:
-        m = store.manifest(name, version)
-        own, shared = own + m.own_bytes, shared + m.shared_bytes
-        for s in m.shards:
-            where = (s.stored_in or version, s.stored_names()[0])
-            # an incremental build's hard links: one file under several names, counted once
-            if local:
-                with contextlib.suppress(OSError):
-                    info = os.stat(store.shard_file(name, version, s))
-                    where = (info.st_dev, info.st_ino)
-            files[where] = s.bytes
-    return {
-        "versions": len(versions),
-        "own_bytes": own,
-        "shared_bytes": shared,
-        "stored_bytes": sum(files.values()),
-        "listed_bytes": own + shared,
-    }

@@ -95,7 +95,8 @@ class Manifest:
 
     @property
     def own_bytes(self) -> int:
-        """Bytes of the shards stored in this version's own directory."""
+        """Bytes of the shards stored in this version's own directory (where the manifest puts
+        them: `ls`, `log` and `du` also count hard links as shared, versioning/sizes.py)."""
         return sum(s.bytes for s in self.shards if s.stored_in is None)
 
     @property

@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from datapipe.errors import ConfigError, NotFoundError
-from datapipe.storage.fs import filesystem, is_local, put_atomic, read_bytes, remote
+from datapipe.errors import ConfigError, DatapipeError, NotFoundError, did_you_mean, nearest
+from datapipe.storage.fs import filesystem, is_local, put_atomic, read_bytes, remote, url_of
 from datapipe.storage.retry import RetryPolicy
 from datapipe.versioning.layout import (
     BUILD_STATE_NAME,
@@ -216,8 +216,7 @@ class Store:
     def resolve(self, name: str, ref: str = LATEST) -> str:
         """The version id that a ref, tag or unique version prefix (6+ hex digits) names."""
         if not self.exists(self.path(name, VERSIONS)):
-            known = ", ".join(self.datasets()) or "none"
-            raise NotFoundError(f"{self.url}: no dataset {name!r} (datasets here: {known})")
+            raise self.no_dataset(name)
         version = self.read_ref(name, ref) if REF_NAME.match(ref) else None
         if version is not None:
             return version
@@ -244,6 +243,53 @@ class Store:
             f"{self.url}/{name}: no ref {ref!r} (refs: {refs}; versions: {versions or 'none'}); a "
             f"version prefix needs {MIN_PREFIX}+ hex digits"
         )
+
+    def no_dataset(self, name: str, fix: str = "") -> NotFoundError:
+        """The error for dataset ``name`` missing here: a store folder that does not exist is said
+        so (with a folder beside it of a near name); else the datasets here, a near one first.
+        ``fix``: what to do, after the message."""
+        absent = self.absent()
+        if absent is not None:
+            return absent
+        known = self.datasets()
+        return NotFoundError(
+            f"{self.url}: no dataset {name!r}{did_you_mean([name], known)} (datasets here: "
+            f"{', '.join(known) or 'none'})" + (f"; {fix}" if fix else "")
+        )
+
+    def absent(self) -> NotFoundError | None:
+        """The error for a store whose folder does not exist (a near folder beside it suggested),
+        or None when it exists. On an object store, a missing bucket is its own error."""
+        if not self.exists(self.root):
+            self.check_bucket()
+            parent, _, base = self.root.rstrip("/").rpartition("/")
+            near = nearest(base, self._folders(parent or "/"))
+            hint = (
+                "give the store the build wrote to (build --out, default storage)"
+                if near is None
+                else f"did you mean {self._beside(near)!r}?"
+            )
+            return NotFoundError(
+                f"{self.url}: no such store: the folder {url_of(self.fs, self.root)} does not "
+                f"exist; {hint}"
+            )
+        return None
+
+    def _folders(self, path: str) -> list[str]:
+        """The names of the folders directly below ``path`` (none when it cannot be listed)."""
+        try:
+            entries = self.remote(path, lambda: self.fs.ls(path, detail=True))
+        except (OSError, DatapipeError):
+            return []
+        return [
+            e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e["type"] == "directory"
+        ]
+
+    def _beside(self, folder: str) -> str:
+        """``folder``, a sibling of the store's folder, as the user would write it in place of the
+        store's URL."""
+        head, sep, _ = self.url.rstrip("/").rpartition("/")
+        return f"{head}{sep}{folder}"
 
     def begin(self, name: str) -> VersionWriter:
         """Start writing a new version of ``name`` (into an existing bucket: s3fs would create a

@@ -350,7 +350,7 @@ def test_mistakes_found_while_running_name_the_field(project, dask_client):
         source: {path: raw/a.csv, format: csv}
         sample: {key: id, fields: {cls: nope}}
         """)
-    with pytest.raises(ConfigError, match=r"sample.fields: no column 'nope'"):
+    with pytest.raises(ConfigError, match=r"sample.fields.cls: no column 'nope'"):
         project.build(client=dask_client)
     project.pipeline("""\
         name: bad

@@ -209,16 +209,19 @@ def test_gc_without_a_dataset_or_with_a_misspelled_one_lists_the_datasets(tmp_pa
     )
     out = run("gc", "storage/toys", "--prune", cwd=tmp_path)
     assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr
-    assert (
-        out.stderr
-        == "error: storage: no dataset 'toys' (datasets here: digits, toy); give STORE/NAME\n"
+    assert out.stderr == (
+        "error: storage: no dataset 'toys'; did you mean 'toy'? (datasets here: digits, toy); "
+        "give STORE/NAME\n"
     )
     out = run("gc", "storage/toy@latest", cwd=tmp_path)
     assert out.returncode == 2 and "without @REF" in out.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
     out = run("gc", "storage/toy", cwd=empty)
-    assert out.returncode == 3 and "datasets here: none" in out.stderr
+    assert out.returncode == 3 and out.stderr == (
+        f"error: storage: no such store: the folder {empty / 'storage'} does not exist; give the "
+        "store the build wrote to (build --out, default storage)\n"
+    )
 
 
 def test_gc_prune_from_the_cli(tmp_path):

@@ -80,28 +80,32 @@ def test_bad_lease_and_gc_input_is_one_line_naming_the_argument(tmp_path):
 def test_du_ls_and_log_show_own_and_shared_bytes(tmp_path):
     store, v = three(tmp_path)
     du = json.loads(run("du", "storage", "--json", cwd=tmp_path).stdout)
-    own = sum(m.own_bytes for m in v)
-    assert du["datasets"]["toy"] == {
+    stored = sum(m.own_bytes for m in v)  # each file lies in one version's directory
+    # shared: the files several versions list (v0's shards 1 and 2, v1's shard 0)
+    shared = v[0].shards[1].bytes + v[0].shards[2].bytes + v[1].shards[0].bytes
+    toy = du["datasets"]["toy"]
+    assert {k: toy[k] for k in ("versions", "own_bytes", "shared_bytes", "stored_bytes")} == {
         "versions": 3,
-        "own_bytes": own,
-        "shared_bytes": sum(m.shared_bytes for m in v),
-        "stored_bytes": own,
-        "listed_bytes": sum(m.bytes for m in v),
+        "own_bytes": stored - shared,
+        "shared_bytes": shared,
+        "stored_bytes": stored,
     }
-    assert du["total"]["stored_bytes"] == own
+    assert toy["listed_bytes"] == sum(m.bytes for m in v) and du["total"]["stored_bytes"] == stored
     assert run("du", "storage/toy", cwd=tmp_path).stdout.splitlines()[0].split() == [
         "DATASET",
         "VERSIONS",
         "OWN",
         "SHARED",
-        "STORED",
+        "OTHER",
+        "ON",
+        "DISK",
     ]
     rows = {
         r["version"]: r for r in json.loads(run("ls", "storage", "--json", cwd=tmp_path).stdout)
     }
     assert (
         rows[v[2].version]["shared_bytes"] == v[2].shared_bytes
-        and rows[v[0].version]["shared_bytes"] == 0
+        and rows[v[0].version]["shared_bytes"] == v[0].bytes - v[0].shards[0].bytes
     )
     log = run("log", "storage/toy", cwd=tmp_path)
     assert log.returncode == 0, log.stderr

@@ -89,6 +89,28 @@ class TestSharedShards:
                 cache_dir=tmp_path / "cache",
             )
 
+    def test_sizes_add_up_to_what_the_store_holds(self, backend):
+        from datapipe.versioning.history import history
+        from datapipe.versioning.sizes import usage
+
+        store = Store(backend.url, backend.options)
+        first = commit_first(store)
+        second = commit_sharing(store, first, rewrite={1: 7}, add=1)
+        u = usage(store, "toy")
+        shared = first.shards[0].bytes + first.shards[2].bytes
+        assert (u["own_bytes"], u["shared_bytes"]) == (
+            first.bytes - shared + second.bytes - shared,
+            shared,
+        )
+        found = store.fs.find(store.path("toy"), detail=True)
+        assert u["disk_bytes"] == sum(info["size"] for info in found.values())
+        assert u["disk_bytes"] == u["stored_bytes"] + u["other_bytes"] and u["other_bytes"] > 0
+        sizes = {e.version: (e.own_bytes, e.shared_bytes) for e in history(store, "toy")[0]}
+        assert sizes == {
+            first.version: (first.bytes - shared, shared),
+            second.version: (second.bytes - shared, shared),
+        }
+
     def test_a_shared_shard_is_cached_once(self, backend, tmp_path):
         if backend.name == "local":
             pytest.skip("local stores are read in place, without a cache")

@@ -282,7 +282,9 @@ def gc(project, store) -> list[str]:
     out = datapipe_in_process("gc", f"{store}/digits", cwd=project)
     # killed before it wrote anything: nothing to collect
     if not (store / "digits" / "versions").exists():
-        assert out.returncode == 3 and "no dataset 'digits'" in out.stderr, out.stderr
+        # (no store folder yet at all: said so instead)
+        said = "no dataset 'digits'" in out.stderr or "no such store" in out.stderr
+        assert out.returncode == 3 and said, out.stderr
         return []
     assert out.returncode == 0, out.stderr
     return [
