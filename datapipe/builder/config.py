@@ -266,6 +266,10 @@ class Pipeline(BaseModel):
         return data
 
 
+# a message that starts with a key of the pipeline file: stages[2].filter, sample.fields.x
+_LEADING_KEY = re.compile(r"((?:stages\[\d+\]|sample|splits|source|shards)[\w.\[\]]*): ")
+
+
 @dataclass(frozen=True)
 class LoadedPipeline:
     """A parsed pipeline and where its file is (source paths are relative to ``base_dir``)."""
@@ -288,6 +292,14 @@ class LoadedPipeline:
             line, key = self.lines.get(key_up), key_up
         name = self.shown or self.path
         return f"{name}:{line}" if line is not None else name
+
+    def located(self, error: Exception) -> Exception:
+        """``error`` with ``FILE:LINE`` in front when it is a ConfigError that begins with a key of
+        this file (``stages[2].filter: ...``, raised on the data) and names no place yet."""
+        key = _LEADING_KEY.match(str(error))
+        if type(error) is not ConfigError or key is None:
+            return error
+        return ConfigError(f"{self.where(key.group(1))}: {error}")
 
 
 def stage_path(i: int, kind: str) -> str:

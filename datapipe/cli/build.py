@@ -222,9 +222,10 @@ def build(
             execution=execution,
         )
     except DatapipeError as e:
+        error = loaded.located(e)
         if as_json:  # a script reads why, where and (a map's) whose code as it reads a summary
-            click.echo(json.dumps({"error": _error_json(e)}, sort_keys=True))
-        raise
+            click.echo(json.dumps({"error": _error_json(error)}, sort_keys=True))
+        raise error from None
     finally:
         bars = getattr(progress, "bars", None)
         if bars is not None:

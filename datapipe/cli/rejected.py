@@ -150,7 +150,8 @@ def rejected(dataset: str, failed: bool, stage: str | None, top: int, as_json: b
         click.echo(f"{q.title}: no rows were rejected")
         return
     of = f" of stage {stage}" if stage else ""
-    click.echo(f"{q.title}: {len(rows)} rejected rows{of}, {len(groups)} reasons")
+    rows_word, reasons_word = _plural(len(rows), "rejected row"), _plural(len(groups), "reason")
+    click.echo(f"{q.title}: {rows_word}{of}, {reasons_word}")
     width = len(str(groups[0].count))
     for g in groups[:top]:
         click.echo(f"{g.count:>{width}}  {g.stage}: {g.reason}")
@@ -160,4 +161,10 @@ def rejected(dataset: str, failed: bool, stage: str | None, top: int, as_json: b
         click.echo(f"{pad}{_one_line(g.example['data'])}")
     if len(groups) > top:
         rest = sum(g.count for g in groups[top:])
-        click.echo(f"... and {len(groups) - top} more reasons ({rest} rows): --top {len(groups)}")
+        more = _plural(len(groups) - top, "more reason")
+        click.echo(f"... and {more} ({_plural(rest, 'row')}): --top {len(groups)}")
+
+
+def _plural(n: int, noun: str) -> str:
+    """``n`` and ``noun``, with an s unless n is 1."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

@@ -46,7 +46,7 @@ def _pipeline_schema(path: str, as_json: bool) -> None:
     else:
         _print_preview(loaded.pipeline.name, preview)
     if preview.failed is not None:
-        raise preview.failed
+        raise loaded.located(preview.failed)
 
 
 def _sample_words(preview: SchemaPreview) -> str:

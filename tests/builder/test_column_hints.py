@@ -104,7 +104,10 @@ def cars(tmp_path, stages: str, fields: str = "{cyl: Cylinders}", extra: str = "
 )
 def test_a_column_mistake_gets_the_near_name_or_the_columns_type(tmp_path, stages, fields, message):
     out = cars(tmp_path, stages, fields)
-    assert out.returncode == 2 and out.stderr.splitlines()[-1] == f"error: {message}", out.stderr
+    # placed at the line of the key it names: the stage (line 4) or the sample (line 5)
+    line = 4 if message.startswith("stages") else 5
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines()[-1] == f"error: cars.yaml:{line}: {message}", out.stderr
 
 
 def test_splits_by_a_misspelt_column_gets_the_near_name(tmp_path):
@@ -118,7 +121,7 @@ def test_splits_by_a_misspelt_column_gets_the_near_name(tmp_path):
 def test_a_number_bound_on_numbers_and_a_far_name_are_as_before(tmp_path):
     out = cars(tmp_path, '- filter: "weight > 3"')
     assert out.stderr.splitlines()[-1] == (
-        f"error: stages[0].filter: cannot evaluate 'weight > 3': no column 'weight' {COLUMNS}"
+        f"error: cars.yaml:4: stages[0].filter: cannot evaluate 'weight > 3': no column 'weight' {COLUMNS}"
     )
     (tmp_path / "ok.yaml").write_text(
         (tmp_path / "cars.yaml")

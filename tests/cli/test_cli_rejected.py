@@ -74,7 +74,7 @@ def test_a_versions_rejected_rows_grouped_by_reason(tmp_path):
 
     top = run("rejected", "store/cars", "--top", "1", "--stage", "source", cwd=root)
     assert top.stdout.splitlines()[0].endswith("4 rejected rows of stage source, 2 reasons")
-    assert top.stdout.splitlines()[-1] == "... and 1 more reasons (1 rows): --top 2"
+    assert top.stdout.splitlines()[-1] == "... and 1 more reason (1 row): --top 2"
 
     data = json.loads(run("rejected", "store/cars", "--json", cwd=root).stdout)
     assert (data["dataset"], data["rows"], data["rows_read"], data["reasons_total"]) == (

@@ -145,7 +145,9 @@ def test_a_stage_that_fails_on_the_sample_is_the_error_after_the_columns(tmp_pat
     out = schema(root, "pipeline.yaml")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "is_retweet  bool" in out.stdout
-    assert out.stderr.startswith("error: stages[0].filter: cannot evaluate 'retweet == False'")
+    assert out.stderr.startswith(
+        "error: pipeline.yaml:7: stages[0].filter: cannot evaluate 'retweet == False'"
+    )
     failed = schema(root, "pipeline.yaml", "--json")
     assert failed.returncode == 2
     assert json.loads(failed.stdout)["error"].startswith("stages[0].filter: cannot evaluate")
