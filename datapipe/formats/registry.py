@@ -14,17 +14,29 @@ from datapipe.formats.tfrecord.writer import TFRecordShardWriter
 
 @dataclass(frozen=True)
 class ShardFormat:
-    """One shard format: its name, file extensions (first = what we write) and classes."""
+    """One shard format: its name, file extensions (first = what we write) and classes.
+
+    ``companions``: suffixes of the files written beside each shard, named by the shard's name
+    with its extension replaced (``shard-000000.bin`` -> ``shard-000000.idx``); the shard's own
+    index stays ``SHARD.idx`` (``shard-000000.bin.idx``).
+    """
 
     name: str
     extensions: tuple[str, ...]
     writer: type[ShardWriter]
     reader: type[ShardReader]
+    companions: tuple[str, ...] = ()
 
     @property
     def extension(self) -> str:
         """The extension given to shards we write."""
         return self.extensions[0]
+
+    def companion_path(self, shard: str, suffix: str) -> str:
+        """Where companion ``suffix`` of ``shard`` lives: the shard's path, its extension
+        replaced."""
+        ext = next((e for e in self.extensions if shard.lower().endswith(e)), "")
+        return shard[: len(shard) - len(ext)] + suffix
 
 
 FORMATS = {
