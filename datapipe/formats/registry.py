@@ -10,6 +10,8 @@ from datapipe.formats.tar.reader import TarShardReader
 from datapipe.formats.tar.writer import TarShardWriter
 from datapipe.formats.tfrecord.reader import TFRecordShardReader
 from datapipe.formats.tfrecord.writer import TFRecordShardWriter
+from datapipe.formats.tokens.reader import TokensShardReader
+from datapipe.formats.tokens.writer import COMPANIONS, TokensShardWriter
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,9 @@ FORMATS = {
     "tfrecord": ShardFormat(
         "tfrecord", (".tfrecord", ".tfrecords", ".tfrec"), TFRecordShardWriter, TFRecordShardReader
     ),
+    "tokens": ShardFormat("tokens", (".bin",), TokensShardWriter, TokensShardReader, COMPANIONS),
 }
-_ALIASES = {"tar": "webdataset", "wds": "webdataset", "tfrecords": "tfrecord"}
+_ALIASES = {"tar": "webdataset", "wds": "webdataset", "tfrecords": "tfrecord", "megatron": "tokens"}
 _BY_CODE = {f.writer.format_code: f for f in FORMATS.values()}
 
 
