@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -78,6 +78,19 @@ class DocumentTable:
         starts = [int(self.value_ends[a - 1]) if a else 0, *ends[:-1]][: len(ends)]
         ids = self.value_field[a:b].tolist()
         return [(self.fields[f], s, e) for f, s, e in zip(ids, starts, ends, strict=True)]
+
+    def take(self, order: Sequence[int] | np.ndarray) -> DocumentTable:
+        """The documents at positions ``order``, in that order."""
+        builder = DocumentTableBuilder()
+        builder.extend(self, order)
+        return builder.build()
+
+    def join(self, parts: Sequence[DocumentTable]) -> DocumentTable:
+        """These documents followed by each of ``parts``'."""
+        builder = DocumentTableBuilder()
+        for table in (self, *parts):
+            builder.extend(table)
+        return builder.build()
 
     def to_bytes(self) -> bytes:
         """Serialise in the documented layout, trailer included."""
@@ -224,6 +237,13 @@ class DocumentTableBuilder:
             self._blob += value
             self._ends.append(len(self._blob))
         self._ranges.append(len(self._field))
+
+    def extend(self, table: DocumentTable, order: Sequence[int] | np.ndarray | None = None) -> None:
+        """Record documents of ``table`` (those at ``order``, or all), as ``add`` would."""
+        blob = memoryview(table.blob)
+        for i in range(len(table)) if order is None else np.asarray(order).tolist():
+            values = {name: blob[start:end] for name, start, end in table.values(i)}
+            self.add(table.key(i), *table.origin(i), values)
 
     def build(self) -> DocumentTable:
         """The finished table."""

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import io
 from array import array
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 import numpy as np
 
 from datapipe.errors import SampleError
-from datapipe.formats.base import ShardWriter, WrittenShard
+from datapipe.formats.base import KEY, ShardWriter, WrittenShard
 from datapipe.formats.encoded import EncodedSamples
-from datapipe.formats.tokens.docs import DocumentTableBuilder
+from datapipe.formats.tokens.docs import DocumentTable, DocumentTableBuilder
 from datapipe.formats.tokens.megatron import MAX_LENGTH, MegatronIndex
 
 TOKENS_FORMAT_CODE = 3
@@ -24,10 +25,6 @@ MEGATRON_INDEX = ".idx"
 DOCUMENTS = ".docs"
 COMPANIONS = (MEGATRON_INDEX, DOCUMENTS)
 BIN = ".bin"
-_NO_BLOCKS = (
-    "token shards are written document by document: EncodedSamples blocks do not carry the "
-    "documents table (keys' origins and other fields) that a token shard keeps"
-)
 
 
 def companion_name(shard: str, suffix: str) -> str:
@@ -42,6 +39,30 @@ def stored_dtype(dtype: np.dtype) -> np.dtype:
     if dtype.kind not in "iu":
         raise SampleError(f"token ids must be integers, not {dtype}")
     return np.dtype("<u2") if dtype.kind == "u" and dtype.itemsize <= 2 else np.dtype("<i4")
+
+
+@dataclass(frozen=True, eq=False)
+class TokenRows:
+    """What an encoded block of documents carries beside their ids (``EncodedSamples.rows``):
+    the ids' dtype (None for no documents) and the documents' table."""
+
+    dtype: np.dtype | None
+    documents: DocumentTable
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+    def take(self, order: np.ndarray) -> TokenRows:
+        """The rows of documents ``order``, in that order."""
+        return TokenRows(self.dtype, self.documents.take(order))
+
+    def join(self, parts: Sequence[TokenRows]) -> TokenRows:
+        """These rows followed by ``parts``' (documents of one dtype)."""
+        dtypes = {p.dtype for p in (self, *parts) if p.dtype is not None and len(p)}
+        if len(dtypes) > 1:
+            raise SampleError(f"blocks of {sorted(d.name for d in dtypes)} ids in one shard")
+        dtype = dtypes.pop() if dtypes else self.dtype
+        return TokenRows(dtype, self.documents.join([p.documents for p in parts]))
 
 
 class TokensShardWriter(ShardWriter):
@@ -141,13 +162,38 @@ class TokensShardWriter(ShardWriter):
     def encode_samples(
         cls, keys: Sequence[str], fields: Mapping[str, Sequence[Any]]
     ) -> EncodedSamples:
-        """Not available: an encoded block carries no documents table, which a token shard
-        needs."""
-        raise NotImplementedError(_NO_BLOCKS)
+        """Documents given column-wise (``__source__`` and ``__row__`` columns included), encoded
+        as ``write`` would write them, their documents table in the block's ``rows``."""
+        out = io.BytesIO()
+        writer = cls(out)
+        names = sorted(fields)
+        for key, *values in zip(keys, *(fields[n] for n in names), strict=True):
+            writer.write({KEY: key, **dict(zip(names, values, strict=True))})
+        block = EncodedSamples.from_index(out.getvalue(), writer._index.build(writer._pos))
+        return replace(block, rows=TokenRows(writer.dtype, writer._documents.build()))
 
     def write_encoded(self, block: EncodedSamples) -> None:
-        """Not available, as ``encode_samples``."""
-        raise NotImplementedError(_NO_BLOCKS)
+        """Append documents that ``encode_samples`` encoded: their ids, index rows and documents
+        table rows."""
+        rows = block.rows
+        if not isinstance(rows, TokenRows):
+            raise SampleError(
+                f"{self.name}: an encoded block without its documents table; encode token "
+                "documents with TokensShardWriter.encode_samples"
+            )
+        if len(block) and rows.dtype is not None:
+            if self.dtype is None:
+                self.dtype = rows.dtype
+            elif rows.dtype != self.dtype:
+                raise SampleError(
+                    f"{self.name}: a block of {rows.dtype.name} ids in a shard of "
+                    f"{self.dtype.name} ids; give every document the shard's dtype (token_dtype)"
+                )
+        super().write_encoded(block)
+        if len(block):
+            sizes = np.diff(np.asarray(block.bounds, dtype=np.int64)) // self.dtype.itemsize
+            self._lengths.frombytes(sizes.astype(np.int64).tobytes())
+        self._documents.extend(rows.documents)
 
     def finish(self) -> WrittenShard:
         """Close ``NAME.bin``; the Megatron index and documents table come as companions."""

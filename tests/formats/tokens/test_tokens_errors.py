@@ -163,9 +163,23 @@ def test_a_shard_without_tokens_is_refused(docs):
         write(docs)
 
 
-def test_encoded_blocks_are_refused_with_the_reason():
-    with pytest.raises(NotImplementedError, match="documents table"):
-        TokensShardWriter.encode_samples(["a"], {"tokens": [np.ones(1, np.uint16)]})
+def test_blocks_of_other_formats_or_dtypes_are_refused():
+    from datapipe.formats.tar.writer import TarShardWriter
+
+    with pytest.raises(SampleError, match="without its documents table"):
+        write_blocks([TarShardWriter.encode_samples(["a"], {"x": [b"1"]})])
+    blocks = [
+        TokensShardWriter.encode_samples([k], {"tokens": [np.ones(1, t)]})
+        for k, t in (("a", np.uint16), ("b", np.int32))
+    ]
+    with pytest.raises(SampleError, match="block of int32 ids in a shard of uint16"):
+        write_blocks(blocks)
+
+
+def write_blocks(blocks) -> None:
+    with open("/dev/null", "wb") as out:
+        writer = TokensShardWriter(out, "s.bin")
+        writer.write_many(blocks)
 
 
 @st.composite
