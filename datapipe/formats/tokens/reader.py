@@ -116,6 +116,13 @@ class TokensShardReader(ShardReader):
         """Every key, in shard order."""
         return [self.documents.key(i) for i in range(len(self))]
 
+    def key_array(self) -> np.ndarray:
+        """Every key, from the index or else the documents table (batch key lookups work
+        without ``NAME.bin.idx``)."""
+        if self._key_array is None and self.index is None:
+            self._key_array = np.array(self.keys(), dtype=object)
+        return super().key_array()
+
     def _read(self, i: int) -> Sample:
         blob = memoryview(self.documents.blob)
         sample: Sample = {KEY: self.documents.key(i), TOKENS: self.tokens(i)}

@@ -140,8 +140,8 @@ class TokensShardWriter(ShardWriter):
                 values[name] = memoryview(value).cast("B")
             except TypeError:
                 raise SampleError(
-                    f"sample {key!r}, field {name!r}: token shards keep other fields as bytes, "
-                    f"got {type(value).__name__}; encode the value first"
+                    f"{self.name}: document {key!r}, field {name!r}: token shards keep other "
+                    f"fields as bytes, got {type(value).__name__}; encode the value first"
                 ) from None
         data = memoryview(ids).cast("B")
         start = self._pos

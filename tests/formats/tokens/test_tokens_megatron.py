@@ -97,6 +97,14 @@ def test_tokens_are_views_of_the_mapped_bin(tmp_path):
         assert reader.tokens(-1).flags.owndata
 
 
+def test_keys_without_datapipe_index(tmp_path):
+    path = tmp_path / "s.bin"
+    docs = [{KEY: f"k{i}", "tokens": np.ones(2, np.uint16)} for i in range(4)]
+    write_shard(path, docs, "tokens", index=False)
+    with open_shard(path) as reader:
+        assert reader.index is None and reader.gather_keys([3, 0]) == ["k3", "k0"]
+
+
 def test_bin_is_a_plain_token_array_for_memmap_readers(tmp_path):
     """OLMo-style readers take ``.bin`` as one array of ids, EOS between documents."""
     eos = 0
