@@ -101,6 +101,7 @@ def open_shard(
     name: str | None = None,
     size: int | None = None,
     sha256: str | None = None,
+    companion_files: Mapping[str, str | os.PathLike[str]] | None = None,
 ) -> ShardReader:
     """Open a local shard through mmap. ``index='auto'`` uses ``<shard>.idx`` when it exists,
     True requires it, False ignores it (sequential scan only).
@@ -108,6 +109,8 @@ def open_shard(
     ``index_file``: the index is stored there instead, and required. ``name`` is what errors call
     the shard (default: ``path``; for a cached copy, its store path). ``size`` and ``sha256``, where
     given, are what a manifest records of the shard: a shard that differs is a ShardCorruptError.
+    ``companion_files``: where the format's companions are, by suffix, where not beside the shard
+    (copies in a cache keyed by content).
     """
     shard_format = _resolve(path, fmt)
     name = os.fspath(path) if name is None else name
@@ -122,7 +125,10 @@ def open_shard(
     companions: dict[str, Any] = {}
     try:
         for suffix in shard_format.companions:
-            companions[suffix] = _map_companion(shard_format, os.fspath(path), suffix, name)
+            target = (companion_files or {}).get(suffix)
+            if target is None:
+                target = shard_format.companion_path(os.fspath(path), suffix)
+            companions[suffix] = _map_companion(shard_format, os.fspath(target), suffix, name)
         if size is not None and len(buffer) != size:
             raise ShardCorruptError(name, f"{len(buffer)} bytes, the manifest says {size}")
         if sha256 is not None and sha256_of(LocalFileSystem(), os.fspath(path)) != sha256:
@@ -138,9 +144,9 @@ def open_shard(
         raise
 
 
-def _map_companion(shard_format: ShardFormat, path: str, suffix: str, name: str) -> Any:
-    """Map companion ``suffix`` of the shard at ``path``; a missing one says what it is."""
-    target = shard_format.companion_path(path, suffix)
+def _map_companion(shard_format: ShardFormat, target: str, suffix: str, name: str) -> Any:
+    """Map companion ``suffix`` of shard ``name``, at ``target``; a missing one says what it
+    is."""
     try:
         return map_file(target)
     except NotFoundError:

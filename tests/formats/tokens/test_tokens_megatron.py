@@ -105,6 +105,18 @@ def test_keys_without_datapipe_index(tmp_path):
         assert reader.index is None and reader.gather_keys([3, 0]) == ["k3", "k0"]
 
 
+def test_companions_kept_elsewhere(tmp_path):
+    """A cache keyed by content holds each file under its hash: open_shard is told where."""
+    path = tmp_path / "s.bin"
+    write_shard(path, [{KEY: "a", "tokens": np.arange(4, dtype=np.uint16)}], "tokens")
+    elsewhere = {}
+    for suffix in (".idx", ".docs"):
+        elsewhere[suffix] = tmp_path / f"cached{suffix}.blob"
+        (tmp_path / f"s{suffix}").rename(elsewhere[suffix])
+    with open_shard(path, companion_files=elsewhere) as reader:
+        assert reader.tokens(0).tolist() == [0, 1, 2, 3]
+
+
 def test_bin_is_a_plain_token_array_for_memmap_readers(tmp_path):
     """OLMo-style readers take ``.bin`` as one array of ids, EOS between documents."""
     eos = 0
