@@ -1,2 +1,1 @@
-"""Shard formats (WebDataset tar, TFRecord): writers, readers and their shared random-access
-index."""
+"""Shard formats (WebDataset tar, TFRecord, Megatron-Core tokens): writers, readers, their index."""

@@ -27,12 +27,17 @@ Sample = dict[str, Any]
 
 @dataclass(frozen=True)
 class WrittenShard:
-    """What a writer produced: sample count, byte size, sha256 of the file, and its index."""
+    """What a writer produced: sample count, byte size, sha256 of the file, and its index.
+
+    ``companions``: the bytes of the files a format writes beside the shard, by suffix (the
+    token format's Megatron index and documents table; ``ShardFormat.companion_path`` names them).
+    """
 
     samples: int
     size: int
     sha256: str
     index: ShardIndex
+    companions: Mapping[str, bytes] = field(default_factory=dict)
 
 
 class ShardWriter(ABC):
@@ -43,6 +48,9 @@ class ShardWriter(ABC):
 
     format_code: ClassVar[int]
     allow_dots_in_keys: ClassVar[bool]
+    # fields every sample must have, of the kinds the format stores (the token format's
+    # ``tokens``); the shard-format conformance suite runs on formats with none
+    required_fields: ClassVar[tuple[str, ...]] = ()
     # True where the format's ``encode_samples`` is faster than writing samples one by one:
     # ``write_many`` then encodes runs of samples column-wise.
     encodes_columns: ClassVar[bool] = False
@@ -222,7 +230,8 @@ class ShardReader(ABC):
 
     With an index, ``reader[i]`` costs O(1) plus the payload read; without one, iteration scans
     the bytes. Payloads are memoryviews into the buffer unless ``copy=True``; views stay valid
-    while the reader (or the view itself) is alive.
+    while the reader (or the view itself) is alive. ``companions``: the buffers of the files the
+    format keeps beside the shard, by suffix (none for tar and TFRecord).
     """
 
     format_code: ClassVar[int]
@@ -235,8 +244,10 @@ class ShardReader(ABC):
         *,
         copy: bool = False,
         verify_crc: bool = True,
+        companions: Mapping[str, Buffer] | None = None,
     ) -> None:
         self.name = name
+        self.companions = dict(companions or {})
         self._buffer = buffer
         self._view = memoryview(buffer)
         self.copy = copy
@@ -360,7 +371,8 @@ class ShardReader(ABC):
         """Release the buffer (an mmap stays open while sample views into it exist)."""
         with contextlib.suppress(BufferError):
             self._view.release()
-        release(self._buffer)
+        for buffer in (self._buffer, *self.companions.values()):
+            release(buffer)
 
     def __enter__(self) -> ShardReader:
         return self

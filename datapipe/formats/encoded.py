@@ -12,16 +12,33 @@ from __future__ import annotations
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Protocol
 
 import numpy as np
 
 from datapipe.formats.index import HASH_SIZE, IndexBuilder, ShardIndex
 
 
+class SampleRows(Protocol):
+    """What a format keeps of each sample outside the shard's bytes (the token format's documents
+    table), carried by an encoded block and taken, moved and joined with its samples."""
+
+    def __len__(self) -> int: ...
+
+    def take(self, order: np.ndarray) -> SampleRows:
+        """The rows at positions ``order``, in that order."""
+        ...
+
+    def join(self, parts: Sequence[SampleRows]) -> SampleRows:
+        """These rows followed by each of ``parts``' rows."""
+        ...
+
+
 @dataclass(frozen=True, eq=False)
 class EncodedSamples:
     """``n`` encoded samples: sample i is ``data[bounds[i]:bounds[i + 1]]``; member offsets are
-    relative to ``data``."""
+    relative to ``data``. ``rows``: what the format keeps of them beside the shard (None for tar
+    and TFRecord)."""
 
     # or any buffer (a PickleBuffer after a move between processes)
     data: bytes | bytearray | memoryview
@@ -34,6 +51,7 @@ class EncodedSamples:
     fields: tuple[str, ...]
     key_blob: bytes  # the UTF-8 keys back to back
     key_ends: np.ndarray  # int64, n
+    rows: SampleRows | None = None
 
     def __len__(self) -> int:
         return len(self.member_counts)
@@ -95,6 +113,7 @@ class EncodedSamples:
             fields=self.fields,
             key_blob=self.key_blob[key_start : int(self.key_ends[b - 1])],
             key_ends=self.key_ends[a:b] - key_start,
+            rows=None if self.rows is None else self.rows.take(np.arange(a, b)),
         )
 
     def take(self, order: np.ndarray) -> EncodedSamples:
@@ -134,6 +153,7 @@ class EncodedSamples:
             fields=self.fields,
             key_blob=keys,
             key_ends=np.cumsum(self.key_ends[order] - key_starts[order]).astype(np.int64),
+            rows=None if self.rows is None else self.rows.take(order),
         )
 
 
@@ -188,4 +208,5 @@ def _concat(blocks: Sequence[EncodedSamples]) -> EncodedSamples:
         fields=fields,
         key_blob=b"".join(b.key_blob for b in blocks),
         key_ends=np.concatenate([b.key_ends + s for b, s in zip(blocks, key_starts, strict=True)]),
+        rows=None if blocks[0].rows is None else blocks[0].rows.join([b.rows for b in blocks[1:]]),
     )

@@ -10,21 +10,35 @@ from datapipe.formats.tar.reader import TarShardReader
 from datapipe.formats.tar.writer import TarShardWriter
 from datapipe.formats.tfrecord.reader import TFRecordShardReader
 from datapipe.formats.tfrecord.writer import TFRecordShardWriter
+from datapipe.formats.tokens.reader import TokensShardReader
+from datapipe.formats.tokens.writer import COMPANIONS, TokensShardWriter
 
 
 @dataclass(frozen=True)
 class ShardFormat:
-    """One shard format: its name, file extensions (first = what we write) and classes."""
+    """One shard format: its name, file extensions (first = what we write) and classes.
+
+    ``companions``: suffixes of the files written beside each shard, named by the shard's name
+    with its extension replaced (``shard-000000.bin`` -> ``shard-000000.idx``); the shard's own
+    index stays ``SHARD.idx`` (``shard-000000.bin.idx``).
+    """
 
     name: str
     extensions: tuple[str, ...]
     writer: type[ShardWriter]
     reader: type[ShardReader]
+    companions: tuple[str, ...] = ()
 
     @property
     def extension(self) -> str:
         """The extension given to shards we write."""
         return self.extensions[0]
+
+    def companion_path(self, shard: str, suffix: str) -> str:
+        """Where companion ``suffix`` of ``shard`` lives: the shard's path, its extension
+        replaced."""
+        ext = next((e for e in self.extensions if shard.lower().endswith(e)), "")
+        return shard[: len(shard) - len(ext)] + suffix
 
 
 FORMATS = {
@@ -32,8 +46,9 @@ FORMATS = {
     "tfrecord": ShardFormat(
         "tfrecord", (".tfrecord", ".tfrecords", ".tfrec"), TFRecordShardWriter, TFRecordShardReader
     ),
+    "tokens": ShardFormat("tokens", (".bin",), TokensShardWriter, TokensShardReader, COMPANIONS),
 }
-_ALIASES = {"tar": "webdataset", "wds": "webdataset", "tfrecords": "tfrecord"}
+_ALIASES = {"tar": "webdataset", "wds": "webdataset", "tfrecords": "tfrecord", "megatron": "tokens"}
 _BY_CODE = {f.writer.format_code: f for f in FORMATS.values()}
 
 

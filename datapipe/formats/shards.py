@@ -38,7 +38,8 @@ def write_shard_to(
     *,
     index: bool = True,
 ) -> tuple[WrittenShard, bytes | None]:
-    """Write a shard and its index (PATH.idx) through any fsspec filesystem, each file atomically.
+    """Write a shard, its companions and its index (PATH.idx) through any fsspec filesystem, each
+    file atomically, the index last.
 
     ``samples`` may hold blocks of ``EncodedSamples`` (written as they are) among sample dicts.
 
@@ -49,6 +50,8 @@ def write_shard_to(
         writer = shard_format.writer(f, name=path)
         writer.write_many(samples)
         written = writer.finish()
+    for suffix, data in written.companions.items():
+        put_atomic(fs, shard_format.companion_path(path, suffix), data)
     index_bytes = written.index.to_bytes() if index else None
     if index_bytes is not None:
         put_atomic(fs, path + INDEX_SUFFIX, index_bytes)
@@ -98,6 +101,7 @@ def open_shard(
     name: str | None = None,
     size: int | None = None,
     sha256: str | None = None,
+    companion_files: Mapping[str, str | os.PathLike[str]] | None = None,
 ) -> ShardReader:
     """Open a local shard through mmap. ``index='auto'`` uses ``<shard>.idx`` when it exists,
     True requires it, False ignores it (sequential scan only).
@@ -105,6 +109,8 @@ def open_shard(
     ``index_file``: the index is stored there instead, and required. ``name`` is what errors call
     the shard (default: ``path``; for a cached copy, its store path). ``size`` and ``sha256``, where
     given, are what a manifest records of the shard: a shard that differs is a ShardCorruptError.
+    ``companion_files``: where the format's companions are, by suffix, where not beside the shard
+    (copies in a cache keyed by content).
     """
     shard_format = _resolve(path, fmt)
     name = os.fspath(path) if name is None else name
@@ -116,17 +122,38 @@ def open_shard(
             f"{index_path(path)}: no index for this shard; build it with `datapipe index {name}`"
         )
     buffer = map_file(path)
+    companions: dict[str, Any] = {}
     try:
+        for suffix in shard_format.companions:
+            target = (companion_files or {}).get(suffix)
+            if target is None:
+                target = shard_format.companion_path(os.fspath(path), suffix)
+            companions[suffix] = _map_companion(shard_format, os.fspath(target), suffix, name)
         if size is not None and len(buffer) != size:
             raise ShardCorruptError(name, f"{len(buffer)} bytes, the manifest says {size}")
         if sha256 is not None and sha256_of(LocalFileSystem(), os.fspath(path)) != sha256:
             raise ShardCorruptError(
                 name, "sha256 does not match the manifest; the shard was changed or damaged"
             )
-        return shard_format.reader(buffer, name, shard_index, copy=copy, verify_crc=verify_crc)
+        return shard_format.reader(
+            buffer, name, shard_index, copy=copy, verify_crc=verify_crc, companions=companions
+        )
     except BaseException:
-        release(buffer)
+        for mapped in (buffer, *companions.values()):
+            release(mapped)
         raise
+
+
+def _map_companion(shard_format: ShardFormat, target: str, suffix: str, name: str) -> Any:
+    """Map companion ``suffix`` of shard ``name``, at ``target``; a missing one says what it
+    is."""
+    try:
+        return map_file(target)
+    except NotFoundError:
+        raise NotFoundError(
+            f"{target}: no such file; a {shard_format.name} shard ({name}) is read with its "
+            f"{suffix} file beside it: copy it from where the shard was written"
+        ) from None
 
 
 def read_shard_from(
@@ -135,7 +162,12 @@ def read_shard_from(
     """Read a whole shard and its index through any fsspec filesystem into memory (``open_shard``
     maps local ones)."""
     index = ShardIndex.from_bytes(read_bytes(fs, index_file), index_file)
-    return _resolve(path, fmt).reader(read_bytes(fs, path), path, index, copy=True)
+    shard_format = _resolve(path, fmt)
+    companions = {
+        suffix: read_bytes(fs, shard_format.companion_path(path, suffix))
+        for suffix in shard_format.companions
+    }
+    return shard_format.reader(read_bytes(fs, path), path, index, copy=True, companions=companions)
 
 
 def build_index(path: str | os.PathLike[str], fmt: str | None = None) -> tuple[Path, ShardIndex]:

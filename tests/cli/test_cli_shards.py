@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers.cli import datapipe_in_process
 from sample_data import simple_samples
@@ -34,6 +35,23 @@ def test_index_then_inspect(tmp_path, ext):
     out = run("inspect", str(shard), "-n", "1")
     assert "12 samples, fields: bin, cls" in out.stdout
     assert "bin: 64 B" in out.stdout and "cls: 1 B '0'" in out.stdout
+
+
+def test_index_and_inspect_a_token_shard(tmp_path):
+    """A token shard's NAME.bin.idx is rebuilt from its Megatron index and documents table."""
+    shard = tmp_path / "shard-000000.bin"
+    docs = [{"__key__": f"d{i}", "tokens": np.arange(i + 1, dtype=np.uint16)} for i in range(7)]
+    write_shard(shard, docs, "tokens")
+    written = index_path(shard).read_bytes()
+    index_path(shard).unlink()
+    out = run("index", str(shard))
+    assert out.returncode == 0 and "7 samples" in out.stdout
+    assert index_path(shard).read_bytes() == written
+    out = run("inspect", str(shard), "-n", "2")
+    assert "7 samples, fields: tokens" in out.stdout and "tokens: uint16[2] [0, 1]" in out.stdout
+    (tmp_path / "shard-000000.idx").unlink()
+    out = run("inspect", str(shard))
+    assert out.returncode == 3 and "shard-000000.idx: no such file" in out.stderr
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,8 @@ from datapipe.formats.registry import FORMATS
 from datapipe.formats.shards import write_shard
 
 EXAMPLES = int(os.environ.get("DATAPIPE_FUZZ_EXAMPLES", 1000))
+# the token format's samples need ``tokens`` ids and its files are fuzzed in tests/formats/tokens
+GENERIC = sorted(name for name, f in FORMATS.items() if not f.writer.required_fields)
 _SHARDS: dict[str, tuple[bytes, bytes]] = {}
 
 
@@ -63,7 +65,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list
 
 
 @FUZZ
-@given(st.sampled_from(sorted(FORMATS)), mutations)
+@given(st.sampled_from(GENERIC), mutations)
 def test_mutated_shards_scan_or_fail_cleanly(tmp_path_factory, fmt, edits):
     shard, _ = valid(fmt, tmp_path_factory)
     try:
@@ -73,7 +75,7 @@ def test_mutated_shards_scan_or_fail_cleanly(tmp_path_factory, fmt, edits):
 
 
 @FUZZ
-@given(st.sampled_from(sorted(FORMATS)), mutations)
+@given(st.sampled_from(GENERIC), mutations)
 def test_mutated_indexes_parse_or_fail_cleanly(tmp_path_factory, fmt, edits):
     _, index = valid(fmt, tmp_path_factory)
     try:
@@ -83,7 +85,7 @@ def test_mutated_indexes_parse_or_fail_cleanly(tmp_path_factory, fmt, edits):
 
 
 @FUZZ
-@given(st.sampled_from(sorted(FORMATS)), st.binary(max_size=4096))
+@given(st.sampled_from(GENERIC), st.binary(max_size=4096))
 def test_random_bytes_are_never_a_shard_by_accident(fmt, data):
     try:
         read_all(fmt, data)

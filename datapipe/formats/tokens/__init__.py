@@ -1,0 +1,1 @@
+"""Token shards: Megatron-Core indexed datasets (``NAME.bin``, ``NAME.idx``) and their documents."""
