@@ -121,7 +121,8 @@ def test_splits_by_a_misspelt_column_gets_the_near_name(tmp_path):
 def test_a_number_bound_on_numbers_and_a_far_name_are_as_before(tmp_path):
     out = cars(tmp_path, '- filter: "weight > 3"')
     assert out.stderr.splitlines()[-1] == (
-        f"error: cars.yaml:4: stages[0].filter: cannot evaluate 'weight > 3': no column 'weight' {COLUMNS}"
+        "error: cars.yaml:4: stages[0].filter: cannot evaluate 'weight > 3': no column 'weight' "
+        + COLUMNS
     )
     (tmp_path / "ok.yaml").write_text(
         (tmp_path / "cars.yaml")
