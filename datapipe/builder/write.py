@@ -14,6 +14,7 @@ from datapipe.builder.passes import prepare_pass, split_pass, take_piece, write_
 from datapipe.builder.plan import ShardPlan
 from datapipe.builder.result import ShardCounts
 from datapipe.builder.reuse import Reuse
+from datapipe.builder.stored import kept_once
 from datapipe.versioning.manifest import ShardEntry
 from datapipe.versioning.store import VersionWriter
 
@@ -36,7 +37,8 @@ def write_shards(
 ) -> Written:
     """The shards of ``plan`` in ``writer``'s version: the parent's file where it holds the same
     samples (its file, not its bytes), else written by tasks from each partition's samples (the
-    encoded blocks ``measure`` kept, or the source read and cleaned again)."""
+    encoded blocks ``measure`` kept, or the source read and cleaned again); a written shard whose
+    bytes a version of the dataset already stores is then that file (``stored.kept_once``)."""
     from dask import delayed
 
     files = plan.files
@@ -51,6 +53,9 @@ def write_shards(
     fs, directory = writer.store.fs, writer.partial
     tasks = [write(fs, directory, files[s][1], plan.format, *pieces[s]) for s in written]
     entries = dict(zip(written, run("write shards", tasks) if tasks else [], strict=True))
+    # a shard of the same bytes as one already stored: that file, whichever version holds it
+    reused.update(kept_once(writer, entries))
+    written = [s for s in written if s not in reused]
     counts = ShardCounts(len(written), len(reused), sum(entries[s].bytes for s in written))
     entries.update(reused)
     return Written([_in_split(entries[s], split) for s, (split, _) in enumerate(files)], counts)

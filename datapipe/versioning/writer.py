@@ -129,12 +129,33 @@ class VersionWriter:
                 index_path=index,
                 stored_as=None if names == (filename, index) else names,
             )
-        for src, new in (
-            (self.store.shard_file(self.name, parent, entry), filename),
-            (self.store.shard_file(self.name, parent, entry, index=True), index),
-        ):
-            os.link(src, f"{self.partial}/{new}")
+        self._link(parent, entry, filename, over=False)
         return replace(entry, path=filename, index_path=index, stored_in=None, stored_as=None)
+
+    def store_as(self, version: str, entry: ShardEntry, filename: str) -> ShardEntry:
+        """Shard ``filename`` (and its index), just written into the partial directory with the
+        same bytes as ``entry`` of ``version``, kept as that file instead of a second copy: the
+        written file replaced by a hard link on the local disk; on object stores, shared from the
+        directory that holds it (the written objects go with the partial directory)."""
+        if not is_local(self.store.fs):
+            return self.reuse_shard(version, entry, filename)
+        self._link(version, entry, filename, over=True)
+        index = filename + INDEX_SUFFIX
+        return replace(entry, path=filename, index_path=index, stored_in=None, stored_as=None)
+
+    def _link(self, version: str, entry: ShardEntry, filename: str, over: bool) -> None:
+        """Hard-link ``entry``'s shard and index of ``version`` as ``filename`` in the partial
+        directory; ``over``: in place of the files there, swapped in whole by a rename."""
+        for src, new in (
+            (self.store.shard_file(self.name, version, entry), filename),
+            (self.store.shard_file(self.name, version, entry, index=True), filename + INDEX_SUFFIX),
+        ):
+            target = f"{self.partial}/{new}"
+            if not over:
+                os.link(src, target)
+                continue
+            os.link(src, f"{target}.link")
+            os.replace(f"{target}.link", target)
 
     def share_shard(self, entry: ShardEntry, parent_version: str) -> ShardEntry:
         """``entry`` of version ``parent_version`` reused in this version without copying a byte:
