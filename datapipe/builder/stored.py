@@ -36,21 +36,27 @@ def stored_shards(writer: VersionWriter) -> dict[Content, tuple[str, ShardEntry]
     return out
 
 
-def kept_once(writer: VersionWriter, written: Mapping[int, ShardEntry]) -> dict[int, ShardEntry]:
-    """Of the shards just ``written`` into ``writer``'s version (shard number -> entry), those whose
-    bytes and index equal a stored shard of the dataset, each now that file (``store_as``): a
-    dataset stores a shard once, however its samples were found to be the same."""
-    if not written:
-        return {}
-    stored = stored_shards(writer)
-    out = {}
-    for s, entry in written.items():
+def kept_once(
+    writer: VersionWriter,
+    stored: Mapping[Content, tuple[str, ShardEntry]],
+    results: Mapping[int, tuple[ShardEntry, bool]],
+) -> tuple[dict[int, ShardEntry], list[int]]:
+    """Of the shards of the write pass (shard number -> entry, whether it was written), those whose
+    bytes and index equal a ``stored`` shard of the dataset, each now that file (``store_as``): a
+    dataset stores a shard once, however its samples were found to be the same. And the shards
+    left unwritten that could not be kept so (their stored file gone meanwhile): to write."""
+    kept, unwritten = {}, []
+    for s, (entry, written) in results.items():
         found = stored.get((entry.sha256, entry.index_sha256))
-        if found is None:
-            continue
-        version, same = found
         try:
-            out[s] = replace(writer.store_as(version, same, entry.path), split=entry.split)
-        except (DatapipeError, OSError) as e:  # gone meanwhile, or no links here: keep the copy
-            log.warning("%s: kept as written, not as %s's file (%s)", entry.path, version, e)
-    return out
+            if found is not None:
+                version, same = found
+                linked = writer.store_as(version, same, entry.path, written)
+                kept[s] = replace(linked, split=entry.split)
+                continue
+        except (DatapipeError, OSError) as e:  # gone meanwhile, or no links here: keep a copy
+            if written:
+                log.warning("%s: kept as written, not as %s's file (%s)", entry.path, version, e)
+        if not written:
+            unwritten.append(s)
+    return kept, unwritten

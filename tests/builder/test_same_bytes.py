@@ -4,6 +4,8 @@ edited or appended to rebuilds with most of its shards the stored files, whateve
 import json
 import os
 
+import pytest
+
 from datapipe.builder.config import load_pipeline
 from datapipe.builder.run import build
 from datapipe.versioning.store import Store
@@ -61,7 +63,14 @@ def check_stored_once(project, tmp_path, first, again, name: str) -> None:
     assert not verify_version(project.store, name, again.manifest, again.manifest.version)
 
 
-def test_an_append_to_a_one_file_csv_reuses_every_shard_it_left_alone(project, tmp_path):
+@pytest.mark.parametrize("in_memory", ["small shards", "none"])
+def test_an_append_to_a_one_file_csv_reuses_every_shard_it_left_alone(
+    project, tmp_path, monkeypatch, in_memory
+):
+    from datapipe.versioning import writer
+
+    if in_memory == "none":  # every shard written, then replaced by a link to the stored one
+        monkeypatch.setattr(writer, "IN_MEMORY_BYTES", -1)
     project.pipeline(CSV)
     project.write("raw/passengers.csv", "id,pclass,name,age\n" + passengers(0, 1313))
     first = project.build()
