@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from datapipe.errors import DatapipeError
@@ -11,6 +12,7 @@ from datapipe.versioning.manifest import ShardEntry
 from datapipe.versioning.store import VersionWriter
 
 log = logging.getLogger(__name__)
+READ_THREADS = 16  # manifests read at once
 
 # a shard's content: the sha256 of its bytes and of its index
 Content = tuple[str, str]
@@ -25,15 +27,23 @@ def stored_shards(writer: VersionWriter) -> dict[Content, tuple[str, ShardEntry]
         versions.remove(writer.parent)
         versions.insert(0, writer.parent)
     out: dict[Content, tuple[str, ShardEntry]] = {}
-    for version in versions:
-        try:
-            shards = store.manifest(name, version).shards
-        except DatapipeError as e:  # a damaged version shares nothing; verify names it
-            log.warning("%s@%s: its shards are not looked at for reuse (%s)", name, version, e)
-            continue
-        for entry in shards:
-            out.setdefault((entry.sha256, entry.index_sha256), (version, entry))
+    # one manifest read each, at once (object stores answer each in tens of milliseconds)
+    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="datapipe-stored") as pool:
+        read = pool.map(lambda v: _shards(writer, v), versions)
+        for version, shards in zip(versions, read, strict=True):
+            for entry in shards:
+                out.setdefault((entry.sha256, entry.index_sha256), (version, entry))
     return out
+
+
+def _shards(writer: VersionWriter, version: str) -> Sequence[ShardEntry]:
+    """The shards of ``version`` of ``writer``'s dataset; none for a damaged one (verify names
+    it)."""
+    try:
+        return writer.store.manifest(writer.name, version).shards
+    except DatapipeError as e:
+        log.warning("%s@%s: its shards are not looked at for reuse (%s)", writer.name, version, e)
+        return ()
 
 
 def kept_once(
