@@ -90,6 +90,22 @@ def test_an_append_to_quoted_csv_measures_only_its_last_blocks(project, tmp_path
     assert again.incremental.shards.written <= 2
 
 
+def test_an_edit_to_quoted_csv_measures_only_the_blocks_near_it(project, tmp_path):
+    project.pipeline(CSV.replace("4KB", "16KB"))
+    rows = [person(i) for i in range(8000)]
+    project.write("raw/people.csv", "id,name,age\n" + "".join(rows))
+    blocks = project.build().incremental.partitions.measured
+    assert blocks > 10
+    rows[4000] = rows[4000].replace("Person", "A longer name, quoted")
+    project.write("raw/people.csv", "id,name,age\n" + "".join(rows))
+    again = project.build()
+    assert again.manifest.version == scratch_version(project, tmp_path)
+    # of 16: the edited block, its neighbour where the edited record was the anchor of a cut,
+    # and a block whose anchor the shift carried across a nominal cut (9 with plain record cuts)
+    assert again.incremental.partitions.measured <= 3
+    assert again.incremental.shards.written <= 3
+
+
 @pytest.mark.parametrize("fmt", [JsonlFormat, CsvFormat])
 def test_an_unchanged_files_blocks_are_not_read_for_their_digests(project, monkeypatch, fmt):
     from datapipe.builder import known_hashes
