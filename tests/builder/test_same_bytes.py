@@ -3,6 +3,7 @@ edited or appended to rebuilds with most of its shards the stored files, whateve
 
 import json
 import os
+import re
 
 import pytest
 
@@ -95,6 +96,22 @@ def test_a_few_rows_edited_in_a_one_file_jsonl_rewrite_only_their_shards(project
     # three edited rows: their shards, and the shards where a cut moved
     assert again.incremental.shards.written <= 6
     assert again.incremental.shards.reused >= len(again.manifest.shards) - 6
+
+
+def test_a_full_builds_summary_counts_the_shards_it_kept_once(project):
+    from helpers.cli import datapipe_in_process
+
+    project.pipeline(JSONL)
+    project.write("raw/cars.jsonl", "\n".join(cars(40)) + "\n")
+    first = datapipe_in_process("build", "pipeline.yaml", "--out", "store", cwd=project.root)
+    assert first.returncode == 0, first.stderr
+    first_id = project.store.read_ref("cars", "latest")
+    # another pipeline file, the same shards: a full build that stores none of them again
+    project.pipeline(JSONL.replace("max_samples: 4}", "max_samples: 4, max_bytes: 1GB}"))
+    out = datapipe_in_process("build", "pipeline.yaml", "--out", "store", cwd=project.root)
+    line = next(x for x in out.stdout.splitlines() if x.startswith("full build: "))
+    kept = re.search(r"; shards 0 written, (\d+) reused$", line)
+    assert kept and int(kept[1]) == len(project.store.manifest("cars", first_id).shards), line
 
 
 def test_a_full_build_and_an_older_version_share_their_equal_shards(project, tmp_path):
