@@ -131,3 +131,25 @@ def test_a_full_build_and_an_older_version_share_their_equal_shards(project, tmp
     assert inodes(project.store, "cars", again.manifest) == inodes(
         project.store, "cars", first.manifest
     )
+
+
+def test_a_parquet_file_rewritten_with_more_rows_stores_only_the_new_shards(project, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def write(n: int) -> None:
+        ids = [f"p{i:05d}" for i in range(n)]
+        table = pa.table({"id": ids, "value": [i % 13 for i in range(n)]})
+        pq.write_table(table, project.root / "raw/table.parquet")
+
+    (project.root / "raw").mkdir()
+    project.pipeline(
+        "name: table\nsource: {path: raw/table.parquet, format: parquet}\n"
+        "sample: {key: id, fields: {json: [value]}}\nshards: {max_samples: 8}\n"
+    )
+    write(500)
+    first = project.build()
+    write(503)
+    again = project.build()
+    check_stored_once(project, tmp_path, first, again, "table")
+    assert again.incremental.shards.written <= 2
