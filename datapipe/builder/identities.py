@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.builder.lineage import hash_source
+from datapipe.builder.lineage import HASH_GROUP_BYTES, HASH_GROUP_FILES, hash_source
 from datapipe.builder.shard_plan import Dedupe
 from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.registry import get_source_format
@@ -48,8 +48,8 @@ def with_masks(identity: str, masks: Mapping[int, np.ndarray]) -> str:
 
 
 def block_digests(source: Source, parts: Sequence[Part]) -> list[str | None]:
-    """Per part of one file, the digest of the bytes it is parsed from, or None where its format
-    has none (a task: one per file)."""
+    """Per part, the digest of the bytes it is parsed from, or None where its format has none (a
+    task: a group of parts, ``_groups``)."""
     fmt = get_source_format(source.format)
     out: list[str | None] = []
     for part in parts:
@@ -72,7 +72,7 @@ def is_block(part: Part) -> bool:
 class BlockDigests:
     """Every text block's digest: the parent's (``known``: placed identity -> digest) where its
     file's hash is known unread (unchanged and stamped, or an object's etag), the rest from tasks on
-    ``client``, one per file, started now and gathered when first asked for."""
+    ``client`` (``_groups``), started now and gathered when first asked for."""
 
     def __init__(
         self,
@@ -85,18 +85,18 @@ class BlockDigests:
 
         self.client, self._parts = client, source.parts
         self._found: dict[int, str] = {}
-        todo: dict[int, list[Part]] = {}
-        unread = {}
+        todo: list[Part] = []
+        unread: dict[int, SourceFile | None] = {}
         for p in filter(is_block, source.parts):
             if p.file not in unread:
                 unread[p.file] = _hash_unread(source, p.file, known_hashes)
             digest = None if unread[p.file] is None else known.get(placed_identity(p, unread))
             if digest is None:
-                todo.setdefault(p.file, []).append(p)
+                todo.append(p)
             else:
                 self._found[p.number] = digest
         task, bare = delayed(block_digests, pure=False), replace(source, parts=())
-        self._todo = list(todo.values())
+        self._todo = _groups(todo)
         self._pending = client.compute([task(bare, ps) for ps in self._todo]) if todo else []
         self._all: list[str | None] | None = None
 
@@ -107,6 +107,21 @@ class BlockDigests:
                 self._found.update((p.number, d) for p, d in zip(parts, digests, strict=True) if d)
             self._all = [self._found.get(p.number) for p in self._parts]
         return self._all
+
+
+def _groups(parts: Sequence[Part]) -> list[list[Part]]:
+    """``parts`` in runs of at most HASH_GROUP_FILES blocks and HASH_GROUP_BYTES nominal bytes, a
+    task each: a scheduler spends about a millisecond a task, and a large file is read by many."""
+    groups: list[list[Part]] = [[]]
+    size = 0
+    for p in parts:
+        length = p.length or 0
+        if groups[-1] and (size + length > HASH_GROUP_BYTES or len(groups[-1]) >= HASH_GROUP_FILES):
+            groups.append([])
+            size = 0
+        groups[-1].append(p)
+        size += length
+    return [g for g in groups if g]
 
 
 def _hash_unread(source: Source, i: int, known: Mapping[int, SourceFile]) -> SourceFile | None:

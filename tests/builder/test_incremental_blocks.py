@@ -138,3 +138,21 @@ def test_an_unchanged_files_blocks_are_not_read_for_their_digests(project, monke
     again = project.build()
     assert read and all(label.endswith(grown.name) for label in read)
     assert again.incremental.source_files.trusted == 1
+
+
+def test_on_a_cluster_an_edit_rebuilds_its_block_and_keeps_the_other_shards(
+    project, tmp_path, dask_client
+):
+    project.pipeline(JSONL)
+    lines = [car(i, note="x" * 9) for i in range(3000)]
+    project.write("raw/cars.jsonl", "\n".join(lines) + "\n")
+    first = project.build(client=dask_client)
+    lines[1500] = car(1500, note="a note longer than the one before")
+    project.write("raw/cars.jsonl", "\n".join(lines) + "\n")
+    again = project.build(client=dask_client)
+    assert again.manifest.version == scratch_version(project, tmp_path)
+    assert again.incremental.partitions.measured <= 2
+    shards = again.incremental.shards
+    assert shards.written <= 3 and shards.reused == len(again.manifest.shards) - shards.written
+    old = {s.sha256 for s in first.manifest.shards}
+    assert sum(s.sha256 not in old for s in again.manifest.shards) == shards.written
