@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from datapipe.builder.accounting import splits_section
 from datapipe.builder.config import Pipeline
-from datapipe.builder.incremental import BuildState, Identities, save_state
+from datapipe.builder.identities import Identities
+from datapipe.builder.incremental import BuildState, save_state
 from datapipe.builder.inputs import Inputs
 from datapipe.builder.known_hashes import SourceHashes
 from datapipe.builder.lineage import environment
@@ -92,6 +93,7 @@ def next_state(
             stage: dict(zip(identities.at(dedupe, stage), stage_hashes, strict=True))
             for stage, stage_hashes in dedupe.hashes.items()
         },
+        blocks=identities.blocks(),
     )
 
 

@@ -3,12 +3,13 @@ of a changed source measures only the partitions whose bytes changed and reuses 
 whose samples did not.
 
 The state (``build-state.npz`` in the version directory, outside the manifest and the id) holds, for
-each partition, an identity (its source files' content hashes and its place in them, under a key of
-everything else that decides what it becomes: the pipeline, its code, the source's schema and
-options) and the measure pass's report; and for each shard a digest of the (partition, row) sequence
-it holds. A shard of the new plan with a digest of the parent's holds the same samples in the same
-order, so the same bytes: its file is the parent's (a hard link on local disks, a server-side copy
-on object stores). The result is the version a from-scratch build gives; reuse only skips work.
+each partition, an identity (``identities``: the digest of a text block's bytes, else its source
+files' content hashes and its place in them; under a key of everything else that decides what it
+becomes: the pipeline, its code, the source's schema and options) and the measure pass's report; and
+for each shard a digest of the (partition, row) sequence it holds. A shard of the new plan with a
+digest of the parent's holds the same samples in the same order, so the same bytes: its file is the
+parent's (a hard link on local disks, shared from the parent's directory on object stores). The
+result is the version a from-scratch build gives; reuse only skips work.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,14 +26,14 @@ import numpy as np
 from datapipe.builder.config import Pipeline
 from datapipe.builder.passes import Measured
 from datapipe.builder.quarantine import Reject
-from datapipe.builder.shard_plan import Dedupe
-from datapipe.builder.source.base import Part, Source
+from datapipe.builder.source.base import Source
 from datapipe.builder.source.class_folders import class_names
-from datapipe.versioning.manifest import FORMAT_VERSION, SourceFile, StageCounts, canonical_json
+from datapipe.versioning.manifest import FORMAT_VERSION, StageCounts, canonical_json
 
 STATE_NAME = "build-state.npz"
-# 2: shard digests over runs of rows; 3: dedupe hashes, identities with dedupe masks
-STATE_FORMAT = 3
+# 2: shard digests over runs of rows; 3: dedupe hashes, identities with dedupe masks; 4: text
+# blocks identified by their bytes
+STATE_FORMAT = 4
 
 
 @dataclass
@@ -55,6 +56,8 @@ class BuildState:
     format: int = STATE_FORMAT
     # stage -> identity there -> row hashes
     dedupe: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    # placed identity -> digest of each text block (``identities``)
+    blocks: dict[str, str] = field(default_factory=dict)
 
 
 def state_key(pipeline: Pipeline, code: Mapping[str, str], source: Source) -> str:
@@ -93,61 +96,6 @@ def why_unusable(state: BuildState | None, key: str) -> str | None:
     if state.key != key:
         return "the pipeline, its code or the source's schema changed"
     return None
-
-
-def part_identities(parts: Sequence[Part], files: Sequence[SourceFile]) -> list[str]:
-    """Per partition, a digest of its files (name and content hash: a 'files' or class-folders row
-    holds its path) and where in them it lies."""
-    out = []
-    for p in parts:
-        hashes = [(files[i].path, files[i].hash) for i in (p.members or (p.file,))]
-        out.append(
-            hashlib.blake2b(
-                canonical_json([hashes, p.start, p.length, p.row_group, p.exact]), digest_size=16
-            ).hexdigest()
-        )
-    return out
-
-
-def with_masks(identity: str, masks: Mapping[int, np.ndarray]) -> str:
-    """A partition's identity once dedupe stages chose its rows: its rows, and so every later report
-    on it and the numbering of its samples, depend on the masks too (a row dropped as a duplicate of
-    a new partition's)."""
-    if not masks:
-        return identity
-    h = hashlib.blake2b(bytes.fromhex(identity), digest_size=16)
-    for stage in sorted(masks):
-        mask = np.asarray(masks[stage], dtype=bool)
-        h.update(f"{stage}:{len(mask)}:".encode() + np.packbits(mask).tobytes())
-    return h.hexdigest()
-
-
-class Identities:
-    """Per partition, its identity (``part_identities``), and with the dedupe masks that chose its
-    rows (``with_masks``).
-
-    The source hashes are gathered the first time an identity is asked for: a rebuild asks when it
-    looks for its parent's partitions, a full build only when it plans its shards, so that its
-    files are hashed beside its passes.
-    """
-
-    def __init__(self, parts: Sequence[Part], hashes: Callable[[], Sequence[SourceFile]]) -> None:
-        self._parts, self._hashes = parts, hashes
-        self._raw: list[str] | None = None
-
-    def raw(self) -> list[str]:
-        """Per partition, its identity before any dedupe stage."""
-        if self._raw is None:
-            self._raw = part_identities(self._parts, self._hashes())
-        return self._raw
-
-    def at(self, dedupe: Dedupe, before: int | None = None) -> list[str]:
-        """Per partition, its identity with the masks of the dedupe stages before ``before`` (all
-        of them when None)."""
-        return [
-            with_masks(raw, dedupe.of(p.number, before))
-            for raw, p in zip(self.raw(), self._parts, strict=True)
-        ]
 
 
 def shard_digests(
@@ -212,6 +160,7 @@ def save_state(state: BuildState) -> bytes:
         "blocksize": state.blocksize,
         "format": state.format,
         "configured_blocksize": state.configured_blocksize,
+        "blocks": state.blocks,
     }
     for i, (m, rejects, keep) in enumerate(
         zip(state.measured, state.rejects, state.key_keep, strict=True)
@@ -285,6 +234,7 @@ def load_state(data: bytes) -> BuildState | None:
             configured_blocksize=meta.get("configured_blocksize"),
             format=int(meta.get("format", 1)),
             dedupe=dedupe,
+            blocks=dict(meta.get("blocks") or {}),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

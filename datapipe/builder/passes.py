@@ -9,6 +9,7 @@ Every pass runs the same deterministic code, so a row meets the same fate in eac
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,7 +30,7 @@ from datapipe.errors import BuildError, ConfigError, UserCodeError, did_you_mean
 from datapipe.formats.encoded import EncodedSamples, in_output_order
 from datapipe.formats.registry import get_format
 from datapipe.versioning.manifest import ShardEntry, StageCounts
-from datapipe.versioning.store import write_shard_file
+from datapipe.versioning.writer import write_shard_unless_stored
 
 SAMPLE_STAGE = "sample"
 SOURCE_STAGE = "source"
@@ -318,9 +319,15 @@ def take_piece(prepared: dict[int, Piece], shard: int) -> Piece | None:
 
 
 def write_shard_task(
-    fs: Any, directory: str, filename: str, fmt_name: str, *pieces: Piece | None
-) -> ShardEntry:
-    """Write one shard from its pieces, in output order."""
+    fs: Any,
+    directory: str,
+    filename: str,
+    fmt_name: str,
+    stored: AbstractSet[str],
+    *pieces: Piece | None,
+) -> tuple[ShardEntry, bool]:
+    """Write one shard from its pieces, in output order, unless it is small and has the bytes of a
+    stored shard (sha256 in ``stored``); and whether it was written."""
     restore_dynamic_thresholds()
     blocks = in_output_order([p for p in pieces if p is not None])
-    return write_shard_file(fs, directory, filename, blocks, get_format(fmt_name))
+    return write_shard_unless_stored(fs, directory, filename, blocks, get_format(fmt_name), stored)

@@ -29,7 +29,9 @@ class PartitionCounts:
 
 @dataclass(frozen=True)
 class ShardCounts:
-    """The shards the write pass wrote (and their bytes), and those that are the parent's files."""
+    """The shards the write pass stored anew (and their bytes), and those that are files the
+    dataset already stored: the parent's of the same samples, or any version's of the same
+    bytes."""
 
     written: int
     reused: int

@@ -15,13 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.builder.incremental import (
-    BuildState,
-    Identities,
-    load_state,
-    why_unusable,
-    with_masks,
-)
+from datapipe.builder.identities import Identities, with_masks
+from datapipe.builder.incremental import BuildState, load_state, why_unusable
 from datapipe.builder.known_hashes import trusted
 from datapipe.builder.passes import Masks, Measured
 from datapipe.builder.quarantine import Reject
@@ -105,6 +100,11 @@ class Parent:
     version: str | None
     state: BuildState | None
     why_full: str | None
+
+    def blocks(self) -> dict[str, str]:
+        """The parent's text block digests by placed identity (``identities``), where its state
+        carries over; else none."""
+        return self.state.blocks if self.state and self.why_full is None else {}
 
     def records(self) -> dict[str, list[Any]]:
         """The parent's source hash records (``known_hashes``), or none."""

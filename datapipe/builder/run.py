@@ -28,7 +28,7 @@ from datapipe.builder.commit import commit, manifest_of, new_version, next_state
 from datapipe.builder.config import LoadedPipeline, Pipeline
 from datapipe.builder.drops import DropWarning, drop_warnings, emptied_message
 from datapipe.builder.execution import DEFAULT_EXECUTION, Execution
-from datapipe.builder.incremental import Identities
+from datapipe.builder.identities import BlockDigests, Identities
 from datapipe.builder.inputs import Inputs, find_inputs
 from datapipe.builder.known_hashes import SourceHashes
 from datapipe.builder.measure import Measure, dedupe_stages, measure_parts
@@ -75,7 +75,8 @@ def build(
         source = job.source
         hashes = SourceHashes(run.client, source, found.known, found.listed_ns)
         on_workers = run.share_job(job)
-        identities = Identities(source.parts, hashes.all)
+        blocks = BlockDigests(run.client, source, found.known, found.parent.blocks())
+        identities = Identities(source.parts, hashes.all, blocks.all)
         reuse = run.timed("find parent", found.parent.reuse, store, pipeline.name, identities)
         deduped = dedupe_stages(run, on_workers, source.parts, pipeline.stages, reuse)
         measured = measure_parts(run, on_workers, source.parts, deduped, reuse, keep_encoded)

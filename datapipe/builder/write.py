@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any
@@ -14,6 +15,7 @@ from datapipe.builder.passes import prepare_pass, split_pass, take_piece, write_
 from datapipe.builder.plan import ShardPlan
 from datapipe.builder.result import ShardCounts
 from datapipe.builder.reuse import Reuse
+from datapipe.builder.stored import kept_once, stored_shards
 from datapipe.versioning.manifest import ShardEntry
 from datapipe.versioning.store import VersionWriter
 
@@ -36,7 +38,8 @@ def write_shards(
 ) -> Written:
     """The shards of ``plan`` in ``writer``'s version: the parent's file where it holds the same
     samples (its file, not its bytes), else written by tasks from each partition's samples (the
-    encoded blocks ``measure`` kept, or the source read and cleaned again)."""
+    encoded blocks ``measure`` kept, or the source read and cleaned again); a written shard whose
+    bytes a version of the dataset already stores is then that file (``stored.kept_once``)."""
     from dask import delayed
 
     files = plan.files
@@ -45,12 +48,26 @@ def write_shards(
         entry = reuse.shard(digest)
         if entry is not None:
             reused[s] = writer.reuse_shard(reuse.parent, entry, files[s][1])
+    todo = [s for s in range(len(files)) if s not in reused]
+    # every stored shard of the dataset: one with the same bytes is that file, not a second copy
+    stored = stored_shards(writer) if todo else {}
     pieces = _pieces(job, plan, measure, set(reused))
-    written = [s for s in range(len(files)) if s not in reused]
     write = delayed(write_shard_task, pure=False)
     fs, directory = writer.store.fs, writer.partial
-    tasks = [write(fs, directory, files[s][1], plan.format, *pieces[s]) for s in written]
-    entries = dict(zip(written, run("write shards", tasks) if tasks else [], strict=True))
+
+    def tasks(shards: list[int], known: Any) -> list[Any]:
+        return [write(fs, directory, files[s][1], plan.format, known, *pieces[s]) for s in shards]
+
+    shas = frozenset(sha for sha, _ in stored)
+    known = delayed(shas, name=f"stored-shards-{uuid.uuid4().hex}", traverse=False)
+    results = dict(zip(todo, run("write shards", tasks(todo, known)) if todo else [], strict=True))
+    kept, unwritten = kept_once(writer, stored, results)
+    if unwritten:  # their stored files went meanwhile (a gc): written after all
+        again = run("write shards", tasks(unwritten, frozenset()))
+        results.update(zip(unwritten, again, strict=True))
+    reused.update(kept)
+    written = [s for s in todo if s not in reused]
+    entries = {s: results[s][0] for s in written}
     counts = ShardCounts(len(written), len(reused), sum(entries[s].bytes for s in written))
     entries.update(reused)
     return Written([_in_split(entries[s], split) for s, (split, _) in enumerate(files)], counts)

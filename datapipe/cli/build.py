@@ -99,9 +99,11 @@ def _print_summary(summary: dict[str, Any], incremental: IncrementalReport | Non
 
 def _incremental_line(report: IncrementalReport) -> str:
     """What the build took from its parent version, or why it built everything."""
-    if report.full_because:
-        return f"full build: {report.full_because}"
     parts, shards, files = report.partitions, report.shards, report.source_files
+    if report.full_because:
+        # shards of the same bytes as stored ones are kept once in a full build too
+        same = f"; shards {shards.written} written, {shards.reused} reused" if shards.reused else ""
+        return f"full build: {report.full_because}{same}"
     return (
         f"incremental from {short_id(report.parent)}: partitions "
         f"{parts.measured} measured, "

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import io
 import json
 import logging
 import os
+import shutil
 import socket
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Protocol
 
 from datapipe.errors import DatapipeError
+from datapipe.formats.base import WrittenShard
+from datapipe.formats.encoded import EncodedSamples
 from datapipe.formats.registry import ShardFormat
 from datapipe.formats.shards import INDEX_SUFFIX, write_shard_to
 from datapipe.storage.fs import is_local, put_atomic
@@ -68,6 +73,39 @@ def write_shard_file(
     worker)."""
     written, index = write_shard_to(fs, f"{directory}/{filename}", samples, fmt)
     assert index is not None
+    return _entry(filename, written, index)
+
+
+# a shard up to this size is put together in memory first, so that one whose bytes are stored
+# already is never written (a write and a delete cost more than the link that replaces them)
+IN_MEMORY_BYTES = 16 << 20
+
+
+def write_shard_unless_stored(
+    fs: Any,
+    directory: str,
+    filename: str,
+    blocks: Sequence[EncodedSamples],
+    fmt: ShardFormat,
+    stored: AbstractSet[str],
+) -> tuple[ShardEntry, bool]:
+    """``write_shard_file`` of ``blocks``, except a shard of at most IN_MEMORY_BYTES whose sha256 is
+    in ``stored``, which is left unwritten; and whether it was written."""
+    if not stored or sum(memoryview(b.data).nbytes for b in blocks) > IN_MEMORY_BYTES:
+        return write_shard_file(fs, directory, filename, blocks, fmt), True
+    buffer = io.BytesIO()
+    writer = fmt.writer(buffer, name=f"{directory}/{filename}")
+    writer.write_many(blocks)
+    written = writer.finish()
+    index = written.index.to_bytes()
+    if written.sha256 in stored:
+        return _entry(filename, written, index), False
+    put_atomic(fs, f"{directory}/{filename}", buffer.getbuffer())
+    put_atomic(fs, f"{directory}/{filename}{INDEX_SUFFIX}", index)
+    return _entry(filename, written, index), True
+
+
+def _entry(filename: str, written: WrittenShard, index: bytes) -> ShardEntry:
     return ShardEntry(
         path=filename,
         samples=written.samples,
@@ -129,12 +167,40 @@ class VersionWriter:
                 index_path=index,
                 stored_as=None if names == (filename, index) else names,
             )
-        for src, new in (
-            (self.store.shard_file(self.name, parent, entry), filename),
-            (self.store.shard_file(self.name, parent, entry, index=True), index),
-        ):
-            os.link(src, f"{self.partial}/{new}")
+        self._link(parent, entry, filename, over=False)
         return replace(entry, path=filename, index_path=index, stored_in=None, stored_as=None)
+
+    def store_as(
+        self, version: str, entry: ShardEntry, filename: str, written: bool = True
+    ) -> ShardEntry:
+        """Shard ``filename`` (and its index), of the same bytes as ``entry`` of ``version``, kept
+        as that file instead of a second copy: a hard link on the local disk (in place of the files
+        just written, when ``written``); on object stores, shared from the directory that holds it
+        (written objects go with the partial directory)."""
+        if not is_local(self.store.fs):
+            return self.reuse_shard(version, entry, filename)
+        self._link(version, entry, filename, over=written)
+        index = filename + INDEX_SUFFIX
+        return replace(entry, path=filename, index_path=index, stored_in=None, stored_as=None)
+
+    def _link(self, version: str, entry: ShardEntry, filename: str, over: bool) -> None:
+        """Hard-link ``entry``'s shard and index of ``version`` as ``filename`` in the partial
+        directory; ``over``: in place of the files there, which hold the same bytes (no reader sees
+        a partial directory, so no rename is needed: where the link fails, a copy takes its
+        place)."""
+        for src, new in (
+            (self.store.shard_file(self.name, version, entry), filename),
+            (self.store.shard_file(self.name, version, entry, index=True), filename + INDEX_SUFFIX),
+        ):
+            target = f"{self.partial}/{new}"
+            if over:
+                os.unlink(target)
+            try:
+                os.link(src, target)
+            except OSError:
+                if over:
+                    shutil.copyfile(src, target)
+                raise
 
     def share_shard(self, entry: ShardEntry, parent_version: str) -> ShardEntry:
         """``entry`` of version ``parent_version`` reused in this version without copying a byte:

@@ -3,13 +3,14 @@ block."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from datapipe.builder.source.base import InputFile, Part, Source
+from datapipe.builder.source.base import ANCHOR_EVERY, ANCHOR_TAIL, InputFile, Part, Source
 
 SCAN_CHUNK = 8 << 20
 
@@ -23,6 +24,10 @@ class BlockScan:
     # absolute offset of the first newline after an even number of the block's quotes, or -1
     first_even: int
     first_odd: int  # the same after an odd number, or -1
+    # per parity (even, odd): the first anchor line's newline in the block's first half
+    # (``base.line_cut``), and the first newline past that half; -1 where none
+    anchor: tuple[int, int] = (-1, -1)
+    late: tuple[int, int] = (-1, -1)
 
 
 def scan_block(fs: Any, path: str, start: int, length: int, quote: int) -> BlockScan:
@@ -56,7 +61,43 @@ def scan_block(fs: Any, path: str, start: int, length: int, quote: int) -> Block
                             first[p] = pos + int(hits[0])
                 parity = int(after[-1])
             pos, left = pos + len(chunk), left - len(chunk)
-    return BlockScan(parity, first[0], first[1])
+        anchor, late = _anchors(handle, start, length, quote)
+    return BlockScan(parity, first[0], first[1], anchor, late)
+
+
+def _anchors(
+    handle: Any, start: int, length: int, quote: int
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Per parity of the block's quotes before it: the first anchor newline in the block's first
+    half, and the first newline after that half (where no anchor came), read from ``handle``."""
+    target = start + max(length // 2, 1)
+    anchor, late = [-1, -1], [-1, -1]
+    at = max(start - ANCHOR_TAIL, 0)
+    handle.seek(at)
+    data, parity, pos = handle.read(start - at), 0, start
+    while pos < start + length and not all(
+        a >= 0 or b >= 0 for a, b in zip(anchor, late, strict=True)
+    ):
+        chunk = handle.read(min(SCAN_CHUNK, start + length - pos))
+        if not chunk:
+            break
+        data = data[-ANCHOR_TAIL:] + chunk if pos > start else data + chunk
+        skip = len(data) - len(chunk)  # bytes of data before the chunk
+        bytes_ = np.frombuffer(chunk, dtype=np.uint8)
+        after = (np.cumsum(bytes_ == quote, dtype=np.uint8) & 1) ^ parity
+        newlines = np.flatnonzero(bytes_ == 10)
+        for p in (0, 1):
+            hits = newlines[after[newlines] == p] + pos
+            for q in hits[hits < target].tolist() if anchor[p] < 0 else ():
+                i = q - pos + skip
+                if zlib.crc32(data[max(i + 1 - ANCHOR_TAIL, 0) : i + 1]) % ANCHOR_EVERY == 0:
+                    anchor[p] = q
+                    break
+            beyond = hits[hits >= target]
+            if late[p] < 0 and len(beyond):
+                late[p] = int(beyond[0])
+        parity, pos = int(after[-1]) if len(after) else parity, pos + len(chunk)
+    return (anchor[0], anchor[1]), (late[0], late[1])
 
 
 def scans_needed(source: Source) -> list[tuple[int, Part]]:
@@ -123,8 +164,13 @@ def _aligned(
         parities.append(parities[-1] ^ scan.parity)
 
     def record_end(j: int) -> int | None:
-        """Just past the first newline outside quotes at or after block j's start."""
-        for k in range(j, len(blocks)):
+        """Just past the first anchor line outside quotes in block j's first half, else the first
+        newline outside quotes after it (``base.line_cut``'s rule, in record boundaries)."""
+        scan = blocks[j][1]
+        hit = scan.anchor[parities[j]] if scan.anchor[parities[j]] >= 0 else scan.late[parities[j]]
+        if hit >= 0:
+            return hit + 1
+        for k in range(j + 1, len(blocks)):
             scan = blocks[k][1]
             hit = scan.first_odd if parities[k] else scan.first_even
             if hit >= 0:

@@ -13,6 +13,7 @@ partition's offset, gives its row number in the source file for the quarantine.
 from __future__ import annotations
 
 import json
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,6 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import pandas as pd
-from fsspec.utils import read_block
 
 from datapipe.builder.source.options import DEFAULT_BLOCKSIZE, DEFAULT_FILES_PER_PARTITION
 from datapipe.builder.source.schema import SAMPLE_BYTES, SchemaSample, apply_schema
@@ -150,6 +150,12 @@ class SourceFormat(ABC):
         """Parse partition ``part`` of ``source``; rows that cannot be parsed are kept as
         rejects."""
 
+    def parsed_bytes(self, source: Source, part: Part) -> bytes | None:
+        """Everything ``read`` parses partition ``part`` from, when that alone decides its rows
+        wherever the part lies (a text block): an incremental build then knows an unchanged block
+        of a changed file. None (the default): the file's hash and the place in it decide."""
+        return None
+
 
 def open_input(source: Source, f: InputFile, compression: str | None = "infer") -> Any:
     """``f`` opened for reading, with errors that name it."""
@@ -163,13 +169,53 @@ def open_input(source: Source, f: InputFile, compression: str | None = "infer") 
 
 def block_bytes(handle: Any, part: Part) -> bytes:
     """The bytes of text partition ``part`` from its open file. Exact parts were cut between records
-    by the quote scan; others at the first newline after their nominal start."""
+    by the quote scan; others at the first anchor line after each nominal cut (``line_cut``)."""
     if part.length is None:
         return handle.read()
     if part.exact:
         handle.seek(part.start)
         return handle.read(part.length)
-    return read_block(handle, part.start, part.length, delimiter=b"\n")
+    window = max(part.length // 2, 1)
+    start = line_cut(handle, part.start, window)
+    end = line_cut(handle, part.start + part.length, window)
+    handle.seek(start)
+    return handle.read(end - start)
+
+
+# a line is an anchor when the CRC of its last ANCHOR_TAIL bytes (with the newline) is 0 mod this
+ANCHOR_EVERY = 16
+ANCHOR_TAIL = 256
+_CHUNK = 1 << 16
+
+
+def line_cut(handle: Any, offset: int, window: int) -> int:
+    """Where a block cut nominally at ``offset`` starts: just after the first anchor line that ends
+    at or after ``offset``, else after the first line ending ``window`` bytes past it (or at the
+    end of the file). An anchor is chosen by the bytes that end it, so an edit that shifts the bytes
+    after it moves no cut past the next anchor: blocks away from the edit keep their bytes, and an
+    incremental build its measure of them. A cut never precedes a later offset's (the cuts of
+    consecutive blocks are in order)."""
+    if offset == 0:
+        return 0
+    at = max(offset - ANCHOR_TAIL, 0)
+    handle.seek(at)
+    data, look = b"", offset - at  # where in data the next newline is looked for
+    while True:
+        chunk = handle.read(_CHUNK)
+        data += chunk
+        p = data.find(b"\n", look)
+        while p >= 0:
+            end = at + p + 1
+            if end - 1 >= offset + window:
+                return end
+            if zlib.crc32(data[max(p + 1 - ANCHOR_TAIL, 0) : p + 1]) % ANCHOR_EVERY == 0:
+                return end
+            p = data.find(b"\n", p + 1)
+        if not chunk:
+            return at + len(data)
+        # keep the tail the next line's anchor test needs
+        keep = max(len(data) - ANCHOR_TAIL, 0)
+        data, at, look = data[keep:], at + keep, max(look, len(data)) - keep
 
 
 def read_sample(fs: Any, files: Sequence[InputFile]) -> tuple[str, bytes]:

@@ -300,6 +300,14 @@ class CsvFormat(SourceFormat):
         """``read_csv_part``."""
         return read_csv_part(source, part)
 
+    def parsed_bytes(self, source: Source, part: Part) -> bytes | None:
+        """A block's bytes after the file's leading record (``_block``), each with its length; None
+        for a file read whole, whose hash says as much."""
+        if part.length is None:
+            return None
+        first, data = _block(source, part)
+        return len(first).to_bytes(8, "little") + first + data
+
 
 @functools.cache
 def _read_csv_keywords() -> tuple[str, ...]:
