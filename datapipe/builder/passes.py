@@ -25,6 +25,7 @@ from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.registry import read_part
 from datapipe.builder.splits import assign_splits
 from datapipe.builder.stages import dedupe_hashes, run_stage
+from datapipe.builder.tokenize_stage import TokenizerFile
 from datapipe.errors import BuildError, ConfigError, UserCodeError, did_you_mean
 from datapipe.formats.encoded import EncodedSamples, in_output_order
 from datapipe.formats.registry import get_format
@@ -49,6 +50,7 @@ class BuildJob:
     # module of a map stage -> sha256 of its file
     code: dict[str, str] = field(default_factory=dict)
     where: str = "the pipeline file"  # FILE:LINE of the splits section, for messages
+    tokenizer: TokenizerFile | None = None  # the tokenize stage's file
 
     def encoder(self) -> SampleEncoder:
         """The sample encoder for this pipeline's fields and shard format."""
@@ -112,7 +114,9 @@ def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> 
             break
         label = stage_path(i, stage.kind)
         try:
-            outcome = run_stage(stage, label, frame, job.base_dir, masks.get(i), job.code)
+            outcome = run_stage(
+                stage, label, frame, job.base_dir, masks.get(i), job.code, job.tokenizer
+            )
         except UserCodeError as e:
             raise located(e, job.source, part, frame) from None
         counts.append(

@@ -141,7 +141,9 @@ def _partitioned(
     blocksize = found.parent.blocksize(fit.blocksize, found.source.blocksize)
     source = align_on(run, partition_source(found.source, blocksize))
     where = loaded.where("splits.by")
-    job = BuildJob(loaded.pipeline, loaded.base_dir, source, found.code_hashes, where)
+    job = BuildJob(
+        loaded.pipeline, loaded.base_dir, source, found.code_hashes, where, found.tokenizer
+    )
     keep = execution.keep_encoded
     return job, blocksize, fit.keep_encoded if keep is None else keep
 
