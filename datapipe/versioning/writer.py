@@ -32,7 +32,7 @@ from datapipe.versioning.layout import (
     VERSIONS,
 )
 from datapipe.versioning.leases import Lease, LeaseStore
-from datapipe.versioning.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from datapipe.versioning.manifest import MANIFEST_NAME, Companion, Manifest, ShardEntry
 
 log = logging.getLogger(__name__)
 # server-side copies in flight at once when a commit moves shards on an object store
@@ -76,6 +76,11 @@ def write_shard_file(
         index_path=filename + INDEX_SUFFIX,
         index_bytes=len(index),
         index_sha256=hashlib.sha256(index).hexdigest(),
+        companions=tuple(
+            Companion(suffix, len(data), hashlib.sha256(data).hexdigest())
+            for suffix in fmt.companions
+            for data in (written.companions[suffix],)
+        ),
     )
 
 
@@ -170,13 +175,17 @@ class VersionWriter:
         the side files this build staged, its build state, replace the older build's).
         """
         store, fs = self.store, self.store.fs
-        manifest = replace(
-            manifest,
-            name=self.name,
-            parent=self.parent,
-            created_at=_now("microseconds"),
-            host=socket.gethostname(),
-        ).with_id()
+        manifest = (
+            replace(
+                manifest,
+                name=self.name,
+                parent=self.parent,
+                created_at=_now("microseconds"),
+                host=socket.gethostname(),
+            )
+            .in_written_format()
+            .with_id()
+        )
         final = store.path(self.name, VERSIONS, manifest.version)
         if manifest.version in store.versions(self.name):
             manifest = store.manifest(self.name, manifest.version)
@@ -195,7 +204,7 @@ class VersionWriter:
                 name
                 for entry in manifest.shards
                 if entry.stored_in is None
-                for name in (entry.path, entry.index_path)
+                for name in entry.stored_files()
             ]
             self._move(names + ([manifest.rejected] if manifest.rejected else []), final)
             self._move_side(final)
