@@ -89,7 +89,8 @@ def build(
             with state_staged(writer, pipeline.name, state):
                 written = write_shards(run, writer, on_workers, plan, measured, reuse)
             manifest = manifest_of(pipeline, found, written.entries, stages, measured, hashes.all())
-            committed = commit(writer, manifest, _quarantine(source, stages, measured), refs)
+            quarantined = _quarantine(source, stages, measured)
+            committed = commit(writer, manifest, quarantined, refs, found.tokenizer)
         peak = worker_peak_rss(run.client)
     report = IncrementalReport(
         reuse.parent,

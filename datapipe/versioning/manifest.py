@@ -43,6 +43,7 @@ from datapipe.versioning.manifest_parts import (
     Splits,
     StageCounts,
     Str,
+    TokenizerRef,
 )
 from datapipe.versioning.typed_json import RECORD, Malformed, read_record, record_json_schema
 
@@ -117,6 +118,8 @@ class Manifest:
             del data["splits"]
         if self.classes is None:  # likewise for every source but class_folders
             del data["classes"]
+        if self.lineage.tokenizer is None:  # and for every pipeline without a tokenize stage
+            del data["lineage"]["tokenizer"]
         for shard in data["shards"]:
             for optional in ("split", "stored_in", "stored_as"):
                 if shard[optional] is None:
@@ -125,6 +128,13 @@ class Manifest:
             if not shard["companions"]:
                 del shard["companions"]
         return data
+
+    def own_files(self) -> list[str]:
+        """The files of the version directory beside its shards: the quarantine, the tokenizer."""
+        files = [self.rejected] if self.rejected else []
+        if self.lineage.tokenizer is not None:
+            files.append(self.lineage.tokenizer.file)
+        return files
 
     def split_shards(self, split: str) -> list[int]:
         """The numbers (in ``shards``) of the shards of ``split``."""
@@ -200,6 +210,7 @@ _RECORD_NAMES = {
     Lineage: "lineage",
     SourceFile: "source",
     CodeRef: "code",
+    TokenizerRef: "tokenizer",
 }
 _TOTALS = tuple(f.name for f in fields(_Totals))
 

@@ -156,6 +156,33 @@ class CodeRef:
     sha256: Sha256
 
 
+TOKENIZER_NAME = "tokenizer.json"  # the tokenize stage's file, kept in the version directory
+
+
+@dataclass(frozen=True)
+class TokenizerRef:
+    """The tokenizer that made a version's token ids: a copy of its file in the version directory
+    (so a reader can always decode), its hash, the library that ran it and the ids it added."""
+
+    __pydantic_config__ = RECORD
+
+    file: FileName
+    """The copy of the tokenizer.json in the version directory (tokenizer.json)."""
+    bytes: Count
+    sha256: Sha256
+    """The file's sha256: a new tokenizer file makes a new version."""
+    library: Str
+    """The tokenizers library's version: a new one makes a new version too."""
+    vocab_size: Count
+    """The largest id plus one."""
+    dtype: Str
+    """The ids' numpy dtype: uint16 up to 65,536 ids, else int32."""
+    eos_id: Count | None = None
+    """The end-of-text id appended to each document; null: none."""
+    bos_id: Count | None = None
+    """The beginning-of-text id put before each document; null: none."""
+
+
 @dataclass(frozen=True)
 class Lineage:
     """Everything the version was made from."""
@@ -169,6 +196,9 @@ class Lineage:
     seed: Int | None = None
     environment: dict[str, Str] = field(default_factory=dict)
     """Versions of datapipe, dask, pyarrow and python; not part of the version id."""
+    tokenizer: TokenizerRef | None = None
+    """Only in a version built with a tokenize stage (left out of the JSON, and so of the id,
+    otherwise)."""
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,9 @@ def _expected_files(
             files[filename] = (companion.bytes, companion.sha256)
     if manifest.rejected:
         expected[root][manifest.rejected] = None
+    tokenizer = manifest.lineage.tokenizer
+    if tokenizer is not None:
+        expected[root][tokenizer.file] = (tokenizer.bytes, tokenizer.sha256)
     return expected
 
 

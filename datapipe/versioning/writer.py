@@ -161,6 +161,12 @@ class VersionWriter:
             entry, stored_in=entry.stored_in or parent_version, stored_as=entry.stored_as
         )
 
+    def put_file(self, filename: str, data: bytes) -> None:
+        """Stage a file of the version beside its shards (the tokenizer's copy), moved with them
+        by the commit when the manifest lists it (``Manifest.own_files``)."""
+        path = f"{self.partial}/{filename}"
+        self.store.remote(path, lambda: put_atomic(self.store.fs, path, data))
+
     def put_build_state(self, data: bytes) -> None:
         """Stage the build's state (builder/incremental.py) to be committed with the version,
         outside its id."""
@@ -206,7 +212,7 @@ class VersionWriter:
                 if entry.stored_in is None
                 for name in entry.stored_files()
             ]
-            self._move(names + ([manifest.rejected] if manifest.rejected else []), final)
+            self._move(names + manifest.own_files(), final)
             self._move_side(final)
             where = f"{final}/{MANIFEST_NAME}"
             # after every shard is in place

@@ -1,13 +1,16 @@
 """The tokenize stage: its keys, its tokenizer file, what it does to a partition, and builds."""
 
+import hashlib
 import json
 import subprocess
 import sys
 import textwrap
+from importlib import metadata
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.cli import datapipe_in_process, on_session_cluster
 from helpers.text import documents, expected_ids, npy, train_tokenizer, write_jsonl
 
 from datapipe.builder.config import load_pipeline, parse_pipeline
@@ -15,6 +18,7 @@ from datapipe.builder.config_parts import TokenizeArgs
 from datapipe.builder.stages import run_stage
 from datapipe.builder.tokenize_stage import TokenizerFile, pipeline_tokenizer, read_tokenizer
 from datapipe.errors import ConfigError
+from datapipe.versioning.verify import verify_version
 
 LABEL = "stages[0].tokenize"
 
@@ -180,8 +184,6 @@ def test_a_build_writes_each_documents_tokens_as_npy(project, in_process, bpe):
 
 
 def test_build_errors_name_the_file_and_line_without_traceback(project):
-    from helpers.cli import datapipe_in_process
-
     write_jsonl(project.root / "raw" / "web-0.jsonl", ["a b"])
     (project.root / "tokenizers").mkdir()
     (project.root / "tokenizers" / "bpe.json").write_text("{}")
@@ -193,3 +195,44 @@ def test_build_errors_name_the_file_and_line_without_traceback(project):
     )
     with pytest.raises(ConfigError, match=r"pipeline.yaml:4: stages\[0\]\.tokenize\.tokenizer"):
         pipeline_tokenizer(load_pipeline(project.root / "pipeline.yaml"))
+
+
+def web_project(project, bpe, docs):
+    write_jsonl(project.root / "raw" / "web-0.jsonl", docs[: len(docs) // 2])
+    write_jsonl(project.root / "raw" / "web-1.jsonl", docs[len(docs) // 2 :], len(docs) // 2)
+    (project.root / "tokenizers").mkdir(exist_ok=True)
+    (project.root / "tokenizers" / "bpe.json").write_bytes(bpe.read_bytes())
+    web_pipeline(project.root)
+
+
+def test_the_version_keeps_its_tokenizer_and_check_names_a_new_one(project, dask_client, bpe):
+    web_project(project, bpe, documents(100))
+    first = project.build(client=dask_client).manifest
+    tokenizer = first.lineage.tokenizer
+    data = bpe.read_bytes()
+    assert (tokenizer.file, tokenizer.bytes) == ("tokenizer.json", len(data))
+    assert tokenizer.sha256 == hashlib.sha256(data).hexdigest()
+    assert tokenizer.library == metadata.version("tokenizers") and tokenizer.dtype == "uint16"
+    assert (tokenizer.eos_id, tokenizer.bos_id) == (expected_ids(bpe, "")[0], None)
+    directory = project.root / "store" / "web" / "versions" / first.version
+    assert (directory / "tokenizer.json").read_bytes() == data
+    assert not verify_version(project.store, "web", first)
+    (directory / "tokenizer.json").write_bytes(data + b" ")
+    assert [p.kind for p in verify_version(project.store, "web", first)] == ["mismatch"]
+    (directory / "tokenizer.json").write_bytes(data)
+
+    # another tokenizer file: a new version, and check says why
+    train_tokenizer(project.root / "tokenizers" / "bpe.json", vocab_size=350)
+    cli = (
+        "check",
+        "pipeline.yaml",
+        "--out",
+        "store",
+        *on_session_cluster(dask_client.scheduler.address),
+    )
+    out = datapipe_in_process(*cli, cwd=project.root)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "  lineage: tokenizer file changed: sha256 " in out.stdout
+    second = project.build(client=dask_client).manifest
+    assert second.version != first.version
+    assert project.store.path("web", "versions", second.version, "tokenizer.json")
