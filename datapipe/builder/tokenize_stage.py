@@ -181,6 +181,8 @@ def tokenize(
 ) -> tuple[pd.DataFrame, int, dict[Any, str]]:
     """The rows with the column ``tokens`` added (the text column kept), how many were dropped
     for having fewer than ``min_tokens`` ids, and row id -> reason for the rows without text."""
+    if not len(frame):  # an empty partition may have no columns at all
+        return frame.assign(**{TOKENS: pd.Series([], frame.index, object)}), 0, {}
     column = _text_column(frame, args.field, label)
     positions, texts, reasons = [], [], {}
     for i, (row, value) in enumerate(zip(frame.index, column.array, strict=True)):

@@ -236,3 +236,8 @@ def test_the_version_keeps_its_tokenizer_and_check_names_a_new_one(project, dask
     second = project.build(client=dask_client).manifest
     assert second.version != first.version
     assert project.store.path("web", "versions", second.version, "tokenizer.json")
+
+
+def test_an_empty_partition_without_columns_passes(bpe):
+    out = run(pd.DataFrame(), bpe)
+    assert len(out.frame) == 0 and list(out.frame.columns) == ["tokens"]
