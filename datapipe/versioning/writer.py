@@ -134,12 +134,12 @@ class VersionWriter:
                 index_path=index,
                 stored_as=None if names == (filename, index) else names,
             )
-        for src, new in (
-            (self.store.shard_file(self.name, parent, entry), filename),
-            (self.store.shard_file(self.name, parent, entry, index=True), index),
-        ):
-            os.link(src, f"{self.partial}/{new}")
-        return replace(entry, path=filename, index_path=index, stored_in=None, stored_as=None)
+        reused = replace(entry, path=filename, index_path=index, stored_in=None, stored_as=None)
+        directory = self.store.shard_dir(self.name, parent, entry)
+        # the shard, its index and its companions, each under this version's name
+        for src, new in zip(entry.stored_files(), reused.stored_files(), strict=True):
+            os.link(f"{directory}/{src}", f"{self.partial}/{new}")
+        return reused
 
     def share_shard(self, entry: ShardEntry, parent_version: str) -> ShardEntry:
         """``entry`` of version ``parent_version`` reused in this version without copying a byte:

@@ -84,3 +84,21 @@ def commit_sharing(
     return writer.commit(
         Manifest(name=name, shard_format="webdataset", fields=FIELDS, shards=tuple(entries)), refs
     )
+
+
+def commit_token_child(
+    store: Store, parent: Manifest, new: int, name: str = "toks", seed: int = 1
+) -> Manifest:
+    """A child of token version ``parent``: ``new`` shards written first (documents drawn from
+    ``seed``), then the parent's shards reused under their new numbers, as an incremental build
+    renumbers them (a hard link locally, ``stored_in`` and ``stored_as`` elsewhere)."""
+    writer = store.begin(name)
+    fmt = get_format("tokens")
+    entries = [
+        writer.write_shard(i, token_samples(len(parent.shards) + i, seed), fmt) for i in range(new)
+    ]
+    for i, entry in enumerate(parent.shards, start=new):
+        entries.append(writer.reuse_shard(parent.version, entry, writer.shard_filename(i, fmt)))
+    return writer.commit(
+        Manifest(name=name, shard_format="tokens", fields=TOKEN_FIELDS, shards=tuple(entries))
+    )

@@ -9,10 +9,12 @@ import json
 import jsonschema
 import pytest
 from conftest import SCHEMA, commit, two_shards
-from helpers.versions import commit_tokens, token_samples
+from helpers.versions import commit_token_child, commit_tokens, token_samples
 
 from datapipe.errors import IntegrityError
+from datapipe.versioning.gc import collect
 from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.sizes import usage
 from datapipe.versioning.verify import verify_version
 
 FILES = ("shard-000000.bin", "shard-000000.bin.idx", "shard-000000.docs", "shard-000000.idx")
@@ -27,9 +29,7 @@ def test_a_token_version_records_its_companions_and_holds_them(store):
     m = commit_tokens(store, [token_samples(0), token_samples(1)])
     assert m.format_version == 3 and m.samples == 20
     files = _files(store, "toks", m.version)
-    assert sorted(files) == sorted(
-        ["manifest.json", *FILES, *(f.replace("000000", "000001") for f in FILES)]
-    )
+    assert sorted(files) == sorted(["manifest.json", *FILES, *_renamed(FILES)])
     for shard in m.shards:
         assert [c.suffix for c in shard.companions] == [".idx", ".docs"]
         for companion, filename in shard.companion_names():
@@ -64,6 +64,27 @@ def test_verify_names_a_changed_or_missing_companion(store, suffix):
     store.fs.rm_file(missing)
     problems = sorted(str(p) for p in verify_version(store, "toks", m))
     assert problems == [f"mismatch: {changed} (sha256 differs)", f"missing: {missing}"]
+
+
+def test_a_reused_shard_brings_its_companions_and_gc_keeps_them_while_listed(store):
+    parent = commit_tokens(store, [token_samples(0), token_samples(1)])
+    child = commit_token_child(store, parent, new=1)
+    assert [s.companions for s in child.shards[1:]] == [s.companions for s in parent.shards]
+    assert verify_version(store, "toks", child) == []
+    u = usage(store, "toks")
+    assert u["shared_bytes"] == parent.bytes and u["own_bytes"] == child.shards[0].data_bytes
+    collect(store, "toks", keep_last=1)
+    assert store.versions("toks") == [child.version]
+    assert verify_version(store, "toks", child) == []
+    # locally the child holds links of its own; on memory:// the files it shares stay
+    shared = child.shards[1].stored_in is not None
+    assert sorted(_files(store, "toks", parent.version)) == (
+        sorted(["pruned.json", *FILES, *_renamed(FILES)]) if shared else []
+    )
+
+
+def _renamed(names) -> list[str]:
+    return [f.replace("000000", "000001") for f in names]
 
 
 def test_companions_in_a_format_2_manifest_are_a_clear_error():
