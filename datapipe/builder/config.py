@@ -22,16 +22,17 @@ from datapipe.builder.config_lines import describe, dotted, key_lines
 from datapipe.builder.config_parts import (
     FORBID,
     STAGE_KINDS,
-    ByteSize,
     ClassesFile,
     ColumnRule,
     DedupeArgs,
     DropnaArgs,
     FillnaArgs,
     ImageArgs,
+    ShardConfig,
     TokenizeArgs,
     TypeName,
     class_names_problem,
+    token_fields_problem,
 )
 from datapipe.builder.config_parts import (
     TYPE_NAMES as TYPE_NAMES,  # re-exported: the type names a pipeline may use
@@ -210,16 +211,6 @@ class SampleConfig(BaseModel):
         return value
 
 
-class ShardConfig(BaseModel):
-    """How samples are cut into shard files."""
-
-    model_config = _FORBID
-    format: Literal["webdataset", "tfrecord"] = "webdataset"
-    max_bytes: ByteSize = 64 * 10**6
-    max_samples: int | None = Field(default=None, ge=1)
-    shuffle_seed: int | None = Field(default=None, ge=0)
-
-
 class Pipeline(BaseModel):
     """A whole pipeline file: source, cleaning stages, sample layout, splits and sharding."""
 
@@ -247,6 +238,15 @@ class Pipeline(BaseModel):
         if sum(stage.kind == "tokenize" for stage in stages) > 1:
             raise ValueError("a pipeline tokenizes once: keep one tokenize stage")
         return stages
+
+    @field_validator("shards")
+    @classmethod
+    def _token_fields(cls, shards: ShardConfig, info: pydantic.ValidationInfo) -> ShardConfig:
+        sample = info.data.get("sample")
+        problem = token_fields_problem(shards.format, sample.fields if sample else None)
+        if problem is not None:
+            raise ValueError(problem)
+        return shards
 
     def canonical(self) -> dict[str, Any]:
         """The config as it goes into the version id: JSON types, without execution-only source

@@ -141,6 +141,35 @@ class ImageArgs(BaseModel):
         return self
 
 
+class ShardConfig(BaseModel):
+    """How samples are cut into shard files."""
+
+    model_config = FORBID
+    # tokens: Megatron-Core token shards (formats/tokens), "megatron" its other name
+    format: Literal["webdataset", "tfrecord", "tokens", "megatron"] = "webdataset"
+    max_bytes: ByteSize = 64 * 10**6
+    max_samples: int | None = Field(default=None, ge=1)
+    shuffle_seed: int | None = Field(default=None, ge=0)
+
+    @field_validator("format")
+    @classmethod
+    def _one_name(cls, value: str) -> str:
+        return "tokens" if value == "megatron" else value  # one name, one version id
+
+
+def token_fields_problem(shard_format: str, fields: dict[str, Any] | None) -> str | None:
+    """Why ``sample.fields`` cannot make token shards (they need ``tokens``, one column of ids),
+    or None."""
+    if shard_format != "tokens" or fields is None:
+        return None
+    if not isinstance(fields.get("tokens"), str):
+        return (
+            "format tokens writes each document's ids from the field 'tokens': add "
+            "tokens: tokens to sample.fields (the tokenize stage's column)"
+        )
+    return None
+
+
 def class_names_problem(names: typing.Sequence[str]) -> str | None:
     """What is wrong with a pinned class list (empty, a duplicate, a name that is no folder name),
     or None."""

@@ -29,6 +29,7 @@ from datapipe.builder.tokenize_stage import TokenizerFile
 from datapipe.errors import BuildError, ConfigError, UserCodeError, did_you_mean
 from datapipe.formats.encoded import EncodedSamples, in_output_order
 from datapipe.formats.registry import get_format
+from datapipe.formats.tokens.writer import SOURCE
 from datapipe.versioning.manifest import ShardEntry, StageCounts
 from datapipe.versioning.store import write_shard_file
 
@@ -60,7 +61,17 @@ class BuildJob:
             self.pipeline.sample.fields,
             numeric=fmt.name == "tfrecord",
             allow_dots_in_keys=fmt.writer.allow_dots_in_keys,
+            arrays=fmt.writer.required_fields,
         )
+
+    def encode_block(self, part: Part, encoded: EncodedRows) -> EncodedSamples:
+        """``encoded`` in the shard format's blocks; token shards' documents table names the
+        source file each document came from (a 'files' partition's rows: not recorded)."""
+        fields: Mapping[str, Sequence[Any]] = encoded.fields
+        if self.pipeline.shards.format == "tokens" and not part.members:
+            fields = {**fields, SOURCE: [self.source.files[part.file].label] * len(encoded.keys)}
+        writer = get_format(self.pipeline.shards.format).writer
+        return writer.encode_samples(encoded.keys, fields)
 
 
 @dataclass
@@ -241,9 +252,7 @@ def encode_pass(job: BuildJob, part: Part, masks: Masks) -> tuple[Measured, Enco
     does not read and clean the source again (used when the encoded dataset fits in memory)."""
     cleaned = clean(job, part, masks)
     encoded, rejects = encode_rows(job, cleaned.frame)
-    block = get_format(job.pipeline.shards.format).writer.encode_samples(
-        encoded.keys, encoded.fields
-    )
+    block = job.encode_block(part, encoded)
     return _measured(job, cleaned, encoded, rejects, np.diff(block.bounds)), block
 
 
@@ -282,9 +291,7 @@ def prepare_pass(
     sample."""
     cleaned = clean(job, part, masks)
     encoded, _ = encode_rows(job, cleaned.frame)
-    block = get_format(job.pipeline.shards.format).writer.encode_samples(
-        encoded.keys, encoded.fields
-    )
+    block = job.encode_block(part, encoded)
     return split_block(block, key_keep, positions, shards)
 
 

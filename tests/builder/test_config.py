@@ -471,7 +471,8 @@ def test_bad_sizes(value):
         (
             20,
             "  format: zip",
-            "pipelines/x.yaml:20: shards.format: Input should be 'webdataset' or 'tfrecord'",
+            "pipelines/x.yaml:20: shards.format: Input should be 'webdataset', 'tfrecord', "
+            "'tokens' or 'megatron'",
             "shards",
         ),
         (

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 from importlib import metadata
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -54,6 +55,15 @@ def test_keys_and_defaults():
         )
     with pytest.raises(ConfigError, match=r"t.yaml:4: stages\[0\]\.tokenize\.eos_tokn"):
         stage_of(tokenizer="a.json", eos_tokn="</s>")
+
+    def shards(fmt, fields="{tokens: tokens}"):
+        text = "name: t\nsource: {path: a.jsonl, format: jsonl}\n"
+        text += f"sample: {{key: id, fields: {fields}}}\nshards: {{format: {fmt}}}\n"
+        return parse_pipeline(text, "t.yaml").shards.format
+
+    assert shards("megatron") == shards("tokens") == "tokens"
+    with pytest.raises(ConfigError, match=r"t.yaml:4: shards: format tokens writes .* 'tokens'"):
+        shards("tokens", "{ids: tokens}")
 
 
 def test_every_document_is_the_direct_encode_with_eos(bpe):
@@ -235,9 +245,44 @@ def test_the_version_keeps_its_tokenizer_and_check_names_a_new_one(project, dask
     assert "  lineage: tokenizer file changed: sha256 " in out.stdout
     second = project.build(client=dask_client).manifest
     assert second.version != first.version
-    assert project.store.path("web", "versions", second.version, "tokenizer.json")
+    kept = Path(project.store.path("web", "versions", second.version, "tokenizer.json"))
+    assert kept.read_bytes() == (project.root / "tokenizers" / "bpe.json").read_bytes() != data
 
 
 def test_an_empty_partition_without_columns_passes(bpe):
     out = run(pd.DataFrame(), bpe)
     assert len(out.frame) == 0 and list(out.frame.columns) == ["tokens"]
+
+
+def test_token_shards_read_back_in_megatron_and_datapipe(project, in_process, bpe):
+    import warnings
+
+    with warnings.catch_warnings():  # it warns that Transformer Engine and Apex are missing
+        warnings.simplefilter("ignore")
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    from datapipe.formats.shards import open_shard
+
+    docs = documents(300)
+    web_project(project, bpe, docs)
+    web_pipeline(project.root, fields="{tokens: tokens, url: url}", min_tokens=2)
+    text = (project.root / "pipeline.yaml").read_text()
+    (project.root / "pipeline.yaml").write_text(
+        text.replace("{max_bytes: 64KB", "{format: megatron, max_bytes: 8KB")
+    )
+    manifest = project.build(client=in_process).manifest
+    assert manifest.shard_format == "tokens" and len(manifest.shards) >= 2
+    assert manifest.fields == {"tokens": "npy", "url": "str"}
+    directory = Path(project.store.path("web", "versions", manifest.version))
+    ids, keys = [], []
+    for entry in manifest.shards:
+        dataset = IndexedDataset(str(directory / entry.path)[: -len(".bin")])
+        ids += [dataset[i].tolist() for i in range(len(dataset))]
+        del dataset
+        with open_shard(directory / entry.path) as reader:
+            keys += reader.keys()
+            assert bytes(reader[0]["url"]).startswith(b"https://example.org/")
+    kept = [(f"d{i:05d}", t) for i, t in enumerate(docs) if i != 1]  # d00001 is empty: dropped
+    assert keys == [k for k, _ in kept]
+    assert ids == [expected_ids(bpe, t) for _, t in kept]
+    assert not verify_version(project.store, "web", manifest)
