@@ -162,12 +162,14 @@ def test_encoding_starts_no_thread_and_forks_without_warning(bpe):
     assert "fork" not in out.stderr and "TOKENIZERS_PARALLELISM" not in out.stderr
 
 
-def web_pipeline(root, fields="{tokens: tokens, txt: text, url: url}", **stage):
+def web_pipeline(
+    root, fields="{tokens: tokens, txt: text, url: url}", shards="{max_bytes: 64KB}", **stage
+):
     args = {"tokenizer": "tokenizers/bpe.json", **stage}
     (root / "pipeline.yaml").write_text(
         "name: web\nsource: {path: raw/web-*.jsonl, format: jsonl}\nstages:\n"
         f"  - tokenize: {json.dumps(args)}\n"
-        f"sample: {{key: id, fields: {fields}}}\nshards: {{max_bytes: 64KB}}\n"
+        f"sample: {{key: id, fields: {fields}}}\nshards: {shards}\n"
     )
 
 
@@ -217,6 +219,8 @@ def web_project(project, bpe, docs):
 
 def test_the_version_keeps_its_tokenizer_and_check_names_a_new_one(project, dask_client, bpe):
     web_project(project, bpe, documents(100))
+    # token shards: check reads their documents back to compare them
+    web_pipeline(project.root, "{tokens: tokens, url: url}", "{format: tokens, max_bytes: 4KB}")
     first = project.build(client=dask_client).manifest
     tokenizer = first.lineage.tokenizer
     data = bpe.read_bytes()
@@ -265,11 +269,9 @@ def test_token_shards_read_back_in_megatron_and_datapipe(project, in_process, bp
 
     docs = documents(300)
     web_project(project, bpe, docs)
-    web_pipeline(project.root, fields="{tokens: tokens, url: url}", min_tokens=2)
-    text = (project.root / "pipeline.yaml").read_text()
-    (project.root / "pipeline.yaml").write_text(
-        text.replace("{max_bytes: 64KB", "{format: megatron, max_bytes: 8KB")
-    )
+    fields, shards = "{tokens: tokens, url: url}", "{format: megatron, max_bytes: 8KB}"
+    web_pipeline(project.root, fields, shards, min_tokens=2)
+
     manifest = project.build(client=in_process).manifest
     assert manifest.shard_format == "tokens" and len(manifest.shards) >= 2
     assert manifest.fields == {"tokens": "npy", "url": "str"}
@@ -286,3 +288,14 @@ def test_token_shards_read_back_in_megatron_and_datapipe(project, in_process, bp
     assert keys == [k for k, _ in kept]
     assert ids == [expected_ids(bpe, t) for _, t in kept]
     assert not verify_version(project.store, "web", manifest)
+
+
+def test_datapipe_schema_shows_the_tokens_column(project, bpe):
+    web_project(project, bpe, documents(20))
+    out = datapipe_in_process("schema", "pipeline.yaml", "--json", cwd=project.root)
+    assert out.returncode == 0, out.stderr
+    shown = json.loads(out.stdout)
+    (step,) = shown["stages"]
+    assert step["added"] == ["tokens"] and step["out"] == step["in"] > 0
+    tokens = next(c for c in shown["columns"] if c["name"] == "tokens")
+    assert tokens["stage"] == "stages[0].tokenize"
