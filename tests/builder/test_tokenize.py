@@ -299,3 +299,26 @@ def test_datapipe_schema_shows_the_tokens_column(project, bpe):
     assert step["added"] == ["tokens"] and step["out"] == step["in"] > 0
     tokens = next(c for c in shown["columns"] if c["name"] == "tokens")
     assert tokens["stage"] == "stages[0].tokenize"
+
+
+def test_the_text_example_builds_into_token_shards(project, in_process):
+    pipelines = Path(__file__).parents[2] / "pipelines"
+    out = project.root / "raw" / "text"
+    subprocess.run(
+        [sys.executable, str(pipelines / "prepare_text.py"), "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    (project.root / "text.yaml").write_bytes((pipelines / "text.yaml").read_bytes())
+    manifest = project.build("text.yaml", client=in_process).manifest
+    assert manifest.shard_format == "tokens" and manifest.lineage.tokenizer.eos_id == 0
+    texts = {}
+    for path in sorted(out.glob("docs-*.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            texts[row["id"]] = row["text"]
+    samples = project.samples(manifest)
+    assert len(samples) == manifest.samples == len(texts) - manifest.stages[1].dropped
+    bpe = out / "bpe.json"
+    for sample in samples[::25]:
+        assert sample["tokens"].tolist() == expected_ids(bpe, texts[sample["__key__"]])
