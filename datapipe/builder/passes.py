@@ -25,11 +25,11 @@ from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.registry import read_part
 from datapipe.builder.splits import assign_splits
 from datapipe.builder.stages import dedupe_hashes, run_stage
+from datapipe.builder.token_origins import from_first_row, origins
 from datapipe.builder.tokenize_stage import TokenizerFile
 from datapipe.errors import BuildError, ConfigError, UserCodeError, did_you_mean
 from datapipe.formats.encoded import EncodedSamples, in_output_order
 from datapipe.formats.registry import get_format
-from datapipe.formats.tokens.writer import SOURCE
 from datapipe.versioning.manifest import ShardEntry, StageCounts
 from datapipe.versioning.store import write_shard_file
 
@@ -66,10 +66,10 @@ class BuildJob:
 
     def encode_block(self, part: Part, encoded: EncodedRows) -> EncodedSamples:
         """``encoded`` in the shard format's blocks; token shards' documents table names the
-        source file each document came from (a 'files' partition's rows: not recorded)."""
+        source file and row each document came from (``token_origins``)."""
         fields: Mapping[str, Sequence[Any]] = encoded.fields
-        if self.pipeline.shards.format == "tokens" and not part.members:
-            fields = {**fields, SOURCE: [self.source.files[part.file].label] * len(encoded.keys)}
+        if self.pipeline.shards.format == "tokens":
+            fields = {**fields, **origins(self.source, part, encoded.rows)}
         writer = get_format(self.pipeline.shards.format).writer
         return writer.encode_samples(encoded.keys, fields)
 
@@ -285,13 +285,14 @@ def prepare_pass(
     key_keep: np.ndarray,
     positions: np.ndarray,
     shards: np.ndarray,
+    first_row: int = 0,
 ) -> dict[int, Piece]:
     """The samples of ``part``, encoded for the shard format and grouped by destination shard, with
     their output positions: blocks of bytes that cross to the shard's writer, not a dict per
-    sample."""
+    sample. ``first_row``: the partition's first row in its file."""
     cleaned = clean(job, part, masks)
     encoded, _ = encode_rows(job, cleaned.frame)
-    block = job.encode_block(part, encoded)
+    block = from_first_row(job.encode_block(part, encoded), first_row)
     return split_block(block, key_keep, positions, shards)
 
 
@@ -300,10 +301,11 @@ def split_pass(
     key_keep: np.ndarray,
     positions: np.ndarray,
     shards: np.ndarray,
+    first_row: int = 0,
 ) -> dict[int, Piece]:
     """``split_block`` of the block that ``encode_pass`` kept on its worker."""
     restore_dynamic_thresholds()
-    return split_block(result[1], key_keep, positions, shards)
+    return split_block(from_first_row(result[1], first_row), key_keep, positions, shards)
 
 
 def split_block(

@@ -14,6 +14,7 @@ from datapipe.builder.passes import prepare_pass, split_pass, take_piece, write_
 from datapipe.builder.plan import ShardPlan
 from datapipe.builder.result import ShardCounts
 from datapipe.builder.reuse import Reuse
+from datapipe.builder.token_origins import first_rows
 from datapipe.versioning.manifest import ShardEntry
 from datapipe.versioning.store import VersionWriter
 
@@ -66,17 +67,20 @@ def _pieces(job: Any, plan: ShardPlan, measure: Measure, reused: set[int]) -> di
     from dask import delayed
 
     pieces: dict[int, list[Any]] = defaultdict(list)
-    by_part = zip(measure.parts, measure.key_keep, plan.positions, plan.destinations, strict=True)
-    for part, keep, pos, dest in by_part:
+    starts = first_rows(measure.parts, [m.counts[0].rows_in for m in measure.reports])
+    by_part = zip(
+        measure.parts, measure.key_keep, plan.positions, plan.destinations, starts, strict=True
+    )
+    for part, keep, pos, dest, start in by_part:
         wanted = [shard for shard in np.unique(dest).tolist() if shard not in reused]
         if not wanted:
             continue
         if part.number in measure.encoded:
             block = measure.encoded[part.number]
-            prepared = delayed(split_pass, pure=False)(block, keep, pos, dest)
+            prepared = delayed(split_pass, pure=False)(block, keep, pos, dest, start)
         else:
             masks = measure.masks(part.number)
-            prepared = delayed(prepare_pass, pure=False)(job, part, masks, keep, pos, dest)
+            prepared = delayed(prepare_pass, pure=False)(job, part, masks, keep, pos, dest, start)
         for shard in wanted:
             pieces[shard].append(delayed(take_piece, pure=False)(prepared, shard))
     return pieces

@@ -276,16 +276,22 @@ def test_token_shards_read_back_in_megatron_and_datapipe(project, in_process, bp
     assert manifest.shard_format == "tokens" and len(manifest.shards) >= 2
     assert manifest.fields == {"tokens": "npy", "url": "str"}
     directory = Path(project.store.path("web", "versions", manifest.version))
-    ids, keys = [], []
+    ids, keys, origins = [], [], []
     for entry in manifest.shards:
         dataset = IndexedDataset(str(directory / entry.path)[: -len(".bin")])
         ids += [dataset[i].tolist() for i in range(len(dataset))]
         del dataset
         with open_shard(directory / entry.path) as reader:
             keys += reader.keys()
+            origins += [reader.origin(i) for i in range(len(reader))]
             assert bytes(reader[0]["url"]).startswith(b"https://example.org/")
     kept = [(f"d{i:05d}", t) for i, t in enumerate(docs) if i != 1]  # d00001 is empty: dropped
     assert keys == [k for k, _ in kept]
+    # each document's file and row there, counted from 1 as the quarantine counts them
+    half = len(docs) // 2
+    assert origins == [
+        (f"raw/web-{int(i >= half)}.jsonl", i % half + 1) for i in range(len(docs)) if i != 1
+    ]
     assert ids == [expected_ids(bpe, t) for _, t in kept]
     assert not verify_version(project.store, "web", manifest)
 
@@ -322,3 +328,11 @@ def test_the_text_example_builds_into_token_shards(project, in_process):
     bpe = out / "bpe.json"
     for sample in samples[::25]:
         assert sample["tokens"].tolist() == expected_ids(bpe, texts[sample["__key__"]])
+
+
+def test_first_rows_follow_the_files_partitions_before():
+    from datapipe.builder.source.base import Part
+    from datapipe.builder.token_origins import first_rows
+
+    parts = [Part(0, 0), Part(1, 0, 100), Part(2, 1), Part(3, 0, 200), Part(4, 1, 50)]
+    assert first_rows(parts, [10, 20, 5, 7, 1]) == [0, 10, 0, 30, 5]
