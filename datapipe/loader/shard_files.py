@@ -53,7 +53,8 @@ class ShardFiles:
         self.verify = verify
         self._readers: dict[int, ShardReader] = {}
         self._paths: dict[int, str] = {}  # shard -> the local file its reader maps
-        self._held: dict[int, tuple[CachedFile, CachedFile]] = {}
+        # shard -> its held copies: the shard, its index, then its companions
+        self._held: dict[int, tuple[CachedFile, ...]] = {}
         self._preads = ScatteredReads()
         self._indexes: OrderedDict[int, ShardIndex] = OrderedDict()  # read alone (``index``)
 
@@ -76,15 +77,15 @@ class ShardFiles:
         return self.store.shard_file(self.name, self.version, self.entries[shard], index)
 
     def check(self) -> None:
-        """Fail now, naming the shard, when a shard or its index is missing (before workers
-        start)."""
+        """Fail now, naming the shard, when a shard, its index or a companion is missing (before
+        workers start)."""
         listings: dict[str, set[str]] = {}
         for i, entry in enumerate(self.entries):
             directory = self.store.shard_dir(self.name, self.version, entry)
             # one listing per directory: this version's and those it shares from
             if directory not in listings:
                 listings[directory] = self._listing(directory)
-            for filename in entry.stored_names():
+            for filename in entry.stored_files():
                 if filename not in listings[directory]:
                     raise NotFoundError(
                         f"{directory}/{filename}: missing from "
@@ -112,13 +113,15 @@ class ShardFiles:
         entry = self.entries[shard]
         path = self.path(shard)
         index_file = self.path(shard, index=True)
+        companions = self.companion_paths(shard)
         try:
             if self.cache is None:
                 local = path
-            else:  # remote: a verified local copy, mapped like a local shard
+            else:  # remote: verified local copies, mapped like a local shard's files
                 held = self.fetch(shard)
                 self._held[shard] = held
                 local, index_file = held[0].path, held[1].path
+                companions = {s: c.path for s, c in zip(companions, held[2:], strict=True)}
             # the cache verified its copy; a local shard is hashed when asked
             sha256 = entry.sha256 if self.verify and self.cache is None else None
             reader = open_shard(
@@ -128,6 +131,7 @@ class ShardFiles:
                 name=path,
                 size=entry.bytes,
                 sha256=sha256,
+                companion_files=companions,
             )
         except (NotFoundError, FileNotFoundError):
             where = f"{self.name}@{short_id(self.version)}"
@@ -135,21 +139,34 @@ class ShardFiles:
         self._paths[shard] = local
         return reader
 
-    def fetch(self, shard: int) -> tuple[CachedFile, CachedFile]:
-        """The cached, verified local copies of a remote shard and its index (held until
-        closed)."""
+    def companion_paths(self, shard: int) -> dict[str, str]:
+        """Suffix -> path of each companion file of shard ``shard``, in the directory that holds
+        it."""
+        entry = self.entries[shard]
+        directory = self.store.shard_dir(self.name, self.version, entry)
+        return {c.suffix: f"{directory}/{filename}" for c, filename in entry.companion_names()}
+
+    def fetch(self, shard: int) -> tuple[CachedFile, ...]:
+        """The cached, verified local copies of a remote shard, its index and its companions, in
+        that order (held until closed)."""
         assert self.cache is not None
         entry = self.entries[shard]
-        # keyed by content: a shard two versions share has one cached copy
-        fs = self.store.fs
-        data = self.cache.open(fs, self.path(shard), entry.sha256, entry.bytes)
+        wanted = [
+            (self.path(shard), entry.sha256, entry.bytes),
+            (self.path(shard, index=True), entry.index_sha256, entry.index_bytes),
+        ]
+        paths = self.companion_paths(shard)
+        wanted += [(paths[c.suffix], c.sha256, c.bytes) for c in entry.companions]
+        held: list[CachedFile] = []
         try:
-            index_path = self.path(shard, index=True)
-            index = self.cache.open(fs, index_path, entry.index_sha256, entry.index_bytes)
+            # keyed by content: a shard two versions share has one cached copy
+            for path, sha256, size in wanted:
+                held.append(self.cache.open(self.store.fs, path, sha256, size))
         except BaseException:
-            data.close()
+            for cached in held:
+                cached.close()
             raise
-        return data, index
+        return tuple(held)
 
     def release(self, shard: int) -> None:
         """Done with ``shard`` for now: unmap it and, for a cached shard, unlock its copy so the
