@@ -118,6 +118,14 @@ class TestTokenVersions:
         assert shared == sum(s.data_bytes for s in child.shards[1:])
         assert (u["own_bytes"], u["shared_bytes"]) == (child.bytes - shared, shared)
         assert u["disk_bytes"] == u["stored_bytes"] + u["other_bytes"]
+        reader = open_dataset(
+            f"{backend.url}/toks@{parent.version[:12]}", backend.options, cache_dir=tmp_path / "c"
+        )
+        collect(store, "toks", keep_last=1)  # the reader's lease holds the parent whole
+        assert store.versions("toks") == sorted([parent.version, child.version])
+        assert verify_version(store, "toks", parent) == []
+        assert np.array_equal(reader.tokens(19), token_samples(1)[9]["tokens"])
+        reader.close()
         collect(store, "toks", keep_last=1)
         assert store.versions("toks") == [child.version]
         # locally the child holds its own links; elsewhere the files it shares stay
