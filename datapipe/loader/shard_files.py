@@ -10,7 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.errors import ConfigError, IntegrityError, NotFoundError, SampleError
+from datapipe.errors import (
+    ConfigError,
+    IntegrityError,
+    NotFoundError,
+    SampleError,
+    ShardCorruptError,
+)
 from datapipe.formats.base import ShardReader, SpanReader
 from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import ShardFormat
@@ -19,6 +25,7 @@ from datapipe.loader.columns import Column, batch_order
 from datapipe.loader.preads import ScatteredReads
 from datapipe.loader.schedule import groups
 from datapipe.storage.cache import CachedFile, ShardCache
+from datapipe.storage.fs import sha256_of
 from datapipe.versioning.manifest import ShardEntry, short_id
 from datapipe.versioning.store import Store
 
@@ -122,8 +129,10 @@ class ShardFiles:
                 self._held[shard] = held
                 local, index_file = held[0].path, held[1].path
                 companions = {s: c.path for s, c in zip(companions, held[2:], strict=True)}
-            # the cache verified its copy; a local shard is hashed when asked
+            # the cache verified its copies; a local shard and its companions are hashed when asked
             sha256 = entry.sha256 if self.verify and self.cache is None else None
+            if sha256 is not None:
+                self._verify_companions(shard, companions)
             reader = open_shard(
                 local,
                 self.format,
@@ -134,10 +143,32 @@ class ShardFiles:
                 companion_files=companions,
             )
         except (NotFoundError, FileNotFoundError):
-            where = f"{self.name}@{short_id(self.version)}"
-            raise NotFoundError(f"{path}: shard {shard} of {where} is missing") from None
+            raise NotFoundError(self._missing(shard)) from None
         self._paths[shard] = local
         return reader
+
+    def _missing(self, shard: int) -> str:
+        """What an open of shard ``shard`` found missing: a companion, else the shard."""
+        where = f"shard {shard} of {self.name}@{short_id(self.version)}"
+        for suffix, path in self.companion_paths(shard).items():
+            if not self.store.remote(path, lambda p=path: self.store.fs.exists(p)):
+                return (
+                    f"{path}: the {suffix} file of {where} is missing; check the store with "
+                    f"`datapipe verify {self.store.url}/{self.name}`"
+                )
+        return f"{self.path(shard)}: {where} is missing"
+
+    def _verify_companions(self, shard: int, paths: Mapping[str, str]) -> None:
+        """ShardCorruptError naming the companion of local shard ``shard`` whose sha256 is not
+        the manifest's."""
+        for companion in self.entries[shard].companions:
+            path = paths[companion.suffix]
+            if sha256_of(self.store.fs, path) != companion.sha256:
+                raise ShardCorruptError(
+                    path,
+                    f"sha256 does not match the manifest (a companion of {self.path(shard)}); "
+                    f"check the store with `datapipe verify {self.store.url}/{self.name}`",
+                )
 
     def companion_paths(self, shard: int) -> dict[str, str]:
         """Suffix -> path of each companion file of shard ``shard``, in the directory that holds

@@ -4,12 +4,13 @@ every backend: committed, verified, reused by a child, sized, gc'd and read thro
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
 from helpers.versions import commit_token_child, commit_tokens, token_samples
 
-from datapipe.errors import ShardCorruptError
+from datapipe.errors import NotFoundError, ShardCorruptError
 from datapipe.formats.base import KEY
 from datapipe.loader.dataset import open_dataset
 from datapipe.storage.cache import ShardCache
@@ -75,14 +76,27 @@ class TestTokenVersions:
         assert [str(p) for p in verify_version(store, "toks", m)] == [
             f"mismatch: {path} (sha256 differs)"
         ]
-        if backend.name != "local":
-            with (
-                pytest.raises(ShardCorruptError, match="sha256 does not match the manifest"),
-                open_dataset(
-                    f"{backend.url}/toks", backend.options, cache_dir=tmp_path / "c"
-                ) as ds,
-            ):
-                ds.tokens(0)
+        # read through the cache, or in place with verify=True: named before a document is read
+        with (
+            pytest.raises(ShardCorruptError, match="sha256 does not match the manifest") as e,
+            open_dataset(
+                f"{backend.url}/toks", backend.options, verify=True, cache_dir=tmp_path / "c"
+            ) as ds,
+        ):
+            ds.tokens(0)
+        assert e.value.shard.endswith(f"shard-000000{suffix}")
+
+    @pytest.mark.parametrize("suffix", [".idx", ".docs"])
+    def test_a_missing_companion_is_named_by_verify_and_the_reader(self, backend, tmp_path, suffix):
+        store = Store(backend.url, backend.options)
+        m = commit_tokens(store, [token_samples(0)])
+        path = store.path("toks", "versions", m.version, f"shard-000000{suffix}")
+        store.fs.rm_file(path)
+        assert [str(p) for p in verify_version(store, "toks", m)] == [f"missing: {path}"]
+        with open_dataset(f"{backend.url}/toks", backend.options, cache_dir=tmp_path / "c") as ds:
+            for read in (ds.files.check, lambda: ds.tokens(0)):
+                with pytest.raises(NotFoundError, match=f"shard-000000{re.escape(suffix)}: "):
+                    read()
 
     def test_a_child_reuses_token_shards_with_their_companions(self, backend, tmp_path):
         store = Store(backend.url, backend.options)
