@@ -52,7 +52,7 @@ def write_shards(
     fs, directory = writer.store.fs, writer.partial
     tasks = [write(fs, directory, files[s][1], plan.format, *pieces[s]) for s in written]
     entries = dict(zip(written, run("write shards", tasks) if tasks else [], strict=True))
-    counts = ShardCounts(len(written), len(reused), sum(entries[s].bytes for s in written))
+    counts = ShardCounts(len(written), len(reused), sum(entries[s].data_bytes for s in written))
     entries.update(reused)
     return Written([_in_split(entries[s], split) for s, (split, _) in enumerate(files)], counts)
 

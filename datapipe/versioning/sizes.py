@@ -104,12 +104,12 @@ def on_disk(store: Store, path: str) -> dict[Hashable, int]:
 
 
 def usage(store: Store, name: str) -> dict[str, Any]:
-    """A dataset's bytes (`datapipe du`), each file once: ``own`` (shard files one version lists),
-    ``shared`` (shard files several versions list), ``stored`` (own + shared: the shards),
-    ``other`` (indexes, manifests, quarantines, build states, refs, leases, unfinished builds) and
-    ``disk`` (everything under the dataset's folder: stored + other); ``listed`` (the versions'
-    sizes added up, as if each held a copy of its shards) and ``missing_files`` (shard files
-    listed but not found: `datapipe verify` names them)."""
+    """A dataset's bytes (`datapipe du`), each file once: ``own`` (shard files and their
+    companions one version lists), ``shared`` (those several versions list), ``stored`` (own +
+    shared: the shards), ``other`` (indexes, manifests, quarantines, build states, refs, leases,
+    unfinished builds) and ``disk`` (everything under the dataset's folder: stored + other);
+    ``listed`` (the versions' sizes added up, as if each held a copy of its shards) and
+    ``missing_files`` (shard files listed but not found: `datapipe verify` names them)."""
     versions = store.versions(name)
     sharing = Sharing(store, name, {v: store.manifest(name, v) for v in versions})
     disk = on_disk(store, store.path(name))

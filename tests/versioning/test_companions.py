@@ -128,3 +128,15 @@ def _entry_with_companion():
         index_sha256="c" * 64,
         companions=(Companion(".idx", 7, "d" * 64),),
     )
+
+
+def test_the_manifest_names_companions_as_their_format_writes_them():
+    from datapipe.formats.registry import FORMATS
+    from datapipe.versioning.manifest_parts import companion_name
+
+    for fmt in FORMATS.values():
+        for ext in fmt.extensions:
+            for suffix in fmt.companions:
+                shard = f"train-000012{ext}"
+                assert fmt.companion_path(shard, suffix) == companion_name(shard, suffix)
+    assert companion_name("shard-000003.bin", ".docs") == "shard-000003.docs"
