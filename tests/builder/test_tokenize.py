@@ -336,3 +336,16 @@ def test_first_rows_follow_the_files_partitions_before():
 
     parts = [Part(0, 0), Part(1, 0, 100), Part(2, 1), Part(3, 0, 200), Part(4, 1, 50)]
     assert first_rows(parts, [10, 20, 5, 7, 1]) == [0, 10, 0, 30, 5]
+
+
+def test_without_tokenizers_the_pipeline_says_what_to_install(monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tokenizers" else find_spec(name, *a),
+    )
+    with pytest.raises(ConfigError, match=r"t.yaml:4: stages\[0\]\.tokenize: .*'datapipe\[text\]'"):
+        stage_of(tokenizer="a.json")
