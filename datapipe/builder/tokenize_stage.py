@@ -64,7 +64,13 @@ def _load(data: bytes) -> Any:
     # process, beside Dask's own threads; serial encoding also keeps it out of forked children.
     # tokenizers reads the variable at each batch, so setting it before the first one is enough.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    from tokenizers import Tokenizer
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:  # the workers' environment lacks what the pipeline file's had
+        raise ConfigError(
+            "the tokenize stage needs the tokenizers library where the build runs; install it "
+            "with pip install 'datapipe[text]' (or pip install 'tokenizers>=0.20') on every worker"
+        ) from None
 
     return Tokenizer.from_str(data.decode("utf-8"))
 
@@ -89,6 +95,8 @@ def read_tokenizer(
         if not isinstance(spec, dict) or "model" not in spec:
             raise ValueError("a tokenizer.json is a JSON object with a 'model'")
         tokenizer = _load(data)
+    except ConfigError:
+        raise
     except Exception as e:  # json, UTF-8 and the Rust parser's errors alike
         raise ConfigError(
             f"{label}.tokenizer: {path} is not a Hugging Face tokenizer.json ({str(e)[:200]}); "
