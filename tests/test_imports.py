@@ -1,9 +1,9 @@
-"""`import datapipe` stays light: no torch, dask, distributed, s3fs or web framework."""
+"""`import datapipe` stays light: no torch, dask, distributed, s3fs, tokenizers or web framework."""
 
 import subprocess
 import sys
 
-HEAVY = ("torch", "dask", "distributed", "s3fs", "starlette", "uvicorn", "jinja2")
+HEAVY = ("torch", "dask", "distributed", "s3fs", "starlette", "uvicorn", "jinja2", "tokenizers")
 
 
 def test_import_datapipe_is_light():

@@ -17,6 +17,7 @@ from datapipe.builder.lineage import environment
 from datapipe.builder.measure import Measure
 from datapipe.builder.plan import ShardPlan
 from datapipe.builder.source.class_folders import class_names
+from datapipe.builder.tokenize_stage import TokenizerFile, tokenizers_version
 from datapipe.errors import DatapipeError
 from datapipe.formats.registry import get_format
 from datapipe.storage.fs import put_atomic
@@ -29,6 +30,7 @@ from datapipe.versioning.manifest import (
     StageCounts,
     assemble_manifest,
 )
+from datapipe.versioning.manifest_parts import TOKENIZER_NAME, TokenizerRef
 from datapipe.versioning.store import Store, VersionWriter
 
 log = logging.getLogger(__name__)
@@ -112,6 +114,7 @@ def manifest_of(
         code=found.code,
         seed=pipeline.shards.shuffle_seed,
         environment=environment(),
+        tokenizer=tokenizer_ref(found.tokenizer) if found.tokenizer else None,
     )
     return assemble_manifest(
         pipeline.name,
@@ -125,14 +128,32 @@ def manifest_of(
     )
 
 
+def tokenizer_ref(file: TokenizerFile) -> TokenizerRef:
+    """The lineage's record of the tokenize stage's file, kept as TOKENIZER_NAME in the version."""
+    return TokenizerRef(
+        TOKENIZER_NAME,
+        len(file.data),
+        file.sha256,
+        tokenizers_version(),
+        file.vocab_size,
+        file.dtype.name,
+        file.eos_id,
+        file.bos_id,
+    )
+
+
 def commit(
     writer: VersionWriter,
     manifest: Manifest,
     quarantine: bytes | None,
     refs: Sequence[str],
+    tokenizer: TokenizerFile | None = None,
 ) -> Manifest:
-    """Publish ``writer``'s version with its ``manifest`` and ``quarantine`` (rejected.parquet,
-    when rows were rejected), and point ``refs`` at it; the committed manifest."""
+    """Publish ``writer``'s version with its ``manifest``, ``quarantine`` (rejected.parquet, when
+    rows were rejected) and a copy of ``tokenizer``'s file, and point ``refs`` at it; the committed
+    manifest."""
     if quarantine is not None:
         put_atomic(writer.store.fs, f"{writer.partial}/{REJECTED_NAME}", quarantine)
+    if tokenizer is not None:
+        writer.put_file(TOKENIZER_NAME, tokenizer.data)
     return writer.commit(manifest, refs)

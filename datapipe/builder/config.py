@@ -11,7 +11,7 @@ import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import pydantic
 import yaml
@@ -21,14 +21,18 @@ from pydantic_core import PydanticCustomError
 from datapipe.builder.config_lines import describe, dotted, key_lines
 from datapipe.builder.config_parts import (
     FORBID,
+    STAGE_KINDS,
     ClassesFile,
     ColumnRule,
     DedupeArgs,
     DropnaArgs,
     FillnaArgs,
     ImageArgs,
+    ShardConfig,
+    TokenizeArgs,
     TypeName,
     class_names_problem,
+    token_fields_problem,
 )
 from datapipe.builder.config_parts import (
     TYPE_NAMES as TYPE_NAMES,  # re-exported: the type names a pipeline may use
@@ -37,21 +41,10 @@ from datapipe.builder.source.options import EXECUTION_OPTIONS
 from datapipe.builder.source.registry import check_source_options
 from datapipe.builder.splits import SplitsConfig
 from datapipe.errors import ConfigError, NotFoundError
-from datapipe.storage.byte_size import SIZE_PATTERN, parse_size
 
-STAGE_KINDS = ("dropna", "fillna", "filter", "dedupe", "cast", "map", "validate", "image")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAP_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 _FORBID = FORBID
-
-
-ByteSize = Annotated[
-    int,
-    pydantic.BeforeValidator(parse_size),
-    pydantic.WithJsonSchema(
-        {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
-    ),
-]
 
 
 class SourceConfig(BaseModel):
@@ -125,6 +118,7 @@ with warnings.catch_warnings():
         map: str | None = None
         validate: dict[str, ColumnRule] | None = None
         image: ImageArgs | None = None
+        tokenize: TokenizeArgs | None = None
 
         @model_validator(mode="before")
         @classmethod
@@ -179,8 +173,7 @@ with warnings.catch_warnings():
 
         @property
         def kind(self) -> str:
-            """The stage's key: "dropna", "fillna", "filter", "dedupe", "cast", "map", "validate" or
-            "image"."""
+            """The stage's key: one of STAGE_KINDS ("dropna", "filter", ..., "tokenize")."""
             return next(k for k in STAGE_KINDS if getattr(self, k) is not None)
 
         @property
@@ -218,16 +211,6 @@ class SampleConfig(BaseModel):
         return value
 
 
-class ShardConfig(BaseModel):
-    """How samples are cut into shard files."""
-
-    model_config = _FORBID
-    format: Literal["webdataset", "tfrecord"] = "webdataset"
-    max_bytes: ByteSize = 64 * 10**6
-    max_samples: int | None = Field(default=None, ge=1)
-    shuffle_seed: int | None = Field(default=None, ge=0)
-
-
 class Pipeline(BaseModel):
     """A whole pipeline file: source, cleaning stages, sample layout, splits and sharding."""
 
@@ -248,6 +231,22 @@ class Pipeline(BaseModel):
                 "a name is 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
             )
         return value
+
+    @field_validator("stages")
+    @classmethod
+    def _one_tokenize(cls, stages: list[StageConfig]) -> list[StageConfig]:
+        if sum(stage.kind == "tokenize" for stage in stages) > 1:
+            raise ValueError("a pipeline tokenizes once: keep one tokenize stage")
+        return stages
+
+    @field_validator("shards")
+    @classmethod
+    def _token_fields(cls, shards: ShardConfig, info: pydantic.ValidationInfo) -> ShardConfig:
+        sample = info.data.get("sample")
+        problem = token_fields_problem(shards.format, sample.fields if sample else None)
+        if problem is not None:
+            raise ValueError(problem)
+        return shards
 
     def canonical(self) -> dict[str, Any]:
         """The config as it goes into the version id: JSON types, without execution-only source

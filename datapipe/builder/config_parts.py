@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import typing
 from typing import Annotated, Any, Literal
 
+import pydantic
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+
+from datapipe.storage.byte_size import SIZE_PATTERN, parse_size
 
 TypeName = Literal[
     "int8",
@@ -26,6 +30,25 @@ TypeName = Literal[
     "datetime",
 ]
 TYPE_NAMES: tuple[str, ...] = typing.get_args(TypeName)
+STAGE_KINDS = (
+    "dropna",
+    "fillna",
+    "filter",
+    "dedupe",
+    "cast",
+    "map",
+    "validate",
+    "image",
+    "tokenize",
+)
+# a size in bytes: an integer, or text such as "64MB" (storage/byte_size.py)
+ByteSize = Annotated[
+    int,
+    pydantic.BeforeValidator(parse_size),
+    pydantic.WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
+    ),
+]
 FORBID = ConfigDict(extra="forbid", frozen=True)
 # a number; text ('min: "40"') is kept as text, so that the validate stage refuses it naming the
 # column's type (builder/stages.py), which is not known before the data
@@ -118,6 +141,35 @@ class ImageArgs(BaseModel):
         return self
 
 
+class ShardConfig(BaseModel):
+    """How samples are cut into shard files."""
+
+    model_config = FORBID
+    # tokens: Megatron-Core token shards (formats/tokens), "megatron" its other name
+    format: Literal["webdataset", "tfrecord", "tokens", "megatron"] = "webdataset"
+    max_bytes: ByteSize = 64 * 10**6
+    max_samples: int | None = Field(default=None, ge=1)
+    shuffle_seed: int | None = Field(default=None, ge=0)
+
+    @field_validator("format")
+    @classmethod
+    def _one_name(cls, value: str) -> str:
+        return "tokens" if value == "megatron" else value  # one name, one version id
+
+
+def token_fields_problem(shard_format: str, fields: dict[str, Any] | None) -> str | None:
+    """Why ``sample.fields`` cannot make token shards (they need ``tokens``, one column of ids),
+    or None."""
+    if shard_format != "tokens" or fields is None:
+        return None
+    if not isinstance(fields.get("tokens"), str):
+        return (
+            "format tokens writes each document's ids from the field 'tokens': add "
+            "tokens: tokens to sample.fields (the tokenize stage's column)"
+        )
+    return None
+
+
 def class_names_problem(names: typing.Sequence[str]) -> str | None:
     """What is wrong with a pinned class list (empty, a duplicate, a name that is no folder name),
     or None."""
@@ -140,3 +192,34 @@ class ClassesFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     from_: str = Field(alias="from", min_length=1)
+
+
+class TokenizeArgs(BaseModel):
+    """What a ``tokenize`` stage encodes (builder/tokenize_stage.py): the text column ``field``
+    with the Hugging Face tokenizer.json ``tokenizer``, into the column ``tokens``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    tokenizer: str = Field(min_length=1)
+    """A Hugging Face tokenizer.json: a path relative to the pipeline file, or an fsspec URL."""
+    field: str = Field(default="text", min_length=1)
+    """The text column; it stays beside ``tokens`` unless ``sample.fields`` leaves it out."""
+    eos: bool = True
+    """Append the end-of-text id after each document."""
+    bos: bool = False
+    """Prepend the beginning-of-text id before each document."""
+    eos_token: str | None = Field(default=None, min_length=1)
+    """The end-of-text token's name, where the file's special tokens do not say which it is."""
+    bos_token: str | None = Field(default=None, min_length=1)
+    """The beginning-of-text token's name, likewise."""
+    min_tokens: int = Field(default=1, ge=0)
+    """Documents with fewer ids (bos and eos counted) are dropped and counted."""
+
+    @model_validator(mode="after")
+    def _tokenizers_installed(self) -> TokenizeArgs:
+        # found, not imported: the Rust extension loads where the stage runs
+        if importlib.util.find_spec("tokenizers") is None:
+            raise ValueError(
+                "the tokenize stage needs the tokenizers library, which is not installed here; "
+                "install it with pip install 'datapipe[text]' (or pip install 'tokenizers>=0.20')"
+            )
+        return self

@@ -97,6 +97,18 @@ def _npy(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def _array(value: Any) -> np.ndarray:
+    """A field the shard format takes as a 1-D numpy array of integers (token ids)."""
+    if is_missing(value):
+        raise MissingValue("no value")
+    if not (isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "iu"):
+        raise SampleError(
+            f"expected a 1-D numpy array of integer ids (the tokenize stage's column), "
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
 def encode_value(value: Any, numeric: bool) -> tuple[Any, str]:
     """(payload, kind) of one value. ``numeric`` keeps ints and floats as numbers (TFRecord
     features)."""
@@ -133,8 +145,11 @@ class SampleEncoder:
         *,
         numeric: bool,
         allow_dots_in_keys: bool,
+        arrays: tuple[str, ...] = (),
     ) -> None:
         self.key_column = key_column
+        # fields whose numpy arrays the shard format takes as they are (token shards' ids)
+        self.arrays = arrays
         self.fields = {
             name: (cols if isinstance(cols, str) else tuple(cols)) for name, cols in fields.items()
         }
@@ -167,7 +182,9 @@ class SampleEncoder:
         for name, spec in self.fields.items():
             check_field(name, key)
             try:
-                if isinstance(spec, str):
+                if name in self.arrays:
+                    encoded[name], kinds[name] = _array(row[spec]), "npy"
+                elif isinstance(spec, str):
                     encoded[name], kinds[name] = encode_value(row[spec], self.numeric)
                 else:
                     encoded[name], kinds[name] = _json_columns({c: row[c] for c in spec}), "json"
@@ -263,7 +280,11 @@ def encode_columns(encoder: SampleEncoder, frame: Any) -> EncodedRows:
     fast_keys = _fast_keys(frame[encoder.key_column], encoder.allow_dots)
     fast: dict[str, tuple[list[Any], str]] = {}
     for name, spec in encoder.fields.items():
-        if isinstance(spec, str):
+        if name in encoder.arrays:
+            values = frame[spec].tolist()
+            if all(type(v) is np.ndarray and v.ndim == 1 and v.dtype.kind in "iu" for v in values):
+                fast[name] = values, "npy"
+        elif isinstance(spec, str):
             result = _fast_payloads(frame[spec], encoder.numeric)
             if result is not None:
                 fast[name] = result

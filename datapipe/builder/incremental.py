@@ -28,6 +28,7 @@ from datapipe.builder.passes import Measured
 from datapipe.builder.quarantine import Reject
 from datapipe.builder.source.base import Source
 from datapipe.builder.source.class_folders import class_names
+from datapipe.builder.tokenize_stage import TokenizerFile, tokenizers_version
 from datapipe.versioning.manifest import FORMAT_VERSION, StageCounts, canonical_json
 
 STATE_NAME = "build-state.npz"
@@ -60,12 +61,21 @@ class BuildState:
     blocks: dict[str, str] = field(default_factory=dict)
 
 
-def state_key(pipeline: Pipeline, code: Mapping[str, str], source: Source) -> str:
+def state_key(
+    pipeline: Pipeline,
+    code: Mapping[str, str],
+    source: Source,
+    tokenizer: TokenizerFile | None = None,
+) -> str:
     """What must be equal for a partition's report to carry over: pipeline, code (module -> sha256),
-    source schema and options, and the class list of a class-folders source."""
+    source schema and options, the class list of a class-folders source, and the tokenize stage's
+    file and library."""
+    # only pipelines that tokenize have the key: the others keep the one they had
+    tokenize = {"tokenizer": [tokenizer.sha256, tokenizers_version()]} if tokenizer else {}
     return hashlib.sha256(
         canonical_json(
             {
+                **tokenize,
                 "format": FORMAT_VERSION,
                 "state": STATE_FORMAT,
                 "pipeline": pipeline.canonical(),

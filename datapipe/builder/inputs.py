@@ -12,6 +12,7 @@ from datapipe.builder.lineage import checked_code
 from datapipe.builder.reuse import Parent, read_parent
 from datapipe.builder.source.base import Source
 from datapipe.builder.source.opening import open_source
+from datapipe.builder.tokenize_stage import TokenizerFile, pipeline_tokenizer
 from datapipe.versioning.manifest import CodeRef, SourceFile
 from datapipe.versioning.store import Store
 
@@ -29,6 +30,7 @@ class Inputs:
     listed_ns: int  # when the source was listed (``known_hashes``)
     # for a rebuild, the source bytes its parent's state does not cover (``Parent.unread_bytes``)
     unread_bytes: int | None
+    tokenizer: TokenizerFile | None = None  # the tokenize stage's file, read and checked
 
     @property
     def code_hashes(self) -> dict[str, str]:
@@ -47,9 +49,10 @@ def find_inputs(loaded: LoadedPipeline, store: Store, execution: Execution) -> I
     pipeline, listed_ns = loaded.pipeline, time.time_ns()
     source = open_source(pipeline.source, loaded.base_dir, execution.storage_options)
     code = checked_code(loaded)
-    key = state_key(pipeline, {ref.module: ref.sha256 for ref in code}, source)
+    tokenizer = pipeline_tokenizer(loaded, execution.storage_options)
+    key = state_key(pipeline, {ref.module: ref.sha256 for ref in code}, source, tokenizer)
     parent = read_parent(store, pipeline.name, key)
     known = parent.trusted_hashes(source.files, execution.rehash)
     shuffled = pipeline.shards.shuffle_seed is not None
     unread = parent.unread_bytes(source.files, known, shuffled)
-    return Inputs(source, code, key, parent, known, listed_ns, unread)
+    return Inputs(source, code, key, parent, known, listed_ns, unread, tokenizer)

@@ -26,6 +26,8 @@ from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.registry import read_part
 from datapipe.builder.splits import assign_splits
 from datapipe.builder.stages import dedupe_hashes, run_stage
+from datapipe.builder.token_origins import from_first_row, origins
+from datapipe.builder.tokenize_stage import TokenizerFile
 from datapipe.errors import BuildError, ConfigError, UserCodeError, did_you_mean
 from datapipe.formats.encoded import EncodedSamples, in_output_order
 from datapipe.formats.registry import get_format
@@ -50,6 +52,7 @@ class BuildJob:
     # module of a map stage -> sha256 of its file
     code: dict[str, str] = field(default_factory=dict)
     where: str = "the pipeline file"  # FILE:LINE of the splits section, for messages
+    tokenizer: TokenizerFile | None = None  # the tokenize stage's file
 
     def encoder(self) -> SampleEncoder:
         """The sample encoder for this pipeline's fields and shard format."""
@@ -59,7 +62,17 @@ class BuildJob:
             self.pipeline.sample.fields,
             numeric=fmt.name == "tfrecord",
             allow_dots_in_keys=fmt.writer.allow_dots_in_keys,
+            arrays=fmt.writer.required_fields,
         )
+
+    def encode_block(self, part: Part, encoded: EncodedRows) -> EncodedSamples:
+        """``encoded`` in the shard format's blocks; token shards' documents table names the
+        source file and row each document came from (``token_origins``)."""
+        fields: Mapping[str, Sequence[Any]] = encoded.fields
+        if self.pipeline.shards.format == "tokens":
+            fields = {**fields, **origins(self.source, part, encoded.rows)}
+        writer = get_format(self.pipeline.shards.format).writer
+        return writer.encode_samples(encoded.keys, fields)
 
 
 @dataclass
@@ -113,7 +126,9 @@ def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> 
             break
         label = stage_path(i, stage.kind)
         try:
-            outcome = run_stage(stage, label, frame, job.base_dir, masks.get(i), job.code)
+            outcome = run_stage(
+                stage, label, frame, job.base_dir, masks.get(i), job.code, job.tokenizer
+            )
         except UserCodeError as e:
             raise located(e, job.source, part, frame) from None
         counts.append(
@@ -238,9 +253,7 @@ def encode_pass(job: BuildJob, part: Part, masks: Masks) -> tuple[Measured, Enco
     does not read and clean the source again (used when the encoded dataset fits in memory)."""
     cleaned = clean(job, part, masks)
     encoded, rejects = encode_rows(job, cleaned.frame)
-    block = get_format(job.pipeline.shards.format).writer.encode_samples(
-        encoded.keys, encoded.fields
-    )
+    block = job.encode_block(part, encoded)
     return _measured(job, cleaned, encoded, rejects, np.diff(block.bounds)), block
 
 
@@ -273,15 +286,14 @@ def prepare_pass(
     key_keep: np.ndarray,
     positions: np.ndarray,
     shards: np.ndarray,
+    first_row: int = 0,
 ) -> dict[int, Piece]:
     """The samples of ``part``, encoded for the shard format and grouped by destination shard, with
     their output positions: blocks of bytes that cross to the shard's writer, not a dict per
-    sample."""
+    sample. ``first_row``: the partition's first row in its file."""
     cleaned = clean(job, part, masks)
     encoded, _ = encode_rows(job, cleaned.frame)
-    block = get_format(job.pipeline.shards.format).writer.encode_samples(
-        encoded.keys, encoded.fields
-    )
+    block = from_first_row(job.encode_block(part, encoded), first_row)
     return split_block(block, key_keep, positions, shards)
 
 
@@ -290,10 +302,11 @@ def split_pass(
     key_keep: np.ndarray,
     positions: np.ndarray,
     shards: np.ndarray,
+    first_row: int = 0,
 ) -> dict[int, Piece]:
     """``split_block`` of the block that ``encode_pass`` kept on its worker."""
     restore_dynamic_thresholds()
-    return split_block(result[1], key_keep, positions, shards)
+    return split_block(from_first_row(result[1], first_row), key_keep, positions, shards)
 
 
 def split_block(

@@ -22,6 +22,7 @@ from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.opening import open_source, partition_source
 from datapipe.builder.source.registry import read_part
 from datapipe.builder.stages import dedupe_hashes, run_stage
+from datapipe.builder.tokenize_stage import TokenizerFile, pipeline_tokenizer
 from datapipe.errors import DatapipeError
 
 KEY_FIELD = "__key__"  # the sample key, as the shards name it
@@ -131,6 +132,7 @@ def preview_schema(loaded: LoadedPipeline) -> SchemaPreview:
     spec = loaded.pipeline.source
     source = open_source(spec, loaded.base_dir)
     code = {ref.module: ref.sha256 for ref in checked_code(loaded)}
+    tokenizer = pipeline_tokenizer(loaded)
     part = sample_part(source) if source.files else None
     raw = read_part(source, part) if part is not None else None
     frame = raw.frame if raw is not None else pd.DataFrame()
@@ -140,7 +142,7 @@ def preview_schema(loaded: LoadedPipeline) -> SchemaPreview:
     for i, stage in enumerate(loaded.pipeline.stages):
         label = stage_path(i, stage.kind)
         try:
-            after = _run(stage, label, frame, loaded.base_dir, code)
+            after = _run(stage, label, frame, loaded.base_dir, code, tokenizer)
         except DatapipeError as e:
             failed = e
             break
@@ -170,7 +172,12 @@ def _field_columns(loaded: LoadedPipeline) -> dict[str, tuple[str, ...]]:
 
 
 def _run(
-    stage: StageConfig, label: str, frame: pd.DataFrame, base_dir: str, code: dict[str, str]
+    stage: StageConfig,
+    label: str,
+    frame: pd.DataFrame,
+    base_dir: str,
+    code: dict[str, str],
+    tokenizer: TokenizerFile | None,
 ) -> pd.DataFrame:
     """The stage's rows of ``frame``; a dedupe keeps the first row of each key within the sample."""
     keep = None
@@ -179,7 +186,7 @@ def _run(
         first = np.unique(hashes, axis=0, return_index=True)[1] if len(hashes) else []
         keep = np.zeros(len(frame), dtype=bool)
         keep[first] = True
-    return run_stage(stage, label, frame, base_dir, keep, code).frame
+    return run_stage(stage, label, frame, base_dir, keep, code, tokenizer).frame
 
 
 def _step(

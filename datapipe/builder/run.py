@@ -90,7 +90,8 @@ def build(
             with state_staged(writer, pipeline.name, state):
                 written = write_shards(run, writer, on_workers, plan, measured, reuse)
             manifest = manifest_of(pipeline, found, written.entries, stages, measured, hashes.all())
-            committed = commit(writer, manifest, _quarantine(source, stages, measured), refs)
+            quarantined = _quarantine(source, stages, measured)
+            committed = commit(writer, manifest, quarantined, refs, found.tokenizer)
         peak = worker_peak_rss(run.client)
     report = IncrementalReport(
         reuse.parent,
@@ -142,7 +143,9 @@ def _partitioned(
     blocksize = found.parent.blocksize(fit.blocksize, found.source.blocksize)
     source = align_on(run, partition_source(found.source, blocksize))
     where = loaded.where("splits.by")
-    job = BuildJob(loaded.pipeline, loaded.base_dir, source, found.code_hashes, where)
+    job = BuildJob(
+        loaded.pipeline, loaded.base_dir, source, found.code_hashes, where, found.tokenizer
+    )
     keep = execution.keep_encoded
     return job, blocksize, fit.keep_encoded if keep is None else keep
 

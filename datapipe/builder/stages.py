@@ -18,12 +18,13 @@ import numpy as np
 import pandas as pd
 
 from datapipe.builder.config import StageConfig
-from datapipe.builder.config_parts import ColumnRule, ImageArgs
+from datapipe.builder.config_parts import ColumnRule, ImageArgs, TokenizeArgs
 from datapipe.builder.dates import DATE_DTYPES, DATE_KINDS, cast_date
 from datapipe.builder.frame_columns import columns_of, is_missing
 from datapipe.builder.image_stage import check_images
 from datapipe.builder.map_failure import map_failed
 from datapipe.builder.quarantine import Reject, rejects_of
+from datapipe.builder.tokenize_stage import TokenizerFile, tokenize
 from datapipe.builder.user_code import load_function
 from datapipe.builder.validate_stage import validate
 from datapipe.errors import BuildError, ConfigError, did_you_mean
@@ -224,6 +225,15 @@ def _image(frame: pd.DataFrame, args: ImageArgs, label: str) -> StageOutcome:
     return StageOutcome(kept, rejected=rejects_of(frame, label, reasons))
 
 
+def _tokenize(
+    frame: pd.DataFrame, args: TokenizeArgs, label: str, file: TokenizerFile | None
+) -> StageOutcome:
+    if file is None:
+        raise BuildError(f"{label}: the job carries no tokenizer for this stage")
+    kept, dropped, reasons = tokenize(frame, args, label, file)
+    return StageOutcome(kept, dropped, rejects_of(frame, label, reasons))
+
+
 def run_stage(
     stage: StageConfig,
     label: str,
@@ -231,13 +241,17 @@ def run_stage(
     base_dir: str,
     keep: np.ndarray | None = None,
     code: Mapping[str, str] | None = None,
+    tokenizer: TokenizerFile | None = None,
 ) -> StageOutcome:
     """Apply one stage to a partition.
 
     ``keep`` is the dedupe mask computed for this partition; ``code`` maps the modules of map
-    stages to the sha256 of their file as recorded in the lineage.
+    stages to the sha256 of their file as recorded in the lineage; ``tokenizer`` is the tokenize
+    stage's file, read where the build started (``tokenize_stage.read_tokenizer``).
     """
     kind, args = stage.kind, stage.args
+    if kind == "tokenize":
+        return _tokenize(frame, args, label, tokenizer)
     if kind == "dedupe":
         if keep is None or len(keep) != len(frame):
             raise BuildError(

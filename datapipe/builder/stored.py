@@ -14,8 +14,13 @@ from datapipe.versioning.store import VersionWriter
 log = logging.getLogger(__name__)
 READ_THREADS = 16  # manifests read at once
 
-# a shard's content: the sha256 of its bytes and of its index
-Content = tuple[str, str]
+# a shard's content: the sha256 of its bytes, of its index and of each companion file
+Content = tuple[str, str, tuple[tuple[str, str], ...]]
+
+
+def content_of(entry: ShardEntry) -> Content:
+    """What must be equal for a written shard to be a stored one's file: all of its files."""
+    return entry.sha256, entry.index_sha256, tuple((c.suffix, c.sha256) for c in entry.companions)
 
 
 def stored_shards(writer: VersionWriter) -> dict[Content, tuple[str, ShardEntry]]:
@@ -32,7 +37,7 @@ def stored_shards(writer: VersionWriter) -> dict[Content, tuple[str, ShardEntry]
         read = pool.map(lambda v: _shards(writer, v), versions)
         for version, shards in zip(versions, read, strict=True):
             for entry in shards:
-                out.setdefault((entry.sha256, entry.index_sha256), (version, entry))
+                out.setdefault(content_of(entry), (version, entry))
     return out
 
 
@@ -57,7 +62,7 @@ def kept_once(
     left unwritten that could not be kept so (their stored file gone meanwhile): to write."""
     kept, unwritten = {}, []
     for s, (entry, written) in results.items():
-        found = stored.get((entry.sha256, entry.index_sha256))
+        found = stored.get(content_of(entry))
         try:
             if found is not None:
                 version, same = found

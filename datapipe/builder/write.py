@@ -16,6 +16,7 @@ from datapipe.builder.plan import ShardPlan
 from datapipe.builder.result import ShardCounts
 from datapipe.builder.reuse import Reuse
 from datapipe.builder.stored import kept_once, stored_shards
+from datapipe.builder.token_origins import first_rows
 from datapipe.versioning.manifest import ShardEntry
 from datapipe.versioning.store import VersionWriter
 
@@ -58,7 +59,7 @@ def write_shards(
     def tasks(shards: list[int], known: Any) -> list[Any]:
         return [write(fs, directory, files[s][1], plan.format, known, *pieces[s]) for s in shards]
 
-    shas = frozenset(sha for sha, _ in stored)
+    shas = frozenset(content[0] for content in stored)
     known = delayed(shas, name=f"stored-shards-{uuid.uuid4().hex}", traverse=False)
     results = dict(zip(todo, run("write shards", tasks(todo, known)) if todo else [], strict=True))
     kept, unwritten = kept_once(writer, stored, results)
@@ -68,7 +69,7 @@ def write_shards(
     reused.update(kept)
     written = [s for s in todo if s not in reused]
     entries = {s: results[s][0] for s in written}
-    counts = ShardCounts(len(written), len(reused), sum(entries[s].bytes for s in written))
+    counts = ShardCounts(len(written), len(reused), sum(entries[s].data_bytes for s in written))
     entries.update(reused)
     return Written([_in_split(entries[s], split) for s, (split, _) in enumerate(files)], counts)
 
@@ -83,17 +84,20 @@ def _pieces(job: Any, plan: ShardPlan, measure: Measure, reused: set[int]) -> di
     from dask import delayed
 
     pieces: dict[int, list[Any]] = defaultdict(list)
-    by_part = zip(measure.parts, measure.key_keep, plan.positions, plan.destinations, strict=True)
-    for part, keep, pos, dest in by_part:
+    starts = first_rows(measure.parts, [m.counts[0].rows_in for m in measure.reports])
+    by_part = zip(
+        measure.parts, measure.key_keep, plan.positions, plan.destinations, starts, strict=True
+    )
+    for part, keep, pos, dest, start in by_part:
         wanted = [shard for shard in np.unique(dest).tolist() if shard not in reused]
         if not wanted:
             continue
         if part.number in measure.encoded:
             block = measure.encoded[part.number]
-            prepared = delayed(split_pass, pure=False)(block, keep, pos, dest)
+            prepared = delayed(split_pass, pure=False)(block, keep, pos, dest, start)
         else:
             masks = measure.masks(part.number)
-            prepared = delayed(prepare_pass, pure=False)(job, part, masks, keep, pos, dest)
+            prepared = delayed(prepare_pass, pure=False)(job, part, masks, keep, pos, dest, start)
         for shard in wanted:
             pieces[shard].append(delayed(take_piece, pure=False)(prepared, shard))
     return pieces

@@ -72,6 +72,12 @@ def dvc_stage(pipeline: str, store_url: str) -> None:
         pipeline_rel,
         relative(_source_dep(source_url(p.source, loaded.base_dir)), root),
         *(relative(f, root) for f in code_files(p, loaded.base_dir).values()),
+        # the tokenize stage's file, where it is a local one: a new one makes a new version
+        *(
+            relative(os.path.join(loaded.base_dir, s.args.tokenizer), root)
+            for s in p.stages
+            if s.kind == "tokenize" and "://" not in s.args.tokenizer
+        ),
     ]
     cmd = f"datapipe build {shlex.quote(pipeline_rel)} --out {shlex.quote(store_rel)}"
     stage = re.sub(r"[^A-Za-z0-9_-]", "_", p.name)

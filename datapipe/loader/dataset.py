@@ -13,6 +13,7 @@ from datapipe.errors import ConfigError
 from datapipe.formats.base import Sample
 from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import get_format
+from datapipe.formats.tokens.reader import TokensShardReader
 from datapipe.loader.columns import Column
 from datapipe.loader.schedule import EpochOrder
 from datapipe.loader.shard_files import ShardFiles
@@ -90,13 +91,34 @@ class Dataset:
         return f"Dataset({self.name}@{short_id(self.version)}{split}, {size})"
 
     def __getitem__(self, i: int) -> Sample:
+        shard, row = self._locate(i)
+        sample = self.files.reader(shard)[row]
+        return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in sample.items()}
+
+    def tokens(self, i: int) -> np.ndarray:
+        """The token ids of document ``i`` (global index in storage order) of a token version
+        (``shards.format: tokens``): a read-only numpy view of its mapped shard, valid while the
+        Dataset is open. ``ds[i]["tokens"]`` holds the same ids; a ConfigError for a version of
+        another format."""
+        if self.format.name != "tokens":
+            raise ConfigError(
+                f"{self.name}@{short_id(self.version)}: tokens(i) reads a version of token "
+                f"shards (shards.format: tokens); this one's shards are {self.format.name}: "
+                "read its samples with ds[i]"
+            )
+        shard, row = self._locate(i)
+        reader = self.files.reader(shard)
+        assert isinstance(reader, TokensShardReader)
+        return reader.tokens(row)
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        """The shard and row of sample ``i`` (negative: from the end); IndexError past the end."""
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"sample {i} out of range for {n} samples")
         i %= n
         shard = int(np.searchsorted(self._starts, i, side="right") - 1)
-        sample = self.files.reader(shard)[i - int(self._starts[shard])]
-        return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in sample.items()}
+        return shard, i - int(self._starts[shard])
 
     def order(self, seed: int, epoch: int, shuffle: bool, block_shards: int) -> EpochOrder:
         """The global order of epoch ``epoch`` (built per process; holds one block's permutation at

@@ -38,7 +38,8 @@ class Downloader:
         self._order = iter(order)
         self._started = 0  # shards the consumer has opened
         self._consumed: set[int] = set()
-        self._held: dict[int, tuple[CachedFile, CachedFile]] = {}
+        # a shard's held copies: the shard, its index, its companions
+        self._held: dict[int, tuple[CachedFile, ...]] = {}
         self._cond = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="datapipe-download", daemon=True)
@@ -85,6 +86,6 @@ class Downloader:
         self._thread.join(timeout=5)
         with self._cond:
             held, self._held = list(self._held.values()), {}
-        for pair in held:
-            for cached in pair:
+        for copies in held:
+            for cached in copies:
                 cached.close()

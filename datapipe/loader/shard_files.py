@@ -10,7 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.errors import ConfigError, IntegrityError, NotFoundError, SampleError
+from datapipe.errors import (
+    ConfigError,
+    IntegrityError,
+    NotFoundError,
+    SampleError,
+    ShardCorruptError,
+)
 from datapipe.formats.base import ShardReader, SpanReader
 from datapipe.formats.index import ShardIndex
 from datapipe.formats.registry import ShardFormat
@@ -19,6 +25,7 @@ from datapipe.loader.columns import Column, batch_order
 from datapipe.loader.preads import ScatteredReads
 from datapipe.loader.schedule import groups
 from datapipe.storage.cache import CachedFile, ShardCache
+from datapipe.storage.fs import sha256_of
 from datapipe.versioning.manifest import ShardEntry, short_id
 from datapipe.versioning.store import Store
 
@@ -53,7 +60,8 @@ class ShardFiles:
         self.verify = verify
         self._readers: dict[int, ShardReader] = {}
         self._paths: dict[int, str] = {}  # shard -> the local file its reader maps
-        self._held: dict[int, tuple[CachedFile, CachedFile]] = {}
+        # shard -> its held copies: the shard, its index, then its companions
+        self._held: dict[int, tuple[CachedFile, ...]] = {}
         self._preads = ScatteredReads()
         self._indexes: OrderedDict[int, ShardIndex] = OrderedDict()  # read alone (``index``)
 
@@ -76,15 +84,15 @@ class ShardFiles:
         return self.store.shard_file(self.name, self.version, self.entries[shard], index)
 
     def check(self) -> None:
-        """Fail now, naming the shard, when a shard or its index is missing (before workers
-        start)."""
+        """Fail now, naming the shard, when a shard, its index or a companion is missing (before
+        workers start)."""
         listings: dict[str, set[str]] = {}
         for i, entry in enumerate(self.entries):
             directory = self.store.shard_dir(self.name, self.version, entry)
             # one listing per directory: this version's and those it shares from
             if directory not in listings:
                 listings[directory] = self._listing(directory)
-            for filename in entry.stored_names():
+            for filename in entry.stored_files():
                 if filename not in listings[directory]:
                     raise NotFoundError(
                         f"{directory}/{filename}: missing from "
@@ -112,15 +120,19 @@ class ShardFiles:
         entry = self.entries[shard]
         path = self.path(shard)
         index_file = self.path(shard, index=True)
+        companions = self.companion_paths(shard)
         try:
             if self.cache is None:
                 local = path
-            else:  # remote: a verified local copy, mapped like a local shard
+            else:  # remote: verified local copies, mapped like a local shard's files
                 held = self.fetch(shard)
                 self._held[shard] = held
                 local, index_file = held[0].path, held[1].path
-            # the cache verified its copy; a local shard is hashed when asked
+                companions = {s: c.path for s, c in zip(companions, held[2:], strict=True)}
+            # the cache verified its copies; a local shard and its companions are hashed when asked
             sha256 = entry.sha256 if self.verify and self.cache is None else None
+            if sha256 is not None:
+                self._verify_companions(shard, companions)
             reader = open_shard(
                 local,
                 self.format,
@@ -128,28 +140,64 @@ class ShardFiles:
                 name=path,
                 size=entry.bytes,
                 sha256=sha256,
+                companion_files=companions,
             )
         except (NotFoundError, FileNotFoundError):
-            where = f"{self.name}@{short_id(self.version)}"
-            raise NotFoundError(f"{path}: shard {shard} of {where} is missing") from None
+            raise NotFoundError(self._missing(shard)) from None
         self._paths[shard] = local
         return reader
 
-    def fetch(self, shard: int) -> tuple[CachedFile, CachedFile]:
-        """The cached, verified local copies of a remote shard and its index (held until
-        closed)."""
+    def _missing(self, shard: int) -> str:
+        """What an open of shard ``shard`` found missing: a companion, else the shard."""
+        where = f"shard {shard} of {self.name}@{short_id(self.version)}"
+        for suffix, path in self.companion_paths(shard).items():
+            if not self.store.remote(path, lambda p=path: self.store.fs.exists(p)):
+                return (
+                    f"{path}: the {suffix} file of {where} is missing; check the store with "
+                    f"`datapipe verify {self.store.url}/{self.name}`"
+                )
+        return f"{self.path(shard)}: {where} is missing"
+
+    def _verify_companions(self, shard: int, paths: Mapping[str, str]) -> None:
+        """ShardCorruptError naming the companion of local shard ``shard`` whose sha256 is not
+        the manifest's."""
+        for companion in self.entries[shard].companions:
+            path = paths[companion.suffix]
+            if sha256_of(self.store.fs, path) != companion.sha256:
+                raise ShardCorruptError(
+                    path,
+                    f"sha256 does not match the manifest (a companion of {self.path(shard)}); "
+                    f"check the store with `datapipe verify {self.store.url}/{self.name}`",
+                )
+
+    def companion_paths(self, shard: int) -> dict[str, str]:
+        """Suffix -> path of each companion file of shard ``shard``, in the directory that holds
+        it."""
+        entry = self.entries[shard]
+        directory = self.store.shard_dir(self.name, self.version, entry)
+        return {c.suffix: f"{directory}/{filename}" for c, filename in entry.companion_names()}
+
+    def fetch(self, shard: int) -> tuple[CachedFile, ...]:
+        """The cached, verified local copies of a remote shard, its index and its companions, in
+        that order (held until closed)."""
         assert self.cache is not None
         entry = self.entries[shard]
-        # keyed by content: a shard two versions share has one cached copy
-        fs = self.store.fs
-        data = self.cache.open(fs, self.path(shard), entry.sha256, entry.bytes)
+        wanted = [
+            (self.path(shard), entry.sha256, entry.bytes),
+            (self.path(shard, index=True), entry.index_sha256, entry.index_bytes),
+        ]
+        paths = self.companion_paths(shard)
+        wanted += [(paths[c.suffix], c.sha256, c.bytes) for c in entry.companions]
+        held: list[CachedFile] = []
         try:
-            index_path = self.path(shard, index=True)
-            index = self.cache.open(fs, index_path, entry.index_sha256, entry.index_bytes)
+            # keyed by content: a shard two versions share has one cached copy
+            for path, sha256, size in wanted:
+                held.append(self.cache.open(self.store.fs, path, sha256, size))
         except BaseException:
-            data.close()
+            for cached in held:
+                cached.close()
             raise
-        return data, index
+        return tuple(held)
 
     def release(self, shard: int) -> None:
         """Done with ``shard`` for now: unmap it and, for a cached shard, unlock its copy so the

@@ -25,10 +25,12 @@ from typing import Any
 
 from datapipe.errors import ConfigError, FormatVersionError, IntegrityError
 from datapipe.versioning.manifest_parts import (
+    COMPANIONS_FORMAT,
     FORMAT_VERSION,
     READABLE_FORMATS,
     ClassName,
     CodeRef,
+    Companion,
     Count,
     FileName,
     FormatVersion,
@@ -41,6 +43,7 @@ from datapipe.versioning.manifest_parts import (
     Splits,
     StageCounts,
     Str,
+    TokenizerRef,
 )
 from datapipe.versioning.typed_json import RECORD, Malformed, read_record, record_json_schema
 
@@ -75,7 +78,8 @@ class Manifest:
     """The version id: sha256 of the canonical manifest without version, parent, created_at, host,
     shards[].stored_in, shards[].stored_as and lineage.environment."""
     format_version: FormatVersion = FORMAT_VERSION
-    """2: shards cut by content (a build since datapipe 0.2); 1: cut greedily by size."""
+    """3: shards cut by content, with companion files (``shards[].companions``: token shards);
+    2: shards cut by content (a build since datapipe 0.2); 1: cut greedily by size."""
     splits: Splits | None = None
     """Only in a version built with a splits section (left out of the JSON, and so of the id,
     otherwise)."""
@@ -90,14 +94,14 @@ class Manifest:
 
     @property
     def bytes(self) -> int:
-        """Bytes of all shards (indexes not counted)."""
-        return sum(s.bytes for s in self.shards)
+        """Bytes of all shards and their companions (indexes not counted)."""
+        return sum(s.data_bytes for s in self.shards)
 
     @property
     def own_bytes(self) -> int:
         """Bytes of the shards stored in this version's own directory (where the manifest puts
         them: `ls`, `log` and `du` also count hard links as shared, versioning/sizes.py)."""
-        return sum(s.bytes for s in self.shards if s.stored_in is None)
+        return sum(s.data_bytes for s in self.shards if s.stored_in is None)
 
     @property
     def shared_bytes(self) -> int:
@@ -114,11 +118,23 @@ class Manifest:
             del data["splits"]
         if self.classes is None:  # likewise for every source but class_folders
             del data["classes"]
+        if self.lineage.tokenizer is None:  # and for every pipeline without a tokenize stage
+            del data["lineage"]["tokenizer"]
         for shard in data["shards"]:
             for optional in ("split", "stored_in", "stored_as"):
                 if shard[optional] is None:
                     del shard[optional]
+            # a shard without companions has the entry (and the version its id) it had before
+            if not shard["companions"]:
+                del shard["companions"]
         return data
+
+    def own_files(self) -> list[str]:
+        """The files of the version directory beside its shards: the quarantine, the tokenizer."""
+        files = [self.rejected] if self.rejected else []
+        if self.lineage.tokenizer is not None:
+            files.append(self.lineage.tokenizer.file)
+        return files
 
     def split_shards(self, split: str) -> list[int]:
         """The numbers (in ``shards``) of the shards of ``split``."""
@@ -139,6 +155,12 @@ class Manifest:
     def with_id(self) -> Manifest:
         """This manifest with ``version`` set to its content id."""
         return replace(self, version=self.content_id())
+
+    def in_written_format(self) -> Manifest:
+        """This manifest in the format a commit writes it: 3 when a shard has companions (a
+        datapipe that reads only 2 says to upgrade, not that the file is damaged), else 2."""
+        companions = any(s.companions for s in self.shards)
+        return replace(self, format_version=COMPANIONS_FORMAT if companions else FORMAT_VERSION)
 
     def to_json(self) -> bytes:
         """The bytes of manifest.json (sorted keys, indented for people)."""
@@ -176,17 +198,19 @@ class _Totals:
     samples: Count | None = None
     """Samples over all shards."""
     bytes: Count | None = None
-    """Bytes of all shards (indexes not counted)."""
+    """Bytes of all shards and their companions (indexes not counted)."""
 
 
 _RECORD_NAMES = {
     Manifest: "manifest",
     Splits: "splits",
     ShardEntry: "shard",
+    Companion: "companion",
     StageCounts: "stage",
     Lineage: "lineage",
     SourceFile: "source",
     CodeRef: "code",
+    TokenizerRef: "tokenizer",
 }
 _TOTALS = tuple(f.name for f in fields(_Totals))
 
@@ -206,7 +230,11 @@ def _manifest_from_dict(raw: dict[str, Any], where: str = "manifest") -> Manifes
             f"{where}: malformed manifest: {e}; the file was edited or damaged "
             "(restore it from a copy, or delete its version directory and build again)"
         ) from None
-    problem = _split_problem(manifest) or _totals_problem(manifest, totals)
+    problem = (
+        _split_problem(manifest)
+        or _companions_problem(manifest)
+        or _totals_problem(manifest, totals)
+    )
     if problem:
         raise IntegrityError(
             f"{where}: malformed manifest: {problem}; the file was edited or damaged"
@@ -226,6 +254,17 @@ def _totals_problem(manifest: Manifest, totals: _Totals) -> str | None:
             f"{manifest.rejected_rows}"
         )
     return None
+
+
+def _companions_problem(manifest: Manifest) -> str | None:
+    """Why the shards' companions do not fit the manifest's format version, if they do not."""
+    marked = next((i for i, s in enumerate(manifest.shards) if s.companions), None)
+    if marked is None or manifest.format_version >= COMPANIONS_FORMAT:
+        return None
+    return (
+        f"field 'shards[{marked}].companions' needs manifest format {COMPANIONS_FORMAT}, but "
+        f"'format_version' is {manifest.format_version}"
+    )
 
 
 def _split_problem(manifest: Manifest) -> str | None:

@@ -14,6 +14,7 @@ from datapipe.formats.base import KEY
 from datapipe.formats.registry import get_format
 from datapipe.formats.shards import read_shard_from
 from datapipe.versioning.manifest import Manifest, short_id
+from datapipe.versioning.manifest_parts import TokenizerRef
 from datapipe.versioning.sample_diff import sample_locations
 from datapipe.versioning.store import Store
 
@@ -32,7 +33,7 @@ def _changed_keys(a: dict[str, Any], b: dict[str, Any], prefix: str) -> list[str
 
 
 def lineage_changes(recorded: Manifest, rebuilt: Manifest) -> list[str]:
-    """The inputs that differ: pipeline keys, source files, user code, seed."""
+    """The inputs that differ: pipeline keys, source files, user code, seed, tokenizer."""
     a, b = recorded.lineage, rebuilt.lineage
     changes = [f"pipeline config: {key}" for key in _changed_keys(a.pipeline, b.pipeline, "")]
     old = {s.path: s for s in a.sources}
@@ -53,6 +54,25 @@ def lineage_changes(recorded: Manifest, rebuilt: Manifest) -> list[str]:
     ]
     if a.seed != b.seed:
         changes.append(f"seed: {a.seed} -> {b.seed}")
+    return changes + tokenizer_changes(a.tokenizer, b.tokenizer)
+
+
+def tokenizer_changes(old: TokenizerRef | None, new: TokenizerRef | None) -> list[str]:
+    """The tokenize stage's inputs that differ: its file (by sha256) and the tokenizers library."""
+    if old is None and new is None:
+        return []
+    if old is None or new is None:
+        return [
+            f"tokenizer: {'none' if old is None else 'used'} -> {'none' if new is None else 'used'}"
+        ]
+    changes = []
+    if old.sha256 != new.sha256:
+        changes.append(
+            f"tokenizer file changed: sha256 {short_id(old.sha256)} -> {short_id(new.sha256)} "
+            "(the token ids differ; decode each version with its own tokenizer.json)"
+        )
+    if old.library != new.library:
+        changes.append(f"tokenizers library: {old.library} -> {new.library}")
     return changes
 
 

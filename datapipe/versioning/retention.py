@@ -85,12 +85,12 @@ def newest_first(manifests: dict[str, Manifest]) -> list[str]:
 
 
 def listed_files(store: Store, name: str, manifests: dict[str, Manifest]) -> set[tuple[str, str]]:
-    """(directory's version, file name) of every shard, index and quarantine file the manifests
-    list."""
+    """(directory's version, file name) of every shard, index, companion and quarantine file the
+    manifests list."""
     out = set()
     for version, m in manifests.items():
         for s in m.shards:
-            out.update((s.stored_in or version, stored) for stored in s.stored_names())
+            out.update((s.stored_in or version, stored) for stored in s.stored_files())
         if m.rejected:
             out.add((version, m.rejected))
     return out

@@ -23,11 +23,12 @@ class VersionSizes:
     shared_bytes: int
 
 
-def file_key(store: Store, name: str, version: str, entry: ShardEntry) -> Hashable:
-    """What tells one stored file from another: on the local disk its inode, so that hard links
-    (an incremental build's reused shards) are one file; on object stores the object's path, so
-    that a shard listed through ``stored_in`` is the object it names."""
-    path = store.shard_file(name, version, entry)
+def file_key(store: Store, name: str, version: str, entry: ShardEntry, filename: str) -> Hashable:
+    """What tells one stored file (``filename`` of ``entry``: its shard or a companion) from
+    another: on the local disk its inode, so that hard links (an incremental build's reused shards)
+    are one file; on object stores the object's path, so that a shard listed through ``stored_in``
+    is the object it names."""
+    path = f"{store.shard_dir(name, version, entry)}/{filename}"
     if is_local(store.fs):
         try:
             info = os.stat(path)
@@ -37,22 +38,36 @@ def file_key(store: Store, name: str, version: str, entry: ShardEntry) -> Hashab
     return store.fs._strip_protocol(path)
 
 
+def data_files(entry: ShardEntry) -> list[tuple[str, int]]:
+    """The files that hold a shard's data, each with its bytes: the shard and its companions (its
+    index is not counted)."""
+    return [(entry.stored_names()[0], entry.bytes)] + [
+        (filename, c.bytes) for c, filename in entry.companion_names()
+    ]
+
+
 class Sharing:
-    """Which versions of one dataset list each stored shard file; the sizes of `ls`, `log` and
-    `du` are read from it, so that they agree however a shard is shared."""
+    """Which versions of one dataset list each stored shard file (a shard or a companion); the
+    sizes of `ls`, `log` and `du` are read from it, so that they agree however a shard is
+    shared."""
 
     def __init__(self, store: Store, name: str, manifests: Mapping[str, Manifest]) -> None:
         self.manifests = dict(manifests)
-        self.keys = {
-            version: [file_key(store, name, version, s) for s in m.shards]
+        # version -> (key, bytes) of each data file of its shards
+        self.files = {
+            version: [
+                (file_key(store, name, version, s, filename), size)
+                for s in m.shards
+                for filename, size in data_files(s)
+            ]
             for version, m in self.manifests.items()
         }
         self.listed_by: dict[Hashable, set[str]] = {}
         self.file_bytes: dict[Hashable, int] = {}
-        for version, keys in self.keys.items():
-            for key, entry in zip(keys, self.manifests[version].shards, strict=True):
+        for version, files in self.files.items():
+            for key, size in files:
                 self.listed_by.setdefault(key, set()).add(version)
-                self.file_bytes[key] = entry.bytes
+                self.file_bytes[key] = size
 
     def is_shared(self, key: Hashable) -> bool:
         """Whether the file ``key`` is listed by more than one version."""
@@ -60,13 +75,9 @@ class Sharing:
 
     def version(self, version: str) -> VersionSizes:
         """The sizes of one version."""
-        shards = self.manifests[version].shards
-        shared = sum(
-            s.bytes
-            for s, key in zip(shards, self.keys[version], strict=True)
-            if self.is_shared(key)
-        )
-        total = sum(s.bytes for s in shards)
+        files = self.files[version]
+        shared = sum(size for key, size in files if self.is_shared(key))
+        total = sum(size for _, size in files)
         return VersionSizes(total, total - shared, shared)
 
 
@@ -93,12 +104,12 @@ def on_disk(store: Store, path: str) -> dict[Hashable, int]:
 
 
 def usage(store: Store, name: str) -> dict[str, Any]:
-    """A dataset's bytes (`datapipe du`), each file once: ``own`` (shard files one version lists),
-    ``shared`` (shard files several versions list), ``stored`` (own + shared: the shards),
-    ``other`` (indexes, manifests, quarantines, build states, refs, leases, unfinished builds) and
-    ``disk`` (everything under the dataset's folder: stored + other); ``listed`` (the versions'
-    sizes added up, as if each held a copy of its shards) and ``missing_files`` (shard files
-    listed but not found: `datapipe verify` names them)."""
+    """A dataset's bytes (`datapipe du`), each file once: ``own`` (shard files and their
+    companions one version lists), ``shared`` (those several versions list), ``stored`` (own +
+    shared: the shards), ``other`` (indexes, manifests, quarantines, build states, refs, leases,
+    unfinished builds) and ``disk`` (everything under the dataset's folder: stored + other);
+    ``listed`` (the versions' sizes added up, as if each held a copy of its shards) and
+    ``missing_files`` (shard files listed but not found: `datapipe verify` names them)."""
     versions = store.versions(name)
     sharing = Sharing(store, name, {v: store.manifest(name, v) for v in versions})
     disk = on_disk(store, store.path(name))

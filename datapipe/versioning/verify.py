@@ -71,8 +71,13 @@ def _expected_files(
         stored, index = shard.stored_names()
         files[stored] = (shard.bytes, shard.sha256)
         files[index] = (shard.index_bytes, shard.index_sha256)
+        for companion, filename in shard.companion_names():
+            files[filename] = (companion.bytes, companion.sha256)
     if manifest.rejected:
         expected[root][manifest.rejected] = None
+    tokenizer = manifest.lineage.tokenizer
+    if tokenizer is not None:
+        expected[root][tokenizer.file] = (tokenizer.bytes, tokenizer.sha256)
     return expected
 
 

@@ -37,7 +37,7 @@ from datapipe.versioning.layout import (
     VERSIONS,
 )
 from datapipe.versioning.leases import Lease, LeaseStore
-from datapipe.versioning.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from datapipe.versioning.manifest import MANIFEST_NAME, Companion, Manifest, ShardEntry
 
 log = logging.getLogger(__name__)
 # server-side copies in flight at once when a commit moves shards on an object store
@@ -73,7 +73,7 @@ def write_shard_file(
     worker)."""
     written, index = write_shard_to(fs, f"{directory}/{filename}", samples, fmt)
     assert index is not None
-    return _entry(filename, written, index)
+    return _entry(filename, written, index, fmt)
 
 
 # a shard up to this size is put together in memory first, so that one whose bytes are stored
@@ -99,13 +99,16 @@ def write_shard_unless_stored(
     written = writer.finish()
     index = written.index.to_bytes()
     if written.sha256 in stored:
-        return _entry(filename, written, index), False
-    put_atomic(fs, f"{directory}/{filename}", buffer.getbuffer())
-    put_atomic(fs, f"{directory}/{filename}{INDEX_SUFFIX}", index)
-    return _entry(filename, written, index), True
+        return _entry(filename, written, index, fmt), False
+    path = f"{directory}/{filename}"
+    put_atomic(fs, path, buffer.getbuffer())
+    for suffix, data in written.companions.items():
+        put_atomic(fs, fmt.companion_path(path, suffix), data)
+    put_atomic(fs, f"{path}{INDEX_SUFFIX}", index)  # the index last, as write_shard_to does
+    return _entry(filename, written, index, fmt), True
 
 
-def _entry(filename: str, written: WrittenShard, index: bytes) -> ShardEntry:
+def _entry(filename: str, written: WrittenShard, index: bytes, fmt: ShardFormat) -> ShardEntry:
     return ShardEntry(
         path=filename,
         samples=written.samples,
@@ -114,6 +117,11 @@ def _entry(filename: str, written: WrittenShard, index: bytes) -> ShardEntry:
         index_path=filename + INDEX_SUFFIX,
         index_bytes=len(index),
         index_sha256=hashlib.sha256(index).hexdigest(),
+        companions=tuple(
+            Companion(suffix, len(data), hashlib.sha256(data).hexdigest())
+            for suffix in fmt.companions
+            for data in (written.companions[suffix],)
+        ),
     )
 
 
@@ -184,22 +192,21 @@ class VersionWriter:
         return replace(entry, path=filename, index_path=index, stored_in=None, stored_as=None)
 
     def _link(self, version: str, entry: ShardEntry, filename: str, over: bool) -> None:
-        """Hard-link ``entry``'s shard and index of ``version`` as ``filename`` in the partial
-        directory; ``over``: in place of the files there, which hold the same bytes (no reader sees
-        a partial directory, so no rename is needed: where the link fails, a copy takes its
-        place)."""
-        for src, new in (
-            (self.store.shard_file(self.name, version, entry), filename),
-            (self.store.shard_file(self.name, version, entry, index=True), filename + INDEX_SUFFIX),
-        ):
-            target = f"{self.partial}/{new}"
+        """Hard-link ``entry``'s files of ``version`` (shard, index, companions) as ``filename``'s
+        in the partial directory; ``over``: in place of the files there, which hold the same bytes
+        (no reader sees a partial directory, so no rename is needed: where the link fails, a copy
+        takes its place)."""
+        renamed = replace(entry, path=filename, index_path=filename + INDEX_SUFFIX, stored_as=None)
+        directory = self.store.shard_dir(self.name, version, entry)
+        for src, new in zip(entry.stored_files(), renamed.stored_files(), strict=True):
+            source, target = f"{directory}/{src}", f"{self.partial}/{new}"
             if over:
                 os.unlink(target)
             try:
-                os.link(src, target)
+                os.link(source, target)
             except OSError:
                 if over:
-                    shutil.copyfile(src, target)
+                    shutil.copyfile(source, target)
                 raise
 
     def share_shard(self, entry: ShardEntry, parent_version: str) -> ShardEntry:
@@ -222,6 +229,12 @@ class VersionWriter:
             entry, stored_in=entry.stored_in or parent_version, stored_as=entry.stored_as
         )
 
+    def put_file(self, filename: str, data: bytes) -> None:
+        """Stage a file of the version beside its shards (the tokenizer's copy), moved with them
+        by the commit when the manifest lists it (``Manifest.own_files``)."""
+        path = f"{self.partial}/{filename}"
+        self.store.remote(path, lambda: put_atomic(self.store.fs, path, data))
+
     def put_build_state(self, data: bytes) -> None:
         """Stage the build's state (builder/incremental.py) to be committed with the version,
         outside its id."""
@@ -236,13 +249,17 @@ class VersionWriter:
         the side files this build staged, its build state, replace the older build's).
         """
         store, fs = self.store, self.store.fs
-        manifest = replace(
-            manifest,
-            name=self.name,
-            parent=self.parent,
-            created_at=_now("microseconds"),
-            host=socket.gethostname(),
-        ).with_id()
+        manifest = (
+            replace(
+                manifest,
+                name=self.name,
+                parent=self.parent,
+                created_at=_now("microseconds"),
+                host=socket.gethostname(),
+            )
+            .in_written_format()
+            .with_id()
+        )
         final = store.path(self.name, VERSIONS, manifest.version)
         if manifest.version in store.versions(self.name):
             manifest = store.manifest(self.name, manifest.version)
@@ -261,9 +278,9 @@ class VersionWriter:
                 name
                 for entry in manifest.shards
                 if entry.stored_in is None
-                for name in (entry.path, entry.index_path)
+                for name in entry.stored_files()
             ]
-            self._move(names + ([manifest.rejected] if manifest.rejected else []), final)
+            self._move(names + manifest.own_files(), final)
             self._move_side(final)
             where = f"{final}/{MANIFEST_NAME}"
             # after every shard is in place

@@ -482,3 +482,91 @@ def test_files_source_split_by_bytes_gives_the_same_version(project, in_process)
         f"f{i:02d}" for i in range(1, 12, 2)
     ]
     assert samples[1]["bin"] == bytes([2]) * 1100 and samples[1]["cls"] == b"a"
+
+
+TOKENS = """\
+    name: web
+    source:
+      path: raw/web-*.jsonl
+      format: jsonl
+      options: {{blocksize: {blocksize}}}
+    stages:
+      - tokenize: {{tokenizer: bpe.json, min_tokens: 2}}
+    sample:
+      key: id
+      fields: {{tokens: tokens, url: url}}
+    shards:
+      format: {fmt}
+      max_bytes: {max_bytes}
+    """
+
+
+def tokens(blocksize: str, fmt: str) -> str:
+    """The token pipeline, in shards small enough for several (token shards hold only the ids)."""
+    return TOKENS.format(
+        blocksize=blocksize, fmt=fmt, max_bytes="32KB" if fmt == "webdataset" else "8KB"
+    )
+
+
+def write_web(project, files: int = 4, docs: int = 120) -> None:
+    """JSONL files of generated documents (three empty: dropped) and the tokenizer of the test."""
+    from helpers.text import documents, train_tokenizer, write_jsonl
+
+    texts = documents(files * docs, seed=3)
+    texts[7] = texts[200] = ""
+    for f in range(files):
+        write_jsonl(project.root / f"raw/web-{f}.jsonl", texts[f * docs : (f + 1) * docs], f * docs)
+    if not (project.root / "bpe.json").exists():
+        train_tokenizer(project.root / "bpe.json")
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tokens"])
+def test_a_token_pipeline_gives_the_same_bytes_whatever_the_workers_and_blocksize(
+    project, clients_of, fmt
+):
+    write_web(project)
+    ids, shard_bytes = set(), set()
+    for workers, blocksize, keep in [(1, "8KB", True), (3, "8KB", False), (3, "1MB", True)]:
+        project.pipeline(tokens(blocksize, fmt))
+        result = project.build(client=clients_of[workers], keep_encoded=keep)
+        ids.add(result.manifest.version)
+        directory = project.store.path("web", "versions", result.manifest.version)
+        shard_bytes.add(
+            tuple(
+                open(f"{directory}/{name}", "rb").read()
+                for e in result.manifest.shards
+                for name in e.stored_files()
+            )
+        )
+    assert len(ids) == 1 and len(shard_bytes) == 1
+    assert len(result.manifest.shards) >= 3
+    accounting_holds(result.manifest)
+    assert result.manifest.stages[1].dropped == 3  # the empty documents 1, 7 and 200
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tokens"])
+def test_a_token_rebuild_tokenizes_only_the_changed_partitions(project, in_process, tmp_path, fmt):
+    from helpers.text import write_jsonl
+
+    write_web(project)
+    project.pipeline(tokens("1MB", fmt))
+    first = project.build(client=in_process)
+    write_jsonl(project.root / "raw/web-2.jsonl", ["a new document", "and another"], 240)
+    again = project.build(client=in_process)
+    assert again.incremental.parent == first.manifest.version
+    assert again.incremental.partitions.measured == 1
+    assert again.incremental.partitions.reused == 3
+    # the version a build from scratch gives
+    scratch = Store(str(tmp_path / "scratch"))
+    from datapipe.builder.config import load_pipeline
+    from datapipe.builder.run import Execution, build
+
+    fresh = build(load_pipeline(project.root / "pipeline.yaml"), scratch, execution=Execution())
+    assert fresh.manifest.version == again.manifest.version
+    assert fresh.incremental.parent is None
+    assert again.incremental.shards.reused > 0  # the shards before web-2's documents, linked
+
+    def plain(samples):
+        return [{k: getattr(v, "tolist", lambda v=v: v)() for k, v in s.items()} for s in samples]
+
+    assert plain(project.samples(again)) == plain(project.samples(fresh.manifest, scratch))

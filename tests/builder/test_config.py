@@ -18,13 +18,13 @@ from datapipe.builder.config import (
     ShardConfig,
     load_pipeline,
     parse_pipeline,
-    parse_size,
     pipeline_json_schema,
     stage_path,
 )
 from datapipe.builder.source.options import EXECUTION_OPTIONS
 from datapipe.builder.source.registry import check_source_options
 from datapipe.errors import ConfigError, NotFoundError
+from datapipe.storage.byte_size import parse_size
 
 SCHEMA_FILE = Path(__file__).parents[2] / "schemas" / "pipeline.schema.json"
 
@@ -119,9 +119,11 @@ def test_example_parses_with_every_stage_kind():
     assert pipeline.name == "digits"
     assert pipeline.source.path == "raw/digits-*.csv" and pipeline.source.format == "csv"
     assert pipeline.source.options == {"blocksize": "1MB"}
-    # the image stage parses in tests/builder/test_image_stage.py: its line here would move every
-    # line below
-    assert [s.kind for s in pipeline.stages] == [k for k in STAGE_KINDS if k != "image"]
+    # the image and tokenize stages parse in tests/builder/test_image_stage.py and
+    # test_tokenize.py: their lines here would move every line below
+    assert [s.kind for s in pipeline.stages] == [
+        k for k in STAGE_KINDS if k not in ("image", "tokenize")
+    ]
     dropna, fillna, filter_, dedupe, cast, map_, validate = (s.args for s in pipeline.stages)
     assert dropna == DropnaArgs(columns=["label"])
     assert fillna == FillnaArgs(values={"note": ""})
@@ -469,7 +471,8 @@ def test_bad_sizes(value):
         (
             20,
             "  format: zip",
-            "pipelines/x.yaml:20: shards.format: Input should be 'webdataset' or 'tfrecord'",
+            "pipelines/x.yaml:20: shards.format: Input should be 'webdataset', 'tfrecord', "
+            "'tokens' or 'megatron'",
             "shards",
         ),
         (

@@ -24,6 +24,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,11 @@ from pathlib import Path
 import pytest
 from conftest import crash_moments, last_json, leftovers
 from helpers.cli import datapipe_in_process, datapipe_process, on_session_cluster
+from helpers.versions import commit_token_child, commit_tokens, token_samples
+
+from datapipe.versioning.gc import collect
+from datapipe.versioning.store import Store
+from datapipe.versioning.verify import verify_version
 
 
 def start_build(project, store, *extra):
@@ -98,8 +104,8 @@ class StoreState:
     temporaries: list[str] = field(default_factory=list)
 
 
-# shard-000000.tar, train-000000.tar
-SHARD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*-\d{6}\.(tar|tfrecord)$")
+# shard-000000.tar, train-000000.tar, shard-000000.bin (a token shard)
+SHARD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*-\d{6}\.(tar|tfrecord|bin)$")
 
 
 def look(store: Path) -> StoreState:
@@ -508,3 +514,81 @@ def test_kill_9_in_an_incremental_build_keeps_the_parent_whole(tmp_path):
         assert last_json(out)["version"] == expected
         assert last_json(out)["incremental"]["parent"] in (parent, expected)
     print("\nincremental kills landed in:", phases)
+
+
+# a child of the store's token version, committed by the versioning writer in a process of its
+# own (the build does not write token shards yet): NEW shards written, then the parent's reused
+TOKEN_CHILD = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from helpers.versions import commit_token_child
+from datapipe.versioning.store import Store
+store = Store(sys.argv[1])
+parent = store.manifest("digits", store.resolve("digits"))
+commit_token_child(store, parent, new=int(sys.argv[3]), name="digits")
+"""
+
+
+def landed_over_parent(state: StoreState, ref_moved: bool) -> str:
+    """The phase a kill landed in, in a store that held a version (and its ref) before."""
+    if ref_moved:
+        return "after the ref moved"
+    if state.manifests > 1:
+        return "manifest written, ref not moved"
+    if state.version_dirs > 1:
+        return "files moved under the version id, no manifest"
+    return f"partial version with {state.shards} shards" if state.partial else "before the partial"
+
+
+@pytest.mark.slow
+def test_kill_9_in_a_token_commit_leaves_no_version_without_its_companions(tmp_path):
+    """A token shard is four files; killed anywhere in a commit that writes some and hard-links the
+    parent's, every listed version still verifies with every companion, gc removes the
+    leftovers (the parent's files keep one link), and the commit done again gives the same id."""
+    base, new = Store(str(tmp_path / "base")), 40
+    parent = commit_tokens(base, [token_samples(i) for i in range(3)], name="digits")
+    fresh = Store(str(tmp_path / "fresh"))
+    shutil.copytree(tmp_path / "base", tmp_path / "fresh")
+    expected = commit_token_child(fresh, parent, new, name="digits").version
+    phases = []
+    # what the store shows when the kill is sent: the parent's directory is always there
+    triggers = [
+        lambda state: state.partial,
+        lambda state: state.shards >= new // 2,
+        lambda state: state.version_dirs > 1,  # the files move in, the manifest comes last
+        lambda state: state.manifests > 1,
+        lambda state: state.shards >= 1,
+    ]
+    for i, trigger in enumerate(triggers[: max(3, crash_moments(5))]):
+        root = tmp_path / f"store-{i}"
+        shutil.copytree(tmp_path / "base", root)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                TOKEN_CHILD,
+                str(root),
+                str(Path(__file__).parents[1]),
+                str(new),
+            ],
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        while proc.poll() is None and not trigger(look(root)):
+            time.sleep(0.001)
+        kill_group(proc)
+        store = Store(str(root))
+        phases.append(landed_over_parent(look(root), store.resolve("digits") == expected))
+        assert store.resolve("digits") in (parent.version, expected)
+        assert parent.version in store.versions("digits")
+        for version in store.versions("digits"):
+            assert version in (parent.version, expected)
+            assert verify_version(store, "digits", store.manifest("digits", version)) == []
+        collect(store, "digits")
+        assert leftovers(root) == []
+        if expected not in store.versions("digits"):  # nothing shares the parent's files now
+            kept = list((root / "digits" / "versions" / parent.version).glob("shard-*"))
+            assert len(kept) == 3 * 4 and all(os.stat(f).st_nlink == 1 for f in kept)
+        assert commit_token_child(store, parent, new, name="digits").version == expected
+        assert verify_version(store, "digits", store.manifest("digits", expected)) == []
+    print("\ntoken commit kills landed in:", phases)

@@ -150,7 +150,7 @@ def test_a_stored_manifest_round_trips_byte_for_byte(tmp_path):
     assert Manifest.from_json(data, "manifest.json").to_json() == data
 
 
-@pytest.mark.parametrize("version", [0, 3, "2", None, 1.5])
+@pytest.mark.parametrize("version", [0, 4, "2", None, 1.5])
 def test_an_unknown_format_version_is_a_clear_error(version):
     raw = json.loads(WITH_SPLITS.with_id().to_json())
     raw["format_version"] = version
@@ -173,7 +173,7 @@ def test_an_unknown_key_inside_a_shard_names_the_keys_a_shard_has():
     assert str(info.value).startswith(
         "m.json: malformed manifest: field 'shards[1].colour': not a shard field "
         "(known: path, samples, bytes, sha256, index_path, index_bytes, index_sha256, split, "
-        "stored_in, stored_as); "
+        "stored_in, stored_as, companions); "
     )
 
 

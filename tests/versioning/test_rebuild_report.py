@@ -8,6 +8,7 @@ import dataclasses
 from conftest import commit, two_shards
 
 from datapipe.versioning.manifest import CodeRef, Lineage, SourceFile, StageCounts
+from datapipe.versioning.manifest_parts import TokenizerRef
 from datapipe.versioning.rebuild_report import (
     field_changes,
     manifest_differences,
@@ -128,3 +129,31 @@ def test_sample_differences_count_what_they_do_not_show(store):
 
 
 SHOWN = 10
+
+
+TOKENIZER = TokenizerRef("tokenizer.json", 1000, "a" * 64, "0.21.0", 400, "uint16", 0, None)
+
+
+def test_a_changed_tokenizer_file_or_library_is_named_and_changes_the_id(store):
+    recorded = dataclasses.replace(
+        commit(store, two_shards()), lineage=dataclasses.replace(LINEAGE, tokenizer=TOKENIZER)
+    )
+
+    def rebuilt_with(**changed):
+        tokenizer = dataclasses.replace(TOKENIZER, **changed)
+        lineage = dataclasses.replace(LINEAGE, tokenizer=tokenizer)
+        return dataclasses.replace(recorded, lineage=lineage)
+
+    assert manifest_differences(recorded, recorded) == []
+    (line,) = manifest_differences(recorded, rebuilt_with(sha256="b" * 64))
+    assert line.startswith("lineage: tokenizer file changed: sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb")
+    assert manifest_differences(recorded, rebuilt_with(library="0.22.1")) == [
+        "lineage: tokenizers library: 0.21.0 -> 0.22.1"
+    ]
+    ids = {recorded.content_id()}
+    ids |= {rebuilt_with(sha256="b" * 64).content_id(), rebuilt_with(library="0.22.1").content_id()}
+    assert len(ids) == 3
+    # a version without a tokenize stage keeps the manifest (and id) it had
+    plain = dataclasses.replace(recorded, lineage=LINEAGE)
+    assert "tokenizer" not in plain.to_dict()["lineage"]
+    assert manifest_differences(plain, recorded) == ["lineage: tokenizer: none -> used"]
