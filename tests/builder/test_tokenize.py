@@ -349,3 +349,24 @@ def test_without_tokenizers_the_pipeline_says_what_to_install(monkeypatch):
     )
     with pytest.raises(ConfigError, match=r"t.yaml:4: stages\[0\]\.tokenize: .*'datapipe\[text\]'"):
         stage_of(tokenizer="a.json")
+
+
+def test_token_shards_of_stored_bytes_link_all_their_files(project, in_process, bpe):
+    """A full build whose token shards equal a stored version's keeps each shard's four files as
+    that version's (the same inodes), the companions with the shard."""
+    web_project(project, bpe, documents(120))
+    web_pipeline(project.root, "{tokens: tokens, url: url}", "{format: tokens, max_bytes: 4KB}")
+    first = project.build(client=in_process).manifest
+    # another pipeline key, the same documents: a new version of the same shard bytes
+    text = (project.root / "pipeline.yaml").read_text()
+    (project.root / "pipeline.yaml").write_text(text + "max_rejected: 0.5\n")
+    second = project.build(client=in_process).manifest
+    assert second.version != first.version and len(first.shards) >= 2
+    versions = project.root / "store" / "web" / "versions"
+    for a, b in zip(first.shards, second.shards, strict=True):
+        assert a.sha256 == b.sha256 and a.companions == b.companions
+        for suffix in (".bin", ".idx", ".docs", ".bin.idx"):
+            name_a, name_b = a.path.replace(".bin", suffix), b.path.replace(".bin", suffix)
+            old, new = versions / first.version / name_a, versions / second.version / name_b
+            assert old.stat().st_ino == new.stat().st_ino, suffix
+    assert not verify_version(project.store, "web", second)

@@ -31,8 +31,10 @@ def test_a_token_shard_written_by_the_write_task_is_committed_with_its_companion
     docs = token_samples(0)
     # two partitions, their documents interleaved in the shard as a shuffled build does
     pieces = [piece(docs[0::2], np.arange(0, 10, 2)), piece(docs[1::2], np.arange(1, 10, 2))]
-    entry = write_shard_task(store.fs, writer.partial, "shard-000000.bin", "tokens", *pieces)
-    assert [c.suffix for c in entry.companions] == [".idx", ".docs"]
+    entry, written = write_shard_task(
+        store.fs, writer.partial, "shard-000000.bin", "tokens", frozenset({"other"}), *pieces
+    )
+    assert written and [c.suffix for c in entry.companions] == [".idx", ".docs"]
     manifest = Manifest(name="toks", shard_format="tokens", fields=TOKEN_FIELDS, shards=(entry,))
     committed = commit(writer, manifest, None, ("latest",))
     assert committed.format_version == 3 and verify_version(store, "toks", committed) == []
