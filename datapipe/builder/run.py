@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from datapipe.builder.accounting import (
     check_counts,
@@ -25,7 +25,7 @@ from datapipe.builder.accounting import (
 from datapipe.builder.client import open_client
 from datapipe.builder.cluster import dashboard_link, worker_memory_limits, worker_peak_rss
 from datapipe.builder.commit import commit, manifest_of, new_version, next_state, state_staged
-from datapipe.builder.config import LoadedPipeline, Pipeline
+from datapipe.builder.config import LoadedPipeline
 from datapipe.builder.drops import DropWarning, drop_warnings, emptied_message
 from datapipe.builder.execution import DEFAULT_EXECUTION, Execution
 from datapipe.builder.identities import BlockDigests, Identities
@@ -81,9 +81,7 @@ def build(
         deduped = dedupe_stages(run, on_workers, source.parts, pipeline.stages, reuse)
         measured = measure_parts(run, on_workers, source.parts, deduped, reuse, keep_encoded)
         warnings = _drop_warnings(loaded, source, measured)
-        stages = _checked_counts(
-            store, pipeline, source, measured, emptied_message(warnings, loaded.shown)
-        )
+        stages = _checked_counts(store, loaded, source, measured, warnings)
         plan = plan_shards(pipeline, measured, identities.at(deduped))
         state = next_state(found, blocksize, identities, measured, plan, hashes)
         with new_version(store, pipeline.name) as writer:
@@ -152,13 +150,15 @@ def _partitioned(
 
 def _checked_counts(
     store: Store,
-    pipeline: Pipeline,
+    loaded: LoadedPipeline,
     source: Source,
     measured: Measure,
-    emptied: str | None = None,
+    warnings: Sequence[DropWarning],
 ) -> tuple[StageCounts, ...]:
-    """Each stage's counts, checked before anything is written (``accounting.check_counts``); the
-    quarantine of a build that fails there is kept for `datapipe rejected --failed`."""
+    """Each stage's counts, checked before anything is written (``accounting.check_counts``; a
+    stage that dropped every row is named, from the drop ``warnings``); the quarantine of a build
+    that fails there is kept for `datapipe rejected --failed`."""
+    pipeline, emptied = loaded.pipeline, emptied_message(warnings, loaded.shown)
     stages = sum_counts(measured.reports, measured.duplicates)
     kept = None
     if fails(pipeline, stages) and any(s.rejected for s in stages):
