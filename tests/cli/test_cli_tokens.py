@@ -1,0 +1,77 @@
+"""`datapipe info|diff|log` of token versions: documents, tokens, the tokenizer and lengths."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from helpers.cli import datapipe_in_process
+from helpers.text import build_web, documents, expected_ids
+from helpers.versions import commit_first, commit_tokens, token_samples
+
+from datapipe.versioning.store import Store
+
+
+@pytest.fixture
+def web(tmp_path):
+    """A token version of 120 documents in tmp_path/store/web; its manifest and documents."""
+    docs = [d for d in documents(120) if d]  # no empty document: every one is kept
+    return build_web(tmp_path, docs), docs
+
+
+def nearest_rank(values: list[int], p: int) -> int:
+    ordered = sorted(values)
+    return ordered[max(math.ceil(p / 100 * len(ordered)), 1) - 1]
+
+
+def test_info_shows_documents_tokens_ids_and_lengths_from_the_idx_alone(tmp_path, web):
+    m, docs = web
+    bpe = tmp_path / "tokenizers" / "bpe.json"
+    lengths = [len(expected_ids(bpe, d)) for d in docs]
+    t = m.lineage.tokenizer
+    assert m.samples == len(docs) and m.tokens == sum(lengths) and len(m.shards) > 2
+    # info reads each shard's .idx, never its token ids
+    for path in (tmp_path / "store" / "web" / "versions" / m.version).glob("*.bin"):
+        path.unlink()
+    out = datapipe_in_process("info", "store/web", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (
+        f"  tokens: {sum(lengths)} in {len(docs)} documents, uint16 ids (vocab_size "
+        f"{t.vocab_size}, eos_id {t.eos_id}, bos_id -), tokenizer sha256 {t.sha256[:12]} "
+        f"(tokenizers {t.library})\n"
+    ) in out.stdout
+    dist = {"min": min(lengths), **{f"p{p}": nearest_rank(lengths, p) for p in (50, 90, 99)}}
+    dist["max"] = max(lengths)
+    shown = ", ".join(f"{k} {v}" for k, v in dist.items())
+    assert f"  document lengths in tokens: {shown}\n" in out.stdout
+
+    out = datapipe_in_process("info", "store/web", "--json", cwd=tmp_path)
+    assert json.loads(out.stdout)["tokens"] == {
+        "documents": len(docs),
+        "tokens": sum(lengths),
+        "dtype": "uint16",
+        "vocab_size": t.vocab_size,
+        "eos_id": t.eos_id,
+        "bos_id": None,
+        "tokenizer_sha256": t.sha256,
+        "tokenizer_library": t.library,
+        "lengths": dist,
+    }
+
+
+def test_info_of_token_shards_without_a_tokenizer_and_of_other_samples(tmp_path):
+    store = Store(str(tmp_path / "store"))
+    docs = token_samples(0) + token_samples(1)
+    commit_tokens(store, [docs[:10], docs[10:]])
+    out = datapipe_in_process("info", "store/toks", cwd=tmp_path)
+    lengths = sorted(len(d["tokens"]) for d in docs)
+    assert f"  tokens: {sum(lengths)} in 20 documents, uint16 ids (vocab_size -, eos_id -, " in (
+        out.stdout
+    )
+    assert "no tokenizer recorded\n" in out.stdout
+    assert f"document lengths in tokens: min {lengths[0]}, p50 {lengths[9]}, " in out.stdout
+    commit_first(store)
+    out = datapipe_in_process("info", "store/toy", "--json", cwd=tmp_path)
+    assert "tokens" not in json.loads(out.stdout)
+    assert "tokens" not in datapipe_in_process("info", "store/toy", cwd=tmp_path).stdout
