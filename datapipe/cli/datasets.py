@@ -248,7 +248,7 @@ def diff(a: str, b: str, as_json: bool) -> None:
     (sa, na, ma), (sb, nb, mb) = (open_dataset_url(url, storage_options()) for url in (a, b))
     # reads only the shards the two do not share
     pair = VersionPair(Side(sa, na, ma), Side(sb, nb, mb))
-    d, per_split = pair.diff(), pair.splits()
+    d, per_split, tokens = pair.diff(), pair.splits(), pair.tokens()
     if as_json:
         echo_json(
             {
@@ -256,10 +256,16 @@ def diff(a: str, b: str, as_json: bool) -> None:
                 "b": mb.version,
                 **vars(d),
                 **({"splits": {s: vars(sd) for s, sd in per_split.items()}} if per_split else {}),
+                **({"tokens": vars(tokens)} if tokens is not None else {}),
             }
         )
         return
     click.echo(f"{na}@{short_id(ma.version)} -> {nb}@{short_id(mb.version)}: {_counts(d)}")
+    if tokens is not None:
+        click.echo(
+            f"  documents: {tokens.documents_added} added, {tokens.documents_removed} removed; "
+            f"tokens: {tokens.tokens_added} added, {tokens.tokens_removed} removed"
+        )
     for split, sd in per_split.items():
         click.echo(f"  split {split}: {_counts(sd)}")
     for mark, keys in (("+", d.added), ("-", d.removed), ("~", d.changed)):

@@ -182,10 +182,13 @@ def log_command(dataset: str, as_json: bool) -> None:
         )
         if e.changes is not None:
             c = e.changes
+            what = "documents" if "tokens_added" in c else "samples"
             click.echo(
-                f"  samples: {c['added']} added, {c['removed']} removed, {c['changed']} changed, "
+                f"  {what}: {c['added']} added, {c['removed']} removed, {c['changed']} changed, "
                 f"{c['unchanged']} unchanged"
             )
+            if "tokens_added" in c:
+                click.echo(f"  tokens: {c['tokens_added']} added, {c['tokens_removed']} removed")
             for split, c in e.splits.items():
                 click.echo(
                     f"  split {split}: {c['added']} added, {c['removed']} removed, "

@@ -25,10 +25,11 @@ def is_token_version(m: Manifest) -> bool:
 def megatron_indexes(store: Store, name: str, m: Manifest) -> list[MegatronIndex]:
     """Each shard's Megatron-Core index (its ``.idx`` companion), in manifest order: a few bytes
     a document, never the token ids in ``.bin``."""
-    return [_index(store, name, m.version, entry) for entry in m.shards]
+    return [shard_megatron_index(store, name, m.version, entry) for entry in m.shards]
 
 
-def _index(store: Store, name: str, version: str, entry: ShardEntry) -> MegatronIndex:
+def shard_megatron_index(store: Store, name: str, version: str, entry: ShardEntry) -> MegatronIndex:
+    """The Megatron-Core index of token shard ``entry`` of ``version``: its documents' lengths."""
     directory = store.shard_dir(name, version, entry)
     filename = next(f for c, f in entry.companion_names() if c.suffix == MEGATRON_INDEX)
     path = f"{directory}/{filename}"

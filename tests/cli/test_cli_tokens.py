@@ -8,7 +8,7 @@ import math
 import pytest
 from helpers.cli import datapipe_in_process
 from helpers.text import build_web, documents, expected_ids
-from helpers.versions import commit_first, commit_tokens, token_samples
+from helpers.versions import commit_first, commit_sharing, commit_tokens, token_samples
 
 from datapipe.versioning.store import Store
 
@@ -75,3 +75,56 @@ def test_info_of_token_shards_without_a_tokenizer_and_of_other_samples(tmp_path)
     out = datapipe_in_process("info", "store/toy", "--json", cwd=tmp_path)
     assert "tokens" not in json.loads(out.stdout)
     assert "tokens" not in datapipe_in_process("info", "store/toy", cwd=tmp_path).stdout
+
+
+def test_diff_and_log_count_documents_and_tokens_added_and_removed(tmp_path):
+    docs = [d for d in documents(100, seed=3) if d]
+    first = build_web(tmp_path, docs[:80])
+    # d00000..d00019 go, d00080.. come, d00020 changes
+    new = [docs[20] + " café", *docs[21:]]
+    second = build_web(tmp_path, new, start=20)
+    bpe = tmp_path / "tokenizers" / "bpe.json"
+
+    def tokens(texts):
+        return sum(len(expected_ids(bpe, t)) for t in texts)
+
+    added, removed = tokens(new[:1] + docs[80:]), tokens(docs[:21])
+    assert second.tokens == first.tokens + added - removed
+    counts = (len(docs) - 80, 20, added, removed)
+
+    out = datapipe_in_process("diff", "store/web@" + first.version, "store/web", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f": {counts[0]} added, 20 removed, 1 changed, 59 unchanged\n" in out.stdout
+    assert (
+        f"\n  documents: {counts[0]} added, 20 removed; tokens: {added} added, {removed} removed\n"
+    ) in out.stdout
+    out = datapipe_in_process(
+        "diff", "store/web@" + first.version, "store/web", "--json", cwd=tmp_path
+    )
+    assert json.loads(out.stdout)["tokens"] == {
+        "documents_added": counts[0],
+        "documents_removed": 20,
+        "tokens_added": added,
+        "tokens_removed": removed,
+    }
+
+    out = datapipe_in_process("log", "store/web", cwd=tmp_path)
+    assert f"  documents: {counts[0]} added, 20 removed, 1 changed, 59 unchanged\n" in out.stdout
+    assert f"  tokens: {added} added, {removed} removed\n" in out.stdout
+    entry = json.loads(datapipe_in_process("log", "store/web", "--json", cwd=tmp_path).stdout)[0]
+    assert entry["parent"] == first.version
+    assert (entry["changes"]["tokens_added"], entry["changes"]["tokens_removed"]) == (
+        added,
+        removed,
+    )
+
+
+def test_diff_and_log_of_other_samples_say_nothing_of_tokens(tmp_path):
+    store = Store(str(tmp_path / "store"))
+    first = commit_first(store)
+    commit_sharing(store, first, {1: 5})
+    out = datapipe_in_process("diff", f"store/toy@{first.version}", "store/toy", cwd=tmp_path)
+    assert "tokens" not in out.stdout and "documents" not in out.stdout
+    out = datapipe_in_process("log", "store/toy", cwd=tmp_path)
+    assert "  samples: 0 added, 0 removed, 10 changed, 20 unchanged\n" in out.stdout
+    assert "tokens" not in out.stdout
