@@ -27,14 +27,17 @@ IMAGE_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg"}
 
 @dataclass(frozen=True)
 class Field:
-    """A field as a page shows it: ``kind`` text, json, number, npy, image or binary; ``text`` what
-    to print (cut to the limit asked, ``cut`` then True), ``size`` its stored bytes."""
+    """A field as a page shows it: ``kind`` text, json, number, npy, image, binary or ids (a
+    document's token ids); ``text`` what to print (cut to the limit asked, ``cut`` then True),
+    ``size`` its stored bytes; a document's ``tokens``, and a ``note`` on how it is shown."""
 
     name: str
     kind: str
     text: str
     size: int
     cut: bool = False
+    tokens: int | None = None
+    note: str = ""
 
 
 def locate(ds: Dataset, shard: int, row: int) -> tuple[int, int]:
@@ -51,6 +54,8 @@ def locate(ds: Dataset, shard: int, row: int) -> tuple[int, int]:
 def read_sample(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
     """Sample ``row`` of ``shard``: its byte range alone, checked against the hash in the index."""
     start, end = locate(ds, shard, row)
+    if ds.format.name == "tokens":
+        return _document(ds, shard, row)
     path = ds.shard_path(shard)
     try:
         data = ds.store.remote(path, lambda: ds.store.fs.cat_file(path, start=start, end=end))
@@ -70,6 +75,23 @@ def read_sample(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
     for entry in ds.format.reader(data, path).scan():
         return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in entry.sample.items()}
     raise ShardCorruptError(path, f"sample {row} is empty", start)
+
+
+def _document(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
+    """Document ``row`` of token shard ``shard``, read through its Megatron index and documents
+    table (``NAME.bin`` holds ids alone), its ids checked against the hash in the index."""
+    sample = ds.files.reader(shard)[row]
+    ids = np.array(sample["tokens"])  # a copy, not a view of a mapping the page may outlive
+    if hashlib.sha256(ids.tobytes()).digest() != ds.index(shard).sample_hash[row].tobytes():
+        raise ShardCorruptError(
+            ds.shard_path(shard),
+            f"document {row} does not match the hash in its index; check the store with "
+            f"`datapipe verify {ds.store.url}/{ds.name}`",
+            int(ds.index(shard).sample_start[row]),
+        )
+    out = {k: bytes(v) if isinstance(v, memoryview) else v for k, v in sample.items()}
+    out["tokens"] = ids
+    return out
 
 
 def image_type(data: bytes) -> str | None:
