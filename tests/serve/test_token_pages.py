@@ -75,3 +75,20 @@ def test_without_tokenizers_the_ids_are_shown_and_it_says_what_to_install(web, c
     assert f"<small>ids, {len(ids)} tokens, " in page.text
     assert f'<pre class="ids">{" ".join(map(str, ids))}</pre>' in page.text
     assert "install tokenizers (pip install &#39;datapipe[text]&#39;) to see the text" in page.text
+
+
+def test_the_diff_page_shows_both_sides_of_a_changed_document_as_text(tmp_path):
+    from starlette.testclient import TestClient
+
+    from datapipe.serve import create_app
+
+    docs = [d for d in documents(30, seed=4) if d]
+    first = build_web(tmp_path, docs)
+    second = build_web(tmp_path, [docs[0] + " café", *docs[1:]])
+    with TestClient(create_app(Store(str(tmp_path / "store")))) as client:
+        page = client.get(f"/d/web/diff?a={first.version}&b={second.version}")
+    assert page.status_code == 200 and "~1 changed" in page.text
+    text = shown(page.text)
+    for version, body in ((first, docs[0]), (second, docs[0] + " café")):
+        tokens = len(expected_ids(tmp_path / "tokenizers" / "bpe.json", body))
+        assert f'<span class="name">tokens ({tokens})</span> {body[:40]}' in text, version
