@@ -15,7 +15,11 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import NotFoundError, ShardCorruptError
+from datapipe.formats.tokens.docs import DocumentTable
+from datapipe.formats.tokens.megatron import MegatronIndex
+from datapipe.formats.tokens.writer import DOCUMENTS, MEGATRON_INDEX
 from datapipe.loader.dataset import Dataset
+from datapipe.storage.fs import read_bytes
 from datapipe.versioning.manifest import short_id
 
 TAR_END = b"\0" * 1024  # the end-of-archive marker, so one sample's members read as a whole tar
@@ -54,8 +58,6 @@ def locate(ds: Dataset, shard: int, row: int) -> tuple[int, int]:
 def read_sample(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
     """Sample ``row`` of ``shard``: its byte range alone, checked against the hash in the index."""
     start, end = locate(ds, shard, row)
-    if ds.format.name == "tokens":
-        return _document(ds, shard, row)
     path = ds.shard_path(shard)
     try:
         data = ds.store.remote(path, lambda: ds.store.fs.cat_file(path, start=start, end=end))
@@ -70,6 +72,8 @@ def read_sample(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
             f"`datapipe verify {ds.store.url}/{ds.name}`",
             start,
         )
+    if ds.format.name == "tokens":  # NAME.bin holds the ids alone
+        return _document(ds, shard, row, data)
     if ds.format.name == "webdataset":
         data += TAR_END
     for entry in ds.format.reader(data, path).scan():
@@ -77,21 +81,50 @@ def read_sample(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
     raise ShardCorruptError(path, f"sample {row} is empty", start)
 
 
-def _document(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
-    """Document ``row`` of token shard ``shard``, read through its Megatron index and documents
-    table (``NAME.bin`` holds ids alone), its ids checked against the hash in the index."""
-    sample = ds.files.reader(shard)[row]
-    ids = np.array(sample["tokens"])  # a copy, not a view of a mapping the page may outlive
-    if hashlib.sha256(ids.tobytes()).digest() != ds.index(shard).sample_hash[row].tobytes():
-        raise ShardCorruptError(
-            ds.shard_path(shard),
-            f"document {row} does not match the hash in its index; check the store with "
-            f"`datapipe verify {ds.store.url}/{ds.name}`",
-            int(ds.index(shard).sample_start[row]),
+def _document(ds: Dataset, shard: int, row: int, ids: bytes) -> dict[str, Any]:
+    """Document ``row`` of token shard ``shard`` from its ids' bytes (read by range and checked)
+    and the shard's Megatron index and documents table (its key and other fields)."""
+    megatron, table = _TABLES.get(ds, shard)
+    blob = memoryview(table.blob)
+    sample: dict[str, Any] = {"__key__": table.key(row)}
+    sample["tokens"] = np.frombuffer(ids, dtype=megatron.dtype.newbyteorder("<"))
+    for name, start, end in table.values(row):
+        sample[name] = bytes(blob[start:end])
+    return sample
+
+
+class _Tables:
+    """The Megatron indexes and documents tables of the last ``size`` token shards read, each
+    read whole: a few bytes a document beside its ids (which stay in ``NAME.bin``, read by range).
+    Versions never change, so nothing kept goes stale."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        self._read: OrderedDict[tuple[str, str, str, int], tuple[MegatronIndex, DocumentTable]]
+        self._read = OrderedDict()
+        self._lock = threading.Lock()  # pages run on several threads
+
+    def get(self, ds: Dataset, shard: int) -> tuple[MegatronIndex, DocumentTable]:
+        """Shard ``shard``'s Megatron index and documents table."""
+        key = (ds.store.url, ds.name, ds.version, shard)
+        with self._lock:
+            if key in self._read:
+                self._read.move_to_end(key)
+                return self._read[key]
+        paths = ds.files.companion_paths(shard)
+        data = {s: read_bytes(ds.store.fs, p, ds.store.retry) for s, p in paths.items()}
+        read = (
+            MegatronIndex.from_bytes(data[MEGATRON_INDEX], paths[MEGATRON_INDEX]),
+            DocumentTable.from_bytes(data[DOCUMENTS], paths[DOCUMENTS]),
         )
-    out = {k: bytes(v) if isinstance(v, memoryview) else v for k, v in sample.items()}
-    out["tokens"] = ids
-    return out
+        with self._lock:
+            self._read[key] = read
+            if len(self._read) > self.size:
+                self._read.popitem(last=False)
+        return read
+
+
+_TABLES = _Tables()
 
 
 def image_type(data: bytes) -> str | None:
