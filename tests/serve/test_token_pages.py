@@ -92,3 +92,22 @@ def test_the_diff_page_shows_both_sides_of_a_changed_document_as_text(tmp_path):
     for version, body in ((first, docs[0]), (second, docs[0] + " café")):
         tokens = len(expected_ids(tmp_path / "tokenizers" / "bpe.json", body))
         assert f'<span class="name">tokens ({tokens})</span> {body[:40]}' in text, version
+
+
+def test_token_shards_without_a_tokenizer_show_their_ids_from_any_store():
+    from helpers.versions import commit_tokens, token_samples
+    from starlette.testclient import TestClient
+
+    from datapipe.serve import create_app
+
+    store = Store("memory://serve-tokens")
+    m = commit_tokens(store, [token_samples(0), token_samples(1)])
+    document = token_samples(1)[3]
+    with TestClient(create_app(store)) as client:
+        page = client.get(f"/d/toks/v/{m.version}/s/1/3")
+    ids = document["tokens"].tolist()
+    assert page.status_code == 200 and f'<h1 class="key">{document["__key__"]}</h1>' in page.text
+    assert f"<small>ids, {len(ids)} tokens, {2 * len(ids)} B</small>" in page.text
+    assert f'<pre class="ids">{" ".join(map(str, ids))}</pre>' in page.text
+    assert "no tokenizer recorded with this version: its ids" in page.text
+    assert f'<pre class="text">{document["url"].decode()}</pre>' in page.text
