@@ -159,7 +159,8 @@ def _splits(m: Manifest) -> dict[str, Any]:
 @json_option
 def info(dataset: str, as_json: bool) -> None:
     """Summarise the manifest of DATASET (STORE/NAME[@REF]): fields, shards, stage counts,
-    lineage."""
+    lineage; of a token version also its documents, tokens, ids, tokenizer and the spread of its
+    documents' lengths."""
     store, name, m = open_dataset_url(dataset, storage_options())
     s = _summary(m)
     tokens = token_summary(store, name, m)
@@ -244,7 +245,7 @@ def tag(dataset: str, tag: str) -> None:
 def diff(a: str, b: str, as_json: bool) -> None:
     """Samples added, removed and changed (by key and content hash) from version A to B; per split
     too, when either has splits (a sample that changed split is removed from one and added to the
-    other)."""
+    other); between token versions, the documents and tokens added and removed too."""
     (sa, na, ma), (sb, nb, mb) = (open_dataset_url(url, storage_options()) for url in (a, b))
     # reads only the shards the two do not share
     pair = VersionPair(Side(sa, na, ma), Side(sb, nb, mb))

@@ -155,7 +155,8 @@ def du(target: str, as_json: bool) -> None:
 def log_command(dataset: str, as_json: bool) -> None:
     """The versions of DATASET (STORE/NAME), newest first along the parent links from latest, then
     those not on that chain: tags, leases, sizes, and against the parent the samples added, removed
-    and changed (per split too) and the lineage inputs that changed."""
+    and changed (per split too; between token versions the tokens too) and the lineage inputs that
+    changed."""
     store, name = dataset_of(dataset, "log shows")
     entries, problems = history(store, name)
     for problem in problems:

@@ -38,7 +38,8 @@ class Decoders:
         """The ``tokens`` field of a document: its text decoded (special tokens shown, as the
         build added them), else its ids; cut to ``limit`` characters, with its token count."""
         tokenizer, why = self.tokenizer(ds)
-        head = ids[:limit].tolist()  # a token is at least a character: enough for the limit
+        # a token is mostly a character or more: the first ``limit`` fill (or nearly) the limit
+        head = ids[:limit].tolist()
         if tokenizer is None:
             text, kind = " ".join(map(str, head)), "ids"
         else:
