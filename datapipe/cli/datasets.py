@@ -17,6 +17,7 @@ from datapipe.versioning.manifest import Manifest, short_id, shown_time
 from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
 from datapipe.versioning.sizes import Sharing
 from datapipe.versioning.store import Store, open_dataset_url
+from datapipe.versioning.token_stats import token_summary
 from datapipe.versioning.verify import verify_version
 
 
@@ -103,6 +104,24 @@ def _summary(m: Manifest) -> dict[str, Any]:
     }
 
 
+def _token_lines(t: dict[str, Any]) -> str:
+    """A token version's counts, ids and tokenizer, and its documents' length distribution."""
+    ids = ", ".join(
+        f"{k} {'-' if t[k] is None else t[k]}" for k in ("vocab_size", "eos_id", "bos_id")
+    )
+    made = (
+        f"tokenizer sha256 {short_id(t['tokenizer_sha256'])} (tokenizers {t['tokenizer_library']})"
+        if t["tokenizer_sha256"]
+        else "no tokenizer recorded"
+    )
+    lengths = t["lengths"] or {}
+    shown = ", ".join(f"{k} {v}" for k, v in lengths.items()) or "-"
+    return (
+        f"  tokens: {t['tokens']} in {t['documents']} documents, {t['dtype']} ids ({ids}), {made}\n"
+        f"  document lengths in tokens: {shown}"
+    )
+
+
 SHOWN_CLASSES = 20  # `info` lists this many class names, then how many more (--json lists them all)
 
 
@@ -140,9 +159,13 @@ def _splits(m: Manifest) -> dict[str, Any]:
 @json_option
 def info(dataset: str, as_json: bool) -> None:
     """Summarise the manifest of DATASET (STORE/NAME[@REF]): fields, shards, stage counts,
-    lineage."""
-    _, _, m = open_dataset_url(dataset, storage_options())
+    lineage; of a token version also its documents, tokens, ids, tokenizer and the spread of its
+    documents' lengths."""
+    store, name, m = open_dataset_url(dataset, storage_options())
     s = _summary(m)
+    tokens = token_summary(store, name, m)
+    if tokens is not None:
+        s["tokens"] = tokens
     if as_json:
         echo_json(s)
         return
@@ -158,6 +181,8 @@ def info(dataset: str, as_json: bool) -> None:
         f"{format_size(s['shards']['max_bytes'])})"
     )
     click.echo("  fields: " + (", ".join(f"{k}:{v}" for k, v in m.fields.items()) or "-"))
+    if tokens is not None:
+        click.echo(_token_lines(tokens))
     if m.classes is not None:
         click.echo(_classes_line(m.classes))
     if m.splits is not None:
@@ -220,11 +245,11 @@ def tag(dataset: str, tag: str) -> None:
 def diff(a: str, b: str, as_json: bool) -> None:
     """Samples added, removed and changed (by key and content hash) from version A to B; per split
     too, when either has splits (a sample that changed split is removed from one and added to the
-    other)."""
+    other); between token versions, the documents and tokens added and removed too."""
     (sa, na, ma), (sb, nb, mb) = (open_dataset_url(url, storage_options()) for url in (a, b))
     # reads only the shards the two do not share
     pair = VersionPair(Side(sa, na, ma), Side(sb, nb, mb))
-    d, per_split = pair.diff(), pair.splits()
+    d, per_split, tokens = pair.diff(), pair.splits(), pair.tokens()
     if as_json:
         echo_json(
             {
@@ -232,10 +257,16 @@ def diff(a: str, b: str, as_json: bool) -> None:
                 "b": mb.version,
                 **vars(d),
                 **({"splits": {s: vars(sd) for s, sd in per_split.items()}} if per_split else {}),
+                **({"tokens": vars(tokens)} if tokens is not None else {}),
             }
         )
         return
     click.echo(f"{na}@{short_id(ma.version)} -> {nb}@{short_id(mb.version)}: {_counts(d)}")
+    if tokens is not None:
+        click.echo(
+            f"  documents: {tokens.documents_added} added, {tokens.documents_removed} removed; "
+            f"tokens: {tokens.tokens_added} added, {tokens.tokens_removed} removed"
+        )
     for split, sd in per_split.items():
         click.echo(f"  split {split}: {_counts(sd)}")
     for mark, keys in (("+", d.added), ("-", d.removed), ("~", d.changed)):

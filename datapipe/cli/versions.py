@@ -155,7 +155,8 @@ def du(target: str, as_json: bool) -> None:
 def log_command(dataset: str, as_json: bool) -> None:
     """The versions of DATASET (STORE/NAME), newest first along the parent links from latest, then
     those not on that chain: tags, leases, sizes, and against the parent the samples added, removed
-    and changed (per split too) and the lineage inputs that changed."""
+    and changed (per split too; between token versions the tokens too) and the lineage inputs that
+    changed."""
     store, name = dataset_of(dataset, "log shows")
     entries, problems = history(store, name)
     for problem in problems:
@@ -182,10 +183,13 @@ def log_command(dataset: str, as_json: bool) -> None:
         )
         if e.changes is not None:
             c = e.changes
+            what = "documents" if "tokens_added" in c else "samples"
             click.echo(
-                f"  samples: {c['added']} added, {c['removed']} removed, {c['changed']} changed, "
+                f"  {what}: {c['added']} added, {c['removed']} removed, {c['changed']} changed, "
                 f"{c['unchanged']} unchanged"
             )
+            if "tokens_added" in c:
+                click.echo(f"  tokens: {c['tokens_added']} added, {c['tokens_removed']} removed")
             for split, c in e.splits.items():
                 click.echo(
                     f"  split {split}: {c['added']} added, {c['removed']} removed, "

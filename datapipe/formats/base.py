@@ -31,6 +31,8 @@ class WrittenShard:
 
     ``companions``: the bytes of the files a format writes beside the shard, by suffix (the
     token format's Megatron index and documents table; ``ShardFormat.companion_path`` names them).
+    ``tokens``: the token ids a token shard holds (its manifest entry records them); None for
+    formats of other samples.
     """
 
     samples: int
@@ -38,6 +40,7 @@ class WrittenShard:
     sha256: str
     index: ShardIndex
     companions: Mapping[str, bytes] = field(default_factory=dict)
+    tokens: int | None = None
 
 
 class ShardWriter(ABC):

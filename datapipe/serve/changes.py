@@ -12,7 +12,7 @@ from starlette.responses import HTMLResponse
 
 from datapipe.errors import IntegrityError, NotFoundError
 from datapipe.loader.dataset import Dataset
-from datapipe.serve.samples import PREVIEW, Field, describe, read_sample
+from datapipe.serve.samples import PREVIEW, Field, read_sample
 from datapipe.versioning.layout import VERSIONS
 from datapipe.versioning.manifest import short_id
 from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
@@ -157,13 +157,8 @@ def _numbers(ds: Dataset) -> dict[str, int]:
     return {entry.path: i for i, entry in enumerate(ds.shards)}
 
 
-def _fields(ds: Dataset, shard: int, row: int) -> list[Field]:
-    sample = read_sample(ds, shard, row)
-    fields = [
-        describe(k, v, ds.manifest.fields.get(k), PREVIEW)
-        for k, v in sorted(sample.items())
-        if k != "__key__"
-    ]
+def _fields(c: Any, ds: Dataset, shard: int, row: int) -> list[Field]:
+    fields = c.fields(ds, read_sample(ds, shard, row), PREVIEW)  # a document decoded
     return sorted(fields, key=lambda f: f.kind != "image")
 
 
@@ -185,8 +180,8 @@ def diff_page(c: Any, name: str, request: Request) -> HTMLResponse:
             "key": k,
             "a": where_a[k],
             "b": where_b[k],
-            "a_fields": _fields(a, *where_a[k]),
-            "b_fields": _fields(b, *where_b[k]),
+            "a_fields": _fields(c, a, *where_a[k]),
+            "b_fields": _fields(c, b, *where_b[k]),
         }
         for k in diff.changed[page * CHANGED : (page + 1) * CHANGED]
     ]

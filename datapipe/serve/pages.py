@@ -15,10 +15,12 @@ from datapipe.errors import DatapipeError, NotFoundError
 from datapipe.loader.dataset import Dataset
 from datapipe.serve import charts
 from datapipe.serve.changes import Diffs, diff_page, failed_builds, failed_page, quarantine_page
+from datapipe.serve.documents import Decoders
 from datapipe.serve.resolve import Versions
-from datapipe.serve.samples import PREVIEW, Thumbnails, describe, read_sample
+from datapipe.serve.samples import PREVIEW, SHOWN, Field, Thumbnails, describe, read_sample
 from datapipe.versioning.history import history
 from datapipe.versioning.manifest import short_id, shown_time
+from datapipe.versioning.token_stats import is_token_version
 
 PAGE = 48  # samples per page of the grid
 MAX_PAGE = 10**6
@@ -26,12 +28,26 @@ MAX_PAGE = 10**6
 
 @dataclass
 class Context:
-    """What every page reads: the templates, the store's versions, the thumbnail cache."""
+    """What every page reads: the templates, the store's versions, the thumbnail cache, the
+    token versions' tokenizers."""
 
     env: Environment
     versions: Versions
     thumbnails: Thumbnails
     diffs: Diffs = field(default_factory=Diffs)
+    decoders: Decoders = field(default_factory=Decoders)
+
+    def fields(self, ds: Dataset, sample: dict[str, Any], limit: int) -> list[Field]:
+        """A sample's fields as pages show them, cut to ``limit``; a token version's ``tokens``
+        decoded."""
+        tokens = is_token_version(ds.manifest)
+        return [
+            self.decoders.field(ds, v, limit)
+            if tokens and k == "tokens"
+            else describe(k, v, ds.manifest.fields.get(k), limit)
+            for k, v in sorted(sample.items())
+            if k != "__key__"
+        ]
 
     def render(self, template: str, **values: Any) -> HTMLResponse:
         """The page ``template`` filled with ``values`` (autoescaped) and the store's URL."""
@@ -151,11 +167,7 @@ def samples_page(c: Context, name: str, ref: str, request: Request) -> HTMLRespo
     cells = []
     for shard, row, _ in shown:
         sample = read_sample(ds, shard, row)
-        fields = [
-            describe(k, v, ds.manifest.fields.get(k), PREVIEW)
-            for k, v in sorted(sample.items())
-            if k != "__key__"
-        ]
+        fields = c.fields(ds, sample, PREVIEW)
         fields.sort(key=lambda f: f.kind != "image")  # the pictures at the top of each cell
         cells.append({"shard": shard, "row": row, "key": sample["__key__"], "fields": fields})
     return c.render(
@@ -185,11 +197,7 @@ def sample_page(c: Context, name: str, ref: str, shard: int, row: int) -> HTMLRe
     shard = c.versions.shard(ds, shard)
     sample = read_sample(ds, shard, row)
     start = int(ds.index(shard).sample_start[row])
-    fields = [
-        describe(k, v, ds.manifest.fields.get(k))
-        for k, v in sorted(sample.items())
-        if k != "__key__"
-    ]
+    fields = c.fields(ds, sample, SHOWN)
     return c.render(
         "sample.html",
         name=name,

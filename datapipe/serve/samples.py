@@ -15,7 +15,11 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import NotFoundError, ShardCorruptError
+from datapipe.formats.tokens.docs import DocumentTable
+from datapipe.formats.tokens.megatron import MegatronIndex
+from datapipe.formats.tokens.writer import DOCUMENTS, MEGATRON_INDEX
 from datapipe.loader.dataset import Dataset
+from datapipe.storage.fs import read_bytes
 from datapipe.versioning.manifest import short_id
 
 TAR_END = b"\0" * 1024  # the end-of-archive marker, so one sample's members read as a whole tar
@@ -27,14 +31,17 @@ IMAGE_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg"}
 
 @dataclass(frozen=True)
 class Field:
-    """A field as a page shows it: ``kind`` text, json, number, npy, image or binary; ``text`` what
-    to print (cut to the limit asked, ``cut`` then True), ``size`` its stored bytes."""
+    """A field as a page shows it: ``kind`` text, json, number, npy, image, binary or ids (a
+    document's token ids); ``text`` what to print (cut to the limit asked, ``cut`` then True),
+    ``size`` its stored bytes; a document's ``tokens``, and a ``note`` on how it is shown."""
 
     name: str
     kind: str
     text: str
     size: int
     cut: bool = False
+    tokens: int | None = None
+    note: str = ""
 
 
 def locate(ds: Dataset, shard: int, row: int) -> tuple[int, int]:
@@ -65,11 +72,59 @@ def read_sample(ds: Dataset, shard: int, row: int) -> dict[str, Any]:
             f"`datapipe verify {ds.store.url}/{ds.name}`",
             start,
         )
+    if ds.format.name == "tokens":  # NAME.bin holds the ids alone
+        return _document(ds, shard, row, data)
     if ds.format.name == "webdataset":
         data += TAR_END
     for entry in ds.format.reader(data, path).scan():
         return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in entry.sample.items()}
     raise ShardCorruptError(path, f"sample {row} is empty", start)
+
+
+def _document(ds: Dataset, shard: int, row: int, ids: bytes) -> dict[str, Any]:
+    """Document ``row`` of token shard ``shard`` from its ids' bytes (read by range and checked)
+    and the shard's Megatron index and documents table (its key and other fields)."""
+    megatron, table = _TABLES.get(ds, shard)
+    blob = memoryview(table.blob)
+    sample: dict[str, Any] = {"__key__": table.key(row)}
+    sample["tokens"] = np.frombuffer(ids, dtype=megatron.dtype.newbyteorder("<"))
+    for name, start, end in table.values(row):
+        sample[name] = bytes(blob[start:end])
+    return sample
+
+
+class _Tables:
+    """The Megatron indexes and documents tables of the last ``size`` token shards read, each
+    read whole: a few bytes a document beside its ids (which stay in ``NAME.bin``, read by range).
+    Versions never change, so nothing kept goes stale."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        self._read: OrderedDict[tuple[str, str, str, int], tuple[MegatronIndex, DocumentTable]]
+        self._read = OrderedDict()
+        self._lock = threading.Lock()  # pages run on several threads
+
+    def get(self, ds: Dataset, shard: int) -> tuple[MegatronIndex, DocumentTable]:
+        """Shard ``shard``'s Megatron index and documents table."""
+        key = (ds.store.url, ds.name, ds.version, shard)
+        with self._lock:
+            if key in self._read:
+                self._read.move_to_end(key)
+                return self._read[key]
+        paths = ds.files.companion_paths(shard)
+        data = {s: read_bytes(ds.store.fs, p, ds.store.retry) for s, p in paths.items()}
+        read = (
+            MegatronIndex.from_bytes(data[MEGATRON_INDEX], paths[MEGATRON_INDEX]),
+            DocumentTable.from_bytes(data[DOCUMENTS], paths[DOCUMENTS]),
+        )
+        with self._lock:
+            self._read[key] = read
+            if len(self._read) > self.size:
+                self._read.popitem(last=False)
+        return read
+
+
+_TABLES = _Tables()
 
 
 def image_type(data: bytes) -> str | None:

@@ -36,7 +36,9 @@ class Entry:
     reachable: bool  # on the parent chain from latest
     tags: list[str] = field(default_factory=list)
     leases: list[str] = field(default_factory=list)
-    changes: dict[str, Any] | None = None  # against the parent: added, removed, changed, unchanged
+    # against the parent: added, removed, changed, unchanged (and tokens_added, tokens_removed
+    # between token versions)
+    changes: dict[str, Any] | None = None
     splits: dict[str, dict[str, Any]] = field(default_factory=dict)
     # lineage inputs that changed against the parent
     lineage: list[str] = field(default_factory=list)
@@ -140,7 +142,10 @@ def _tags(
 def _changes(store: Store, name: str, parent: Manifest, manifest: Manifest) -> Changes:
     """What ``manifest`` changed against ``parent``: the counts, and per split."""
     versions = VersionPair(Side(store, name, parent), Side(store, name, manifest))
-    return _counts(versions.diff()), {s: _counts(d) for s, d in versions.splits().items()}
+    counts, tokens = _counts(versions.diff()), versions.tokens()
+    if tokens is not None:  # token versions: their documents' tokens too
+        counts.update(tokens_added=tokens.tokens_added, tokens_removed=tokens.tokens_removed)
+    return counts, {s: _counts(d) for s, d in versions.splits().items()}
 
 
 def as_json(entry: Entry) -> dict[str, Any]:

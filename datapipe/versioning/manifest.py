@@ -93,6 +93,15 @@ class Manifest:
         return sum(s.samples for s in self.shards)
 
     @property
+    def tokens(self) -> int | None:
+        """Token ids over all shards of a token version; None for other versions (and for one
+        whose shards do not all record theirs)."""
+        counts = [s.tokens for s in self.shards]
+        if not counts or None in counts:
+            return None
+        return sum(c for c in counts if c is not None)
+
+    @property
     def bytes(self) -> int:
         """Bytes of all shards and their companions (indexes not counted)."""
         return sum(s.data_bytes for s in self.shards)
@@ -113,6 +122,8 @@ class Manifest:
         """Plain JSON-able dict, with totals included for readers that do not sum."""
         data = asdict(self)
         data["samples"], data["bytes"] = self.samples, self.bytes
+        if self.tokens is not None:  # other versions keep the manifest (and id) they had
+            data["tokens"] = self.tokens
         # a version without splits has the manifest (and id) it had before splits
         if self.splits is None:
             del data["splits"]
@@ -121,7 +132,7 @@ class Manifest:
         if self.lineage.tokenizer is None:  # and for every pipeline without a tokenize stage
             del data["lineage"]["tokenizer"]
         for shard in data["shards"]:
-            for optional in ("split", "stored_in", "stored_as"):
+            for optional in ("split", "stored_in", "stored_as", "tokens"):
                 if shard[optional] is None:
                     del shard[optional]
             # a shard without companions has the entry (and the version its id) it had before
@@ -199,6 +210,8 @@ class _Totals:
     """Samples over all shards."""
     bytes: Count | None = None
     """Bytes of all shards and their companions (indexes not counted)."""
+    tokens: Count | None = None
+    """Token ids over all shards: only in a token version (its documents are ``samples``)."""
 
 
 _RECORD_NAMES = {

@@ -102,6 +102,9 @@ class ShardEntry:
     companions: tuple[Companion, ...] = ()
     """The files the shard's format keeps beside it (manifest format 3; absent: none), named after
     the shard; stored with it, shared with it, removed with it."""
+    tokens: Count | None = None
+    """The token ids in a token shard (its documents are ``samples``); absent for other formats,
+    whose entries (and version ids) stay as they were."""
 
     def stored_names(self) -> tuple[str, str]:
         """The file names of the shard and its index in the directory that holds them."""

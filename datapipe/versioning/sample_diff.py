@@ -17,6 +17,7 @@ from datapipe.formats.index import ShardIndex
 from datapipe.storage.fs import read_bytes
 from datapipe.versioning.manifest import Manifest, ShardEntry
 from datapipe.versioning.store import Store
+from datapipe.versioning.token_stats import is_token_version, shard_megatron_index
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,18 @@ class VersionDiff:
     removed: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
     unchanged: int = 0
+
+
+@dataclass(frozen=True)
+class TokenChanges:
+    """Documents and tokens added and removed from token version a to b. A changed document
+    counts its old tokens as removed and its new ones as added, so that b's tokens are a's plus
+    ``tokens_added`` minus ``tokens_removed``."""
+
+    documents_added: int
+    documents_removed: int
+    tokens_added: int
+    tokens_removed: int
 
 
 def sample_hashes(
@@ -118,6 +131,33 @@ class VersionPair:
         """Keys added, removed and changed; the shared shards' samples count as unchanged."""
         a, b = ({k: h for k, (_, _, h) in side.items()} for side in self.locations())
         return _with_shared(diff_versions(a, b), sum(self.shared.values()))
+
+    def tokens(self) -> TokenChanges | None:
+        """Documents and tokens added and removed, when both are token versions (else None): the
+        lengths from the unshared shards' Megatron ``.idx`` files, whose documents are the only
+        ones that can differ."""
+        if not (is_token_version(self.a.manifest) and is_token_version(self.b.manifest)):
+            return None
+        d = self.diff()
+        (in_a, in_b), lengths = self.locations(), []
+        for side, only in ((self.a, self.only_a), (self.b, self.only_b)):
+            version = side.manifest.version
+            lengths.append(
+                {
+                    e.path: shard_megatron_index(side.store, side.name, version, e).lengths
+                    for e in only
+                }
+            )
+
+        def total(where: dict[str, tuple[str, int, bytes]], side: int, keys: list[str]) -> int:
+            return sum(int(lengths[side][where[k][0]][where[k][1]]) for k in keys)
+
+        return TokenChanges(
+            len(d.added),
+            len(d.removed),
+            total(in_b, 1, d.added + d.changed),
+            total(in_a, 0, d.removed + d.changed),
+        )
 
     def splits(self) -> dict[str, VersionDiff]:
         """Per split either version has, its diff (a split one version lacks is empty there); {}

@@ -117,6 +117,7 @@ def _entry(filename: str, written: WrittenShard, index: bytes, fmt: ShardFormat)
         index_path=filename + INDEX_SUFFIX,
         index_bytes=len(index),
         index_sha256=hashlib.sha256(index).hexdigest(),
+        tokens=written.tokens,
         companions=tuple(
             Companion(suffix, len(data), hashlib.sha256(data).hexdigest())
             for suffix in fmt.companions

@@ -279,7 +279,10 @@ def test_token_shards_read_back_in_megatron_and_datapipe(project, in_process, bp
     ids, keys, origins = [], [], []
     for entry in manifest.shards:
         dataset = IndexedDataset(str(directory / entry.path)[: -len(".bin")])
-        ids += [dataset[i].tolist() for i in range(len(dataset))]
+        shard_ids = [dataset[i].tolist() for i in range(len(dataset))]
+        # the manifest counts each shard's documents and tokens
+        assert (entry.samples, entry.tokens) == (len(shard_ids), sum(map(len, shard_ids)))
+        ids += shard_ids
         del dataset
         with open_shard(directory / entry.path) as reader:
             keys += reader.keys()
@@ -293,6 +296,7 @@ def test_token_shards_read_back_in_megatron_and_datapipe(project, in_process, bp
         (f"raw/web-{int(i >= half)}.jsonl", i % half + 1) for i in range(len(docs)) if i != 1
     ]
     assert ids == [expected_ids(bpe, t) for _, t in kept]
+    assert manifest.tokens == sum(map(len, ids))
     assert not verify_version(project.store, "web", manifest)
 
 

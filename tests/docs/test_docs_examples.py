@@ -2,9 +2,10 @@
 blocks, run.
 
 Each page runs in a temporary copy of the repository's layout: `pipelines/` with the digits example
-and its prepared raw data, `storage/digits` already built (the README's command 1), inside a git
-repository. Its blocks run as helpers/doc_pages.py says. A page whose run a test of its subject
-checks step by step is run there, not here (RUN_BY names the test).
+and its prepared raw data (and the text example's files, unprepared), `storage/digits` already
+built (the README's command 1), inside a git repository. Its blocks run as helpers/doc_pages.py
+says. A page whose run a test of its subject checks step by step is run there, not here (RUN_BY
+names the test).
 """
 
 from __future__ import annotations
@@ -45,7 +46,15 @@ def built_digits(tmp_path_factory, copy_digits, dask_client) -> Path:
 def repo(tmp_path, copy_digits, built_digits, monkeypatch) -> Path:
     """A directory laid out like the repository root, as the current directory."""
     root = tmp_path / "repo"
-    copy_digits(root / "pipelines", "digits.yaml", "digits_code.py", "digits_tfrecord.yaml")
+    # and the text example's pipeline and input writer, for the pages on token versions
+    copy_digits(
+        root / "pipelines",
+        "digits.yaml",
+        "digits_code.py",
+        "digits_tfrecord.yaml",
+        "text.yaml",
+        "prepare_text.py",
+    )
     shutil.copytree(built_digits, root / "storage")
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     monkeypatch.chdir(root)

@@ -71,3 +71,32 @@ def npy(value: bytes) -> np.ndarray:
     import io
 
     return np.load(io.BytesIO(value))
+
+
+def build_web(root: Path, docs: list[str], start: int = 0, **stage):
+    """A token version of ``docs`` (keys d00000 on from ``start``) built by a tokenize stage with
+    a BPE trained here (ROOT/tokenizers/bpe.json, trained once), in shards of at most 4KB, into
+    the store ROOT/store, in this process; returns its manifest."""
+    import json as json_
+
+    from datapipe.builder.config import load_pipeline
+    from datapipe.builder.in_process import InProcessClient
+    from datapipe.builder.run import Execution, build
+    from datapipe.versioning.store import Store
+
+    tokenizer = root / "tokenizers" / "bpe.json"
+    if not tokenizer.exists():
+        train_tokenizer(tokenizer)
+    for old in (root / "raw").glob("web-*.jsonl"):
+        old.unlink()
+    write_jsonl(root / "raw" / "web-0.jsonl", docs, start)
+    args = {"tokenizer": "tokenizers/bpe.json", **stage}
+    (root / "pipeline.yaml").write_text(
+        "name: web\nsource: {path: raw/web-*.jsonl, format: jsonl}\nstages:\n"
+        f"  - tokenize: {json_.dumps(args)}\n"
+        "sample: {key: id, fields: {tokens: tokens, url: url}}\n"
+        "shards: {format: tokens, max_bytes: 4KB}\n"
+    )
+    store = Store(str(root / "store"))
+    execution = Execution(client=InProcessClient(threads=2))
+    return build(load_pipeline(root / "pipeline.yaml"), store, execution=execution).manifest

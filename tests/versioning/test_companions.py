@@ -83,6 +83,31 @@ def test_a_reused_shard_brings_its_companions_and_gc_keeps_them_while_listed(sto
     )
 
 
+def test_a_token_version_counts_its_documents_and_tokens_per_shard_and_in_all(store):
+    docs = [token_samples(0), token_samples(1)]
+    m = commit_tokens(store, docs)
+    counts = [sum(len(d["tokens"]) for d in shard) for shard in docs]
+    assert [(s.samples, s.tokens) for s in m.shards] == [(10, counts[0]), (10, counts[1])]
+    assert m.tokens == sum(counts)
+    raw = json.loads(m.to_json())
+    assert raw["tokens"] == sum(counts) and [s["tokens"] for s in raw["shards"]] == counts
+    jsonschema.validate(raw, SCHEMA)
+    # a reused shard keeps its count; the child adds its new shard's
+    child = commit_token_child(store, m, new=1)
+    assert [s.tokens for s in child.shards[1:]] == counts
+    assert child.tokens == sum(s.tokens for s in child.shards)
+    # the total is checked against the shards when read
+    raw["tokens"] += 1
+    with pytest.raises(IntegrityError, match="field 'tokens' is .* but the shards add up to"):
+        Manifest.from_json(json.dumps(raw).encode(), "m.json")
+
+
+def test_a_version_of_other_samples_has_no_token_counts(store):
+    m = commit(store, two_shards())
+    assert m.tokens is None and all(s.tokens is None for s in m.shards)
+    assert b'"tokens"' not in m.to_json()
+
+
 def _renamed(names) -> list[str]:
     return [f.replace("000000", "000001") for f in names]
 

@@ -173,7 +173,7 @@ def test_an_unknown_key_inside_a_shard_names_the_keys_a_shard_has():
     assert str(info.value).startswith(
         "m.json: malformed manifest: field 'shards[1].colour': not a shard field "
         "(known: path, samples, bytes, sha256, index_path, index_bytes, index_sha256, split, "
-        "stored_in, stored_as, companions); "
+        "stored_in, stored_as, companions, tokens); "
     )
 
 

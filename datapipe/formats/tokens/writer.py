@@ -211,5 +211,5 @@ class TokensShardWriter(ShardWriter):
                 MEGATRON_INDEX: megatron.to_bytes(),
                 DOCUMENTS: self._documents.build().to_bytes(),
             }
-            self._finished = replace(written, companions=companions)
+            self._finished = replace(written, companions=companions, tokens=int(lengths.sum()))
         return self._finished
