@@ -152,8 +152,6 @@ def write_floors(data: Data, workdir: str) -> dict:
 
 WORKLOADS = ("w1", "w2", "w4", "w5")  # W3 is benchmarks/build_scale.py
 DEFAULT = ("w1", "w2", "w4")  # W5 takes ~40 minutes on 2 cores and peers of its own: when asked
-# W5's rounds: every measurement of it takes a minute or more
-W5_ROUNDS = 2
 # seconds: reads quicker than this are measured three times, and the median kept
 REPEAT_UNDER = 10.0
 
@@ -280,6 +278,12 @@ def main(argv: list[str] | None = None) -> None:
         "--timeout", type=float, default=1800, help="seconds allowed for one measurement"
     )
     parser.add_argument(
+        "--w5-rounds",
+        type=int,
+        default=2,
+        help="W5's rounds (each measurement of it takes minutes; 1 with --quick) [2]",
+    )
+    parser.add_argument(
         "--workloads",
         default=",".join(DEFAULT),
         help=f"comma-separated, of {', '.join(WORKLOADS)} [{','.join(DEFAULT)}]",
@@ -324,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
                     text_workload(args.quick),
                     os.path.join(workdir, "w5-quick" if args.quick else "w5"),
                     args.timeout,
-                    1 if args.quick else W5_ROUNDS,
+                    1 if args.quick else args.w5_rounds,
                 )
     finally:
         if tmp:

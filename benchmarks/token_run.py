@@ -79,8 +79,14 @@ def _log_run(what: str, r: dict, mb: float) -> None:
 
 
 def measure_rounds(toks: dict, jsonl: str, workdir: str, timeout: float, rounds: int) -> dict:
-    """{tokenizer: {"floor" | peer: [one result a round]}}."""
+    """{tokenizer: {"floor" | peer: [one result a round]}}, also kept in ``WORKDIR/runs.json``
+    after every measurement: a run can take an hour, and one cut short keeps what it measured."""
     runs: dict = {name: {"floor": [], **{p: [] for p in PEERS}} for name in toks}
+
+    def keep() -> None:
+        with open(os.path.join(workdir, "runs.json"), "w") as f:
+            json.dump(runs, f, indent=1)
+
     for i in range(rounds):
         log(f"  round {i + 1} of {rounds}")
         for name, t in toks.items():
@@ -88,10 +94,12 @@ def measure_rounds(toks: dict, jsonl: str, workdir: str, timeout: float, rounds:
             runs[name]["floor"].append(r)
             mb = r["bytes"] / 1e6
             _log_run(f"floor {name}", r, mb)
+            keep()
             for p in PEERS:
                 out = os.path.join(workdir, "peers", p)
                 runs[name][p].append(peer(p, t["path"], jsonl, out, timeout))
                 _log_run(f"{p} {name}", runs[name][p][-1], mb)
+                keep()
     return runs
 
 
