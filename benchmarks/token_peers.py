@@ -17,9 +17,9 @@ process, the budget datapipe's stage and the floor get; the call is timed after 
 
     python -m benchmarks.token_peers datatrove|litdata TOKENIZER JSONL_DIR OUT
 
-prints one JSON line: seconds (the call), the tokens it wrote (from its own files: the check that
-it saw every document), the bytes it left and the peak RSS of the process and of its largest
-worker.
+prints one JSON line: seconds (the call), CPU seconds (the process's own and, sampled, every
+process below it), the tokens it wrote (from its own files: the check that it saw every document),
+the bytes it left and the peak RSS of the process and of its largest worker.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import json
 import os
 import resource
 import sys
+import threading
 import time
 from functools import partial
 
@@ -112,10 +113,46 @@ def _disk(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path) for n in names)
 
 
-def _cpu_seconds() -> float:
-    """CPU seconds of this process and of its children that have been waited for (the workers)."""
-    own, workers = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+class _Descendants:
+    """CPU seconds and peak RSS of every process below this one, sampled every ``PERIOD`` s.
+
+    getrusage(RUSAGE_CHILDREN) counts only children this process waits for: datatrove starts its
+    workers from a forkserver, whose children it never sees (LitData forks its own)."""
+
+    PERIOD = 0.1
+
+    def __init__(self) -> None:
+        self.cpu: dict[int, float] = {}
+        self.rss: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.wait(self.PERIOD):
+            for p in me.children(recursive=True):
+                try:
+                    with p.oneshot():
+                        t = p.cpu_times()
+                        self.cpu[p.pid] = t.user + t.system
+                        self.rss[p.pid] = max(self.rss.get(p.pid, 0), p.memory_info().rss)
+                except psutil.Error:  # gone between the listing and the read
+                    pass
+
+    def __enter__(self) -> _Descendants:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _own_cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
 
 
 def run(peer: str, tokenizer: str, directory: str, out: str) -> dict:
@@ -128,17 +165,20 @@ def run(peer: str, tokenizer: str, directory: str, out: str) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     token_bytes = np.dtype(_dtype(Tokenizer.from_file(tokenizer))).itemsize
-    cpu = _cpu_seconds()
-    t = time.perf_counter()
-    write(tokenizer, directory, out)
-    seconds = time.perf_counter() - t
+    cpu = _own_cpu()
+    with _Descendants() as below:
+        t = time.perf_counter()
+        write(tokenizer, directory, out)
+        seconds = time.perf_counter() - t
     return {
         "seconds": seconds,
-        "cpu_seconds": _cpu_seconds() - cpu,
+        # this process's, and its workers' (and forkserver's) as last sampled
+        "cpu_seconds": _own_cpu() - cpu + sum(below.cpu.values()),
         "tokens": count(out, token_bytes),
         "disk_bytes": _disk(os.path.join(out, "tokens")),
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "worker_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "worker_rss_mb": max(below.rss.values(), default=0) / 2**20,
+        "processes_below": len(below.cpu),
     }
 
 

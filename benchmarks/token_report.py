@@ -59,6 +59,12 @@ def _mbs(runs: list[dict], mb: float, key: str = "seconds", times: float = 1.0) 
     return [times * mb / r[key] for r in _ok(runs, key)]
 
 
+def _sampled(runs: list[dict]) -> list[dict]:
+    """The runs whose CPU and worker memory cover every process below the peer's (until
+    2026-12-06 they counted only reaped children, which misses datatrove's workers)."""
+    return [r for r in runs if "processes_below" in r]
+
+
 def _peer_cell(runs: list[dict], value) -> str:
     if not _ok(runs):
         errors = [r["error"] for r in runs if "error" in r]
@@ -134,7 +140,7 @@ def _rows(w: dict, name: str) -> list[list[str]]:
             f"{label}: MB per CPU-second (the floor's process; the peers' main and workers)",
             _spread(_mbs(floor, mb, "cpu_seconds")),
             DASH,
-            *peers(lambda rs: _spread(_mbs(rs, mb, "cpu_seconds"))),
+            *peers(lambda rs: _spread(_mbs(_sampled(rs), mb, "cpu_seconds"))),
             DASH,
         ],
         [
@@ -165,7 +171,7 @@ def _rows(w: dict, name: str) -> list[list[str]]:
             *peers(
                 lambda rs: (
                     f"{_spread([r['rss_mb'] for r in rs], '{:.0f}')} / "
-                    f"{_spread([r['worker_rss_mb'] for r in rs], '{:.0f}')}"
+                    f"{_spread([r['worker_rss_mb'] for r in _sampled(rs)], '{:.0f}')}"
                 )
             ),
             DASH,
