@@ -319,7 +319,7 @@ def markdown(results: dict) -> str:
         f"{m['ram_gib']:.0f} GiB RAM, Python {m['python']}, torch {m['torch']}; "
         f"load average {m['load_before']} before, {m['load_after']} after; "
         + ", ".join(f"{k} {v}" for k, v in m["versions"].items())
-        + _decode_note(m.get("datapipe_decode", "?"))
+        + (_decode_note(m["datapipe_decode"]) if "datapipe_decode" in m else "")
         + (f"; whole run {results['seconds']:.0f} s" if "seconds" in results else "")
     )
     return "\n".join(out)
