@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Callable
 
-from benchmarks import image_report
+from benchmarks import image_report, token_report
 
 TOOLS = ["datapipe", "wds", "wds-int", "mds", "litdata", "litdata-bw"]
 LABELS = {
@@ -301,21 +301,17 @@ def markdown(results: dict) -> str:
     """The whole table, one block per workload, in markdown."""
     out = []
     for w in results["workloads"].values():
-        images = w.get("kind") == "images"  # W4: its own tools and rows
-        header = (
-            image_report.header()
-            if images
-            else ["figure", *(LABELS[t] for t in TOOLS), "datapipe / best peer"]
-        )
+        # W4 and W5: their own tools and rows
+        kind = {"images": image_report, "tokens": token_report}.get(w.get("kind"))
+        default = ["figure", *(LABELS[t] for t in TOOLS), "datapipe / best peer"]
+        header = kind.header() if kind else default
         out += [
-            f"**{image_report.describe(w) if images else w['describe']}**",
+            f"**{kind.describe(w) if kind else w['describe']}**",
             "",
             "| " + " | ".join(header) + " |",
             "|" + "---|" * len(header),
         ]
-        out += [
-            "| " + " | ".join(row) + " |" for row in (image_report.table(w) if images else table(w))
-        ]
+        out += ["| " + " | ".join(row) + " |" for row in (kind.table(w) if kind else table(w))]
         out += [""]
     m = results["machine"]
     out.append(
@@ -323,7 +319,7 @@ def markdown(results: dict) -> str:
         f"{m['ram_gib']:.0f} GiB RAM, Python {m['python']}, torch {m['torch']}; "
         f"load average {m['load_before']} before, {m['load_after']} after; "
         + ", ".join(f"{k} {v}" for k, v in m["versions"].items())
-        + _decode_note(m.get("datapipe_decode", "?"))
+        + (_decode_note(m["datapipe_decode"]) if "datapipe_decode" in m else "")
         + (f"; whole run {results['seconds']:.0f} s" if "seconds" in results else "")
     )
     return "\n".join(out)
@@ -343,7 +339,7 @@ def check(results: dict) -> list[str]:
     """Readers that did not see every sample (datapipe drops the last partial batch: N mod 256)."""
     problems = []
     for w in results["workloads"].values():
-        for tool, r in w["tools"].items():
+        for tool, r in w.get("tools", {}).items():
             for mode, m in r.get("read", {}).items():
                 expected = w["samples"] - (w["samples"] % 256 if tool.startswith("datapipe") else 0)
                 if m["samples"] != expected:
@@ -361,7 +357,7 @@ def chart(results: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    workloads = [w for w in results["workloads"].values() if w.get("kind") != "images"]
+    workloads = [w for w in results["workloads"].values() if "kind" not in w]
     if not workloads:
         return
     fig, axes = plt.subplots(1, len(workloads) + 1, figsize=(6 * len(workloads) + 5, 5))
@@ -405,15 +401,15 @@ def chart(results: dict, path: str) -> None:
     plt.close(fig)
 
 
-def save(results: dict, out: str) -> dict[str, str]:
-    """results.json, results.md and results.png in ``out``; returns their paths."""
+def save(results: dict, out: str, stem: str = "results") -> dict[str, str]:
+    """STEM.json, STEM.md and STEM.png in ``out``; returns their paths."""
     os.makedirs(out, exist_ok=True)
-    paths = {k: os.path.join(out, f"results.{k}") for k in ("json", "md", "png")}
+    paths = {k: os.path.join(out, f"{stem}.{k}") for k in ("json", "md", "png")}
     with open(paths["json"], "w") as f:
         json.dump(results, f, indent=1, sort_keys=True)
     with open(paths["md"], "w") as f:
         f.write(markdown(results) + "\n")
-    if any(w.get("kind") != "images" for w in results["workloads"].values()):
+    if any("kind" not in w for w in results["workloads"].values()):
         chart(results, paths["png"])
     else:
         del paths["png"]

@@ -1,13 +1,14 @@
 """datapipe against WebDataset, MosaicML Streaming and LitData, in one run on one machine (issue 6).
 
-    python -m benchmarks.run [--quick] [--workdir DIR] [--out DIR] [--workloads w1,w2,w4]
+    python -m benchmarks.run [--quick] [--workdir DIR] [--out DIR] [--workloads w1,w2,w4,w5]
 
 For each workload (W1: 200,000 x 1 KiB, W2: 10,000 x 100 KiB; a tenth with --quick): write it
 from memory with every tool, read each result back in a fresh process (one process, then a
 DataLoader with 2 workers), measure the cat and memmap floors on datapipe's shards and time
 ``datapipe build`` from Parquet with 1 and 2 Dask workers. Prints the table and writes
 results.json, results.md and results.png to --out. W4 (issue 18: 20,000 JPEGs, train and eval
-transforms) is ``benchmarks.image_run``. See benchmarks/README.md.
+transforms) is ``benchmarks.image_run``; W5 (issue 31: text to token ids, only when asked for)
+is ``benchmarks.token_run``. See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ import tempfile
 import time
 from importlib import metadata
 
-from benchmarks import building, image_run, measure, ours, report, write_floor
+from benchmarks import building, image_run, measure, ours, report, token_run, write_floor
 from benchmarks.images import image_workload
 from benchmarks.measure import BYTE_FAMILIES, Readers
 from benchmarks.peers import PEERS, import_all
+from benchmarks.text import text_workload
 from benchmarks.workloads import Data, Workload, generate, workloads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,6 +67,8 @@ def machine() -> dict:
         "litdata",
         "dask",
         "pyarrow",
+        "tokenizers",
+        "datatrove",
     ):
         try:
             versions[dist] = metadata.version(dist)
@@ -146,7 +150,8 @@ def write_floors(data: Data, workdir: str) -> dict:
     return floors
 
 
-WORKLOADS = ("w1", "w2", "w4")  # W3 is benchmarks/build_scale.py
+WORKLOADS = ("w1", "w2", "w4", "w5")  # W3 is benchmarks/build_scale.py
+DEFAULT = ("w1", "w2", "w4")  # W5 takes ~40 minutes on 2 cores and peers of its own: when asked
 # seconds: reads quicker than this are measured three times, and the median kept
 REPEAT_UNDER = 10.0
 
@@ -273,9 +278,15 @@ def main(argv: list[str] | None = None) -> None:
         "--timeout", type=float, default=1800, help="seconds allowed for one measurement"
     )
     parser.add_argument(
+        "--w5-rounds",
+        type=int,
+        default=2,
+        help="W5's rounds (each measurement of it takes minutes; 1 with --quick) [2]",
+    )
+    parser.add_argument(
         "--workloads",
-        default=",".join(WORKLOADS),
-        help=f"comma-separated, of {', '.join(WORKLOADS)} [all of them]",
+        default=",".join(DEFAULT),
+        help=f"comma-separated, of {', '.join(WORKLOADS)} [{','.join(DEFAULT)}]",
     )
     args = parser.parse_args(argv)
     chosen = [n.strip().lower() for n in args.workloads.split(",") if n.strip()]
@@ -283,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(
             f"--workloads: {args.workloads!r}; use a comma-separated list of {', '.join(WORKLOADS)}"
         )
-    families = ([*BYTE_FAMILIES] if set(chosen) - {"w4"} else []) + (
+    families = ([*BYTE_FAMILIES] if set(chosen) & {"w1", "w2"} else []) + (
         image_run.FAMILIES if "w4" in chosen else []
     )
     start = time.perf_counter()
@@ -292,7 +303,8 @@ def main(argv: list[str] | None = None) -> None:
     workdir = args.workdir or tmp
     try:
         with Readers(ROOT, families) as readers:
-            import_all()  # the peers' writers, while the reader servers import theirs
+            if families:  # the peers' writers, while the reader servers import theirs
+                import_all()
             readers.wait_ready()
             repeats = 1 if args.quick else 3
             for w in workloads(args.quick):
@@ -311,16 +323,26 @@ def main(argv: list[str] | None = None) -> None:
                     repeats,
                     read_rounds,
                 )
+            if "w5" in chosen:
+                results["workloads"]["w5"] = token_run.run_w5(
+                    text_workload(args.quick),
+                    os.path.join(workdir, "w5-quick" if args.quick else "w5"),
+                    args.timeout,
+                    1 if args.quick else args.w5_rounds,
+                )
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     results["machine"]["load_after"] = _load()
-    results["machine"]["datapipe_decode"] = "both"
+    if set(chosen) & {"w1", "w2"}:  # the decode note is about their reads
+        results["machine"]["datapipe_decode"] = "both"
     results["seconds"] = time.perf_counter() - start
     print(report.markdown(results))
     for problem in report.check(results):
         print(f"warning: {problem}")
-    paths = report.save(results, args.out)
+    # a run of W1/W2 writes results.*; one of W4 or W5 alone results-w4.* or results-w5.*
+    stem = "results" if set(chosen) & {"w1", "w2"} else "-".join(["results", *sorted(chosen)])
+    paths = report.save(results, args.out, stem)
     log(f"done in {results['seconds']:.0f}s; wrote {', '.join(paths.values())}")
 
 
