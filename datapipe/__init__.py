@@ -7,7 +7,7 @@ on first use.
 
 from typing import Any
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _LAZY = {
     "open_dataset": ("datapipe.loader.dataset", "open_dataset"),

@@ -78,8 +78,9 @@ class Manifest:
     """The version id: sha256 of the canonical manifest without version, parent, created_at, host,
     shards[].stored_in, shards[].stored_as and lineage.environment."""
     format_version: FormatVersion = FORMAT_VERSION
-    """3: shards cut by content, with companion files (``shards[].companions``: token shards);
-    2: shards cut by content (a build since datapipe 0.2); 1: cut greedily by size."""
+    """3: shards cut by content, with companion files (``shards[].companions``: token shards,
+    since datapipe 0.3); 2: shards cut by content (a build since datapipe 0.2); 1: cut greedily by
+    size."""
     splits: Splits | None = None
     """Only in a version built with a splits section (left out of the JSON, and so of the id,
     otherwise)."""
