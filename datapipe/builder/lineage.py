@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
+from datapipe import __version__
 from datapipe.builder.config import LoadedPipeline, Pipeline
 from datapipe.builder.source.base import InputFile
 from datapipe.builder.user_code import find_module, load_function
@@ -91,8 +92,9 @@ def checked_code(loaded: LoadedPipeline) -> tuple[CodeRef, ...]:
 
 def environment() -> dict[str, str]:
     """Versions of the tools that made the bytes (kept out of the version id)."""
-    env = {"python": platform.python_version()}
-    for package in ("datapipe", "dask", "distributed", "pandas", "pyarrow", "numpy"):
+    # datapipe's own version from the code that runs: an editable install's record can be stale
+    env = {"python": platform.python_version(), "datapipe": __version__}
+    for package in ("dask", "distributed", "pandas", "pyarrow", "numpy"):
         try:
             env[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
