@@ -28,9 +28,9 @@ _TRAILER = struct.Struct("<II")
 HASH_SIZE = 32
 
 
-def _uint64s(a: array) -> np.ndarray:
-    """A uint64 view of ``a`` (frombuffer refuses an empty buffer)."""
-    return np.frombuffer(a, dtype=np.uint64) if len(a) else np.zeros(0, np.uint64)
+def array_view(a: array | bytearray, dtype: type | np.dtype = np.uint64) -> np.ndarray:
+    """A ``dtype`` view of the growing buffer ``a`` (frombuffer refuses an empty one)."""
+    return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype)
 
 
 def _pad8(n: int) -> int:
@@ -278,7 +278,7 @@ class IndexBuilder:
 
     def build(self, shard_size: int) -> ShardIndex:
         """The finished index for a shard of ``shard_size`` bytes."""
-        u8 = _uint64s
+        u8 = array_view
         return ShardIndex(
             format_code=self.format_code,
             shard_size=shard_size,

@@ -18,6 +18,7 @@ import crc32c
 import numpy as np
 
 from datapipe.errors import FormatVersionError, ShardCorruptError
+from datapipe.formats.index import array_view
 
 MAGIC = b"DPDOCS\x00\x00"
 VERSION = 1
@@ -247,7 +248,7 @@ class DocumentTableBuilder:
 
     def build(self) -> DocumentTable:
         """The finished table."""
-        arr = lambda a, dtype: np.frombuffer(a, dtype) if len(a) else np.zeros(0, dtype)  # noqa: E731
+        arr = array_view
         return DocumentTable(
             key_ends=arr(self._key_ends, np.uint64),
             key_blob=bytes(self._keys),
