@@ -80,8 +80,7 @@ def build(
         reuse = run.timed("find parent", found.parent.reuse, store, pipeline.name, identities)
         deduped = dedupe_stages(run, on_workers, source.parts, pipeline.stages, reuse)
         measured = measure_parts(run, on_workers, source.parts, deduped, reuse, keep_encoded)
-        warnings = _drop_warnings(loaded, source, measured)
-        stages = _checked_counts(store, loaded, source, measured, warnings)
+        stages, warnings = _checked_counts(store, loaded, source, measured)
         plan = plan_shards(pipeline, measured, identities.at(deduped))
         state = next_state(found, blocksize, identities, measured, plan, hashes)
         with new_version(store, pipeline.name) as writer:
@@ -149,30 +148,28 @@ def _partitioned(
 
 
 def _checked_counts(
-    store: Store,
-    loaded: LoadedPipeline,
-    source: Source,
-    measured: Measure,
-    warnings: Sequence[DropWarning],
-) -> tuple[StageCounts, ...]:
-    """Each stage's counts, checked before anything is written (``accounting.check_counts``; a
-    stage that dropped every row is named, from the drop ``warnings``); the quarantine of a build
-    that fails there is kept for `datapipe rejected --failed`."""
-    pipeline, emptied = loaded.pipeline, emptied_message(warnings, loaded.shown)
+    store: Store, loaded: LoadedPipeline, source: Source, measured: Measure
+) -> tuple[tuple[StageCounts, ...], list[DropWarning]]:
+    """Each stage's counts, checked before anything is written (``accounting.check_counts``), and
+    the warnings of the stages that dropped most of their rows (the one that dropped every row
+    names the emptied build); the quarantine of a build that fails there is kept for `datapipe
+    rejected --failed`."""
+    pipeline = loaded.pipeline
     stages = sum_counts(measured.reports, measured.duplicates)
+    warnings = _drop_warnings(loaded, source, measured, stages)
     kept = None
     if fails(pipeline, stages) and any(s.rejected for s in stages):
         rejects = list(placed(source, measured.reports, measured.rejects))
         kept = keep_failed_quarantine(store, pipeline.name, rejects)
-    check_counts(pipeline, source, stages, kept, emptied)
-    return stages
+    check_counts(pipeline, source, stages, kept, emptied_message(warnings, loaded.shown))
+    return stages, warnings
 
 
-def _drop_warnings(loaded: LoadedPipeline, source: Source, measured: Measure) -> list[DropWarning]:
+def _drop_warnings(
+    loaded: LoadedPipeline, source: Source, measured: Measure, stages: Sequence[StageCounts]
+) -> list[DropWarning]:
     """The stages that dropped more than half of their rows, with some of those rows."""
-    counts = [
-        (s.stage, s.rows_in, s.dropped) for s in sum_counts(measured.reports, measured.duplicates)
-    ]
+    counts = [(s.stage, s.rows_in, s.dropped) for s in stages]
     examples = placed(
         source,
         measured.reports,
