@@ -1,8 +1,8 @@
 """datapipe: build, version and stream sharded datasets for training.
 
 Importing this package stays light (no torch, dask or s3fs); each subpackage pulls in what it needs.
-``datapipe.open_dataset``, ``Dataset``, ``Loader``, ``mix``, ``Mix``, ``audit`` and ``image`` load
-on first use.
+``datapipe.open_dataset``, ``Dataset``, ``Loader``, ``mix``, ``Mix``, ``audit``, ``image`` and
+``pack`` load on first use.
 """
 
 from typing import Any
@@ -17,8 +17,19 @@ _LAZY = {
     "Mix": ("datapipe.loader.mix", "Mix"),
     "audit": ("datapipe.loader.audit", "audit"),
     "image": ("datapipe.loader.images.spec", "image"),
+    "pack": ("datapipe.loader.tokens.pack", "pack"),
 }
-__all__ = ["Dataset", "Loader", "Mix", "__version__", "audit", "image", "mix", "open_dataset"]
+__all__ = [
+    "Dataset",
+    "Loader",
+    "Mix",
+    "__version__",
+    "audit",
+    "image",
+    "mix",
+    "open_dataset",
+    "pack",
+]
 
 
 def __getattr__(name: str) -> Any:

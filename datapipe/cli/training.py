@@ -48,6 +48,12 @@ _RUN = [
         show_default=True,
         help="The loader's block_shards.",
     ),
+    click.option(
+        "--pack",
+        "pack_spec",
+        metavar="length=N[,mode=M][,documents=D][,long=L]",
+        help="The loader's pack= (a token version read as rows): datapipe.pack's settings.",
+    ),
     click.option("--json", "as_json", is_flag=True, help="Print JSON."),
 ]
 
@@ -69,6 +75,22 @@ def _settings(
         seed=seed,
         drop_last=True if drop_last == "drop" else "pad",
         block_shards=block_shards,
+    )
+
+
+def _open(data: str, pack_spec: str | None, settings: Any) -> Any:
+    """What the run reads: the dataset or mix, as packed rows with ``--pack``."""
+    from datapipe.loader.opening import open_data
+    from datapipe.loader.tokens.pack import Pack
+    from datapipe.loader.tokens.packed_set import packed
+
+    pack = Pack.parse(pack_spec) if pack_spec is not None else None
+    return packed(
+        open_data(data, storage_options()),
+        pack,
+        settings.seed,
+        settings.shuffle,
+        settings.block_shards,
     )
 
 
@@ -99,6 +121,7 @@ def batches(
     drop_last: str,
     no_shuffle: bool,
     block_shards: int,
+    pack_spec: str | None,
     as_json: bool,
     step: int | None,
     steps: str | None,
@@ -109,16 +132,18 @@ def batches(
     The run is described by the options, as the Loader was given them; nothing but the shard indexes
     is read.
     """
-    from datapipe.loader.ledger import entries
-    from datapipe.loader.opening import open_data
+    from datapipe.loader.ledger import entries, row_entries
     from datapipe.loader.timeline import Timeline
 
     settings = _settings(batch_size, seed, drop_last, no_shuffle, block_shards)
     if rank is not None and rank >= world_size:
         raise ConfigError(f"--rank {rank} is not within a world of {world_size}")
-    shard_set = open_data(data, storage_options())
+    shard_set = _open(data, pack_spec, settings)
     timeline = Timeline(len(shard_set), batch_size, world_size, settings.drop_last)
     ranks = range(world_size) if rank is None else range(rank, rank + 1)
+    if pack_spec is not None:
+        _print_rows(row_entries(shard_set, settings, timeline, _steps(step, steps), ranks), as_json)
+        return
     found = entries(shard_set, settings, timeline, _steps(step, steps), ranks)
     if as_json:
         click.echo(json.dumps([asdict(e) for e in found], indent=1, ensure_ascii=False))
@@ -129,6 +154,19 @@ def batches(
             current = (e.step, e.rank)
             click.echo(f"step {e.step} rank {e.rank}")
         click.echo(f"  {e.source:12} {e.key:24} {e.shard}@{e.offset}")
+
+
+def _print_rows(found: list[Any], as_json: bool) -> None:
+    """Packed rows, step by step and rank by rank: each row's pieces."""
+    if as_json:
+        click.echo(json.dumps([asdict(e) for e in found], indent=1, ensure_ascii=False))
+        return
+    current = None
+    for e in found:
+        if (e.step, e.rank) != current:
+            current = (e.step, e.rank)
+            click.echo(f"step {e.step} rank {e.rank}")
+        click.echo("  row: " + ", ".join(f"{s}:{k}[{a}:{b}]" for s, k, a, b in e.pieces))
 
 
 @click.command(name="audit")
@@ -153,6 +191,7 @@ def audit_command(
     drop_last: str,
     no_shuffle: bool,
     block_shards: int,
+    pack_spec: str | None,
     as_json: bool,
     epochs: int,
     resumes: tuple[str, ...],
@@ -164,11 +203,10 @@ def audit_command(
     batches per rank and, for a mix, each source's share.
     """
     from datapipe.loader.audit import Resume, audit
-    from datapipe.loader.opening import open_data
 
     settings = _settings(batch_size, seed, drop_last, no_shuffle, block_shards)
     report = audit(
-        open_data(data, storage_options()),
+        _open(data, pack_spec, settings),
         batch_size,
         world_size,
         seed,
@@ -194,9 +232,24 @@ def audit_command(
             )
             if e.never_reason:
                 click.echo(f"      never delivered: {e.never_reason}")
+            if e.tokens is not None:
+                _print_tokens(e.tokens)
         for v in report.violations:
             click.echo(f"violation: {v}", err=True)
         if report.ok:
             click.echo("ok: every property holds")
     if not report.ok:
         ctx.exit(1)
+
+
+def _print_tokens(tokens: dict[str, Any]) -> None:
+    """An epoch's packed rows in tokens (the audit with --pack)."""
+    docs = tokens["documents"]
+    click.echo(
+        f"      tokens {tokens['tokens']:,} in {tokens['rows']:,} rows, padding "
+        f"{tokens['padding']:.2%}; documents whole {docs['whole']:,}, split {docs['split']:,}, "
+        f"cut {docs['cut']:,}, never {docs['never']:,}"
+    )
+    if tokens["token_shares"]:
+        shares = " ".join(f"{k}={v:.4f}" for k, v in tokens["token_shares"].items())
+        click.echo(f"      token shares: {shares}")

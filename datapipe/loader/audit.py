@@ -80,6 +80,8 @@ class EpochAudit:
     # (world size, batches) per stretch
     batches_per_rank: list[tuple[int, int]] = field(default_factory=list)
     shares: dict[str, float] | None = None
+    # packed rows (pack=): tokens, padding share, documents whole/split/cut/never, token shares
+    tokens: dict[str, Any] | None = None
 
 
 @dataclass
@@ -194,7 +196,7 @@ class _Auditor:
         shard, local = d["shard"][i : i + 1], d["local"][i : i + 1]
         names = self.data.source_names(shard)
         source = names[0] if names is not None else getattr(self.data, "name", "dataset")
-        key = self.data.files.keys_of(shard, local)[0]
+        key = str(self.data.files.keys_of(shard, local)[0])
         self.violations.append(
             Violation(epoch, int(d["step"][i]), int(d["rank"][i]), source, key, problem)
         )
@@ -282,7 +284,7 @@ class _Auditor:
         source = names[0] if names else getattr(self.data, "name", "")
         count = f"{report.never} samples are not; the drop accounts for {tail}"
         problem = f"is never delivered ({count})"
-        key = self.data.files.keys_of(shard, local)[0]
+        key = str(self.data.files.keys_of(shard, local)[0])
         self.violations.append(Violation(epoch, -1, -1, source, key, problem))
 
 
@@ -326,6 +328,10 @@ def audit(
     reports = []
     for epoch, stretches in enumerate(run):
         report, d = auditor.epoch(epoch, stretches)
+        if getattr(data, "pack", None) is not None:
+            from datapipe.loader.tokens.token_audit import token_report
+
+            report.tokens = token_report(data, d["shard"], d["local"], d["pad"])
         reports.append(report)
         if straight is not None and not auditor.violations:
             base = _deliveries(

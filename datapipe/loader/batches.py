@@ -45,6 +45,9 @@ class BatchSource:
     # the fields and decoders asked for, checked against the dataset's now
     def __post_init__(self) -> None:
         self.dataset.check_fields(self.settings.fields, self.settings.decode)
+        if self.packed:  # rows of token pieces: nothing to decode
+            object.__setattr__(self, "decoders", {})
+            return
         decoders = decoders_for(self.dataset.fields, self.settings.fields, self.settings.decode)
         # augmentation
         decoders = {
@@ -52,6 +55,11 @@ class BatchSource:
             for name, d in decoders.items()
         }
         object.__setattr__(self, "decoders", decoders)
+
+    @property
+    def packed(self) -> bool:
+        """Whether the dataset is read as packed rows of tokens (``pack=``)."""
+        return getattr(self.dataset, "pack", None) is not None
 
     @cached_property
     def plan(self) -> BatchPlan:
@@ -89,6 +97,7 @@ class BatchSource:
         batch in use, not of several."""
         if (
             defer
+            or self.packed
             or self.dataset.files.remote
             or any(
                 callable(d) or d == "image" or isinstance(d, ImageSpec)
@@ -163,14 +172,23 @@ class BatchSource:
         the shards they read."""
         positions = [self.plan.positions(self.world.rank, step) for step in steps]
         shard_ids, local = order.locate(positions[0] if chunk == 1 else np.concatenate(positions))
+        if self.packed:
+            batch = self.dataset.files.read_rows(shard_ids, local)
+            pins.opened(shard_ids)
+            self._add_sources(batch, shard_ids)
+            return [batch], shard_ids
         keys, columns = self.dataset.files.read_columns(shard_ids, local, list(self.decoders))
         pins.opened(shard_ids)
         collated = collate(keys, columns, self.decoders, defer=defer, allocate=pool.allocate)
-        names = self.dataset.source_names(shard_ids)
-        if names is not None:
-            collated[SOURCE] = names
+        self._add_sources(collated, shard_ids)
         del columns
         return ([collated] if chunk == 1 else cut(collated, [len(p) for p in positions])), shard_ids
+
+    def _add_sources(self, batch: dict[str, Any], shard_ids: np.ndarray) -> None:
+        """In a mix, the source name of each sample (or row) as ``__source__``."""
+        names = self.dataset.source_names(shard_ids)
+        if names is not None:
+            batch[SOURCE] = names
 
 
 def _chunks(steps: Iterable[int], size: int) -> Iterator[tuple[list[int], int | None]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -68,6 +69,13 @@ class ChainedFiles:
         if len(parts) > 1:
             keys = [keys[i] for i in batch_order(n, parts).tolist()]
         return keys, columns
+
+    def read_rows(self, shard_ids: np.ndarray, local: np.ndarray) -> dict[str, Any]:
+        """A batch of packed rows (parts are PackedFiles), in batch order."""
+        from datapipe.loader.tokens.packed_set import read_mixed_rows
+
+        owner = self.owner(shard_ids)
+        return read_mixed_rows(self.parts, owner, shard_ids - self.offsets[owner], local)
 
     def keys_of(self, shard_ids: np.ndarray, local: np.ndarray) -> list[str]:
         """The keys of samples, from the shard indexes alone."""

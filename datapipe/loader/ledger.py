@@ -4,6 +4,7 @@ payload."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,16 +44,42 @@ def sources_of(data: ShardSet, shard_ids: np.ndarray) -> list[str]:
     return [data.name] * len(shard_ids)  # type: ignore[attr-defined]  # one dataset: its name
 
 
+@dataclass(frozen=True)
+class RowEntry:
+    """One packed row of a step: the rank it goes to and its pieces (source, document key, first
+    token, end token)."""
+
+    step: int
+    rank: int
+    pieces: list[tuple[str, str, int, int]]
+
+
 def batch_keys(
     data: ShardSet, settings: LoaderSettings, timeline: Timeline, step: int, ranks: range
-) -> list[tuple[str, str]]:
-    """The (source, key) pairs of ``step`` for ``ranks``, rank after rank."""
-    pairs: list[tuple[str, str]] = []
+) -> list[Any]:
+    """The (source, key) pairs of ``step`` for ``ranks``, rank after rank; of packed rows, each
+    row's pieces."""
+    pairs: list[Any] = []
     for rank in ranks:
         shard_ids, local = step_samples(data, settings, timeline, step, rank)
         keys = data.files.keys_of(shard_ids, local)
-        pairs.extend(zip(sources_of(data, shard_ids), keys, strict=True))
+        if getattr(data, "pack", None) is not None:
+            pairs.extend(keys)  # a row's pieces name their source
+        else:
+            pairs.extend(zip(sources_of(data, shard_ids), keys, strict=True))
     return pairs
+
+
+def row_entries(
+    data: ShardSet, settings: LoaderSettings, timeline: Timeline, steps: range, ranks: range
+) -> list[RowEntry]:
+    """Every packed row of ``steps`` for ``ranks``, step by step and rank by rank."""
+    return [
+        RowEntry(step, rank, pieces)
+        for step in steps
+        for rank in ranks
+        for pieces in data.files.keys_of(*step_samples(data, settings, timeline, step, rank))
+    ]
 
 
 def entries(

@@ -23,6 +23,7 @@ from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, BatchPlan, DropLast
 from datapipe.loader.settings import LoaderSettings
 from datapipe.loader.shard_set import ShardSet
 from datapipe.loader.timeline import Skips
+from datapipe.loader.tokens.pack import Pack
 from datapipe.loader.world import Detect, World, resolve_world
 from datapipe.versioning.leases import DEFAULT_TTL
 
@@ -91,6 +92,7 @@ class Loader:
         fields: Sequence[str] | None = None,
         decode: Mapping[str, Decoder] | None = None,
         *,
+        pack: Pack | None = None,
         block_shards: int = DEFAULT_BLOCK_SHARDS,
         skip_steps: Sequence[tuple[int, int]] = (),
         verify: bool = False,
@@ -124,6 +126,7 @@ class Loader:
             dataset,
             storage_options,
             split,
+            (pack, seed, shuffle, block_shards),
             verify=verify,
             cache_dir=cache_dir,
             cache_limit=cache_limit,
@@ -154,6 +157,11 @@ class Loader:
     def drop_last(self) -> DropLast:
         """True: the last partial global batch of an epoch is dropped; 'pad': filled."""
         return self.settings.drop_last
+
+    @property
+    def pack(self) -> Pack | None:
+        """How token documents are packed into rows (None: batches of samples)."""
+        return getattr(self.run.data, "pack", None)
 
     @property
     def block_shards(self) -> int:
@@ -226,11 +234,12 @@ class Loader:
         in ``state_dict``)."""
         self.run.skip(start, end)
 
-    def batch_keys(self, step: int, rank: int | None = None) -> list[tuple[str, str]]:
+    def batch_keys(self, step: int, rank: int | None = None) -> list[Any]:
         """The (source, key) pairs global step ``step`` delivers: to ``rank``, or to every rank in
-        rank order.
+        rank order; with ``pack=``, each row's pieces (source, key, first token, end token).
 
-        No payload is read (keys come from the shard indexes). A skipped step delivers none: [].
+        No payload or token is read (keys come from the shard indexes). A skipped step delivers
+        none: [].
         """
         if step in self.run.skips:
             return []

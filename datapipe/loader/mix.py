@@ -49,6 +49,7 @@ class Mix:
                 raise ConfigError(
                     f"mix source {name!r} ({ds!r}) has no samples; give it weight 0 or leave it out"
                 )
+        self._epoch_given = epoch_samples
         self.epoch_samples = (
             int(epoch_samples) if epoch_samples is not None else sum(len(d) for d in self.datasets)
         )
@@ -125,6 +126,24 @@ class Mix:
             self.epoch_samples,
             Segment(stream_position, self.cursors(stream_position)),
         )
+
+    @property
+    def pack(self) -> Any:
+        """The sources' Pack when they are read as packed rows (None: samples)."""
+        return getattr(self.datasets[0], "pack", None)
+
+    def packed(self, pack: Any, seed: int, shuffle: bool, window: int) -> Mix:
+        """This mix read as rows of ``pack``: every source a token version of one tokenizer;
+        ``epoch_samples`` counts rows (by default the sources' rows)."""
+        from datapipe.loader.tokens.packed_set import PackedSet, same_tokenizer
+
+        sources = {
+            n: PackedSet(d, pack, seed, shuffle, window, source=n)
+            for n, d in zip(self.names, self.datasets, strict=True)
+        }
+        same_tokenizer(sources)
+        weights = dict(zip(self.names, self.weights, strict=True))
+        return Mix(sources, weights, self._epoch_given, self.segment)  # type: ignore[arg-type]
 
     def with_segment(self, segment: Segment) -> Mix:
         """This mix with the interleave restarted where ``segment`` says (a state's)."""

@@ -42,14 +42,23 @@ def open_checked(
     data: str | os.PathLike[str] | Dataset | Mix,
     storage_options: Mapping[str, Any] | None = None,
     split: str | None = None,
+    packing: tuple[Any, int, bool, int] | None = None,
     **options: Any,
 ) -> tuple[ShardSet, bool]:
     """``open_data`` with every shard checked present (a missing one fails now, before workers
-    start), and whether it was opened here rather than given (then the caller closes it)."""
+    start), and whether it was opened here rather than given (then the caller closes it).
+
+    ``packing``: (pack, seed, shuffle, window) to read a token version (or mix) as packed rows.
+    """
     opened = open_data(data, storage_options, split, **options)
     owned = opened is not data
     try:
         opened.files.check()
+        if packing is not None:
+            from datapipe.loader.tokens.packed_set import packed
+
+            read = packed(opened, *packing)
+            return read, owned
     except BaseException:
         if owned:  # what was opened here is let go here: its leases with it
             opened.close()

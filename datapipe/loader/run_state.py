@@ -128,6 +128,9 @@ class RunState:
             "anchor": list(self.anchor),
             "skips": [list(r) for r in self.skips.ranges],
         }
+        pack = getattr(self.data, "pack", None)
+        if pack is not None:
+            state["pack"] = pack.to_dict()
         if isinstance(self.data, Mix):
             state["mix"] = _mix_state(self.data, self.epoch * len(self.data) + self.position)
         else:
@@ -143,6 +146,7 @@ class RunState:
                 f"not a loader state of format {STATE_FORMAT} (format {state.get('format')!r}"
                 + (f", missing {', '.join(missing)})" if missing else ")")
             )
+        _check_pack(getattr(self.data, "pack", None), state.get("pack"))
         if isinstance(self.data, Mix):
             self.data = _resumed_mix(self.data, state)
         elif state["dataset"] != self.data.version:
@@ -183,6 +187,28 @@ class RunState:
             self.anchor = (int(saved) if saved is not None else 0, self.epoch, self.position)
         for start, end in state.get("skips", ()):
             self.skips = self.skips.add(int(start), int(end))
+
+
+def _check_pack(pack: Any, saved: Mapping[str, Any] | None) -> None:
+    """A ConfigError when the state's rows were packed otherwise (or not at all) than this
+    loader's."""
+    if pack is None and saved is None:
+        return
+    if pack is None or saved is None:
+        raise ConfigError(
+            "the state is for a loader "
+            + ("with pack=" if saved else "without pack=")
+            + ", this one reads "
+            + ("packed rows" if pack else "samples")
+            + "; resume with the loader the state came from"
+        )
+    changed = pack.differences(dict(saved))
+    if changed:
+        raise ConfigError(
+            "the state was saved with other pack settings ("
+            + "; ".join(changed)
+            + "): its rows and positions mean other tokens; resume with the same pack="
+        )
 
 
 def _mix_state(data: Mix, stream_position: int) -> dict[str, Any]:

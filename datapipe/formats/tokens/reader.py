@@ -108,6 +108,16 @@ class TokensShardReader(ShardReader):
         ids = np.frombuffer(self._buffer, dtype=self.dtype, count=count, offset=offset)
         return ids.copy() if self.copy else ids
 
+    def ids(self) -> np.ndarray:
+        """Every token id of the shard, documents back to back: a read-only view of the mapped
+        ``.bin`` (what packed rows are gathered from)."""
+        count = self.megatron.bin_size() // self.dtype.itemsize
+        return np.frombuffer(self._buffer, dtype=self.dtype, count=count)
+
+    def offsets(self) -> np.ndarray:
+        """Where each document's ids start in ``ids()`` (int64 element offsets)."""
+        return self.megatron.pointers.astype(np.int64) // self.dtype.itemsize
+
     def origin(self, i: int) -> tuple[str | None, int | None]:
         """The source file and row document ``i`` came from (None where not recorded)."""
         return self.documents.origin(i)

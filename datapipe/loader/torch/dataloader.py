@@ -103,6 +103,7 @@ class ShardDataset(IterableDataset):
         block_shards: int = DEFAULT_BLOCK_SHARDS,
         position: int = 0,
         split: str | None = None,
+        pack: Any = None,
     ) -> None:
         settings = LoaderSettings(
             batch_size=batch_size,
@@ -114,7 +115,7 @@ class ShardDataset(IterableDataset):
             decode=decode,
             prefetch=prefetch,
         )
-        data, _ = open_checked(dataset, split=split)
+        data, _ = open_checked(dataset, split=split, packing=(pack, seed, shuffle, block_shards))
         world = resolve_world(rank, world_size, os.environ, distributed_world)
         self.source = BatchSource(data, settings, world, epoch, position)
         self.num_batches = self.source.plan.num_batches()

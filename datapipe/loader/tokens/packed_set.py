@@ -1,0 +1,383 @@
+"""A token version seen as rows: the ShardSet a Loader with ``pack=`` reads in place of samples.
+
+Its "shards" are windows (runs of ``window`` consecutive token shards) and its "samples" the rows
+each window packs into, so the loader's global order, batch plan, world dealing, resumption,
+mixing, ledger and audit all work on rows unchanged. A row's content is a function of the
+version, the pack settings, the seed and the shuffle flag alone: each epoch delivers the same
+rows in its own order (windows permuted, rows shuffled within a window).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from datapipe.errors import ConfigError
+from datapipe.formats.tokens.reader import TokensShardReader
+from datapipe.loader.dataset import Dataset
+from datapipe.loader.schedule import EpochOrder, _rng, groups
+from datapipe.loader.tokens.pack import Pack
+from datapipe.loader.tokens.rows import BatchPieces, assemble
+from datapipe.loader.tokens.window import WindowDocs, WindowPlan, concat_rows, row_count
+from datapipe.versioning.manifest import short_id
+
+FIELDS = {
+    "input_ids": "int64",
+    "labels": "int64",
+    "position_ids": "int64",
+    "cu_seqlens": "int32",
+    "max_seqlen": "int",
+}
+SHARD_BITS = 32  # a mix's shard codes: source << SHARD_BITS | shard
+ARRAYS = ("row", "column", "shard", "start", "first", "end", "length")
+PLANS_KEPT = 3  # windows whose plans a process keeps (a batch spans one or two)
+
+
+def token_dataset(dataset: Dataset, what: str) -> Dataset:
+    """``dataset``, checked to be a token version (a ConfigError naming its fields if not)."""
+    if not isinstance(dataset, Dataset) or dataset.format.name != "tokens":
+        fields = ", ".join(sorted(dataset.fields)) or "none"
+        raise ConfigError(
+            f"{what}: pack= reads token versions (shards.format: tokens, built with a tokenize "
+            f"stage); {dataset!r} has the fields {fields}: load it without pack="
+        )
+    if dataset.files.remote:
+        raise ConfigError(
+            f"{what}: pack= reads token versions from a local store for now; "
+            f"{dataset!r} is remote: copy it (datapipe pull) or load it without pack="
+        )
+    return dataset
+
+
+class _WindowPages:
+    """A window as CachePins sees a shard: pages to drop."""
+
+    def __init__(self, files: PackedFiles, window: int) -> None:
+        self.files, self.window = files, window
+
+    def drop_pages(self) -> None:
+        """Give back the resident pages of the window's shards."""
+        self.files.drop_pages(self.window)
+
+
+class PackedFiles:
+    """The Files of a PackedSet: rows read window by window from the token shards' ``.bin``."""
+
+    def __init__(
+        self, dataset: Dataset, pack: Pack, seed: int, shuffle: bool, window: int, source: str
+    ) -> None:
+        self.dataset, self.pack, self.seed, self.shuffle = dataset, pack, seed, shuffle
+        self.window, self.source = window, source
+        self.windows = -(-len(dataset.shard_sizes) // window)
+        tokenizer = dataset.manifest.lineage.tokenizer
+        self.pad_id = int(tokenizer.eos_id) if tokenizer and tokenizer.eos_id is not None else 0
+        self._plans: OrderedDict[int, WindowPlan] = OrderedDict()
+
+    remote = False
+
+    def __len__(self) -> int:
+        return self.windows
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_plans"] = OrderedDict()  # made again where used
+        return state
+
+    def check(self) -> None:
+        """Fail now, naming the shard, when one is missing."""
+        self.dataset.files.check()
+
+    def part(self, shard: int) -> tuple[PackedFiles, int]:
+        """Itself: a window is one part."""
+        return self, shard
+
+    def shards(self, window: int) -> range:
+        """The dataset's shard numbers in window ``window``."""
+        return range(window * self.window, min((window + 1) * self.window, self.windows_end))
+
+    @property
+    def windows_end(self) -> int:
+        """The dataset's shard count."""
+        return len(self.dataset.shard_sizes)
+
+    def reader(self, window: int) -> _WindowPages:
+        """What CachePins drops the pages of, for window ``window``."""
+        return _WindowPages(self, window)
+
+    def shard(self, shard: int) -> TokensShardReader:
+        """Shard ``shard`` of the dataset, opened."""
+        reader = self.dataset.files.reader(shard)
+        assert isinstance(reader, TokensShardReader)
+        return reader
+
+    def drop_pages(self, window: int) -> None:
+        """Give back the resident pages of the window's shards."""
+        for shard in self.shards(window):
+            self.shard(shard).drop_pages()
+
+    def release(self, window: int) -> None:
+        """Nothing: local shards stay mapped until the dataset closes."""
+
+    def held(self) -> list[int]:
+        """None: local shards are not cached."""
+        return []
+
+    def docs(self, window: int) -> WindowDocs:
+        """The window's documents in packing order."""
+        shards, numbers, offsets, lengths = [], [], [], []
+        for shard in self.shards(window):
+            reader = self.shard(shard)
+            lengths.append(reader.lengths)
+            offsets.append(reader.offsets())
+            numbers.append(np.arange(len(reader), dtype=np.int64))
+            shards.append(np.full(len(reader), shard, dtype=np.int64))
+        docs = WindowDocs(*(np.concatenate(a) for a in (shards, numbers, offsets, lengths)))
+        if not self.shuffle:
+            return docs
+        order = _rng(self.seed, 0x9AC4, window).permutation(len(docs.length))
+        return WindowDocs(*(a[order] for a in (docs.shard, docs.number, docs.offset, docs.length)))
+
+    def plan(self, window: int) -> WindowPlan:
+        """The rows of window ``window`` (kept for the next few reads)."""
+        plan = self._plans.get(window)
+        if plan is None:
+            plan = self._plans[window] = WindowPlan(self.docs(window), self.pack)
+            while len(self._plans) > PLANS_KEPT:
+                self._plans.popitem(last=False)
+        else:
+            self._plans.move_to_end(window)
+        return plan
+
+    def pieces(self, windows: np.ndarray, rows: np.ndarray, slots: np.ndarray) -> BatchPieces:
+        """The pieces of rows ``rows`` of ``windows``, the rows placed at batch rows ``slots``."""
+        parts: list[tuple[np.ndarray, ...]] = []
+        names: list[tuple[str, str]] = []
+        for window, where in groups(np.asarray(windows)):
+            plan = self.plan(window)
+            p = plan.pieces(np.asarray(rows)[where])
+            d = plan.docs
+            row = np.asarray(slots)[where][p.row]
+            parts.append(
+                (
+                    row,
+                    p.column,
+                    d.shard[p.doc],
+                    d.offset[p.doc] + p.first,
+                    p.first,
+                    p.end,
+                    d.length[p.doc],
+                )
+            )
+            names.extend(self._names(d.shard[p.doc], d.number[p.doc]))
+        arrays = (
+            [np.concatenate(a) for a in zip(*parts, strict=True)]
+            if parts
+            else [np.empty(0, np.int64) for _ in range(7)]
+        )
+        order = np.lexsort((arrays[1], arrays[0]))
+        return BatchPieces(*(a[order] for a in arrays), [names[i] for i in order.tolist()])
+
+    def _names(self, shards: np.ndarray, numbers: np.ndarray) -> list[tuple[str, str]]:
+        """(source, key) of each document."""
+        out: list[tuple[str, str]] = [("", "")] * len(shards)
+        for shard, where in groups(shards):
+            keys = self.shard(shard).key_array()[numbers[where]]
+            slots = np.arange(len(shards))[where].tolist()
+            for slot, key in zip(slots, keys.tolist(), strict=True):
+                out[slot] = (self.source, key.decode() if isinstance(key, bytes) else str(key))
+        return out
+
+    def ids(self, shard: int) -> np.ndarray:
+        """Shard ``shard``'s token ids."""
+        return self.shard(shard).ids()
+
+    def read_rows(self, windows: np.ndarray, rows: np.ndarray) -> dict[str, Any]:
+        """The batch of these rows (of these windows), in this order."""
+        owner = np.zeros(len(rows), dtype=np.int64)
+        return read_mixed_rows([self], owner, np.asarray(windows), np.asarray(rows))
+
+    def keys_of(self, windows: np.ndarray, rows: np.ndarray) -> list[Any]:
+        """Each row's pieces (source, key, first token, end token), no token read."""
+        pieces = self.pieces(windows, rows, np.arange(len(rows)))
+        per_row: list[list[tuple[str, str, int, int]]] = [[] for _ in range(len(rows))]
+        size = self.pack.length
+        for r, c, f, e, name in zip(
+            pieces.row.tolist(),
+            pieces.column.tolist(),
+            pieces.first.tolist(),
+            pieces.end.tolist(),
+            pieces.names,
+            strict=True,
+        ):
+            if c < size:
+                per_row[r].append((*name, f, min(e, f + size - c)))
+        return per_row
+
+
+class PackedSet:
+    """A token Dataset as rows of ``pack.length`` tokens (the ShardSet protocol; see the module)."""
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        pack: Pack,
+        seed: int = 0,
+        shuffle: bool = True,
+        window: int = 4,
+        source: str | None = None,
+    ) -> None:
+        self.dataset = token_dataset(dataset, source or dataset.name)
+        self.pack = pack
+        self.files = PackedFiles(dataset, pack, seed, shuffle, window, source or dataset.name)
+        self.shard_sizes = self._rows()
+
+    def _rows(self) -> np.ndarray:
+        """Rows per window: from the manifest's token counts for concat, else from the windows'
+        document lengths."""
+        files = self.files
+        counts = np.empty(files.windows, dtype=np.int64)
+        for w in range(files.windows):
+            shards = files.shards(w)
+            if self.pack.mode == "concat":
+                tokens = sum(int(self.dataset.shards[s].tokens or 0) for s in shards)
+                counts[w] = concat_rows(tokens, self.pack.length)
+            else:
+                lengths = [files.shard(s).lengths for s in shards]
+                counts[w] = row_count(np.concatenate(lengths), self.pack)
+        return counts
+
+    @property
+    def version(self) -> str:
+        """The token version's id."""
+        return self.dataset.version
+
+    @property
+    def split(self) -> str | None:
+        """The split read (None: the whole version)."""
+        return self.dataset.split
+
+    @property
+    def name(self) -> str:
+        """The dataset's name."""
+        return self.dataset.name
+
+    @property
+    def tokenizer(self) -> Any:
+        """The version's TokenizerRef (None when the manifest has none)."""
+        return self.dataset.manifest.lineage.tokenizer
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """The fields of a packed batch."""
+        return dict(FIELDS)
+
+    @property
+    def sample_bytes(self) -> float:
+        """Bytes of one row's int64 arrays (what sizes a batch's memory)."""
+        return float(3 * 8 * self.pack.length)
+
+    def __len__(self) -> int:
+        return int(self.shard_sizes.sum())
+
+    def __repr__(self) -> str:
+        return f"PackedSet({self.dataset!r}, {self.pack}, {len(self)} rows)"
+
+    def order(self, seed: int, epoch: int, shuffle: bool, block_shards: int) -> EpochOrder:
+        """Epoch ``epoch``'s order of rows: windows permuted, each window's rows shuffled."""
+        return EpochOrder(self.shard_sizes, seed, epoch, shuffle, 1)
+
+    def check_fields(self, fields: Sequence[str] | None, decode: Mapping[str, Any] | None) -> None:
+        """fields= and decode= do not apply to packed rows."""
+        if fields is not None or decode:
+            raise ConfigError(
+                "fields= and decode= do not apply with pack=: a packed batch holds "
+                f"{', '.join(FIELDS)} and __key__"
+            )
+
+    def source_names(self, shard_ids: np.ndarray) -> list[str] | None:
+        """None: one dataset's rows have no source name."""
+        return None
+
+    def close(self) -> None:
+        """Release the token version's shards and its lease."""
+        self.dataset.close()
+
+
+def packed(data: Any, pack: Pack | None, seed: int, shuffle: bool, window: int) -> Any:
+    """``data`` (a Dataset or a Mix) read as rows of ``pack``; as it is without a pack (a
+    ConfigError for token versions, whose documents a batch of samples cannot hold)."""
+    if pack is None:
+        for ds in getattr(data, "datasets", (data,)):
+            if isinstance(ds, Dataset) and ds.format.name == "tokens":
+                raise ConfigError(
+                    f"{ds!r} is a token version: a Loader reads it as rows of tokens, "
+                    "pack=datapipe.pack(length=...) (docs/guide/loading.md#packed-sequences); "
+                    "one document's ids are open_dataset(url).tokens(i)"
+                )
+        return data
+    if not isinstance(pack, Pack):
+        raise ConfigError(f"pack= takes datapipe.pack(length=...), got {pack!r}")
+    if hasattr(data, "datasets"):  # a Mix: each source packed, one tokenizer for all
+        return data.packed(pack, seed, shuffle, window)
+    return PackedSet(data, pack, seed, shuffle, window)
+
+
+def same_tokenizer(sources: Mapping[str, PackedSet]) -> None:
+    """A ConfigError naming both sources when two were made by different tokenizer files or
+    end their documents with different ids."""
+    names = list(sources)
+    first = sources[names[0]]
+    for name in names[1:]:
+        other = sources[name]
+        for what, ours, theirs in (
+            ("tokenizer", _sha(first), _sha(other)),
+            ("end-of-text id", _eos(first), _eos(other)),
+        ):
+            if ours != theirs:
+                raise ConfigError(
+                    f"mix sources {names[0]!r} ({_short(first)}) and {name!r} ({_short(other)}) "
+                    f"have different {what}s ({ours} and {theirs}): their token ids mean "
+                    "different text; mix token versions built with one tokenizer.json"
+                )
+
+
+def _sha(source: PackedSet) -> str:
+    tokenizer = source.tokenizer
+    return f"sha256 {tokenizer.sha256[:12]}" if tokenizer is not None else "none recorded"
+
+
+def _eos(source: PackedSet) -> str:
+    tokenizer = source.tokenizer
+    return str(tokenizer.eos_id) if tokenizer is not None else "none recorded"
+
+
+def _short(source: PackedSet) -> str:
+    return f"{source.name}@{short_id(source.version)}"
+
+
+def read_mixed_rows(
+    parts: Sequence[PackedFiles], owner: np.ndarray, numbers: np.ndarray, rows: np.ndarray
+) -> dict[str, Any]:
+    """A batch of rows of several sources: row i is row ``rows[i]`` of window ``numbers[i]`` of
+    ``parts[owner[i]]``."""
+    merged: list[BatchPieces] = []
+    for p, where in groups(np.asarray(owner)):
+        pieces = parts[p].pieces(numbers[where], rows[where], np.arange(len(owner))[where])
+        merged.append(replace(pieces, shard=pieces.shard + (p << SHARD_BITS)))
+    pieces = BatchPieces(
+        *(np.concatenate([getattr(m, f) for m in merged]) for f in ARRAYS),
+        [n for m in merged for n in m.names],
+    )
+    order = np.lexsort((pieces.column, pieces.row))
+    pieces = BatchPieces(
+        *(getattr(pieces, f)[order] for f in ARRAYS), [pieces.names[i] for i in order.tolist()]
+    )
+
+    def ids(code: int) -> np.ndarray:
+        return parts[code >> SHARD_BITS].ids(code & ((1 << SHARD_BITS) - 1))
+
+    return assemble(pieces, len(owner), parts[0].pack, ids, parts[0].pad_id)

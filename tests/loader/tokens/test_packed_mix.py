@@ -1,0 +1,89 @@
+"""Mixes of token versions read as rows: weights exact in rows, one tokenizer, tokens only."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from helpers.versions import TOKEN_FIELDS
+from test_packed_rows import token_shards
+
+import datapipe
+from datapipe.errors import ConfigError
+from datapipe.formats.registry import get_format
+from datapipe.versioning.manifest import Manifest
+from datapipe.versioning.manifest_parts import Lineage, TokenizerRef
+from datapipe.versioning.store import Store
+
+
+def commit(root, name, seed, sha="a" * 64, eos=0) -> str:
+    """A token version whose manifest names a tokenizer of hash ``sha`` and end-of-text ``eos``."""
+    store = Store(str(root))
+    writer = store.begin(name)
+    fmt = get_format("tokens")
+    shards = token_shards(seed, shards=5)
+    entries = tuple(writer.write_shard(i, docs, fmt) for i, docs in enumerate(shards))
+    writer.put_file("tokenizer.json", b"{}")
+    tokenizer = TokenizerRef(
+        file="tokenizer.json",
+        bytes=2,
+        sha256=sha,
+        library="0.23.3",
+        vocab_size=65_000,
+        dtype="uint16",
+        eos_id=eos,
+    )
+    writer.commit(
+        Manifest(
+            name=name,
+            shard_format="tokens",
+            fields=TOKEN_FIELDS,
+            shards=entries,
+            lineage=Lineage(tokenizer=tokenizer),
+        ),
+        ("latest",),
+    )
+    return f"{root}/{name}"
+
+
+def test_a_mix_gives_each_source_its_weight_of_rows_at_every_prefix(tmp_path):
+    web, code = commit(tmp_path, "web", 1), commit(tmp_path, "code", 2)
+    mixed = datapipe.mix({"web": web, "code": code}, weights={"web": 0.7, "code": 0.3})
+    loader = datapipe.Loader(mixed, batch_size=1, pack=datapipe.pack(16), num_workers=0)
+    sources, rows = [], Counter()
+    for batch in loader:
+        (source,) = batch["__source__"]
+        sources.append(source)
+        rows[(source, str(batch["__key__"][0]))] += 1
+        assert all(piece[0] == source for piece in batch["__key__"][0])
+    assert len(sources) == len(loader.dataset) == loader.dataset.epoch_samples
+    webs = np.cumsum([s == "web" for s in sources])
+    assert np.abs(webs - 0.7 * np.arange(1, len(sources) + 1)).max() <= 1
+    sizes = dict(zip(loader.dataset.names, map(len, loader.dataset.datasets), strict=True))
+    for name in sizes:  # a source's rows repeat only in its next pass
+        per_row = [n for (source, _), n in rows.items() if source == name]
+        assert max(per_row) == -(-sources.count(name) // sizes[name])
+
+
+def test_a_mix_of_two_tokenizers_or_end_ids_is_refused_naming_both(tmp_path):
+    web, other = commit(tmp_path, "web", 1), commit(tmp_path, "other", 2, sha="b" * 64)
+    mixed = datapipe.mix({"web": web, "other": other})
+    with pytest.raises(
+        ConfigError,
+        match=r"'web' \(web@\w+\) and 'other' \(other@\w+\) have "
+        r"different tokenizers \(sha256 aaaaaaaaaaaa and sha256 bbbbbbbbbbbb\)",
+    ):
+        datapipe.Loader(mixed, pack=datapipe.pack(16), num_workers=0)
+    eos = commit(tmp_path, "eos", 3, eos=7)
+    with pytest.raises(ConfigError, match=r"different end-of-text ids \(0 and 7\)"):
+        datapipe.Loader(datapipe.mix({"web": web, "eos": eos}), pack=datapipe.pack(16))
+
+
+def test_a_mix_of_token_and_sample_versions_is_refused(tmp_path):
+    from sample_data import make_dataset
+
+    web = commit(tmp_path, "web", 1)
+    mixed = datapipe.mix({"web": web, "toy": make_dataset(tmp_path / "s")})
+    with pytest.raises(ConfigError, match=r"toy: pack= reads token versions"):
+        datapipe.Loader(mixed, pack=datapipe.pack(16), num_workers=0)
