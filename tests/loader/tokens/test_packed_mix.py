@@ -87,3 +87,26 @@ def test_a_mix_of_token_and_sample_versions_is_refused(tmp_path):
     mixed = datapipe.mix({"web": web, "toy": make_dataset(tmp_path / "s")})
     with pytest.raises(ConfigError, match=r"toy: pack= reads token versions"):
         datapipe.Loader(mixed, pack=datapipe.pack(16), num_workers=0)
+
+
+def test_a_reweighting_at_a_resume_continues_every_source_from_its_cursor(tmp_path):
+    web, code = commit(tmp_path, "web", 1), commit(tmp_path, "code", 2)
+    pack = datapipe.pack(16, "best-fit")
+
+    def loader(weights):
+        mixed = datapipe.mix({"web": web, "code": code}, weights=weights, epoch_samples=60)
+        return datapipe.Loader(mixed, batch_size=2, pack=pack, num_workers=0)
+
+    def rows(batches):
+        return [
+            (s, str(k)) for b in batches for s, k in zip(b["__source__"], b["__key__"], strict=True)
+        ]
+
+    before = loader({"web": 0.7, "code": 0.3})
+    it = iter(before)
+    head = rows([next(it) for _ in range(10)])
+    after = loader({"web": 0.5, "code": 0.5})
+    after.load_state_dict(before.state_dict())
+    tail = rows(after)
+    assert not set(head) & set(tail)  # no source rereads a row within its pass
+    assert [s for s, _ in tail].count("web") == [s for s, _ in tail].count("code")
