@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Callable
 
-from benchmarks import image_report, token_report
+from benchmarks import image_report, pack_report, token_report
 
 TOOLS = ["datapipe", "wds", "wds-int", "mds", "litdata", "litdata-bw"]
 LABELS = {
@@ -301,8 +301,8 @@ def markdown(results: dict) -> str:
     """The whole table, one block per workload, in markdown."""
     out = []
     for w in results["workloads"].values():
-        # W4 and W5: their own tools and rows
-        kind = {"images": image_report, "tokens": token_report}.get(w.get("kind"))
+        kinds = {"images": image_report, "tokens": token_report, "packed": pack_report}
+        kind = kinds.get(w.get("kind"))
         default = ["figure", *(LABELS[t] for t in TOOLS), "datapipe / best peer"]
         header = kind.header() if kind else default
         out += [

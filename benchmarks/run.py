@@ -8,7 +8,8 @@ DataLoader with 2 workers), measure the cat and memmap floors on datapipe's shar
 ``datapipe build`` from Parquet with 1 and 2 Dask workers. Prints the table and writes
 results.json, results.md and results.png to --out. W4 (issue 18: 20,000 JPEGs, train and eval
 transforms) is ``benchmarks.image_run``; W5 (issue 31: text to token ids, only when asked for)
-is ``benchmarks.token_run``. See benchmarks/README.md.
+is ``benchmarks.token_run``; W6 (issue 32: W5's token version read as packed rows, only when
+asked for) is ``benchmarks.pack_run``. See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import tempfile
 import time
 from importlib import metadata
 
-from benchmarks import building, image_run, measure, ours, report, token_run, write_floor
+from benchmarks import building, image_run, measure, ours, pack_run, report, token_run, write_floor
 from benchmarks.images import image_workload
 from benchmarks.measure import BYTE_FAMILIES, Readers
 from benchmarks.peers import PEERS, import_all
@@ -150,7 +151,7 @@ def write_floors(data: Data, workdir: str) -> dict:
     return floors
 
 
-WORKLOADS = ("w1", "w2", "w4", "w5")  # W3 is benchmarks/build_scale.py
+WORKLOADS = ("w1", "w2", "w4", "w5", "w6")  # W3 is benchmarks/build_scale.py
 DEFAULT = ("w1", "w2", "w4")  # W5 takes ~40 minutes on 2 cores and peers of its own: when asked
 # seconds: reads quicker than this are measured three times, and the median kept
 REPEAT_UNDER = 10.0
@@ -329,6 +330,10 @@ def main(argv: list[str] | None = None) -> None:
                     os.path.join(workdir, "w5-quick" if args.quick else "w5"),
                     args.timeout,
                     1 if args.quick else args.w5_rounds,
+                )
+            if "w6" in chosen:  # W5's token version read as packed rows (issue 32)
+                results["workloads"]["w6"] = pack_run.run_w6(
+                    text_workload(args.quick), workdir, args.timeout, *pack_run.settings(args.quick)
                 )
     finally:
         if tmp:
