@@ -42,6 +42,7 @@ from datapipe.builder.sizing import fit_to_workers
 from datapipe.builder.source.align import align_on
 from datapipe.builder.source.base import Source
 from datapipe.builder.source.opening import partition_source
+from datapipe.builder.tokenize_stage import tokenize_memory
 from datapipe.builder.write import write_shards
 from datapipe.versioning.manifest import StageCounts
 from datapipe.versioning.store import LATEST, Store, check_ref_name
@@ -136,7 +137,8 @@ def _partitioned(
     """The job of the build: its source in partitions that the workers hold (the parent's size
     where it fits), quoted CSV aligned. And that size; whether the encoded samples stay on the
     workers between passes."""
-    fit = fit_to_workers(found.source, worker_memory_limits(run.client))
+    limits = worker_memory_limits(run.client)
+    fit = fit_to_workers(found.source, limits, tokenize_memory(found.tokenizer))
     blocksize = found.parent.blocksize(fit.blocksize, found.source.blocksize)
     source = align_on(run, partition_source(found.source, blocksize))
     where = loaded.where("splits.by")

@@ -49,22 +49,22 @@ def check_file_sizes(source: Source, limits: Sequence[int]) -> None:
         )
 
 
-def fitting_blocksize(limits: Sequence[int]) -> int | None:
+def fitting_blocksize(limits: Sequence[int], stages_bytes: int = 0) -> int | None:
     """The largest blocksize whose partitions a worker of the smallest limit holds while it measures
-    or encodes one, well below the level where Dask pauses it; None when a worker has no limit."""
+    or encodes one, well below the level where Dask pauses it; None when a worker has no limit.
+    ``stages_bytes``: what the stages hold beside the partition (a tokenizer and its batch)."""
     known = _all_known(limits)
     if not known:
         return None
-    return max(
-        MIN_BLOCKSIZE, int((TARGET_FRACTION * min(known) - WORKER_BASELINE) // PARTITION_EXPANSION)
-    )
+    room = TARGET_FRACTION * min(known) - WORKER_BASELINE - stages_bytes
+    return max(MIN_BLOCKSIZE, int(room // PARTITION_EXPANSION))
 
 
-def fitted_blocksize(source: Source, limits: Sequence[int]) -> int:
+def fitted_blocksize(source: Source, limits: Sequence[int], stages_bytes: int = 0) -> int:
     """The configured blocksize, or a smaller one where its partitions would not fit the workers'
     memory (an execution setting: the version is the same at any blocksize); Parquet row groups stay
     whole."""
-    fitting = fitting_blocksize(limits)
+    fitting = fitting_blocksize(limits, stages_bytes)
     if fitting is None or source.format == "parquet" or fitting >= source.blocksize:
         return source.blocksize
     logging.getLogger("datapipe.builder").info(
@@ -95,8 +95,8 @@ class Fit:
     keep_encoded: bool
 
 
-def fit_to_workers(source: Source, limits: Sequence[int]) -> Fit:
+def fit_to_workers(source: Source, limits: Sequence[int], stages_bytes: int = 0) -> Fit:
     """The build's sizing for workers of ``limits`` bytes, after checking that every file fits one
-    of them."""
+    of them; ``stages_bytes``: what the stages hold in a worker beside its partition."""
     check_file_sizes(source, limits)
-    return Fit(fitted_blocksize(source, limits), fits_in_memory(source, limits))
+    return Fit(fitted_blocksize(source, limits, stages_bytes), fits_in_memory(source, limits))

@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,13 @@ from datapipe.storage.fs import filesystem, read_bytes
 TOKENS = "tokens"  # the column the stage adds
 EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[EOS]")
 BOS_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "<|bos|>", "[BOS]", "<|startoftext|>")
-BATCH = 1024  # documents per encode_batch call: bounds the Encoding objects alive at once
+# An encode_batch call's documents: at most BATCH, and no more text than BATCH_CHARS (one longer
+# document goes alone). Its Encodings (ids, masks, offsets, token strings) take ~20-30 bytes a
+# character until the call returns: this bounds them, whatever the documents' lengths.
+BATCH = 1024
+BATCH_CHARS = 1 << 20
+ENCODING_BYTES_PER_CHAR = 32
+TOKENIZER_EXPANSION = 16  # a loaded tokenizer's memory over its tokenizer.json's bytes
 
 
 @dataclass(frozen=True)
@@ -213,10 +219,30 @@ def encode(texts: list[str], file: TokenizerFile) -> list[np.ndarray]:
     tail = [file.eos_id] if file.eos_id is not None else []
     batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
     ids = []
-    for start in range(0, len(texts), BATCH):
-        for encoding in batch(texts[start : start + BATCH], add_special_tokens=False):
+    for part in batches(texts):
+        for encoding in batch(part, add_special_tokens=False):
             ids.append(np.array(head + encoding.ids + tail, dtype=dtype))
     return ids
+
+
+def batches(texts: list[str]) -> Iterator[list[str]]:
+    """``texts`` cut into runs of at most BATCH documents and BATCH_CHARS characters."""
+    start = chars = 0
+    for i, text in enumerate(texts):
+        if i > start and (i - start == BATCH or chars + len(text) > BATCH_CHARS):
+            yield texts[start:i]
+            start, chars = i, 0
+        chars += len(text)
+    if start < len(texts):
+        yield texts[start:]
+
+
+def tokenize_memory(file: TokenizerFile | None) -> int:
+    """Bytes a worker needs beside its partitions for the stage: the loaded tokenizer and one
+    batch's Encodings (0 without the stage)."""
+    if file is None:
+        return 0
+    return TOKENIZER_EXPANSION * len(file.data) + ENCODING_BYTES_PER_CHAR * BATCH_CHARS
 
 
 def pipeline_tokenizer(

@@ -78,3 +78,24 @@ def test_a_pass_reports_every_task_once_and_returns_the_results_in_order(dask_cl
 )
 def test_blocks_fit_the_smallest_worker(limits, expected):
     assert sizing.fitting_blocksize(limits) == expected
+
+
+def test_a_tokenize_stage_leaves_its_tokenizer_and_batch_room_in_each_worker():
+    from datapipe.builder.tokenize_stage import BATCH_CHARS, TokenizerFile, tokenize_memory
+
+    file = TokenizerFile(b"x" * (2 << 20), "0" * 64, "bpe.json", 50_000, 0, None)
+    room = tokenize_memory(file)
+    assert room > 16 * (2 << 20) + 16 * BATCH_CHARS and tokenize_memory(None) == 0
+    plain = sizing.fitting_blocksize([2_000_000_000])
+    assert abs(sizing.fitting_blocksize([2_000_000_000], room) - (plain - room // 20)) <= 1
+
+
+def test_encode_batches_are_bounded_by_documents_and_characters():
+    from datapipe.builder.tokenize_stage import BATCH, BATCH_CHARS, batches
+
+    many = ["ab"] * (2 * BATCH + 3)
+    assert [len(b) for b in batches(many)] == [BATCH, BATCH, 3]
+    big = ["x" * (BATCH_CHARS // 3)] * 7 + ["y" * (2 * BATCH_CHARS)] + ["z"]
+    cut = list(batches(big))
+    assert [len(b) for b in cut] == [3, 3, 1, 1, 1]  # the long document goes alone
+    assert sum(cut, []) == big
