@@ -76,6 +76,7 @@ class PackedFiles:
         tokenizer = dataset.manifest.lineage.tokenizer
         self.pad_id = int(tokenizer.eos_id) if tokenizer and tokenizer.eos_id is not None else 0
         self._plans: OrderedDict[int, WindowPlan] = OrderedDict()
+        self._named: dict[int, tuple[WindowPlan, list[tuple[str, str]]]] = {}
 
     remote = False
 
@@ -85,6 +86,7 @@ class PackedFiles:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_plans"] = OrderedDict()  # made again where used
+        state["_named"] = {}
         return state
 
     def check(self) -> None:
@@ -172,7 +174,8 @@ class PackedFiles:
                     d.length[p.doc],
                 )
             )
-            names.extend(self._names(d.shard[p.doc], d.number[p.doc]))
+            named = self._names(window, plan)
+            names.extend(named[i] for i in p.doc.tolist())
         arrays = (
             [np.concatenate(a) for a in zip(*parts, strict=True)]
             if parts
@@ -181,15 +184,20 @@ class PackedFiles:
         order = np.lexsort((arrays[1], arrays[0]))
         return BatchPieces(*(a[order] for a in arrays), [names[i] for i in order.tolist()])
 
-    def _names(self, shards: np.ndarray, numbers: np.ndarray) -> list[tuple[str, str]]:
-        """(source, key) of each document."""
-        out: list[tuple[str, str]] = [("", "")] * len(shards)
-        for shard, where in groups(shards):
-            keys = self.shard(shard).key_array()[numbers[where]]
-            slots = np.arange(len(shards))[where].tolist()
-            for slot, key in zip(slots, keys.tolist(), strict=True):
-                out[slot] = (self.source, key.decode() if isinstance(key, bytes) else str(key))
-        return out
+    def _names(self, window: int, plan: WindowPlan) -> list[tuple[str, str]]:
+        """(source, key) of each document of the window, in packing order (made once a plan)."""
+        named = self._named.get(window)
+        if named is None or named[0] is not plan:
+            docs = plan.docs
+            out: list[tuple[str, str]] = [("", "")] * len(docs.shard)
+            for shard, where in groups(docs.shard):
+                keys = self.shard(shard).key_array()[docs.number[where]].tolist()
+                for slot, key in zip(np.arange(len(out))[where].tolist(), keys, strict=True):
+                    out[slot] = (self.source, key.decode() if isinstance(key, bytes) else str(key))
+            named = self._named[window] = (plan, out)
+            while len(self._named) > PLANS_KEPT:
+                self._named.pop(next(iter(self._named)))
+        return named[1]
 
     def ids(self, shard: int) -> np.ndarray:
         """Shard ``shard``'s token ids."""
@@ -245,6 +253,8 @@ class PackedSet:
             if self.pack.mode == "concat":
                 tokens = sum(int(self.dataset.shards[s].tokens or 0) for s in shards)
                 counts[w] = concat_rows(tokens, self.pack.length)
+            elif self.pack.mode == "best-fit":  # the plan is the count: kept for the first reads
+                counts[w] = files.plan(w).rows
             else:
                 lengths = [files.shard(s).lengths for s in shards]
                 counts[w] = row_count(np.concatenate(lengths), self.pack)
@@ -277,8 +287,8 @@ class PackedSet:
 
     @property
     def sample_bytes(self) -> float:
-        """Bytes of one row's int64 arrays (what sizes a batch's memory)."""
-        return float(3 * 8 * self.pack.length)
+        """Stored bytes a row reads (what the page drops and chunking go by)."""
+        return sum(s.data_bytes for s in self.dataset.shards) / max(len(self), 1)
 
     def __len__(self) -> int:
         return int(self.shard_sizes.sum())
@@ -364,6 +374,9 @@ def read_mixed_rows(
 ) -> dict[str, Any]:
     """A batch of rows of several sources: row i is row ``rows[i]`` of window ``numbers[i]`` of
     ``parts[owner[i]]``."""
+    if len(parts) == 1:  # one dataset: its pieces are the batch's
+        pieces = parts[0].pieces(numbers, rows, np.arange(len(owner)))
+        return assemble(pieces, len(owner), parts[0].pack, parts[0].ids, parts[0].pad_id)
     merged: list[BatchPieces] = []
     for p, where in groups(np.asarray(owner)):
         pieces = parts[p].pieces(numbers[where], rows[where], np.arange(len(owner))[where])

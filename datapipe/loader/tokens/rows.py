@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from datapipe.loader.tokens.pack import Pack
-from datapipe.loader.tokens.window import _ranges
 
 IGNORE = -100  # the label torch's cross entropy skips
 
@@ -35,62 +34,50 @@ class BatchPieces:
     names: list[tuple[str, str]]
 
 
-def _gather(
-    flat: np.ndarray,
-    dst: np.ndarray,
-    src: np.ndarray,
-    count: np.ndarray,
-    shard: np.ndarray,
-    ids: Callable[[int], np.ndarray],
-) -> None:
-    """Copy ``count[i]`` ids of shard ``shard[i]`` from ``src[i]`` to ``flat[dst[i]:]``."""
-    for s in np.unique(shard).tolist():
-        mine = shard == s
-        _, to = _ranges(dst[mine], count[mine])
-        _, fro = _ranges(src[mine], count[mine])
-        flat[to] = ids(s)[fro]
-
-
 def assemble(
     pieces: BatchPieces, rows: int, pack: Pack, ids: Callable[[int], np.ndarray], pad_id: int
 ) -> dict[str, Any]:
     """The batch dict of ``rows`` rows from ``pieces`` (``ids(shard)``: that shard's token ids)."""
     size = pack.length
     concat = pack.mode == "concat"
-    width = size + 1 if concat else size
-    buffer = np.full((rows, width), pad_id, dtype=np.int64)
     p = pieces
     count = p.end - p.first
-    _gather(buffer.reshape(-1), p.row * width + p.column, p.start, count, p.shard, ids)
     inside = p.column < size  # concat: the piece that starts at column L is only a label
-    used = np.minimum(count, size - p.column)[inside]
-    row, column = p.row[inside], p.column[inside]
+    used = np.minimum(count, size - p.column)
     real_end = np.zeros(rows, dtype=np.int64)
-    np.maximum.at(real_end, row, column + used)
+    np.maximum.at(real_end, p.row[inside], (p.column + used)[inside])
+    # a slice copy a piece, straight from the mapped ids (a loop over pieces, not tokens)
+    buffer = np.empty((rows, size + 1), dtype=np.int64)
+    arrays = {s: ids(s) for s in np.unique(p.shard).tolist()}
+    spans = (a.tolist() for a in (p.row, p.column, count, p.start, p.shard))
+    for r, c, n, f, s in zip(*spans, strict=True):
+        buffer[r, c : c + n] = arrays[s][f : f + n]
     if concat:
         input_ids, labels = buffer[:, :size], buffer[:, 1:].copy()
         if pack.documents == "separate":  # where a document starts, the token before has no label
             starts = (p.first == 0) & (p.column >= 1)
             labels[p.row[starts], p.column[starts] - 1] = IGNORE
     else:
-        input_ids = buffer
-        labels = _labels(input_ids, p, count, real_end, pack, ids)
-    lengths, owners = _segments(row, used, real_end, size, pack)
-    positions = _positions(rows, size, row, column, used, real_end, pack)
+        for r, end in enumerate(real_end.tolist()):
+            buffer[r, end:] = pad_id
+        input_ids = buffer[:, :size]
+        labels = _labels(buffer, p, count, real_end, pack, arrays)
+    row, column, used = p.row[inside], p.column[inside], used[inside]
+    lengths = _segments(row, used, real_end, size, pack)
     cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    keyed = [
-        (*p.names[i], int(f), int(f + u))
-        for i, f, u in zip(
-            np.flatnonzero(inside).tolist(), p.first[inside].tolist(), used.tolist(), strict=True
-        )
-    ]
     per_row: list[list[tuple[str, str, int, int]]] = [[] for _ in range(rows)]
-    for r, piece in zip(row.tolist(), keyed, strict=True):
-        per_row[r].append(piece)
+    for i, r, f, u in zip(
+        np.flatnonzero(inside).tolist(),
+        row.tolist(),
+        p.first[inside].tolist(),
+        used.tolist(),
+        strict=True,
+    ):
+        per_row[r].append((*p.names[i], f, f + u))
     return {
         "input_ids": input_ids,
         "labels": labels,
-        "position_ids": positions,
+        "position_ids": _positions(rows, size, row, column, used, real_end, pack),
         "cu_seqlens": cu,
         "max_seqlen": int(lengths.max()) if len(lengths) else 0,
         "__key__": per_row,
@@ -98,41 +85,35 @@ def assemble(
 
 
 def _labels(
-    input_ids: np.ndarray,
+    buffer: np.ndarray,
     p: BatchPieces,
     count: np.ndarray,
     real_end: np.ndarray,
     pack: Pack,
-    ids: Callable[[int], np.ndarray],
+    arrays: dict[int, np.ndarray],
 ) -> np.ndarray:
     """Labels of padded rows: each token's next in its document (the one after a piece's end
     read from the shard), -100 past a document's end and on padding; joined: the next token in
     the row."""
-    rows, size = input_ids.shape
-    labels = np.full((rows, size), IGNORE, dtype=np.int64)
-    flat_in, flat = input_ids.reshape(-1), labels.reshape(-1)
-    if pack.documents == "joined":
-        _, at = _ranges(np.arange(rows) * size, np.maximum(real_end - 1, 0))
-        flat[at] = flat_in[at + 1]
-    else:
-        _, at = _ranges(p.row * size + p.column, count - 1)
-        flat[at] = flat_in[at + 1]
-    more = p.end < p.length  # the document goes on past the piece: its next token is the label
-    last = p.row * size + p.column + count - 1
-    if pack.documents == "joined":
-        more &= p.column + count == real_end[p.row]
-    nxt = np.zeros(int(more.sum()), dtype=np.int64)
-    after = p.start[more] + count[more]
-    _gather(nxt, np.arange(len(nxt)), after, np.ones_like(nxt), p.shard[more], ids)
-    flat[last[more]] = nxt
+    labels = buffer[:, 1:].copy()  # the next column: right inside a piece, fixed at its end
+    labels[:, -1] = IGNORE
+    for r, end in enumerate(real_end.tolist()):
+        labels[r, end:] = IGNORE
+    last = p.column + count - 1
+    ends = np.ones(len(count), dtype=bool)
+    if pack.documents == "joined":  # only the row's last piece ends a label run
+        ends = p.column + count == real_end[p.row]
+    chosen = (a[ends].tolist() for a in (p.row, last, p.start, count, p.end, p.length, p.shard))
+    for r, c, f, n, e, length, s in zip(*chosen, strict=True):
+        labels[r, c] = arrays[s][f + n] if e < length else IGNORE
     return labels
 
 
 def _segments(
     row: np.ndarray, used: np.ndarray, real_end: np.ndarray, size: int, pack: Pack
-) -> tuple[np.ndarray, np.ndarray]:
-    """(length, row) of each attention segment in the flattened batch, in order: the pieces
-    (joined: a row's real tokens as one), then each row's padding as one of its own."""
+) -> np.ndarray:
+    """The length of each attention segment in the flattened batch, in order: the pieces (joined:
+    a row's real tokens as one), then each row's padding as one of its own."""
     rows = len(real_end)
     if pack.documents == "joined":
         seg_row, seg_len = np.arange(rows), real_end
@@ -143,7 +124,7 @@ def _segments(
     all_len = np.concatenate([seg_len, pad[pad > 0]])
     keep = all_len > 0
     order = np.argsort(all_rows[keep], kind="stable")  # padding after its row's pieces
-    return all_len[keep][order], all_rows[keep][order]
+    return all_len[keep][order]
 
 
 def _positions(
@@ -157,14 +138,12 @@ def _positions(
 ) -> np.ndarray:
     """Position ids: from 0 at each piece's first token and at the padding (separate), else
     0..L-1."""
-    positions = np.broadcast_to(np.arange(size, dtype=np.int64), (rows, size)).copy()
+    count = np.arange(size, dtype=np.int64)
     if pack.documents == "joined":
-        return positions
-    flat = positions.reshape(-1)
-    _, at = _ranges(row * size + column, used)
-    owner = np.repeat(column, used)
-    flat[at] -= owner
-    pad = size - real_end
-    _, at = _ranges(np.arange(rows) * size + real_end, pad)
-    flat[at] -= np.repeat(real_end, pad)
+        return np.tile(count, (rows, 1))
+    positions = np.empty((rows, size), dtype=np.int64)
+    for r, c, n in zip(row.tolist(), column.tolist(), used.tolist(), strict=True):
+        positions[r, c : c + n] = count[:n]
+    for r, end in enumerate(real_end.tolist()):
+        positions[r, end:] = count[: size - end]
     return positions
