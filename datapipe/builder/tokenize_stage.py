@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,11 @@ BATCH = 1024
 BATCH_CHARS = 1 << 20
 ENCODING_BYTES_PER_CHAR = 32
 TOKENIZER_EXPANSION = 16  # a loaded tokenizer's memory over its tokenizer.json's bytes
+# A longer document is encoded in pieces of about this many characters where that gives the same
+# ids (``splittable``): one call on a 5 MB document holds some 500 MB of the library's memory.
+LONG_CHARS = 1 << 18
+# before a space or newline between two non-space characters: a pre-token starts there
+_CUT = re.compile(r"(?<=\S)(?=[ \n]\S)")
 
 
 @dataclass(frozen=True)
@@ -218,11 +224,50 @@ def encode(texts: list[str], file: TokenizerFile) -> list[np.ndarray]:
     head = [file.bos_id] if file.bos_id is not None else []
     tail = [file.eos_id] if file.eos_id is not None else []
     batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
-    ids = []
-    for part in batches(texts):
-        for encoding in batch(part, add_special_tokens=False):
-            ids.append(np.array(head + encoding.ids + tail, dtype=dtype))
-    return ids
+    cut = splittable(tokenizer)
+    pieces, owner = [], []
+    for i, text in enumerate(texts):
+        for piece in cut_long(text) if cut and len(text) > LONG_CHARS else (text,):
+            pieces.append(piece)
+            owner.append(i)
+    encoded = [
+        np.array(encoding.ids, dtype=dtype)
+        for part in batches(pieces)
+        for encoding in batch(part, add_special_tokens=False)
+    ]
+    ends = np.array(head, dtype=dtype), np.array(tail, dtype=dtype)
+    ids: list[list[np.ndarray]] = [[] for _ in texts]
+    for i, array in zip(owner, encoded, strict=True):
+        ids[i].append(array)
+    return [np.concatenate([ends[0], *parts, ends[1]]) for parts in ids]
+
+
+def splittable(tokenizer: Any) -> bool:
+    """Whether a text cut before a space or newline between two non-space characters encodes to
+    the same ids piece by piece: a byte-level pre-tokenizer that splits by its regex (no pre-token
+    holds a space but at its start, nor a newline after a non-space one) without a prefix space,
+    and no normalizer."""
+    pre = tokenizer.pre_tokenizer
+    return (
+        type(pre).__name__ == "ByteLevel"
+        and bool(pre.use_regex)
+        and not pre.add_prefix_space
+        and tokenizer.normalizer is None
+    )
+
+
+def cut_long(text: str, size: int = LONG_CHARS) -> list[str]:
+    """``text`` in pieces of about ``size`` characters, each cut before a space or newline between
+    two non-space characters (where there is none, the rest stays whole)."""
+    out, start = [], 0
+    while len(text) - start > size:
+        found = _CUT.search(text, start + size)
+        if found is None:
+            break
+        out.append(text[start : found.start()])
+        start = found.start()
+    out.append(text[start:])
+    return out
 
 
 def batches(texts: list[str]) -> Iterator[list[str]]:
