@@ -4,6 +4,7 @@ reading payloads."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -142,9 +143,19 @@ def batches(
     timeline = Timeline(len(shard_set), batch_size, world_size, settings.drop_last)
     ranks = range(world_size) if rank is None else range(rank, rank + 1)
     if pack_spec is not None:
-        _print_rows(row_entries(shard_set, settings, timeline, _steps(step, steps), ranks), as_json)
+        rows = row_entries(shard_set, settings, timeline, _steps(step, steps), ranks)
+        _print_steps(
+            rows,
+            as_json,
+            lambda e: "row: " + ", ".join(f"{s}:{k}[{a}:{b}]" for s, k, a, b in e.pieces),
+        )
         return
     found = entries(shard_set, settings, timeline, _steps(step, steps), ranks)
+    _print_steps(found, as_json, lambda e: f"{e.source:12} {e.key:24} {e.shard}@{e.offset}")
+
+
+def _print_steps(found: list[Any], as_json: bool, line: Callable[[Any], str]) -> None:
+    """Entries (samples or packed rows) step by step and rank by rank, a ``line`` each."""
     if as_json:
         click.echo(json.dumps([asdict(e) for e in found], indent=1, ensure_ascii=False))
         return
@@ -153,20 +164,7 @@ def batches(
         if (e.step, e.rank) != current:
             current = (e.step, e.rank)
             click.echo(f"step {e.step} rank {e.rank}")
-        click.echo(f"  {e.source:12} {e.key:24} {e.shard}@{e.offset}")
-
-
-def _print_rows(found: list[Any], as_json: bool) -> None:
-    """Packed rows, step by step and rank by rank: each row's pieces."""
-    if as_json:
-        click.echo(json.dumps([asdict(e) for e in found], indent=1, ensure_ascii=False))
-        return
-    current = None
-    for e in found:
-        if (e.step, e.rank) != current:
-            current = (e.step, e.rank)
-            click.echo(f"step {e.step} rank {e.rank}")
-        click.echo("  row: " + ", ".join(f"{s}:{k}[{a}:{b}]" for s, k, a, b in e.pieces))
+        click.echo(f"  {line(e)}")
 
 
 @click.command(name="audit")
