@@ -118,7 +118,7 @@ class BatchSource:
 
         ``finish`` turns each batch into what is yielded (tensors, say), in this thread and while
         its shards are still mapped; fields whose decoder is in ``defer`` ("ragged", "bytes", ...)
-        stay ``collate.Ragged`` for ``finish`` (``packing.pack``) to gather straight into its
+        stay ``collate.Ragged`` for ``finish`` (``batch_buffers.pack``) to gather straight into its
         buffer. Small batches are read and collated a few at a time (``chunk_batches``), then cut
         apart.
 

@@ -72,7 +72,7 @@ class ChainedFiles:
 
     def read_rows(self, shard_ids: np.ndarray, local: np.ndarray) -> dict[str, Any]:
         """A batch of packed rows (parts are PackedFiles), in batch order."""
-        from datapipe.loader.tokens.packed_set import read_mixed_rows
+        from datapipe.loader.tokens.packed_files import read_mixed_rows
 
         owner = self.owner(shard_ids)
         return read_mixed_rows(self.parts, owner, shard_ids - self.offsets[owner], local)

@@ -124,8 +124,8 @@ def _npy(column: Column, allocate: Allocate | None) -> Any:
 
 
 class Ragged(NamedTuple):
-    """A field whose payloads are not copied yet: ``packing.pack`` gathers them into its buffer, as
-    a "ragged" field's data and offsets; for ``decoder`` "bytes", "str" or "json",
+    """A field whose payloads are not copied yet: ``batch_buffers.pack`` gathers them into its
+    buffer, as a "ragged" field's data and offsets; for ``decoder`` "bytes", "str" or "json",
     ``decode_payloads`` makes the lists of the decoder again from them where the batch is unpacked
     (in the training process)."""
 
@@ -134,7 +134,7 @@ class Ragged(NamedTuple):
 
 
 class Images(NamedTuple):
-    """An image field not decoded yet: ``packing.pack`` decodes it straight into its buffer
+    """An image field not decoded yet: ``batch_buffers.pack`` decodes it straight into its buffer
     (``into``)."""
 
     column: Column

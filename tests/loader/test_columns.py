@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from datapipe.formats.index import ShardIndex
+from datapipe.loader.batch_buffers import numpy_view, pack, unpack
 from datapipe.loader.collate import Ragged, decode_column
 from datapipe.loader.columns import BIG_PAYLOAD, Column
-from datapipe.loader.packing import numpy_view, pack, unpack
 from datapipe.loader.pool import MIN_POOLED, BufferPool
 
 

@@ -243,9 +243,9 @@ def test_cuda_without_a_device_is_a_config_error(dataset):
 
 
 def test_workers_decode_straight_into_the_packed_buffer(dataset):
+    from datapipe.loader.batch_buffers import numpy_view, pack, unpack
     from datapipe.loader.collate import Images, collate
     from datapipe.loader.dataset import open_dataset
-    from datapipe.loader.packing import numpy_view, pack, unpack
 
     ds = open_dataset(dataset)
     keys, columns = ds.read_columns(np.zeros(8, dtype=np.int64), np.arange(8), ["jpg"])

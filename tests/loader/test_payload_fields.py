@@ -9,9 +9,9 @@ import pytest
 
 import datapipe
 from datapipe.formats.registry import get_format
+from datapipe.loader.batch_buffers import pack, unpack
 from datapipe.loader.collate import Ragged, decode_payloads
 from datapipe.loader.columns import Column, payload_bytes, rows_as_bytes
-from datapipe.loader.packing import pack, unpack
 from datapipe.loader.torch.tensors import tensor_view
 from datapipe.versioning.manifest import Manifest
 from datapipe.versioning.store import Store

@@ -9,20 +9,17 @@ rows in its own order (windows permuted, rows shuffled within a window).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from datapipe.errors import ConfigError
-from datapipe.formats.tokens.reader import TokensShardReader
 from datapipe.loader.dataset import Dataset
-from datapipe.loader.schedule import EpochOrder, _rng, groups
+from datapipe.loader.schedule import EpochOrder
 from datapipe.loader.tokens.pack import Pack
-from datapipe.loader.tokens.rows import BatchPieces, assemble
-from datapipe.loader.tokens.window import WindowDocs, WindowPlan, concat_rows, row_count
+from datapipe.loader.tokens.packed_files import PackedFiles
+from datapipe.loader.tokens.window import concat_rows, row_count
 from datapipe.versioning.manifest import short_id
 
 FIELDS = {
@@ -32,9 +29,6 @@ FIELDS = {
     "cu_seqlens": "int32",
     "max_seqlen": "int",
 }
-SHARD_BITS = 32  # a mix's shard codes: source << SHARD_BITS | shard
-ARRAYS = ("row", "column", "shard", "start", "first", "end", "length")
-PLANS_KEPT = 3  # windows whose plans a process keeps (a batch spans one or two)
 
 
 def token_dataset(dataset: Dataset, what: str) -> Dataset:
@@ -51,179 +45,6 @@ def token_dataset(dataset: Dataset, what: str) -> Dataset:
             f"{dataset!r} is remote: copy it (datapipe pull) or load it without pack="
         )
     return dataset
-
-
-class _WindowPages:
-    """A window as CachePins sees a shard: pages to drop."""
-
-    def __init__(self, files: PackedFiles, window: int) -> None:
-        self.files, self.window = files, window
-
-    def drop_pages(self) -> None:
-        """Give back the resident pages of the window's shards."""
-        self.files.drop_pages(self.window)
-
-
-class PackedFiles:
-    """The Files of a PackedSet: rows read window by window from the token shards' ``.bin``."""
-
-    def __init__(
-        self, dataset: Dataset, pack: Pack, seed: int, shuffle: bool, window: int, source: str
-    ) -> None:
-        self.dataset, self.pack, self.seed, self.shuffle = dataset, pack, seed, shuffle
-        self.window, self.source = window, source
-        self.windows = -(-len(dataset.shard_sizes) // window)
-        tokenizer = dataset.manifest.lineage.tokenizer
-        self.pad_id = int(tokenizer.eos_id) if tokenizer and tokenizer.eos_id is not None else 0
-        self._plans: OrderedDict[int, WindowPlan] = OrderedDict()
-        self._named: dict[int, tuple[WindowPlan, list[tuple[str, str]]]] = {}
-
-    remote = False
-
-    def __len__(self) -> int:
-        return self.windows
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_plans"] = OrderedDict()  # made again where used
-        state["_named"] = {}
-        return state
-
-    def check(self) -> None:
-        """Fail now, naming the shard, when one is missing."""
-        self.dataset.files.check()
-
-    def part(self, shard: int) -> tuple[PackedFiles, int]:
-        """Itself: a window is one part."""
-        return self, shard
-
-    def shards(self, window: int) -> range:
-        """The dataset's shard numbers in window ``window``."""
-        return range(window * self.window, min((window + 1) * self.window, self.windows_end))
-
-    @property
-    def windows_end(self) -> int:
-        """The dataset's shard count."""
-        return len(self.dataset.shard_sizes)
-
-    def reader(self, window: int) -> _WindowPages:
-        """What CachePins drops the pages of, for window ``window``."""
-        return _WindowPages(self, window)
-
-    def shard(self, shard: int) -> TokensShardReader:
-        """Shard ``shard`` of the dataset, opened."""
-        reader = self.dataset.files.reader(shard)
-        assert isinstance(reader, TokensShardReader)
-        return reader
-
-    def drop_pages(self, window: int) -> None:
-        """Give back the resident pages of the window's shards."""
-        for shard in self.shards(window):
-            self.shard(shard).drop_pages()
-
-    def release(self, window: int) -> None:
-        """Nothing: local shards stay mapped until the dataset closes."""
-
-    def held(self) -> list[int]:
-        """None: local shards are not cached."""
-        return []
-
-    def docs(self, window: int) -> WindowDocs:
-        """The window's documents in packing order."""
-        shards, numbers, offsets, lengths = [], [], [], []
-        for shard in self.shards(window):
-            reader = self.shard(shard)
-            lengths.append(reader.lengths)
-            offsets.append(reader.offsets())
-            numbers.append(np.arange(len(reader), dtype=np.int64))
-            shards.append(np.full(len(reader), shard, dtype=np.int64))
-        docs = WindowDocs(*(np.concatenate(a) for a in (shards, numbers, offsets, lengths)))
-        if not self.shuffle:
-            return docs
-        order = _rng(self.seed, 0x9AC4, window).permutation(len(docs.length))
-        return WindowDocs(*(a[order] for a in (docs.shard, docs.number, docs.offset, docs.length)))
-
-    def plan(self, window: int) -> WindowPlan:
-        """The rows of window ``window`` (kept for the next few reads)."""
-        plan = self._plans.get(window)
-        if plan is None:
-            plan = self._plans[window] = WindowPlan(self.docs(window), self.pack)
-            while len(self._plans) > PLANS_KEPT:
-                self._plans.popitem(last=False)
-        else:
-            self._plans.move_to_end(window)
-        return plan
-
-    def pieces(self, windows: np.ndarray, rows: np.ndarray, slots: np.ndarray) -> BatchPieces:
-        """The pieces of rows ``rows`` of ``windows``, the rows placed at batch rows ``slots``."""
-        parts: list[tuple[np.ndarray, ...]] = []
-        names: list[tuple[str, str]] = []
-        for window, where in groups(np.asarray(windows)):
-            plan = self.plan(window)
-            p = plan.pieces(np.asarray(rows)[where])
-            d = plan.docs
-            row = np.asarray(slots)[where][p.row]
-            parts.append(
-                (
-                    row,
-                    p.column,
-                    d.shard[p.doc],
-                    d.offset[p.doc] + p.first,
-                    p.first,
-                    p.end,
-                    d.length[p.doc],
-                )
-            )
-            named = self._names(window, plan)
-            names.extend(named[i] for i in p.doc.tolist())
-        arrays = (
-            [np.concatenate(a) for a in zip(*parts, strict=True)]
-            if parts
-            else [np.empty(0, np.int64) for _ in range(7)]
-        )
-        order = np.lexsort((arrays[1], arrays[0]))
-        return BatchPieces(*(a[order] for a in arrays), [names[i] for i in order.tolist()])
-
-    def _names(self, window: int, plan: WindowPlan) -> list[tuple[str, str]]:
-        """(source, key) of each document of the window, in packing order (made once a plan)."""
-        named = self._named.get(window)
-        if named is None or named[0] is not plan:
-            docs = plan.docs
-            out: list[tuple[str, str]] = [("", "")] * len(docs.shard)
-            for shard, where in groups(docs.shard):
-                keys = self.shard(shard).key_array()[docs.number[where]].tolist()
-                for slot, key in zip(np.arange(len(out))[where].tolist(), keys, strict=True):
-                    out[slot] = (self.source, key.decode() if isinstance(key, bytes) else str(key))
-            named = self._named[window] = (plan, out)
-            while len(self._named) > PLANS_KEPT:
-                self._named.pop(next(iter(self._named)))
-        return named[1]
-
-    def ids(self, shard: int) -> np.ndarray:
-        """Shard ``shard``'s token ids."""
-        return self.shard(shard).ids()
-
-    def read_rows(self, windows: np.ndarray, rows: np.ndarray) -> dict[str, Any]:
-        """The batch of these rows (of these windows), in this order."""
-        owner = np.zeros(len(rows), dtype=np.int64)
-        return read_mixed_rows([self], owner, np.asarray(windows), np.asarray(rows))
-
-    def keys_of(self, windows: np.ndarray, rows: np.ndarray) -> list[Any]:
-        """Each row's pieces (source, key, first token, end token), no token read."""
-        pieces = self.pieces(windows, rows, np.arange(len(rows)))
-        per_row: list[list[tuple[str, str, int, int]]] = [[] for _ in range(len(rows))]
-        size = self.pack.length
-        for r, c, f, e, name in zip(
-            pieces.row.tolist(),
-            pieces.column.tolist(),
-            pieces.first.tolist(),
-            pieces.end.tolist(),
-            pieces.names,
-            strict=True,
-        ):
-            if c < size:
-                per_row[r].append((*name, f, min(e, f + size - c)))
-        return per_row
 
 
 class PackedSet:
@@ -367,30 +188,3 @@ def _eos(source: PackedSet) -> str:
 
 def _short(source: PackedSet) -> str:
     return f"{source.name}@{short_id(source.version)}"
-
-
-def read_mixed_rows(
-    parts: Sequence[PackedFiles], owner: np.ndarray, numbers: np.ndarray, rows: np.ndarray
-) -> dict[str, Any]:
-    """A batch of rows of several sources: row i is row ``rows[i]`` of window ``numbers[i]`` of
-    ``parts[owner[i]]``."""
-    if len(parts) == 1:  # one dataset: its pieces are the batch's
-        pieces = parts[0].pieces(numbers, rows, np.arange(len(owner)))
-        return assemble(pieces, len(owner), parts[0].pack, parts[0].ids, parts[0].pad_id)
-    merged: list[BatchPieces] = []
-    for p, where in groups(np.asarray(owner)):
-        pieces = parts[p].pieces(numbers[where], rows[where], np.arange(len(owner))[where])
-        merged.append(replace(pieces, shard=pieces.shard + (p << SHARD_BITS)))
-    pieces = BatchPieces(
-        *(np.concatenate([getattr(m, f) for m in merged]) for f in ARRAYS),
-        [n for m in merged for n in m.names],
-    )
-    order = np.lexsort((pieces.column, pieces.row))
-    pieces = BatchPieces(
-        *(getattr(pieces, f)[order] for f in ARRAYS), [pieces.names[i] for i in order.tolist()]
-    )
-
-    def ids(code: int) -> np.ndarray:
-        return parts[code >> SHARD_BITS].ids(code & ((1 << SHARD_BITS) - 1))
-
-    return assemble(pieces, len(owner), parts[0].pack, ids, parts[0].pad_id)

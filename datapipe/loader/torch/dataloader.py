@@ -2,8 +2,8 @@
 through it.
 
 Batches are collated inside the DataLoader workers and cross to the main process as one packed
-buffer each (loader/packing.py), not as per-sample objects: pickled through the worker's pipe when
-small, else in a shared-memory segment (segments.py).
+buffer each (loader/batch_buffers.py), not as per-sample objects: pickled through the worker's pipe
+when small, else in a shared-memory segment (segments.py).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from datapipe.errors import ConfigError, DatapipeError
 from datapipe.loader import copies
+from datapipe.loader.batch_buffers import pack, unpack
 from datapipe.loader.batches import BatchSource
 from datapipe.loader.collate import PAYLOAD_DECODERS, Decoder
 from datapipe.loader.dataset import Dataset
 from datapipe.loader.mix import Mix
 from datapipe.loader.opening import open_checked
-from datapipe.loader.packing import pack, unpack
 from datapipe.loader.prefetch import prefetch as prefetched
 from datapipe.loader.schedule import DEFAULT_BLOCK_SHARDS, DropLast, worker_steps
 from datapipe.loader.settings import LoaderSettings
@@ -40,7 +40,7 @@ from datapipe.loader.world import resolve_world
 # bytes of a packed batch below which workers pickle it rather than share memory
 PIPE_LIMIT = 64 << 10
 # fields a worker packs as raw bytes and offsets, not pickled objects: the training process makes
-# the lists again from the batch's buffer (packing.unpack) for less than unpickling them
+# the lists again from the batch's buffer (batch_buffers.unpack) for less than unpickling them
 SENT_AS_BYTES = ("ragged", *PAYLOAD_DECODERS)
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
 
@@ -131,8 +131,9 @@ class ShardDataset(IterableDataset):
 
 class _PackedBatches(IterableDataset):
     """The Loader's transport out of its DataLoader workers: each worker makes its share of the
-    rank's batches (``source``) and yields each packed in one buffer (loader/packing.py), big ones
-    in a pooled shared-memory segment whose slot ``slots`` tracks, named by the run's ``token``."""
+    rank's batches (``source``) and yields each packed in one buffer (loader/batch_buffers.py), big
+    ones in a pooled shared-memory segment whose slot ``slots`` tracks, named by the run's
+    ``token``."""
 
     def __init__(self, source: BatchSource, slots: torch.Tensor, token: str) -> None:
         self.source, self.slots, self.token = source, slots, token

@@ -3,7 +3,7 @@ value."""
 
 import numpy as np
 
-from datapipe.loader.packing import ALIGN, numpy_view, pack, unpack
+from datapipe.loader.batch_buffers import ALIGN, numpy_view, pack, unpack
 
 
 def test_pack_round_trip_keeps_values_dtypes_shapes_and_alignment():
