@@ -170,7 +170,7 @@ def settings(quick: bool) -> tuple[int, int | None]:
 
 def main(argv: list[str] | None = None) -> None:
     from benchmarks import report
-    from benchmarks.run import machine
+    from benchmarks.machine import machine
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", help="where W5's text and W6's files go (kept) [a temp dir]")

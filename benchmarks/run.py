@@ -15,19 +15,17 @@ asked for) is ``benchmarks.pack_run``. See benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 
 from benchmarks import building, image_run, measure, ours, pack_run, report, token_run, write_floor
 from benchmarks.images import image_workload
+from benchmarks.machine import load_average as _load
+from benchmarks.machine import machine
 from benchmarks.measure import BYTE_FAMILIES, Readers
 from benchmarks.peers import PEERS, import_all
 from benchmarks.text import text_workload
@@ -43,76 +41,6 @@ READ_MODES = {
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def machine() -> dict:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in open("/proc/cpuinfo")
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    ram = (
-        next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
-        / 2**20
-    )
-    versions = {}
-    for dist in (
-        "datapipe",
-        "torch",
-        "numpy",
-        "webdataset",
-        "mosaicml-streaming",
-        "litdata",
-        "dask",
-        "pyarrow",
-        "tokenizers",
-        "datatrove",
-    ):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = "missing"
-    return {
-        "date": datetime.date.today().isoformat(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "ram_gib": ram,
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "torch": versions["torch"],
-        "versions": versions,
-        "load_before": _load(),
-        "git": _git(),
-    }
-
-
-def _git() -> str:
-    """The commit the run measured, '+dirty' when datapipe/ has uncommitted changes."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "datapipe"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
-
-
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def disk_bytes(path: str) -> int:
