@@ -138,7 +138,8 @@ def _partitioned(
     where it fits), quoted CSV aligned. And that size; whether the encoded samples stay on the
     workers between passes."""
     limits = worker_memory_limits(run.client)
-    fit = fit_to_workers(found.source, limits, tokenize_memory(found.tokenizer))
+    shard_bytes = loaded.pipeline.shards.max_bytes
+    fit = fit_to_workers(found.source, limits, tokenize_memory(found.tokenizer), shard_bytes)
     blocksize = found.parent.blocksize(fit.blocksize, found.source.blocksize)
     source = align_on(run, partition_source(found.source, blocksize))
     where = loaded.where("splits.by")

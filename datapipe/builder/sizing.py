@@ -17,6 +17,8 @@ ENCODED_PER_SOURCE_BYTE = 4  # a guess on the safe side: tar framing and decompr
 FILE_COPIES = 3
 # Dask starts spilling at 60% of a worker's memory limit, pauses it at 80%, restarts it at 95%
 TARGET_FRACTION = 0.6
+PAUSE_FRACTION = 0.8  # where Dask pauses a worker: a shard's write must stay below it
+SHARD_COPIES = 2  # a shard's bytes in its write task: the pieces that reach it, the writer's
 # a worker's memory once it imported the build's stack (pandas, pyarrow, datapipe)
 WORKER_BASELINE = 160 << 20
 # a partition's peak in a worker per source byte: frame, encoded fields, encoded block, allocator
@@ -95,8 +97,29 @@ class Fit:
     keep_encoded: bool
 
 
-def fit_to_workers(source: Source, limits: Sequence[int], stages_bytes: int = 0) -> Fit:
+def check_shard_size(shard_bytes: int, limits: Sequence[int], stages_bytes: int = 0) -> None:
+    """A build whose shards a worker cannot write fails before any pass runs, naming
+    shards.max_bytes: the write pass holds a shard's encoded pieces and its writer's (SHARD_COPIES
+    times its bytes), beside the worker's stack and the stages' own memory."""
+    known = _all_known(limits)
+    if not known:
+        return
+    need = SHARD_COPIES * shard_bytes + WORKER_BASELINE + stages_bytes
+    if need > PAUSE_FRACTION * min(known):
+        raise BuildError(
+            f"shards.max_bytes: shards of {shard_bytes} bytes are written by one worker, which "
+            f"then holds about {need} bytes ({SHARD_COPIES}x the shard, its stack and the "
+            f"stages'); a worker has {min(known)} bytes. Give the workers more memory "
+            "(--memory-limit, or fewer --workers) or make shards.max_bytes smaller"
+        )
+
+
+def fit_to_workers(
+    source: Source, limits: Sequence[int], stages_bytes: int = 0, shard_bytes: int = 0
+) -> Fit:
     """The build's sizing for workers of ``limits`` bytes, after checking that every file fits one
-    of them; ``stages_bytes``: what the stages hold in a worker beside its partition."""
+    of them and that one can write a shard of ``shard_bytes``; ``stages_bytes``: what the stages
+    hold in a worker beside its partition."""
     check_file_sizes(source, limits)
+    check_shard_size(shard_bytes, limits, stages_bytes)
     return Fit(fitted_blocksize(source, limits, stages_bytes), fits_in_memory(source, limits))

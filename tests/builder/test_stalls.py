@@ -99,3 +99,16 @@ def test_encode_batches_are_bounded_by_documents_and_characters():
     cut = list(batches(big))
     assert [len(b) for b in cut] == [3, 3, 1, 1, 1]  # the long document goes alone
     assert sum(cut, []) == big
+
+
+def test_shards_a_worker_cannot_write_fail_before_any_pass_naming_max_bytes():
+    from datapipe.errors import BuildError
+
+    sizing.check_shard_size(64 * 10**6, [400_000_000])  # the default shards on small workers
+    with pytest.raises(
+        BuildError,
+        match=r"shards.max_bytes: shards of 256000000 bytes .* a worker "
+        r"has 600000000 bytes\. Give the workers more memory",
+    ):
+        sizing.check_shard_size(256 * 10**6, [600_000_000, 600_000_000], 90 << 20)
+    sizing.check_shard_size(256 * 10**6, [600_000_000, 0])  # a worker of no known limit: no guess
