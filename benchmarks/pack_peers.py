@@ -89,6 +89,10 @@ def megatron_loader(spec: dict) -> Iterable:
     import torch
 
     os.makedirs(spec["scratch"], exist_ok=True)
+    if not torch.distributed.is_initialized():  # its BlendedDataset (several shards) asks the rank
+        torch.distributed.init_process_group(
+            "gloo", init_method=f"file://{spec['scratch']}/pg-{os.getpid()}", rank=0, world_size=1
+        )
     cache = tempfile.mkdtemp(prefix="megatron-cache-", dir=spec["scratch"])
     prefixes = [p[: -len(".bin")] for p in spec["shards"]]
     ds = megatron_dataset(prefixes, spec["eos"], spec["length"], cache)
