@@ -116,6 +116,10 @@ class ShardFiles:
             reader = self._readers[shard] = self._open(shard)
         return reader
 
+    def open_reader(self, shard: int) -> ShardReader | None:
+        """The reader of shard ``shard`` if this process has it open, else None (nothing opened)."""
+        return self._readers.get(shard)
+
     def _open(self, shard: int) -> ShardReader:
         entry = self.entries[shard]
         path = self.path(shard)

@@ -150,3 +150,34 @@ class TestTokenVersions:
         docs = [token_samples(2, 1), token_samples(0), token_samples(1)]
         assert same(read_back(backend, "latest", tmp_path / "cache"), written(*docs))
         assert usage(store, "toks")["stored_bytes"] == child.bytes
+
+
+class TestPackedRows:
+    @pytest.mark.parametrize("mode", ["concat", "best-fit"])
+    def test_pack_reads_the_same_rows_on_every_backend(self, backend, tmp_path, mode):
+        """A packed Loader over a token version gives the rows of the local store's, through the
+        cache where the store is remote (its download-ahead holds windows of shards)."""
+        import datapipe
+        from datapipe.loader.loader import Loader
+
+        shards = [token_samples(n) for n in range(6)]
+        commit_tokens(Store(backend.url, backend.options), shards)
+        local = tmp_path / "local"
+        commit_tokens(Store(str(local)), shards)
+
+        def rows(url, options, **kw):
+            loader = Loader(
+                url,
+                batch_size=2,
+                pack=datapipe.pack(16, mode),
+                num_workers=0,
+                block_shards=2,
+                storage_options=options,
+                **kw,
+            )
+            with loader:
+                return [(b["input_ids"].tolist(), b["__key__"]) for b in loader]
+
+        want = rows(str(local / "toks"), None)
+        got = rows(f"{backend.url}/toks", backend.options, cache_dir=tmp_path / "cache")
+        assert got == want and len(want) > 3

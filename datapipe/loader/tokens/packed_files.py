@@ -47,7 +47,10 @@ class PackedFiles:
         self._plans: OrderedDict[int, WindowPlan] = OrderedDict()
         self._named: dict[int, tuple[WindowPlan, list[tuple[str, str]]]] = {}
 
-    remote = False
+    @property
+    def remote(self) -> bool:
+        """Whether the token shards come through the local cache (a remote store's)."""
+        return bool(self.dataset.files.remote)
 
     def __len__(self) -> int:
         return self.windows
@@ -86,16 +89,34 @@ class PackedFiles:
         return reader
 
     def drop_pages(self, window: int) -> None:
-        """Give back the resident pages of the window's shards."""
+        """Give back the resident pages of the window's open shards."""
         for shard in self.shards(window):
-            self.shard(shard).drop_pages()
+            reader = self.dataset.files.open_reader(shard)
+            if reader is not None:
+                reader.drop_pages()
+
+    def fetch(self, window: int) -> tuple[Any, ...]:
+        """The cached, verified copies of the window's shards and their files (held until
+        closed): what the download-ahead holds for a window."""
+        held: list[Any] = []
+        try:
+            for shard in self.shards(window):
+                held.extend(self.dataset.files.fetch(shard))
+        except BaseException:
+            for cached in held:
+                cached.close()
+            raise
+        return tuple(held)
 
     def release(self, window: int) -> None:
-        """Nothing: local shards stay mapped until the dataset closes."""
+        """Done with the window for now: its shards unmapped, their cached copies evictable."""
+        for shard in self.shards(window):
+            self.dataset.files.release(shard)
 
     def held(self) -> list[int]:
-        """None: local shards are not cached."""
-        return []
+        """Windows with a shard whose cached copy this process holds open."""
+        held = set(self.dataset.files.held())
+        return [w for w in range(self.windows) if held.intersection(self.shards(w))]
 
     def docs(self, window: int) -> WindowDocs:
         """The window's documents in packing order."""

@@ -39,11 +39,6 @@ def token_dataset(dataset: Dataset, what: str) -> Dataset:
             f"{what}: pack= reads token versions (shards.format: tokens, built with a tokenize "
             f"stage); {dataset!r} has the fields {fields}: load it without pack="
         )
-    if dataset.files.remote:
-        raise ConfigError(
-            f"{what}: pack= reads token versions from a local store for now; "
-            f"{dataset!r} is remote: copy it (datapipe pull) or load it without pack="
-        )
     return dataset
 
 
@@ -79,6 +74,8 @@ class PackedSet:
             else:
                 lengths = [files.shard(s).lengths for s in shards]
                 counts[w] = row_count(np.concatenate(lengths), self.pack)
+            if files.remote and self.pack.mode != "concat":  # back to the cache until read
+                files.release(w)
         return counts
 
     @property
