@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -146,6 +145,14 @@ class PackedFiles:
 
     def pieces(self, windows: np.ndarray, rows: np.ndarray, slots: np.ndarray) -> BatchPieces:
         """The pieces of rows ``rows`` of ``windows``, the rows placed at batch rows ``slots``."""
+        parts, names = self.window_pieces(windows, rows, slots)
+        return sorted_pieces(parts, names)
+
+    def window_pieces(
+        self, windows: np.ndarray, rows: np.ndarray, slots: np.ndarray, code: int = 0
+    ) -> tuple[list[tuple[np.ndarray, ...]], list[tuple[str, str]]]:
+        """Per window of ``windows``, its rows' pieces as arrays in ``ARRAYS`` order (each window's
+        sorted by row and column), shards numbered from ``code``; and the pieces' (source, key)."""
         parts: list[tuple[np.ndarray, ...]] = []
         names: list[tuple[str, str]] = []
         for window, where in groups(np.asarray(windows)):
@@ -153,26 +160,21 @@ class PackedFiles:
             p = plan.pieces(np.asarray(rows)[where])
             d = plan.docs
             row = np.asarray(slots)[where][p.row]
+            first, doc = p.first, p.doc
             parts.append(
                 (
                     row,
                     p.column,
-                    d.shard[p.doc],
-                    d.offset[p.doc] + p.first,
-                    p.first,
+                    d.shard[doc] + code,
+                    d.offset[doc] + first,
+                    first,
                     p.end,
-                    d.length[p.doc],
+                    d.length[doc],
                 )
             )
             named = self._names(window, plan)
-            names.extend(named[i] for i in p.doc.tolist())
-        arrays = (
-            [np.concatenate(a) for a in zip(*parts, strict=True)]
-            if parts
-            else [np.empty(0, np.int64) for _ in range(7)]
-        )
-        order = np.lexsort((arrays[1], arrays[0]))
-        return BatchPieces(*(a[order] for a in arrays), [names[i] for i in order.tolist()])
+            names.extend(named[i] for i in doc.tolist())
+        return parts, names
 
     def _names(self, window: int, plan: WindowPlan) -> list[tuple[str, str]]:
         """(source, key) of each document of the window, in packing order (made once a plan)."""
@@ -216,6 +218,18 @@ class PackedFiles:
         return per_row
 
 
+def sorted_pieces(parts: list[tuple[np.ndarray, ...]], names: list[tuple[str, str]]) -> BatchPieces:
+    """Pieces of several windows (or sources) as one BatchPieces, sorted by row and column (one
+    window's are already)."""
+    if len(parts) == 1:
+        return BatchPieces(*parts[0], names)
+    if not parts:
+        return BatchPieces(*(np.empty(0, np.int64) for _ in ARRAYS), [])
+    arrays = [np.concatenate(a) for a in zip(*parts, strict=True)]
+    order = np.lexsort((arrays[1], arrays[0]))
+    return BatchPieces(*(a[order] for a in arrays), [names[i] for i in order.tolist()])
+
+
 def read_mixed_rows(
     parts: Sequence[PackedFiles], owner: np.ndarray, numbers: np.ndarray, rows: np.ndarray
 ) -> dict[str, Any]:
@@ -224,20 +238,16 @@ def read_mixed_rows(
     if len(parts) == 1:  # one dataset: its pieces are the batch's
         pieces = parts[0].pieces(numbers, rows, np.arange(len(owner)))
         return assemble(pieces, len(owner), parts[0].pack, parts[0].ids, parts[0].pad_id)
-    merged: list[BatchPieces] = []
+    arrays: list[tuple[np.ndarray, ...]] = []
+    names: list[tuple[str, str]] = []
+    slots = np.arange(len(owner))
     for p, where in groups(np.asarray(owner)):
-        pieces = parts[p].pieces(numbers[where], rows[where], np.arange(len(owner))[where])
-        merged.append(replace(pieces, shard=pieces.shard + (p << SHARD_BITS)))
-    pieces = BatchPieces(
-        *(np.concatenate([getattr(m, f) for m in merged]) for f in ARRAYS),
-        [n for m in merged for n in m.names],
-    )
-    order = np.lexsort((pieces.column, pieces.row))
-    pieces = BatchPieces(
-        *(getattr(pieces, f)[order] for f in ARRAYS), [pieces.names[i] for i in order.tolist()]
-    )
+        found = parts[p].window_pieces(numbers[where], rows[where], slots[where], p << SHARD_BITS)
+        arrays.extend(found[0])
+        names.extend(found[1])
 
     def ids(code: int) -> np.ndarray:
         return parts[code >> SHARD_BITS].ids(code & ((1 << SHARD_BITS) - 1))
 
+    pieces = sorted_pieces(arrays, names)
     return assemble(pieces, len(owner), parts[0].pack, ids, parts[0].pad_id)
