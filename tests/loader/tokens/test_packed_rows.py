@@ -234,3 +234,15 @@ def test_a_shard_dataset_of_ones_own_dataloader_takes_pack_too(toks):
     assert rows_of(
         [(b["input_ids"].numpy(), k) for b, k in zip(batches, as_tuples, strict=True)]
     ) == rows_of(epoch(toks, batch_size=2, pack=pack))
+
+
+def test_drop_last_pad_fills_the_last_batch_of_rows_from_the_epochs_start(toks):
+    pack = datapipe.pack(16, "best-fit")
+    dropped = epoch(toks, batch_size=4, pack=pack)
+    padded = epoch(toks, batch_size=4, pack=pack, drop_last="pad")
+    rows = len(datapipe.Loader(toks, batch_size=4, pack=pack, num_workers=0).dataset)
+    assert rows % 4  # the fixture's rows do not fill whole batches
+    assert len(padded) == len(dropped) + 1 and rows_of(padded)[: 4 * len(dropped)] == rows_of(
+        dropped
+    )
+    assert rows_of(padded)[rows:] == rows_of(padded)[: 4 * len(padded) - rows]  # wrapped around
