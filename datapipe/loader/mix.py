@@ -50,6 +50,9 @@ class Mix:
                     f"mix source {name!r} ({ds!r}) has no samples; give it weight 0 or leave it out"
                 )
         self._epoch_given = epoch_samples
+        # weights left to the sources' sizes (datapipe.mix without weights): read as packed rows,
+        # they become the sources' rows
+        self.weights_by_size = False
         self.epoch_samples = (
             int(epoch_samples) if epoch_samples is not None else sum(len(d) for d in self.datasets)
         )
@@ -134,7 +137,8 @@ class Mix:
 
     def packed(self, pack: Any, seed: int, shuffle: bool, window: int) -> Mix:
         """This mix read as rows of ``pack``: every source a token version of one tokenizer;
-        ``epoch_samples`` counts rows (by default the sources' rows)."""
+        ``epoch_samples`` counts rows (by default the sources' rows), and weights left to the
+        sources' sizes are their rows."""
         from datapipe.loader.tokens.packed_set import PackedSet, same_tokenizer
 
         sources = {
@@ -143,6 +147,8 @@ class Mix:
         }
         same_tokenizer(sources)
         weights = dict(zip(self.names, self.weights, strict=True))
+        if self.weights_by_size:
+            weights = {n: float(len(d)) for n, d in sources.items()}
         return Mix(sources, weights, self._epoch_given, self.segment)  # type: ignore[arg-type]
 
     def with_segment(self, segment: Segment) -> Mix:
@@ -290,6 +296,9 @@ def mix(
         str(name): _open(spec, str(name), storage_options, **open_options)
         for name, spec in sources.items()
     }
-    if weights is None:
+    by_size = weights is None
+    if by_size:
         weights = {name: float(len(ds)) for name, ds in opened.items()}
-    return Mix(opened, weights, epoch_samples)
+    mixed = Mix(opened, weights, epoch_samples)
+    mixed.weights_by_size = by_size
+    return mixed

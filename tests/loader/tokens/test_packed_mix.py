@@ -110,3 +110,16 @@ def test_a_reweighting_at_a_resume_continues_every_source_from_its_cursor(tmp_pa
     tail = rows(after)
     assert not set(head) & set(tail)  # no source rereads a row within its pass
     assert [s for s, _ in tail].count("web") == [s for s, _ in tail].count("code")
+
+
+def test_a_mix_without_weights_reads_each_token_source_once_an_epoch(tmp_path):
+    web, code = commit(tmp_path, "web", 1), commit(tmp_path, "code", 2)
+    loader = datapipe.Loader(
+        datapipe.mix({"web": web, "code": code}),
+        batch_size=1,
+        pack=datapipe.pack(16),
+        num_workers=0,
+    )
+    rows = dict(zip(loader.dataset.names, map(len, loader.dataset.datasets), strict=True))
+    delivered = [b["__source__"][0] for b in loader]
+    assert {n: delivered.count(n) for n in rows} == rows  # weights by rows, not by documents
