@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 import datapipe
 from datapipe.formats.base import KEY
+from datapipe.loader.audit import audit
+from datapipe.loader.tokens.packed_set import packed
 from datapipe.versioning.store import Store
 
 IGNORE = -100
@@ -180,3 +182,20 @@ def test_every_row_is_the_references(layout, setting, block, batch_size):
         pack = datapipe.pack(size, *setting)
         got = delivered(url, pack, batch_size, block_shards=block)
     assert_rows(got, reference(shards, size, *setting, block), batch_size)
+
+
+@pytest.mark.parametrize(
+    ("long", "length", "kind"), [("truncate", 20, "cut"), ("split", 8, "whole")]
+)
+def test_the_audit_counts_a_document_a_mix_delivers_twice_once(tmp_path, long, length, kind):
+    big, _ = version(tmp_path / "a", [[8, 8, 8, 8]])
+    small, _ = version(tmp_path / "b", [[length]])  # a row of its own, read twice an epoch
+    mixed = datapipe.mix({"a": big, "b": small}, weights={"a": 0.5, "b": 0.5})
+    rows = packed(mixed, datapipe.pack(16, "pad", long=long), 0, True, 4)
+    report = audit(rows, batch_size=1, world_size=1)
+    assert report.ok, report.violations
+    tokens = report.epochs[0].tokens
+    assert tokens["rows"] == 5 and tokens["tokens"] == 3 * 8 + 2 * min(length, 16)
+    documents = {"whole": 3, "split": 0, "cut": 0, "never": 1}  # a: 3 rows of its 4 documents
+    documents[kind] += 1  # b's document, delivered twice, is still one document
+    assert tokens["documents"] == documents
