@@ -18,21 +18,28 @@ def _source_parts(data: Any) -> list[tuple[str, Any, int]]:
     return [(data.name, data, 0)]
 
 
-def _delivered(source: Any, windows: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per document of ``source`` (storage order), the tokens and the pieces these rows deliver."""
+def _delivered(
+    source: Any, windows: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per document of ``source`` (storage order), the tokens and the pieces these rows deliver,
+    each distinct piece counted once; and the tokens delivered, repeats included."""
     files, size = source.files, source.pack.length
     starts = np.concatenate([[0], np.cumsum(source.dataset.shard_sizes)])
-    tokens = np.zeros(int(starts[-1]), dtype=np.int64)
-    pieces = np.zeros(int(starts[-1]), dtype=np.int64)
+    found: list[tuple[np.ndarray, ...]] = [(np.zeros(0, np.int64),) * 3]
     for window, where in groups(windows):
         plan = files.plan(window)
         p = plan.pieces(rows[where])
         inside = p.column < size
         doc = starts[plan.docs.shard[p.doc[inside]]] + plan.docs.number[p.doc[inside]]
         used = np.minimum(p.end - p.first, size - p.column)[inside]
-        np.add.at(tokens, doc, used)
-        np.add.at(pieces, doc, 1)
-    return tokens, pieces
+        found.append((doc, p.first[inside], used))
+    doc, first, used = (np.concatenate(a) for a in zip(*found, strict=True))
+    # a mix reads a source more than once an epoch where its weight asks for more rows than it
+    # has: a piece delivered again covers no more of its document
+    _, once = np.unique(np.stack([doc, first]), axis=1, return_index=True)
+    n = int(starts[-1])
+    tokens = np.bincount(doc[once], weights=used[once], minlength=n).astype(np.int64)
+    return tokens, np.bincount(doc[once], minlength=n), int(used.sum())
 
 
 def token_report(data: Any, shard: np.ndarray, local: np.ndarray, pad: np.ndarray) -> dict:
@@ -47,7 +54,7 @@ def token_report(data: Any, shard: np.ndarray, local: np.ndarray, pad: np.ndarra
     rows = int(real.sum())
     for name, source, first in _source_parts(data):
         mine = real & (shard >= first) & (shard < first + len(source.shard_sizes))
-        tokens, pieces = _delivered(source, shard[mine] - first, local[mine])
+        tokens, pieces, total = _delivered(source, shard[mine] - first, local[mine])
         length = np.concatenate(
             [source.files.shard(s).lengths for s in range(len(source.dataset.shard_sizes))]
         )
@@ -56,7 +63,7 @@ def token_report(data: Any, shard: np.ndarray, local: np.ndarray, pad: np.ndarra
         totals["split"] += int((covered & (pieces > 1)).sum())
         totals["cut"] += int(((tokens > 0) & ~covered).sum())
         totals["never"] += int((tokens == 0).sum())
-        per_source[name] = int(tokens.sum())
+        per_source[name] = total
     delivered = sum(per_source.values())
     return {
         "rows": rows,

@@ -52,8 +52,8 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def split_pieces(length: np.ndarray, size: int, truncate: bool) -> tuple[np.ndarray, np.ndarray]:
     """(document, first token) of each piece of at most ``size`` tokens, documents in order; with
-    ``truncate``, only each document's first piece."""
-    counts = np.ones(len(length), dtype=np.int64) if truncate else -(-length // size)
+    ``truncate``, only each document's first piece (a document of no tokens has none)."""
+    counts = np.minimum(length, 1) if truncate else -(-length // size)
     doc, index = _ranges(np.zeros(len(length), dtype=np.int64), counts)
     return doc, index * size
 
@@ -103,6 +103,8 @@ class WindowPlan:
         owner, doc = _ranges(first_doc, last_doc - first_doc + 1)
         start = np.maximum(stream[doc], lo[owner])
         end = np.minimum(stream[doc + 1], hi[owner])
+        kept = end > start  # a document of no tokens inside the range is no piece of the row
+        owner, doc, start, end = owner[kept], doc[kept], start[kept], end[kept]
         return Pieces(owner, start - lo[owner], doc, start - stream[doc], end - stream[doc])
 
 
@@ -127,9 +129,9 @@ def row_count(length: np.ndarray, pack: Pack) -> int:
     if pack.mode == "concat":
         return concat_rows(int(length.sum()), size)
     if pack.long == "truncate":
-        pieces = np.minimum(length, size)
+        pieces = np.minimum(length[length > 0], size)  # as split_pieces: no piece of no tokens
         if pack.mode == "pad":
-            return len(length)
+            return len(pieces)
     else:
         if pack.mode == "pad":
             return int((-(-length // size)).sum())
