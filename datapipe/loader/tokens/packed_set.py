@@ -151,7 +151,14 @@ def packed(data: Any, pack: Pack | None, seed: int, shuffle: bool, window: int) 
         raise ConfigError(f"pack= takes datapipe.pack(length=...), got {pack!r}")
     if hasattr(data, "datasets"):  # a Mix: each source packed, one tokenizer for all
         return data.packed(pack, seed, shuffle, window)
-    return PackedSet(data, pack, seed, shuffle, window)
+    rows = PackedSet(data, pack, seed, shuffle, window)
+    if not len(rows):  # (a mix names an empty source of weight > 0 itself)
+        raise ConfigError(
+            f"{data!r} ({data.manifest.tokens} tokens) packs into no row of {pack.length} tokens "
+            "(concat takes length + 1 tokens from a window of block_shards shards); give a "
+            "smaller length, a larger block_shards, or another mode"
+        )
+    return rows
 
 
 def same_tokenizer(sources: Mapping[str, PackedSet]) -> None:

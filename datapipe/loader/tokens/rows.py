@@ -45,8 +45,9 @@ def assemble(
     inside = p.column < size  # concat: the piece that starts at column L is only a label
     used = np.minimum(count, size - p.column)
     real_end = np.zeros(rows, dtype=np.int64)
-    # pieces come sorted by row and column: a row's last write is its last piece's end
-    real_end[p.row[inside]] = (p.column + used)[inside]
+    row_in, end_in = p.row[inside], (p.column + used)[inside]
+    last = np.flatnonzero(np.r_[row_in[1:] != row_in[:-1], True]) if len(row_in) else row_in
+    real_end[row_in[last]] = end_in[last]  # pieces come sorted by row and column
     # a slice copy a piece, straight from the mapped ids (a loop over pieces, not tokens)
     buffer = np.empty((rows, size + 1), dtype=np.int64)
     arrays = {s: ids(s) for s in np.unique(p.shard).tolist()}
