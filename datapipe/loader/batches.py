@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from datapipe.errors import ConfigError
 from datapipe.loader.cache_pins import CachePins
 from datapipe.loader.collate import Decoder, collate, decoders_for
 from datapipe.loader.download import first_uses
@@ -46,6 +47,12 @@ class BatchSource:
     def __post_init__(self) -> None:
         self.dataset.check_fields(self.settings.fields, self.settings.decode)
         if self.packed:  # rows of token pieces: nothing to decode
+            tokens = self.settings.batch_size * self.dataset.pack.length  # type: ignore[attr-defined]
+            if tokens >= 1 << 31:  # cu_seqlens is FlashAttention's int32
+                raise ConfigError(
+                    f"batch_size x pack length is {tokens} tokens a batch, past the int32 offsets "
+                    "of cu_seqlens (2^31); give a smaller batch_size or length"
+                )
             object.__setattr__(self, "decoders", {})
             return
         decoders = decoders_for(self.dataset.fields, self.settings.fields, self.settings.decode)

@@ -219,6 +219,8 @@ def test_pack_errors_name_what_to_do(toks, tmp_path):
         datapipe.Loader(toks, num_workers=0)
     with pytest.raises(ConfigError, match=r"packs into no row of 1048576 tokens .* smaller length"):
         datapipe.Loader(toks, pack=datapipe.pack(2**20), num_workers=0)
+    with pytest.raises(ConfigError, match=r"2147483648 tokens a batch, past the int32 offsets"):
+        datapipe.Loader(toks, batch_size=2**27, pack=datapipe.pack(16), num_workers=0)
     with pytest.raises(ConfigError, match="fields= and decode= do not apply"):
         datapipe.Loader(toks, pack=datapipe.pack(16), fields=["tokens"], num_workers=0)
 
