@@ -65,3 +65,48 @@ def placement(bins: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     first)."""
     sizes = np.asarray(sizes, dtype=np.int64)
     return np.lexsort((np.arange(len(bins)), -sizes, bins))
+
+
+def best_fit_count(sizes: np.ndarray, capacity: int) -> int:
+    """The number of bins ``best_fit`` opens, from the count of bins at each room alone (no bin
+    is told apart): O(capacity) work a distinct size, whatever the number of items."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if not len(sizes):
+        return 0
+    if int(sizes.min()) < 1 or int(sizes.max()) > capacity:
+        raise ValueError(f"item sizes must be within 1..{capacity}")
+    by_size = np.bincount(sizes, minlength=capacity + 1)
+    bins = np.zeros(capacity + 1, dtype=np.int64)  # open bins by their room left
+    rooms = np.arange(capacity + 1, dtype=np.int64)
+    opened = 0
+    for size in np.flatnonzero(by_size)[::-1].tolist():
+        count = int(by_size[size])
+        held, room = bins[size:], rooms[size:]
+        takes = room // size  # what each bin of a room takes before it stops fitting
+        filled = np.cumsum(held * takes)
+        if len(filled) and int(filled[-1]) >= count:
+            level = int(np.searchsorted(filled, count))  # the room where the items run out
+            before = count - (int(filled[level - 1]) if level else 0)
+            full, rest = divmod(before, int(takes[level]))
+            moved = np.zeros(capacity + 1, dtype=np.int64)
+            np.add.at(moved, room[:level] % size, held[:level])
+            at = size + level
+            moved[at - int(takes[level]) * size] += full
+            bins[size:at] = 0
+            bins[at] -= full
+            if rest:
+                bins[at] -= 1
+                moved[at - rest * size] += 1
+            bins += moved
+        else:
+            moved = np.zeros(capacity + 1, dtype=np.int64)
+            np.add.at(moved, room % size, held)
+            bins[size:] = 0
+            bins += moved
+            left = count - (int(filled[-1]) if len(filled) else 0)
+            each = capacity // size
+            new = -(-left // each)
+            bins[capacity - each * size] += new - 1
+            bins[capacity - (left - each * (new - 1)) * size] += 1
+            opened += new
+    return opened

@@ -69,8 +69,6 @@ class PackedSet:
             if self.pack.mode == "concat":
                 tokens = sum(int(self.dataset.shards[s].tokens or 0) for s in shards)
                 counts[w] = concat_rows(tokens, self.pack.length)
-            elif self.pack.mode == "best-fit":  # the plan is the count: kept for the first reads
-                counts[w] = files.plan(w).rows
             else:
                 lengths = [files.shard(s).lengths for s in shards]
                 counts[w] = row_count(np.concatenate(lengths), self.pack)

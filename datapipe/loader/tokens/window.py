@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datapipe.loader.tokens.best_fit import best_fit, placement
+from datapipe.loader.tokens.best_fit import best_fit, best_fit_count, placement
 from datapipe.loader.tokens.pack import Pack
 
 
@@ -137,4 +137,4 @@ def row_count(length: np.ndarray, pack: Pack) -> int:
             return int((-(-length // size)).sum())
         doc, first = split_pieces(length, size, False)
         pieces = np.minimum(first + size, length[doc]) - first
-    return best_fit(pieces, size)[1]
+    return best_fit_count(pieces, size)

@@ -53,3 +53,15 @@ def test_best_fit_fills_rows_of_long_tailed_documents():
     docs = WindowDocs(*(np.arange(len(length)),) * 3, length)
     plan = WindowPlan(docs, Pack(4096, "best-fit"))
     assert length.sum() / (plan.rows * 4096) > 0.99
+
+
+@given(
+    st.integers(1, 40).flatmap(
+        lambda cap: st.tuples(st.just(cap), st.lists(st.integers(1, cap), max_size=80))
+    )
+)
+def test_counting_bins_by_room_opens_as_many_bins_as_best_fit(case):
+    from datapipe.loader.tokens.best_fit import best_fit_count
+
+    capacity, sizes = case
+    assert best_fit_count(np.array(sizes, dtype=np.int64), capacity) == textbook(sizes, capacity)[1]
