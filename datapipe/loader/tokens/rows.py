@@ -1,8 +1,9 @@
 """A batch of packed rows from its pieces: input_ids, labels, position_ids, cu_seqlens,
 max_seqlen and the pieces each row holds (docs/guide/loading.md#packed-sequences).
 
-Every step is one vectorised pass over the batch's pieces; token ids are gathered shard by shard
-straight from the mapped ``.bin`` files into int64 rows.
+A batch has tens of pieces, so they are walked once as plain values (a numpy call on a handful of
+numbers costs more than the arithmetic), each copied with one slice from its shard's mapped ids into
+the int64 rows; whole rows are filled by numpy.
 """
 
 from __future__ import annotations
@@ -34,118 +35,107 @@ class BatchPieces:
     names: list[tuple[str, str]]
 
 
+class _Rows:
+    """What the walk over a batch's pieces finds, row by row."""
+
+    def __init__(self, rows: int) -> None:
+        self.end = [0] * rows  # where each row's real tokens end
+        self.last = [-1] * rows  # each row's last piece holding input tokens
+        self.keys: list[list[tuple[str, str, int, int]]] = [[] for _ in range(rows)]
+        self.spans: list[list[int]] = [[] for _ in range(rows)]  # each row's pieces' lengths
+
+
 def assemble(
     pieces: BatchPieces, rows: int, pack: Pack, ids: Callable[[int], np.ndarray], pad_id: int
 ) -> dict[str, Any]:
     """The batch dict of ``rows`` rows from ``pieces`` (``ids(shard)``: that shard's token ids)."""
     size = pack.length
-    concat = pack.mode == "concat"
     p = pieces
-    count = p.end - p.first
-    inside = p.column < size  # concat: the piece that starts at column L is only a label
-    used = np.minimum(count, size - p.column)
-    real_end = np.zeros(rows, dtype=np.int64)
-    row_in, end_in = p.row[inside], (p.column + used)[inside]
-    last = np.flatnonzero(np.r_[row_in[1:] != row_in[:-1], True]) if len(row_in) else row_in
-    real_end[row_in[last]] = end_in[last]  # pieces come sorted by row and column
-    # a slice copy a piece, straight from the mapped ids (a loop over pieces, not tokens)
+    values = [a.tolist() for a in (p.row, p.column, p.first, p.end, p.start, p.shard, p.length)]
+    arrays: dict[int, np.ndarray] = {}
     buffer = np.empty((rows, size + 1), dtype=np.int64)
-    arrays = {s: ids(s) for s in np.unique(p.shard).tolist()}
-    spans = (a.tolist() for a in (p.row, p.column, count, p.start, p.shard))
-    for r, c, n, f, s in zip(*spans, strict=True):
-        buffer[r, c : c + n] = arrays[s][f : f + n]
-    if concat:
-        input_ids, labels = buffer[:, :size], buffer[:, 1:].copy()
+    found = _Rows(rows)
+    starts: list[tuple[int, int]] = []  # (row, column) where a document starts, past column 0
+    for i, (r, c, f, e, at, s, _) in enumerate(zip(*values, strict=True)):
+        ids_of = arrays.get(s)
+        if ids_of is None:
+            ids_of = arrays[s] = ids(s)
+        buffer[r, c : c + e - f] = ids_of[at : at + e - f]
+        if f == 0 and c >= 1:
+            starts.append((r, c))
+        if c >= size:  # concat: the piece that starts at column L is only a label
+            continue
+        used = min(e - f, size - c)
+        found.end[r], found.last[r] = c + used, i
+        found.keys[r].append((*p.names[i], f, f + used))
+        found.spans[r].append(used)
+    if pack.mode == "concat":
+        labels = buffer[:, 1:].copy()
         if pack.documents == "separate":  # where a document starts, the token before has no label
-            starts = (p.first == 0) & (p.column >= 1)
-            labels[p.row[starts], p.column[starts] - 1] = IGNORE
+            for r, c in starts:
+                labels[r, c - 1] = IGNORE
     else:
-        for r, end in enumerate(real_end.tolist()):
+        for r, end in enumerate(found.end):
             buffer[r, end:] = pad_id
-        input_ids = buffer[:, :size]
-        labels = _labels(buffer, p, count, real_end, pack, arrays)
-    row, column, used = p.row[inside], p.column[inside], used[inside]
-    lengths = _segments(row, used, real_end, size, pack)
-    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    per_row: list[list[tuple[str, str, int, int]]] = [[] for _ in range(rows)]
-    for i, r, f, u in zip(
-        np.flatnonzero(inside).tolist(),
-        row.tolist(),
-        p.first[inside].tolist(),
-        used.tolist(),
-        strict=True,
-    ):
-        per_row[r].append((*p.names[i], f, f + u))
+        labels = _labels(buffer, values, found, pack, arrays)
+    lengths = _segments(found, size, pack)
     return {
-        "input_ids": input_ids,
+        "input_ids": buffer[:, :size],
         "labels": labels,
-        "position_ids": _positions(rows, size, row, column, used, real_end, pack),
-        "cu_seqlens": cu,
-        "max_seqlen": int(lengths.max()) if len(lengths) else 0,
-        "__key__": per_row,
+        "position_ids": _positions(found, size, pack),
+        "cu_seqlens": np.cumsum([0, *lengths], dtype=np.int64).astype(np.int32),
+        "max_seqlen": max(lengths, default=0),
+        "__key__": found.keys,
     }
 
 
 def _labels(
     buffer: np.ndarray,
-    p: BatchPieces,
-    count: np.ndarray,
-    real_end: np.ndarray,
+    values: list[list[int]],
+    found: _Rows,
     pack: Pack,
     arrays: dict[int, np.ndarray],
 ) -> np.ndarray:
     """Labels of padded rows: each token's next in its document (the one after a piece's end
     read from the shard), -100 past a document's end and on padding; joined: the next token in
-    the row."""
+    the row, up to its last piece's end."""
     labels = buffer[:, 1:].copy()  # the next column: right inside a piece, fixed at its end
     labels[:, -1] = IGNORE
-    for r, end in enumerate(real_end.tolist()):
+    for r, end in enumerate(found.end):
         labels[r, end:] = IGNORE
-    last = p.column + count - 1
-    ends = np.ones(len(count), dtype=bool)
-    if pack.documents == "joined":  # only the row's last piece ends a label run
-        ends = p.column + count == real_end[p.row]
-    chosen = (a[ends].tolist() for a in (p.row, last, p.start, count, p.end, p.length, p.shard))
-    for r, c, f, n, e, length, s in zip(*chosen, strict=True):
-        labels[r, c] = arrays[s][f + n] if e < length else IGNORE
+    joined = pack.documents == "joined"
+    for i, (r, c, f, e, at, s, length) in enumerate(zip(*values, strict=True)):
+        if joined and found.last[r] != i:
+            continue
+        labels[r, c + e - f - 1] = arrays[s][at + e - f] if e < length else IGNORE
     return labels
 
 
-def _segments(
-    row: np.ndarray, used: np.ndarray, real_end: np.ndarray, size: int, pack: Pack
-) -> np.ndarray:
-    """The length of each attention segment in the flattened batch, in order: the pieces (joined:
-    a row's real tokens as one), then each row's padding as one of its own."""
-    rows = len(real_end)
-    if pack.documents == "joined":
-        seg_row, seg_len = np.arange(rows), real_end
-    else:
-        seg_row, seg_len = row, used
-    pad = size - real_end
-    all_rows = np.concatenate([seg_row, np.flatnonzero(pad > 0)])
-    all_len = np.concatenate([seg_len, pad[pad > 0]])
-    keep = all_len > 0
-    order = np.argsort(all_rows[keep], kind="stable")  # padding after its row's pieces
-    return all_len[keep][order]
+def _segments(found: _Rows, size: int, pack: Pack) -> list[int]:
+    """The length of each attention segment in the flattened batch, in order: a row's pieces
+    (joined: its real tokens as one), then its padding as one of its own."""
+    lengths: list[int] = []
+    for spans, end in zip(found.spans, found.end, strict=True):
+        if pack.documents == "joined":
+            lengths.extend([end] if end else [])
+        else:
+            lengths.extend(n for n in spans if n)
+        if end < size:
+            lengths.append(size - end)
+    return lengths
 
 
-def _positions(
-    rows: int,
-    size: int,
-    row: np.ndarray,
-    column: np.ndarray,
-    used: np.ndarray,
-    real_end: np.ndarray,
-    pack: Pack,
-) -> np.ndarray:
+def _positions(found: _Rows, size: int, pack: Pack) -> np.ndarray:
     """Position ids: from 0 at each piece's first token and at the padding (separate), else
     0..L-1."""
     count = np.arange(size, dtype=np.int64)
     if pack.documents == "joined":
-        return np.tile(count, (rows, 1))
-    positions = np.empty((rows, size), dtype=np.int64)
-    for r, c, n in zip(row.tolist(), column.tolist(), used.tolist(), strict=True):
-        positions[r, c : c + n] = count[:n]
-    for r, end in enumerate(real_end.tolist()):
+        return np.tile(count, (len(found.end), 1))
+    positions = np.empty((len(found.end), size), dtype=np.int64)
+    for r, (spans, end) in enumerate(zip(found.spans, found.end, strict=True)):
+        column = 0
+        for n in spans:
+            positions[r, column : column + n] = count[:n]
+            column += n
         positions[r, end:] = count[: size - end]
     return positions
