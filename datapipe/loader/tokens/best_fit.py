@@ -68,45 +68,44 @@ def placement(bins: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 
 
 def best_fit_count(sizes: np.ndarray, capacity: int) -> int:
-    """The number of bins ``best_fit`` opens, from the count of bins at each room alone (no bin
-    is told apart): O(capacity) work a distinct size, whatever the number of items."""
+    """The number of bins ``best_fit`` opens for items of ``sizes`` (see ``bins_for``)."""
     sizes = np.asarray(sizes, dtype=np.int64)
-    if not len(sizes):
-        return 0
-    if int(sizes.min()) < 1 or int(sizes.max()) > capacity:
+    if len(sizes) and (int(sizes.min()) < 1 or int(sizes.max()) > capacity):
         raise ValueError(f"item sizes must be within 1..{capacity}")
-    by_size = np.bincount(sizes, minlength=capacity + 1)
+    return bins_for(np.bincount(sizes, minlength=capacity + 1), capacity)
+
+
+def bins_for(by_size: np.ndarray, capacity: int) -> int:
+    """The number of bins ``best_fit`` opens for ``by_size[s]`` items of each size s, from the
+    count of bins at each room alone (no bin is told apart): a few numpy calls over the rooms in
+    use a distinct size, whatever the number of items."""
     bins = np.zeros(capacity + 1, dtype=np.int64)  # open bins by their room left
-    rooms = np.arange(capacity + 1, dtype=np.int64)
     opened = 0
     for size in np.flatnonzero(by_size)[::-1].tolist():
         count = int(by_size[size])
-        held, room = bins[size:], rooms[size:]
-        takes = room // size  # what each bin of a room takes before it stops fitting
+        rooms = np.flatnonzero(bins[size:]) + size  # the rooms that fit, ascending
+        held = bins[rooms]
+        takes = rooms // size  # what each bin of a room takes before it stops fitting
         filled = np.cumsum(held * takes)
-        if len(filled) and int(filled[-1]) >= count:
-            level = int(np.searchsorted(filled, count))  # the room where the items run out
-            before = count - (int(filled[level - 1]) if level else 0)
-            full, rest = divmod(before, int(takes[level]))
-            moved = np.zeros(capacity + 1, dtype=np.int64)
-            np.add.at(moved, room[:level] % size, held[:level])
-            at = size + level
-            moved[at - int(takes[level]) * size] += full
-            bins[size:at] = 0
-            bins[at] -= full
+        done = len(filled) and int(filled[-1]) >= count
+        level = int(np.searchsorted(filled, count)) if done else len(rooms)
+        # the rooms below ``level`` give all they can: their bins drop below ``size``
+        bins[rooms[:level]] = 0
+        bins[:size] += np.bincount(
+            rooms[:level] % size, weights=held[:level], minlength=size
+        ).astype(np.int64)
+        if done:  # the items run out in the bins of room rooms[level]
+            room, each = int(rooms[level]), int(takes[level])
+            full, rest = divmod(count - (int(filled[level - 1]) if level else 0), each)
+            bins[room] -= full + (1 if rest else 0)
+            bins[room - each * size] += full
             if rest:
-                bins[at] -= 1
-                moved[at - rest * size] += 1
-            bins += moved
-        else:
-            moved = np.zeros(capacity + 1, dtype=np.int64)
-            np.add.at(moved, room % size, held)
-            bins[size:] = 0
-            bins += moved
-            left = count - (int(filled[-1]) if len(filled) else 0)
-            each = capacity // size
-            new = -(-left // each)
-            bins[capacity - each * size] += new - 1
-            bins[capacity - (left - each * (new - 1)) * size] += 1
-            opened += new
+                bins[room - rest * size] += 1
+            continue
+        left = count - (int(filled[-1]) if len(filled) else 0)
+        each = capacity // size
+        new = -(-left // each)  # new bins, all full but the last
+        bins[capacity - each * size] += new - 1
+        bins[capacity - (left - each * (new - 1)) * size] += 1
+        opened += new
     return opened

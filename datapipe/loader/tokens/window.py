@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datapipe.loader.tokens.best_fit import best_fit, best_fit_count, placement
+from datapipe.loader.tokens.best_fit import best_fit, bins_for, placement
 from datapipe.loader.tokens.pack import Pack
 
 
@@ -122,19 +122,21 @@ def concat_rows(tokens: int, length: int) -> int:
 
 
 def row_count(length: np.ndarray, pack: Pack) -> int:
-    """Rows a window of documents of ``length`` tokens packs into (concat: from the total
-    alone)."""
+    """Rows a window of documents of ``length`` tokens packs into (concat: from the total alone;
+    best-fit: from how many pieces there are of each size, never the pieces themselves)."""
     length = np.asarray(length, dtype=np.int64)
+    length = length[length > 0]  # a document of no tokens makes no piece
     size = pack.length
     if pack.mode == "concat":
         return concat_rows(int(length.sum()), size)
     if pack.long == "truncate":
-        pieces = np.minimum(length[length > 0], size)  # as split_pieces: no piece of no tokens
         if pack.mode == "pad":
-            return len(pieces)
+            return len(length)
+        by_size = np.bincount(np.minimum(length, size), minlength=size + 1)
     else:
         if pack.mode == "pad":
             return int((-(-length // size)).sum())
-        doc, first = split_pieces(length, size, False)
-        pieces = np.minimum(first + size, length[doc]) - first
-    return best_fit_count(pieces, size)
+        by_size = np.bincount(length % size, minlength=size + 1)  # each one's last piece
+        by_size[0] = 0
+        by_size[size] += int((length // size).sum())  # and its whole ones
+    return bins_for(by_size, size)
