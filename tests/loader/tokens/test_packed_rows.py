@@ -3,6 +3,7 @@ coverage of an epoch, and the loader's guarantees (world, workers, resumption) o
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -250,3 +251,22 @@ def test_drop_last_pad_fills_the_last_batch_of_rows_from_the_epochs_start(toks):
         dropped
     )
     assert rows_of(padded)[rows:] == rows_of(padded)[: 4 * len(padded) - rows]  # wrapped around
+
+
+def test_a_second_resume_continues_where_the_first_left_off(toks):
+    pack = datapipe.pack(16, "best-fit")
+    whole = rows_of(epoch(toks, batch_size=2, pack=pack))
+    got, state = [], None
+    for stop in (3, 4):  # two jobs cut short, then one that runs to the end of the epoch
+        loader = datapipe.Loader(toks, batch_size=2, pack=pack, num_workers=0, seed=5)
+        if state is not None:
+            loader.load_state_dict(state)
+        it = iter(loader)
+        got += rows_of(
+            [(np.asarray(b["input_ids"]), b["__key__"]) for b in itertools.islice(it, stop)]
+        )
+        state = loader.state_dict()
+    last = datapipe.Loader(toks, batch_size=2, pack=pack, num_workers=0, seed=5)
+    last.load_state_dict(state)
+    got += rows_of([(np.asarray(b["input_ids"]), b["__key__"]) for b in last])
+    assert got == whole and last.state_dict()["epoch"] == 1
