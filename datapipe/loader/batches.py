@@ -47,7 +47,7 @@ class BatchSource:
     def __post_init__(self) -> None:
         self.dataset.check_fields(self.settings.fields, self.settings.decode)
         if self.packed:  # rows of token pieces: nothing to decode
-            tokens = self.settings.batch_size * self.dataset.pack.length  # type: ignore[attr-defined]
+            tokens = self.settings.batch_size * self.pack.length
             if tokens >= 1 << 31:  # cu_seqlens is FlashAttention's int32
                 raise ConfigError(
                     f"batch_size x pack length is {tokens} tokens a batch, past the int32 offsets "
@@ -64,9 +64,14 @@ class BatchSource:
         object.__setattr__(self, "decoders", decoders)
 
     @property
+    def pack(self) -> Any:
+        """The Pack its rows are made by (``pack=``); None for samples."""
+        return getattr(self.dataset, "pack", None)
+
+    @property
     def packed(self) -> bool:
         """Whether the dataset is read as packed rows of tokens (``pack=``)."""
-        return getattr(self.dataset, "pack", None) is not None
+        return self.pack is not None
 
     @cached_property
     def plan(self) -> BatchPlan:
