@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -192,16 +192,12 @@ class ShardFiles:
         ]
         paths = self.companion_paths(shard)
         wanted += [(paths[c.suffix], c.sha256, c.bytes) for c in entry.companions]
-        held: list[CachedFile] = []
-        try:
-            # keyed by content: a shard two versions share has one cached copy
-            for path, sha256, size in wanted:
-                held.append(self.cache.open(self.store.fs, path, sha256, size))
-        except BaseException:
-            for cached in held:
-                cached.close()
-            raise
-        return tuple(held)
+        cache, fs = self.cache, self.store.fs
+        # keyed by content: a shard two versions share has one cached copy
+        return held_together(
+            lambda p=path, h=sha256, n=size: (cache.open(fs, p, h, n),)
+            for path, sha256, size in wanted
+        )
 
     def release(self, shard: int) -> None:
         """Done with ``shard`` for now: unmap it and, for a cached shard, unlock its copy so the
@@ -330,3 +326,17 @@ class ShardFiles:
         state["_readers"], state["_held"], state["_paths"] = {}, {}, {}
         state["_indexes"] = OrderedDict()
         return state
+
+
+def held_together(opens: Iterable[Callable[[], Iterable[CachedFile]]]) -> tuple[CachedFile, ...]:
+    """The cached copies each of ``opens`` gives, held as one: if any fails, those already held
+    are closed before the error goes on."""
+    held: list[CachedFile] = []
+    try:
+        for open_ in opens:
+            held.extend(open_())
+    except BaseException:
+        for cached in held:
+            cached.close()
+        raise
+    return tuple(held)

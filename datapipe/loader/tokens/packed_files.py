@@ -12,6 +12,7 @@ import numpy as np
 from datapipe.formats.tokens.reader import TokensShardReader
 from datapipe.loader.dataset import Dataset
 from datapipe.loader.schedule import _rng, groups
+from datapipe.loader.shard_files import held_together
 from datapipe.loader.tokens.pack import Pack
 from datapipe.loader.tokens.rows import BatchPieces, assemble
 from datapipe.loader.tokens.window import WindowDocs, WindowPlan
@@ -43,8 +44,8 @@ class PackedFiles:
         self.windows = -(-len(dataset.shard_sizes) // window)
         tokenizer = dataset.manifest.lineage.tokenizer
         self.pad_id = int(tokenizer.eos_id) if tokenizer and tokenizer.eos_id is not None else 0
-        self._plans: OrderedDict[int, WindowPlan] = OrderedDict()
-        self._named: dict[int, tuple[WindowPlan, list[tuple[str, str]]]] = {}
+        # the last windows read: each one's plan and, once asked, its documents' (source, key)
+        self._plans: OrderedDict[int, tuple[WindowPlan, list[tuple[str, str]]]] = OrderedDict()
 
     @property
     def remote(self) -> bool:
@@ -57,7 +58,6 @@ class PackedFiles:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_plans"] = OrderedDict()  # made again where used
-        state["_named"] = {}
         return state
 
     def check(self) -> None:
@@ -97,15 +97,10 @@ class PackedFiles:
     def fetch(self, window: int) -> tuple[Any, ...]:
         """The cached, verified copies of the window's shards and their files (held until
         closed): what the download-ahead holds for a window."""
-        held: list[Any] = []
-        try:
-            for shard in self.shards(window):
-                held.extend(self.dataset.files.fetch(shard))
-        except BaseException:
-            for cached in held:
-                cached.close()
-            raise
-        return tuple(held)
+        files = self.dataset.files
+        return held_together(
+            lambda shard=shard: files.fetch(shard) for shard in self.shards(window)
+        )
 
     def release(self, window: int) -> None:
         """Done with the window for now: its shards unmapped, their cached copies evictable."""
@@ -134,14 +129,18 @@ class PackedFiles:
 
     def plan(self, window: int) -> WindowPlan:
         """The rows of window ``window`` (kept for the next few reads)."""
-        plan = self._plans.get(window)
-        if plan is None:
-            plan = self._plans[window] = WindowPlan(self.docs(window), self.pack)
+        return self._window(window)[0]
+
+    def _window(self, window: int) -> tuple[WindowPlan, list[tuple[str, str]]]:
+        """Window ``window``'s plan and its documents' names (filled on first use), kept."""
+        kept = self._plans.get(window)
+        if kept is None:
+            kept = self._plans[window] = (WindowPlan(self.docs(window), self.pack), [])
             while len(self._plans) > PLANS_KEPT:
                 self._plans.popitem(last=False)
         else:
             self._plans.move_to_end(window)
-        return plan
+        return kept
 
     def pieces(self, windows: np.ndarray, rows: np.ndarray, slots: np.ndarray) -> BatchPieces:
         """The pieces of rows ``rows`` of ``windows``, the rows placed at batch rows ``slots``."""
@@ -156,7 +155,7 @@ class PackedFiles:
         parts: list[tuple[np.ndarray, ...]] = []
         names: list[tuple[str, str]] = []
         for window, where in groups(np.asarray(windows)):
-            plan = self.plan(window)
+            plan, named = self._window(window)
             p = plan.pieces(np.asarray(rows)[where])
             d = plan.docs
             row = np.asarray(slots)[where][p.row]
@@ -172,24 +171,19 @@ class PackedFiles:
                     d.length[doc],
                 )
             )
-            named = self._names(window, plan)
+            if not named:
+                named.extend(self._names(plan.docs))
             names.extend(named[i] for i in doc.tolist())
         return parts, names
 
-    def _names(self, window: int, plan: WindowPlan) -> list[tuple[str, str]]:
-        """(source, key) of each document of the window, in packing order (made once a plan)."""
-        named = self._named.get(window)
-        if named is None or named[0] is not plan:
-            docs = plan.docs
-            out: list[tuple[str, str]] = [("", "")] * len(docs.shard)
-            for shard, where in groups(docs.shard):
-                keys = self.shard(shard).key_array()[docs.number[where]].tolist()
-                for slot, key in zip(np.arange(len(out))[where].tolist(), keys, strict=True):
-                    out[slot] = (self.source, key.decode() if isinstance(key, bytes) else str(key))
-            named = self._named[window] = (plan, out)
-            while len(self._named) > PLANS_KEPT:
-                self._named.pop(next(iter(self._named)))
-        return named[1]
+    def _names(self, docs: WindowDocs) -> list[tuple[str, str]]:
+        """(source, key) of each of ``docs``, in their order."""
+        out: list[tuple[str, str]] = [("", "")] * len(docs.shard)
+        for shard, where in groups(docs.shard):
+            keys = self.shard(shard).key_array()[docs.number[where]].tolist()
+            for slot, key in zip(np.arange(len(out))[where].tolist(), keys, strict=True):
+                out[slot] = (self.source, key.decode() if isinstance(key, bytes) else str(key))
+        return out
 
     def ids(self, shard: int) -> np.ndarray:
         """Shard ``shard``'s token ids."""
