@@ -2,16 +2,9 @@
 reach 90% on its val split, and a job stopped mid-epoch and restarted from its last checkpoint ends
 with exactly the weights of the uninterrupted job."""
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-REPO = Path(__file__).parents[2]
-BIN = Path(sys.executable).parent
+from helpers.examples import torchrun_example
 
 
 @pytest.mark.distributed
@@ -24,29 +17,18 @@ def test_train_ddp_example_learns_digits_and_resumes_mid_epoch_from_its_checkpoi
     assert 17 < steps_per_epoch < 30  # (22) step 30 and step 35 fall in epoch 1
 
     def train(checkpoint: str, epochs: int, *more: str) -> list[dict]:
-        out = subprocess.run(
-            [
-                str(BIN / "torchrun"),
-                "--standalone",
-                "--nproc_per_node",
-                "2",
-                str(REPO / "examples" / "train_ddp.py"),
-                digits_built.url,
-                "--epochs",
-                str(epochs),
-                "--checkpoint",
-                checkpoint,
-                "--checkpoint-every",
-                "10",
-                *more,
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=600,
+        return torchrun_example(
+            "train_ddp.py",
+            tmp_path,
+            digits_built.url,
+            "--epochs",
+            str(epochs),
+            "--checkpoint",
+            checkpoint,
+            "--checkpoint-every",
+            "10",
+            *more,
         )
-        assert out.returncode == 0, out.stderr[-3000:]
-        return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
     def checkpoint(name: str) -> dict:
         return torch.load(tmp_path / name, weights_only=False)

@@ -2,21 +2,17 @@
 example's token version, the loss falls, and a job stopped mid-run and restarted from its
 checkpoint ends with exactly the weights and loader state of the uninterrupted job."""
 
-import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.examples import REPO, torchrun_example
 
 from datapipe.builder.config import load_pipeline
 from datapipe.builder.in_process import InProcessClient
 from datapipe.builder.run import Execution, build
 from datapipe.versioning.store import Store
-
-REPO = Path(__file__).parents[2]
-BIN = Path(sys.executable).parent
 
 
 @pytest.mark.distributed
@@ -38,27 +34,10 @@ def test_train_lm_example_learns_and_resumes_exactly(tmp_path):
     build(load_pipeline(pipelines / "text.yaml"), store, execution=execution)
 
     def train(checkpoint: str, *more: str) -> list[dict]:
-        out = subprocess.run(
-            [
-                str(BIN / "torchrun"),
-                "--standalone",
-                "--nproc_per_node",
-                "2",
-                str(REPO / "examples" / "train_lm.py"),
-                str(tmp_path / "storage" / "text"),
-                "--checkpoint",
-                checkpoint,
-                "--steps",
-                "60",
-                *more,
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=600,
+        data = str(tmp_path / "storage" / "text")
+        return torchrun_example(
+            "train_lm.py", tmp_path, data, "--checkpoint", checkpoint, "--steps", "60", *more
         )
-        assert out.returncode == 0, out.stderr[-3000:]
-        return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
     whole = train("full.pt")
     assert [r["step"] for r in whole] == [10, 20, 30, 40, 50, 60]
