@@ -109,7 +109,6 @@ class BatchSource:
         batch in use, not of several."""
         if (
             defer
-            or self.packed
             or self.dataset.files.remote
             or any(
                 callable(d) or d == "image" or isinstance(d, ImageSpec)
@@ -118,7 +117,10 @@ class BatchSource:
         ):
             return 1
         batch_bytes = self.dataset.sample_bytes * self.plan.batch_size
-        return int(max(1, min(CHUNK_BATCHES, CHUNK_BYTES // max(batch_bytes, 1))))
+        most = CHUNK_BATCHES
+        if self.packed:  # the chunk's cu_seqlens stay int32 too
+            most = min(most, ((1 << 31) - 1) // (self.plan.batch_size * self.pack.length))
+        return int(max(1, min(most, CHUNK_BYTES // max(batch_bytes, 1))))
 
     def produce(
         self,
@@ -184,17 +186,21 @@ class BatchSource:
         the shards they read."""
         positions = [self.plan.positions(self.world.rank, step) for step in steps]
         shard_ids, local = order.locate(positions[0] if chunk == 1 else np.concatenate(positions))
+        sizes = [len(p) for p in positions]
         if self.packed:
-            batch = self.dataset.files.read_rows(shard_ids, local)
+            batches = self.dataset.files.read_rows(shard_ids, local, sizes)
             pins.opened(shard_ids)
-            self._add_sources(batch, shard_ids)
-            return [batch], shard_ids
+            start = 0
+            for batch, n in zip(batches, sizes, strict=True):
+                self._add_sources(batch, shard_ids[start : start + n])
+                start += n
+            return batches, shard_ids
         keys, columns = self.dataset.files.read_columns(shard_ids, local, list(self.decoders))
         pins.opened(shard_ids)
         collated = collate(keys, columns, self.decoders, defer=defer, allocate=pool.allocate)
         self._add_sources(collated, shard_ids)
         del columns
-        return ([collated] if chunk == 1 else cut(collated, [len(p) for p in positions])), shard_ids
+        return ([collated] if chunk == 1 else cut(collated, sizes)), shard_ids
 
     def _add_sources(self, batch: dict[str, Any], shard_ids: np.ndarray) -> None:
         """In a mix, the source name of each sample (or row) as ``__source__``."""

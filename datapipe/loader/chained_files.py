@@ -70,12 +70,14 @@ class ChainedFiles:
             keys = [keys[i] for i in batch_order(n, parts).tolist()]
         return keys, columns
 
-    def read_rows(self, shard_ids: np.ndarray, local: np.ndarray) -> dict[str, Any]:
-        """A batch of packed rows (parts are PackedFiles), in batch order."""
+    def read_rows(
+        self, shard_ids: np.ndarray, local: np.ndarray, sizes: list[int]
+    ) -> list[dict[str, Any]]:
+        """Consecutive batches of ``sizes`` packed rows (parts are PackedFiles), in batch order."""
         from datapipe.loader.tokens.packed_files import read_mixed_rows
 
         owner = self.owner(shard_ids)
-        return read_mixed_rows(self.parts, owner, shard_ids - self.offsets[owner], local)
+        return read_mixed_rows(self.parts, owner, shard_ids - self.offsets[owner], local, sizes)
 
     def keys_of(self, shard_ids: np.ndarray, local: np.ndarray) -> list[str]:
         """The keys of samples, from the shard indexes alone."""

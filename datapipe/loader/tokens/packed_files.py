@@ -14,11 +14,10 @@ from datapipe.loader.dataset import Dataset
 from datapipe.loader.schedule import _rng, groups
 from datapipe.loader.shard_files import held_together
 from datapipe.loader.tokens.pack import Pack
-from datapipe.loader.tokens.rows import BatchPieces, assemble
+from datapipe.loader.tokens.rows import ARRAYS, BatchPieces, assemble, split_batches
 from datapipe.loader.tokens.window import WindowDocs, WindowPlan
 
 SHARD_BITS = 32  # a mix's shard codes: source << SHARD_BITS | shard
-ARRAYS = ("row", "column", "shard", "start", "first", "end", "length")
 PLANS_KEPT = 3  # windows whose plans a process keeps (a batch spans one or two)
 
 
@@ -189,10 +188,13 @@ class PackedFiles:
         """Shard ``shard``'s token ids."""
         return self.shard(shard).ids()
 
-    def read_rows(self, windows: np.ndarray, rows: np.ndarray) -> dict[str, Any]:
-        """The batch of these rows (of these windows), in this order."""
+    def read_rows(
+        self, windows: np.ndarray, rows: np.ndarray, sizes: list[int] | None = None
+    ) -> list[dict[str, Any]]:
+        """The batches of these rows (of these windows), in this order: consecutive batches of
+        ``sizes`` rows (one batch of all by default)."""
         owner = np.zeros(len(rows), dtype=np.int64)
-        return read_mixed_rows([self], owner, np.asarray(windows), np.asarray(rows))
+        return read_mixed_rows([self], owner, np.asarray(windows), np.asarray(rows), sizes)
 
     def keys_of(self, windows: np.ndarray, rows: np.ndarray) -> list[Any]:
         """Each row's pieces (source, key, first token, end token), no token read."""
@@ -225,13 +227,22 @@ def sorted_pieces(parts: list[tuple[np.ndarray, ...]], names: list[tuple[str, st
 
 
 def read_mixed_rows(
-    parts: Sequence[PackedFiles], owner: np.ndarray, numbers: np.ndarray, rows: np.ndarray
-) -> dict[str, Any]:
-    """A batch of rows of several sources: row i is row ``rows[i]`` of window ``numbers[i]`` of
-    ``parts[owner[i]]``."""
+    parts: Sequence[PackedFiles],
+    owner: np.ndarray,
+    numbers: np.ndarray,
+    rows: np.ndarray,
+    sizes: list[int] | None = None,
+) -> list[dict[str, Any]]:
+    """Batches of rows of several sources: row i is row ``rows[i]`` of window ``numbers[i]`` of
+    ``parts[owner[i]]``; consecutive batches of ``sizes`` rows (one of all by default), their
+    pieces found at once (most of that cost is per call) and each assembled alone."""
+    sizes = [len(owner)] if sizes is None else sizes
+    pack, pad_id = parts[0].pack, parts[0].pad_id
     if len(parts) == 1:  # one dataset: its pieces are the batch's
         pieces = parts[0].pieces(numbers, rows, np.arange(len(owner)))
-        return assemble(pieces, len(owner), parts[0].pack, parts[0].ids, parts[0].pad_id)
+        split = split_batches(pieces, sizes)
+        ids_of = parts[0].ids
+        return [assemble(p, n, pack, ids_of, pad_id) for p, n in zip(split, sizes, strict=True)]
     arrays: list[tuple[np.ndarray, ...]] = []
     names: list[tuple[str, str]] = []
     slots = np.arange(len(owner))
@@ -243,5 +254,5 @@ def read_mixed_rows(
     def ids(code: int) -> np.ndarray:
         return parts[code >> SHARD_BITS].ids(code & ((1 << SHARD_BITS) - 1))
 
-    pieces = sorted_pieces(arrays, names)
-    return assemble(pieces, len(owner), parts[0].pack, ids, parts[0].pad_id)
+    split = split_batches(sorted_pieces(arrays, names), sizes)
+    return [assemble(p, n, pack, ids, pad_id) for p, n in zip(split, sizes, strict=True)]

@@ -17,6 +17,7 @@ import numpy as np
 from datapipe.loader.tokens.pack import Pack
 
 IGNORE = -100  # the label torch's cross entropy skips
+ARRAYS = ("row", "column", "shard", "start", "first", "end", "length")  # BatchPieces' arrays
 
 
 @dataclass(frozen=True)
@@ -139,3 +140,19 @@ def _positions(found: _Rows, size: int, pack: Pack) -> np.ndarray:
             column += n
         positions[r, end:] = count[: size - end]
     return positions
+
+
+def split_batches(pieces: BatchPieces, sizes: list[int]) -> list[BatchPieces]:
+    """Pieces of consecutive batches of ``sizes`` rows (sorted by row), each batch's apart with
+    its rows counted from 0: several batches are found at once, each assembled alone."""
+    if len(sizes) == 1:
+        return [pieces]
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    at = np.searchsorted(pieces.row, bounds).tolist()
+    out = []
+    for b, first_row in enumerate(bounds[:-1].tolist()):
+        lo, hi = at[b], at[b + 1]
+        arrays = [getattr(pieces, name)[lo:hi] for name in ARRAYS]
+        arrays[0] = arrays[0] - first_row
+        out.append(BatchPieces(*arrays, pieces.names[lo:hi]))
+    return out

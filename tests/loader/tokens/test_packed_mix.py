@@ -12,6 +12,7 @@ from test_packed_rows import token_shards
 import datapipe
 from datapipe.errors import ConfigError
 from datapipe.formats.registry import get_format
+from datapipe.loader import batches as batches_module
 from datapipe.versioning.manifest import Manifest
 from datapipe.versioning.manifest_parts import Lineage, TokenizerRef
 from datapipe.versioning.store import Store
@@ -123,3 +124,32 @@ def test_a_mix_without_weights_reads_each_token_source_once_an_epoch(tmp_path):
     rows = dict(zip(loader.dataset.names, map(len, loader.dataset.datasets), strict=True))
     delivered = [b["__source__"][0] for b in loader]
     assert {n: delivered.count(n) for n in rows} == rows  # weights by rows, not by documents
+
+
+def batch_values(batch: dict) -> list:
+    return [
+        np.asarray(v).tolist() if not isinstance(v, int | list) else v for v in batch.values()
+    ] + [list(batch)]
+
+
+@pytest.mark.parametrize("mode", ["concat", "best-fit", "pad"])
+def test_rows_found_a_few_batches_at_a_time_equal_rows_read_one_batch_by_one(
+    tmp_path, monkeypatch, mode
+):
+    web, code = commit(tmp_path, "web", 1), commit(tmp_path, "code", 2)
+    mixed = datapipe.mix({"web": web, "code": code}, weights={"web": 0.6, "code": 0.4})
+
+    def epoch(data) -> tuple[int, list]:
+        loader = datapipe.Loader(
+            data, batch_size=3, pack=datapipe.pack(16, mode), shuffle=True, seed=4, num_workers=0
+        )
+        assert len(loader) > 2 * batches_module.CHUNK_BATCHES
+        return loader.batch_source().chunk_batches(()), [batch_values(b) for b in loader]
+
+    for data in (web, mixed):
+        monkeypatch.setattr(batches_module, "CHUNK_BATCHES", 8)
+        chunk, chunked = epoch(data)
+        monkeypatch.setattr(batches_module, "CHUNK_BATCHES", 1)
+        one, one_by_one = epoch(data)
+        assert (chunk, one) == (8, 1)
+        assert chunked == one_by_one
