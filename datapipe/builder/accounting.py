@@ -75,10 +75,16 @@ def splits_section(pipeline: Pipeline, entries: Sequence[ShardEntry]) -> Splits 
     return Splits(dict(cfg.fractions), samples, cfg.by, cfg.seed)
 
 
+def faulty(stages: tuple[StageCounts, ...]) -> int:
+    """The rows the stages rejected as faulty: a near_dedupe stage's removals are quarantined to
+    say why, not because anything was wrong with them."""
+    return sum(s.rejected for s in stages if not s.stage.endswith(".near_dedupe"))
+
+
 def over_max_rejected(pipeline: Pipeline, stages: tuple[StageCounts, ...]) -> bool:
     """Whether the stages rejected more than the pipeline's ``max_rejected`` share of the rows
-    read."""
-    rows_read, rejected = stages[0].rows_in, sum(s.rejected for s in stages)
+    read (near-duplicates not counted: ``faulty``)."""
+    rows_read, rejected = stages[0].rows_in, faulty(stages)
     return bool(rows_read and rejected and rejected > pipeline.max_rejected * rows_read)
 
 
@@ -126,7 +132,7 @@ def check_counts(
     (``over_max_rejected``) or nothing is left (``emptied`` says which stage dropped every row,
     when one did: ``drops.emptied_message``), naming the quarantine ``kept`` of its rejects."""
     rows_read = stages[0].rows_in
-    rejected = sum(s.rejected for s in stages)
+    rejected = faulty(stages)
     counts = ", ".join(
         f"{s.stage}: {s.rows_in} in, {s.rows_out} out, {s.dropped} dropped, {s.rejected} rejected"
         for s in stages

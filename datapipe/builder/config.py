@@ -28,6 +28,7 @@ from datapipe.builder.config_parts import (
     DropnaArgs,
     FillnaArgs,
     ImageArgs,
+    NearDedupeArgs,
     ShardConfig,
     TokenizeArgs,
     TypeName,
@@ -114,6 +115,7 @@ with warnings.catch_warnings():
         fillna: FillnaArgs | None = None
         filter: str | None = None
         dedupe: DedupeArgs | None = None
+        near_dedupe: NearDedupeArgs | None = None
         cast: dict[str, TypeName] | None = None
         map: str | None = None
         validate: dict[str, ColumnRule] | None = None
@@ -145,7 +147,7 @@ with warnings.catch_warnings():
                     {"key": kind, "known": known},
                 )
             if args is None:
-                if kind not in ("dropna", "fillna", "dedupe", "image"):
+                if kind not in ("dropna", "fillna", "dedupe", "near_dedupe", "image"):
                     raise PydanticCustomError("stage_value", "'{key}' needs a value", {"key": kind})
                 return {kind: {}}
             return data

@@ -35,6 +35,7 @@ STAGE_KINDS = (
     "fillna",
     "filter",
     "dedupe",
+    "near_dedupe",
     "cast",
     "map",
     "validate",
@@ -74,6 +75,45 @@ class DedupeArgs(BaseModel):
 
     model_config = FORBID
     columns: list[str] | None = None
+
+
+class NearDedupeArgs(BaseModel):
+    """Remove near-duplicate documents (builder/near_dedupe/): MinHash signatures of the word
+    shingles of ``field``, LSH buckets, and clusters kept at their first document in source order;
+    every removed document goes to the quarantine with the one it duplicates."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    field: str = Field(default="text", min_length=1)
+    """The text column (before a tokenize stage)."""
+    threshold: float = Field(default=0.8, gt=0, le=1)
+    """Estimated Jaccard similarity of word shingles at which two documents are duplicates."""
+    shingle: int = Field(default=5, ge=1, le=64)
+    """Words per shingle, after lower-casing and splitting at whitespace and punctuation."""
+    hashes: int = Field(default=112, ge=1, le=1024)
+    """MinHash values per document; the estimate of a pair's similarity uses all of them."""
+    bands: int | None = Field(default=None, ge=1)
+    """LSH bands (default: chosen with ``rows`` for the threshold, docs/guide/building.md)."""
+    rows: int | None = Field(default=None, ge=1)
+    """Values per band; bands x rows must fit in ``hashes``."""
+    seed: int = Field(default=0, ge=0)
+    """Draws the hash functions; another seed, other (equally good) signatures."""
+    against: list[str] = Field(default_factory=list)
+    """Versions (STORE/NAME[@REF]) whose documents this build's are checked against: a match is
+    removed here, never there (decontamination against an evaluation set)."""
+    empty: Literal["keep", "first"] = "keep"
+    """Documents without a word: ``keep`` them all, or keep only the ``first``."""
+
+    @model_validator(mode="after")
+    def _bands_fit(self) -> NearDedupeArgs:
+        # one of the two given: the other is what is left of the hashes; neither: chosen to fit
+        bands = self.bands or (self.hashes // self.rows if self.rows else 1)
+        rows = self.rows or (self.hashes // self.bands if self.bands else 1)
+        if bands * rows > self.hashes or not bands * rows:
+            raise ValueError(
+                f"bands x rows is {bands} x {rows} = {bands * rows}, more than the {self.hashes} "
+                "hashes; give fewer bands or rows, or more hashes"
+            )
+        return self
 
 
 class ColumnRule(BaseModel):

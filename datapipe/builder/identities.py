@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.builder.lineage import HASH_GROUP_BYTES, HASH_GROUP_FILES, hash_source
+from datapipe.builder.removals import Removal
 from datapipe.builder.shard_plan import Dedupe
 from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.registry import get_source_format
@@ -34,7 +35,7 @@ def placed_identity(part: Part, files: Mapping[int, SourceFile] | Sequence[Sourc
     ).hexdigest()
 
 
-def with_masks(identity: str, masks: Mapping[int, np.ndarray]) -> str:
+def with_masks(identity: str, masks: Mapping[int, Any]) -> str:
     """A partition's identity once dedupe stages chose its rows: its rows, and so every later report
     on it and the numbering of its samples, depend on the masks too (a row dropped as a duplicate of
     a new partition's)."""
@@ -42,8 +43,11 @@ def with_masks(identity: str, masks: Mapping[int, np.ndarray]) -> str:
         return identity
     h = hashlib.blake2b(bytes.fromhex(identity), digest_size=16)
     for stage in sorted(masks):
-        mask = np.asarray(masks[stage], dtype=bool)
+        value = masks[stage]
+        mask = np.asarray(getattr(value, "keep", value), dtype=bool)
         h.update(f"{stage}:{len(mask)}:".encode() + np.packbits(mask).tobytes())
+        if isinstance(value, Removal):  # its reasons name kept documents: the quarantine's rows
+            h.update(value.digest_bytes())
     return h.hexdigest()
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from datapipe.builder.config import Pipeline
 from datapipe.builder.passes import Measured
 from datapipe.builder.quarantine import Reject
+from datapipe.builder.removals import Signed
 from datapipe.builder.source.base import Source
 from datapipe.builder.source.class_folders import class_names
 from datapipe.builder.tokenize_stage import TokenizerFile, tokenizers_version
@@ -33,7 +34,8 @@ from datapipe.versioning.manifest import FORMAT_VERSION, StageCounts, canonical_
 
 STATE_NAME = "build-state.npz"
 # 2: shard digests over runs of rows; 3: dedupe hashes, identities with dedupe masks; 4: text
-# blocks identified by their bytes
+# blocks identified by their bytes (a near_dedupe stage's signatures and labels came later, in
+# arrays of their own: a state without them reads the same)
 STATE_FORMAT = 4
 
 
@@ -55,7 +57,7 @@ class BuildState:
     # the one its pipeline asked for (sizing may have cut it)
     configured_blocksize: int | None = None
     format: int = STATE_FORMAT
-    # stage -> identity there -> row hashes
+    # stage -> identity there -> row hashes (a near_dedupe stage: Signed)
     dedupe: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     # placed identity -> digest of each text block (``identities``)
     blocks: dict[str, str] = field(default_factory=dict)
@@ -195,11 +197,21 @@ def save_state(state: BuildState) -> bytes:
     for stage, known in state.dedupe.items():
         meta["dedupe"][str(stage)] = list(known)
         for k, hashes in enumerate(known.values()):
+            if isinstance(hashes, Signed):  # a near_dedupe stage's signatures and labels
+                arrays[f"labels{stage}_{k}"] = hashes.labels
+                hashes = hashes.signatures
             arrays[f"dedupe{stage}_{k}"] = hashes
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     out = io.BytesIO()
     np.savez(out, **arrays)
     return out.getvalue()
+
+
+def _hashes(z: Any, stage: str, k: int) -> Any:
+    """A dedupe stage's row hashes of one partition, or a near_dedupe stage's Signed."""
+    hashes = z[f"dedupe{stage}_{k}"]
+    labels = f"labels{stage}_{k}"
+    return Signed(hashes, z[labels]) if labels in z.files else hashes
 
 
 def load_state(data: bytes) -> BuildState | None:
@@ -227,10 +239,8 @@ def load_state(data: bytes) -> BuildState | None:
                 rejects.append(all_rejects)
                 keep.append(z[f"keep{i}"])
             dedupe = {
-                int(stage): {
-                    identity: z[f"dedupe{stage}_{k}"] for k, identity in enumerate(identities)
-                }
-                for stage, identities in (meta.get("dedupe") or {}).items()
+                int(stage): {identity: _hashes(z, stage, k) for k, identity in enumerate(ids)}
+                for stage, ids in (meta.get("dedupe") or {}).items()
             }
         return BuildState(
             meta["key"],

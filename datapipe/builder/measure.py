@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.builder.config import StageConfig
+from datapipe.builder.near_dedupe.stage import near_dedupe_stage
 from datapipe.builder.pass_runner import PassRunner
 from datapipe.builder.passes import (
     Measured,
@@ -23,6 +24,7 @@ from datapipe.builder.result import PartitionCounts
 from datapipe.builder.reuse import Reuse
 from datapipe.builder.shard_plan import Dedupe, first_occurrences
 from datapipe.builder.source.base import Part
+from datapipe.versioning.store import Store
 
 
 @dataclass(frozen=True)
@@ -60,13 +62,21 @@ def dedupe_stages(
     parts: Sequence[Part],
     stages: Sequence[StageConfig],
     reuse: Reuse,
+    store: Store,
 ) -> Dedupe:
-    """Each dedupe stage's masks, from every partition's row hashes: the parent's where the
-    partition and the masks before this stage are the same, else a pass over the rest."""
+    """Each dedupe stage's masks, from every partition's row hashes, and each near_dedupe stage's
+    removals, from its signatures: the parent's where the partition and the masks before this
+    stage are the same, else a pass over the rest."""
     from dask import delayed
 
     done = Dedupe()
     for i, stage in enumerate(stages):
+        if stage.kind == "near_dedupe":
+            masks = [done.of(p.number) for p in parts]
+            known = [reuse.dedupe(i, p.number, m) for p, m in zip(parts, masks, strict=True)]
+            signed, removed = near_dedupe_stage(run, job, parts, i, stage.args, masks, known, store)
+            done = done.with_removals(i, signed, removed)
+            continue
         if stage.kind != "dedupe":
             continue
         known = {p.number: reuse.dedupe(i, p.number, done.of(p.number)) for p in parts}

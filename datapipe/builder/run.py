@@ -79,7 +79,7 @@ def build(
         blocks = BlockDigests(run.client, source, found.known, found.parent.blocks())
         identities = Identities(source.parts, hashes.all, blocks.all)
         reuse = run.timed("find parent", found.parent.reuse, store, pipeline.name, identities)
-        deduped = dedupe_stages(run, on_workers, source.parts, pipeline.stages, reuse)
+        deduped = dedupe_stages(run, on_workers, source.parts, pipeline.stages, reuse, store)
         measured = measure_parts(run, on_workers, source.parts, deduped, reuse, keep_encoded)
         stages, warnings = _checked_counts(store, loaded, source, measured)
         plan = plan_shards(pipeline, measured, identities.at(deduped))

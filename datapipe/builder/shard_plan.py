@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -43,17 +44,23 @@ def first_occurrences(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
 @dataclass(frozen=True)
 class Dedupe:
     """The dedupe stages' outcome: per stage, each partition's row hashes and the keep-mask that
-    ``first_occurrences`` makes of them."""
+    ``first_occurrences`` makes of them; for a near_dedupe stage, its signed documents
+    (``removals.Signed``) and its Removal."""
 
-    hashes: Mapping[int, Sequence[np.ndarray]] = field(default_factory=dict)
-    masks: Mapping[int, Sequence[np.ndarray]] = field(default_factory=dict)
+    hashes: Mapping[int, Sequence[Any]] = field(default_factory=dict)
+    masks: Mapping[int, Sequence[Any]] = field(default_factory=dict)
 
     def then(self, stage: int, hashes: Sequence[np.ndarray]) -> Dedupe:
         """This outcome with stage ``stage``'s: its row hashes per partition and their masks."""
         masks = first_occurrences(hashes)
         return Dedupe({**self.hashes, stage: list(hashes)}, {**self.masks, stage: masks})
 
-    def of(self, part: int, before: int | None = None) -> dict[int, np.ndarray]:
+    def with_removals(self, stage: int, signed: Sequence[Any], removals: Sequence[Any]) -> Dedupe:
+        """This outcome with near_dedupe stage ``stage``'s: each partition's signed documents and
+        its Removal (keep-mask and reasons)."""
+        return Dedupe({**self.hashes, stage: list(signed)}, {**self.masks, stage: list(removals)})
+
+    def of(self, part: int, before: int | None = None) -> dict[int, Any]:
         """Partition ``part``'s masks (stage -> keep-mask) of the stages before ``before`` (all
         of them when None)."""
         return {

@@ -3,8 +3,9 @@ rejected.
 
 Dropped rows are counted (dropna, filter, dedupe, a map that removes rows); rejected rows go to
 the quarantine with a reason (cast; validate: builder/validate_stage.py; image:
-builder/image_stage.py). ``dedupe`` is global: it needs every partition's keys first, so here it
-only applies a keep-mask that the run computed in an earlier pass.
+builder/image_stage.py; near_dedupe: builder/near_dedupe/). ``dedupe`` and ``near_dedupe`` are
+global: they need every partition's rows first, so here they only apply what the run computed in
+an earlier pass (a keep-mask; a Removal, whose rows go to the quarantine).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datapipe.builder.frame_columns import columns_of, is_missing
 from datapipe.builder.image_stage import check_images
 from datapipe.builder.map_failure import map_failed
 from datapipe.builder.quarantine import Reject, rejects_of
+from datapipe.builder.removals import Removal
 from datapipe.builder.tokenize_stage import TokenizerFile, tokenize
 from datapipe.builder.user_code import load_function
 from datapipe.builder.validate_stage import validate
@@ -234,24 +236,42 @@ def _tokenize(
     return StageOutcome(kept, dropped, rejects_of(frame, label, reasons))
 
 
+def _near_dedupe(frame: pd.DataFrame, label: str, removal: Any) -> StageOutcome:
+    """A near_dedupe stage's removal applied: the removed rows quarantined with their reasons."""
+    if not isinstance(removal, Removal) or len(removal.keep) != len(frame):
+        raise BuildError(
+            f"{label}: this partition gave other rows than in the earlier pass; the stages before "
+            "a near_dedupe (map functions in particular) must be deterministic"
+        )
+    gone = frame.index[~removal.keep]
+    return StageOutcome(
+        frame[removal.keep],
+        0,
+        rejects_of(frame, label, dict(zip(gone, removal.reasons, strict=True))),
+    )
+
+
 def run_stage(
     stage: StageConfig,
     label: str,
     frame: pd.DataFrame,
     base_dir: str,
-    keep: np.ndarray | None = None,
+    keep: Any = None,
     code: Mapping[str, str] | None = None,
     tokenizer: TokenizerFile | None = None,
 ) -> StageOutcome:
     """Apply one stage to a partition.
 
-    ``keep`` is the dedupe mask computed for this partition; ``code`` maps the modules of map
+    ``keep`` is the dedupe mask computed for this partition (a near_dedupe stage's Removal);
+    ``code`` maps the modules of map
     stages to the sha256 of their file as recorded in the lineage; ``tokenizer`` is the tokenize
     stage's file, read where the build started (``tokenize_stage.read_tokenizer``).
     """
     kind, args = stage.kind, stage.args
     if kind == "tokenize":
         return _tokenize(frame, args, label, tokenizer)
+    if kind == "near_dedupe":
+        return _near_dedupe(frame, label, keep)
     if kind == "dedupe":
         if keep is None or len(keep) != len(frame):
             raise BuildError(

@@ -119,10 +119,10 @@ def test_example_parses_with_every_stage_kind():
     assert pipeline.name == "digits"
     assert pipeline.source.path == "raw/digits-*.csv" and pipeline.source.format == "csv"
     assert pipeline.source.options == {"blocksize": "1MB"}
-    # the image and tokenize stages parse in tests/builder/test_image_stage.py and
-    # test_tokenize.py: their lines here would move every line below
+    # the image, tokenize and near_dedupe stages parse in tests/builder/test_image_stage.py,
+    # test_tokenize.py and test_near_dedupe.py: their lines here would move every line below
     assert [s.kind for s in pipeline.stages] == [
-        k for k in STAGE_KINDS if k not in ("image", "tokenize")
+        k for k in STAGE_KINDS if k not in ("image", "tokenize", "near_dedupe")
     ]
     dropna, fillna, filter_, dedupe, cast, map_, validate = (s.args for s in pipeline.stages)
     assert dropna == DropnaArgs(columns=["label"])
@@ -333,7 +333,7 @@ def test_bad_sizes(value):
             10,
             "  - dedup: {columns: [id]}",
             "pipelines/x.yaml:10: stages[3].dedup: unknown stage 'dedup'; use one "
-            "of: dropna, fillna, filter, dedupe, cast, "
+            "of: dropna, fillna, filter, dedupe, near_dedupe, cast, "
             "map, validate",
             "unknown stage",
         ),

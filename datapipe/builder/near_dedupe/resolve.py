@@ -1,0 +1,78 @@
+"""From candidate pairs to removals, on the client: each pair's similarity estimated from the
+two signatures, the clusters of those at the threshold, and per partition the rows a cluster's
+first document makes duplicates, each with its reason."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from datapipe.builder.near_dedupe.clusters import first_of_cluster
+from datapipe.builder.near_dedupe.minhash import is_empty, similarity
+from datapipe.builder.removals import Removal, Signed
+
+
+class Documents:
+    """Blocks of signed documents numbered one after the other (the versions checked against
+    first, then the partitions in source order)."""
+
+    def __init__(self, blocks: Sequence[Signed]) -> None:
+        self.blocks = list(blocks)
+        self.first = np.concatenate([[0], np.cumsum([len(b) for b in blocks])]).astype(np.int64)
+
+    def signatures(self, docs: np.ndarray) -> np.ndarray:
+        """The signatures of documents ``docs`` (global numbers), in that order."""
+        block = np.searchsorted(self.first, docs, side="right") - 1
+        width = self.blocks[0].signatures.shape[1] if self.blocks else 0
+        out = np.empty((len(docs), width), dtype=np.uint32)
+        for b in np.unique(block).tolist():
+            where = block == b
+            out[where] = self.blocks[b].signatures[docs[where] - self.first[b]]
+        return out
+
+    def label(self, doc: int) -> str:
+        """Document ``doc``'s label."""
+        b = int(np.searchsorted(self.first, doc, side="right") - 1)
+        return str(self.blocks[b].labels[doc - self.first[b]])
+
+    def empty(self) -> np.ndarray:
+        """The documents without a shingle, ascending."""
+        found = [
+            np.flatnonzero(is_empty(b.signatures)) + first
+            for b, first in zip(self.blocks, self.first[:-1].tolist(), strict=True)
+        ]
+        return np.concatenate(found) if found else np.zeros(0, np.int64)
+
+
+def edges(docs: Documents, pairs: np.ndarray, threshold: float, empty: str) -> np.ndarray:
+    """The candidate pairs whose estimated similarity reaches ``threshold``; with empty "first",
+    also every document without a word paired with the first such one."""
+    pairs = np.unique(np.asarray(pairs, dtype=np.int64).reshape(-1, 2), axis=0)
+    estimate = similarity(docs.signatures(pairs[:, 0]), docs.signatures(pairs[:, 1]))
+    found = pairs[estimate >= threshold]
+    if empty == "first":
+        blank = docs.empty()
+        found = np.concatenate([found, np.stack([np.full(len(blank), blank[:1].sum()), blank], 1)])
+    return found
+
+
+def removals(docs: Documents, found: np.ndarray, protected: int) -> list[Removal]:
+    """Per block from ``protected`` on (the partitions; the blocks before are only checked
+    against), its keep-mask and the reason of each row it removes."""
+    members, first = first_of_cluster(found)
+    gone = (first != members) & (members >= docs.first[protected])
+    removed, kept = members[gone], first[gone]
+    estimate = similarity(docs.signatures(removed), docs.signatures(kept))
+    block = np.searchsorted(docs.first, removed, side="right") - 1
+    out = []
+    for b in range(protected, len(docs.blocks)):
+        keep = np.ones(len(docs.blocks[b]), dtype=bool)
+        where = np.flatnonzero(block == b)
+        keep[removed[where] - docs.first[b]] = False
+        reasons = tuple(
+            f"near-duplicate of {docs.label(k)} (estimated similarity {s:.2f})"
+            for k, s in zip(kept[where].tolist(), estimate[where].tolist(), strict=True)
+        )
+        out.append(Removal(keep, reasons))
+    return out

@@ -1,0 +1,34 @@
+"""What a near_dedupe stage (builder/near_dedupe/) does to one partition: which rows stay, and
+why each other one went (its reason in the quarantine); and the documents it signed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Removal:
+    """A partition's keep-mask at a near_dedupe stage and, in row order, the reason of each row
+    it removes."""
+
+    keep: np.ndarray
+    reasons: tuple[str, ...] = ()
+
+    def digest_bytes(self) -> bytes:
+        """The reasons as bytes, for a partition identity: a kept document's new key changes the
+        quarantine of the rows that name it."""
+        return "\n".join(self.reasons).encode()
+
+
+@dataclass(frozen=True)
+class Signed:
+    """A partition's documents at a near_dedupe stage: their signatures (rows x hashes, uint32)
+    and labels (the sample key, or FILE#row where the key column is not there yet)."""
+
+    signatures: np.ndarray
+    labels: np.ndarray  # str
+
+    def __len__(self) -> int:
+        return len(self.labels)

@@ -1,0 +1,256 @@
+"""The near_dedupe stage: MinHash signatures, LSH buckets and clusters (builder/near_dedupe/), and
+builds with it: planted near-copies found and quarantined with their reasons, the same version
+whatever the workers and partitions, incremental rebuilds, versions checked ``against``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from benchmarks.near_corpus import generated, jaccard, planted, shingle_set
+from datapipe.builder.config import parse_pipeline
+from datapipe.builder.near_dedupe import minhash, shingles
+from datapipe.builder.near_dedupe import stage as stage_module
+from datapipe.builder.near_dedupe.clusters import first_of_cluster
+from datapipe.builder.near_dedupe.lsh import candidate_pairs, choose_bands, s_curve
+from datapipe.builder.near_dedupe.minhash import HashFamily, is_empty, signatures, similarity
+from datapipe.errors import ConfigError
+from datapipe.versioning.rejected import read_rows
+
+FAMILY = HashFamily(0, 112)
+
+
+def test_the_estimate_follows_the_exact_jaccard_of_the_shingles():
+    corpus = planted(generated(120, seed=3), per_level=8, seed=3)
+    sig = signatures(corpus.texts, 5, FAMILY)
+    copies = np.array([c[0] for c in corpus.copies])
+    originals = np.array([c[1] for c in corpus.copies])
+    exact = np.array([c[2] for c in corpus.copies])
+    error = similarity(sig[copies], sig[originals]) - exact
+    # 112 values: a standard error of at most 0.05 a pair
+    assert np.abs(error).mean() < 0.04 and np.abs(error).max() < 0.2
+    assert (similarity(sig[:60], sig[60:120]) < 0.2).all()  # unrelated documents
+
+
+def test_signatures_do_not_depend_on_how_the_shingles_are_cut(monkeypatch):
+    texts = [*generated(30, seed=1), "", None, "two words", " ".join(["long"] * 50_000)]
+    whole = signatures(texts, 5, FAMILY)
+    monkeypatch.setattr(shingles, "CHUNK_WORDS", 100)
+    monkeypatch.setattr(minhash, "SLICE", 7)
+    assert np.array_equal(signatures(texts, 5, FAMILY), whole)
+    assert is_empty(whole).tolist() == [False] * 30 + [True, True, False, False]
+    # case, punctuation and spacing are not words
+    same = signatures(["The cat, sat  on the MAT!", "the cat sat on the mat"], 3, FAMILY)
+    assert np.array_equal(same[0], same[1])
+
+
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), max_size=40))
+def test_clusters_keep_the_least_document_of_each_component(edges):
+    pairs = np.array(edges, dtype=np.int64).reshape(-1, 2)
+    members, first = first_of_cluster(pairs)
+    root = {}  # the textbook union-find, least number as the root
+
+    def find(x):
+        while root.setdefault(x, x) != x:
+            x = root[x]
+        return x
+
+    for a, b in edges:
+        ra, rb = find(a), find(b)
+        root[max(ra, rb)] = min(ra, rb)
+    assert dict(zip(members.tolist(), first.tolist(), strict=True)) == {
+        x: find(x) for x in {v for e in edges for v in e}
+    }
+
+
+def test_a_bucket_pairs_each_document_with_its_first_and_the_one_before():
+    band = np.array([0, 0, 0, 0, 1, 1], dtype=np.int32)
+    key = np.array([7, 7, 7, 9, 7, 7], dtype=np.uint64)
+    doc = np.array([5, 2, 8, 1, 3, 2], dtype=np.int64)
+    half = (band[:3], key[:3], doc[:3])
+    rest = (band[3:], key[3:], doc[3:])
+    assert candidate_pairs(half, rest).tolist() == [[2, 3], [2, 5], [2, 8], [5, 8]]
+
+
+def test_default_bands_and_rows_follow_the_threshold():
+    assert choose_bands(0.8, 112) == (14, 8)
+    for threshold in (0.5, 0.7, 0.9):
+        bands, rows = choose_bands(threshold, 112)
+        assert bands * rows <= 112 and s_curve(threshold, bands, rows) >= 0.92
+
+
+def stage_yaml(**args) -> str:
+    return (
+        "name: web\nsource: {path: raw/*.jsonl, format: jsonl}\n"
+        f"stages:\n  - near_dedupe: {json.dumps(args)}\n"
+        "sample: {key: id, fields: {text: text}}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ({"threshold": 0}, "threshold"),
+        ({"threshold": 1.5}, "threshold"),
+        ({"bands": 20, "rows": 8}, "bands x rows is 20 x 8 = 160, more than the 112 hashes"),
+        ({"shingles": 3}, "shingles"),
+    ],
+)
+def test_bad_stage_settings_are_named(args, words):
+    with pytest.raises(ConfigError, match=words):
+        parse_pipeline(stage_yaml(**args), "pipeline.yaml")
+
+
+def write_docs(project, name: str, texts: list, start: int = 0) -> None:
+    rows = [json.dumps({"id": f"d{i:05d}", "text": t}) for i, t in enumerate(texts, start)]
+    project.write(f"raw/{name}.jsonl", "\n".join(rows) + "\n")
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return planted(generated(240, seed=7), per_level=12, seed=7)
+
+
+def removed(project, result) -> dict[str, str]:
+    """Each quarantined row's id -> its reason."""
+    m = result.manifest
+    rows = read_rows(project.store, project.store.path(m.name, "versions", m.version, m.rejected))
+    return {json.loads(r["data"])["id"]: r["reason"] for r in rows}
+
+
+def test_planted_copies_are_removed_with_the_document_they_copy(project, corpus):
+    write_docs(project, "docs", corpus.texts)
+    project.pipeline(stage_yaml(threshold=0.8))
+    result = project.build()
+    gone = removed(project, result)
+    found = {}  # exact similarity of each copy -> removed or not
+    for copy, original, exact, _ in corpus.copies:
+        key = f"d{copy:05d}"
+        found[exact] = key in gone
+        if key in gone:
+            assert gone[key].startswith(f"near-duplicate of d{original:05d} (estimated similarity")
+            assert exact >= 0.7  # precision: nothing removed under threshold - 0.1
+
+    def recall(lo: float, hi: float = 1.0) -> float:
+        return float(np.mean([g for exact, g in found.items() if lo <= exact <= hi]))
+
+    # an estimate from 112 values: sure at 0.9 and above, a coin toss right at the threshold
+    assert recall(0.9) >= 0.95 and recall(0.84, 0.9) >= 0.85 and recall(0, 0.6) == 0
+    (near,) = [s for s in result.manifest.stages if s.stage == "stages[0].near_dedupe"]
+    assert near.rejected == len(gone) and near.rows_out == len(corpus.texts) - len(gone)
+    assert result.manifest.samples == near.rows_out  # far over max_rejected, still built
+
+
+def test_every_removed_document_is_near_its_kept_one(project, corpus):
+    write_docs(project, "docs", corpus.texts)
+    project.pipeline(stage_yaml(threshold=0.7))
+    gone = removed(project, project.build())
+    index = {f"d{i:05d}": i for i in range(len(corpus.texts))}
+    for key, reason in gone.items():
+        kept = reason.split()[2]
+        exact = jaccard(
+            shingle_set(corpus.texts[index[key]], 5), shingle_set(corpus.texts[index[kept]], 5)
+        )
+        assert index[kept] < index[key] and exact >= 0.6, (key, reason, exact)
+
+
+def test_same_version_for_any_workers_and_partitions(project, corpus, dask_client):
+    for i in range(4):  # copies in other files than their originals
+        write_docs(project, f"docs-{i}", corpus.texts[i::4], start=10_000 * i)
+    versions = set()
+    for blocksize, client in [("1MB", None), ("8KB", None), ("8KB", dask_client)]:
+        text = stage_yaml().replace(
+            "format: jsonl}", f"format: jsonl, options: {{blocksize: {blocksize}}}}}"
+        )
+        project.pipeline(text)
+        result = project.build(client=client)
+        versions.add(result.manifest.version)
+    assert len(versions) == 1
+    assert result.manifest.stages[1].rejected > 20
+
+
+def test_a_rebuild_signs_only_new_partitions_and_matches_a_fresh_build(
+    project, corpus, monkeypatch, tmp_path
+):
+    signed = []
+    real = stage_module.signature_pass
+
+    def counting(job, part, masks, stage):
+        signed.append(part.number)
+        return real(job, part, masks, stage)
+
+    monkeypatch.setattr(stage_module, "signature_pass", counting)
+    texts = corpus.texts
+    write_docs(project, "b", texts[:200], start=0)
+    write_docs(project, "d", texts[200:260], start=200)
+    project.pipeline(stage_yaml())
+    project.build()
+    first = len(signed)
+    # a new file before both in source order: its documents are the originals of later copies
+    write_docs(project, "a", texts[260:], start=260)
+    write_docs(project, "c", [texts[0], texts[1] + " extra words here"], start=900)
+    rebuilt = project.build()
+    assert len(signed) - first == 2  # the two new files' partitions only
+    fresh = type(project)(tmp_path / "fresh")
+    for name in "abcd":
+        fresh.write(f"raw/{name}.jsonl", (project.root / "raw" / f"{name}.jsonl").read_text())
+    fresh.pipeline(stage_yaml())
+    again = fresh.build()
+    assert again.manifest.version == rebuilt.manifest.version
+    gone = removed(project, rebuilt)
+    assert "d00900" in gone and "d00000" not in gone  # an old document is the first of a new one
+
+
+def test_empty_texts_are_kept_unless_asked(project):
+    texts = ["", "  ", "some words here and there", "", "!!!"]  # (a null: no words either)
+    write_docs(project, "docs", texts)
+    project.pipeline(stage_yaml())
+    assert project.build().manifest.samples == 5
+    project.pipeline(stage_yaml(empty="first"))
+    gone = removed(project, project.build())
+    assert sorted(gone) == ["d00001", "d00003", "d00004"]
+    assert gone["d00003"] == "near-duplicate of d00000 (estimated similarity 1.00)"
+
+
+def test_a_build_is_checked_against_another_version(project, corpus):
+    write_docs(project, "docs", corpus.texts[:240])
+    project.pipeline(stage_yaml().replace("name: web", "name: evalset"))
+    evalset = project.build()
+    project.write("raw/docs.jsonl", "")
+    copies = [c for c in corpus.copies if c[3] >= 0.9]
+    write_docs(project, "docs", [corpus.texts[c[0]] for c in copies] + generated(20, seed=99))
+    url = f"{project.store.url}/evalset"
+    project.pipeline(stage_yaml(against=[url]))
+    gone = removed(project, project.build())
+    assert len(gone) >= len(copies) - 1
+    label = f"{url}@{evalset.manifest.version[:12]}#"
+    assert all(reason.startswith(f"near-duplicate of {label}d") for reason in gone.values())
+    assert not any(f"d{i:05d}" in gone for i in range(len(copies), len(copies) + 20))
+
+
+@pytest.mark.parametrize(
+    "against, words",
+    [
+        (
+            "store/nothing",
+            "stages\\[0\\].near_dedupe.against\\[0\\]: 'STORE/nothing' cannot be read",
+        ),
+        ("store/web", "has no field 'body'"),
+    ],
+)
+def test_against_a_missing_version_or_field_is_named(project, against, words):
+    write_docs(project, "docs", ["one two three four five"])
+    project.pipeline(stage_yaml())
+    project.build()
+    url = against.replace("store", project.store.url)
+    words = words.replace("STORE", project.store.url)
+    project.pipeline(
+        stage_yaml(against=[url], field="body").replace("{text: text}", "{text: body}")
+    )
+    project.write("raw/docs.jsonl", json.dumps({"id": "x", "body": "one two"}) + "\n")
+    with pytest.raises(ConfigError, match=words):
+        project.build()
