@@ -74,8 +74,10 @@ def dedupe_stages(
         if stage.kind == "near_dedupe":
             masks = [done.of(p.number) for p in parts]
             known = [reuse.dedupe(i, p.number, m) for p, m in zip(parts, masks, strict=True)]
-            signed, removed = near_dedupe_stage(run, job, parts, i, stage.args, masks, known, store)
-            done = done.with_removals(i, signed, removed)
+            signed, removed, notes = near_dedupe_stage(
+                run, job, parts, i, stage.args, masks, known, store
+            )
+            done = done.with_removals(i, signed, removed, notes)
             continue
         if stage.kind != "dedupe":
             continue

@@ -86,6 +86,8 @@ class BuildResult:
     overhead: Overhead | None = None
     # the stages that dropped more than half of their rows (``drops.DropWarning``)
     warnings: tuple[DropWarning, ...] = ()
+    # what the stages want said, a line each (what a near_dedupe stage checked against)
+    notes: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, Any]:
         """The JSON object `datapipe build --json` prints."""
@@ -114,6 +116,7 @@ class BuildResult:
             ],
         }
         out["warnings"] = [w.as_dict() for w in self.warnings]
+        out["notes"] = list(self.notes)
         if m.splits is not None:
             out["splits"] = dict(m.splits.samples)
         if self.overhead is not None:

@@ -107,6 +107,7 @@ def build(
         report,
         overhead(measured, committed, pipeline.shards.format),
         tuple(warnings),
+        deduped.notes,
     )
 
 

@@ -49,16 +49,28 @@ class Dedupe:
 
     hashes: Mapping[int, Sequence[Any]] = field(default_factory=dict)
     masks: Mapping[int, Sequence[Any]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # what the stages want said in the build's summary
 
     def then(self, stage: int, hashes: Sequence[np.ndarray]) -> Dedupe:
         """This outcome with stage ``stage``'s: its row hashes per partition and their masks."""
         masks = first_occurrences(hashes)
-        return Dedupe({**self.hashes, stage: list(hashes)}, {**self.masks, stage: masks})
+        known = {**self.hashes, stage: list(hashes)}
+        return Dedupe(known, {**self.masks, stage: masks}, self.notes)
 
-    def with_removals(self, stage: int, signed: Sequence[Any], removals: Sequence[Any]) -> Dedupe:
-        """This outcome with near_dedupe stage ``stage``'s: each partition's signed documents and
-        its Removal (keep-mask and reasons)."""
-        return Dedupe({**self.hashes, stage: list(signed)}, {**self.masks, stage: list(removals)})
+    def with_removals(
+        self,
+        stage: int,
+        signed: Sequence[Any],
+        removals: Sequence[Any],
+        notes: Sequence[str] = (),
+    ) -> Dedupe:
+        """This outcome with near_dedupe stage ``stage``'s: each partition's signed documents, its
+        Removal (keep-mask and reasons), and lines for the summary."""
+        return Dedupe(
+            {**self.hashes, stage: list(signed)},
+            {**self.masks, stage: list(removals)},
+            (*self.notes, *notes),
+        )
 
     def of(self, part: int, before: int | None = None) -> dict[int, Any]:
         """Partition ``part``'s masks (stage -> keep-mask) of the stages before ``before`` (all

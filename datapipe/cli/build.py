@@ -93,6 +93,8 @@ def _print_summary(summary: dict[str, Any], incremental: IncrementalReport | Non
         )
     if incremental is not None:
         click.echo(_incremental_line(incremental))
+    for note in summary.get("notes", ()):
+        click.echo(note)
     click.echo(f"version {summary['version']}")
     click.echo(summary["url"])
 

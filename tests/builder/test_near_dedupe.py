@@ -225,9 +225,14 @@ def test_a_build_is_checked_against_another_version(project, corpus):
     write_docs(project, "docs", [corpus.texts[c[0]] for c in copies] + generated(20, seed=99))
     url = f"{project.store.url}/evalset"
     project.pipeline(stage_yaml(against=[url]))
-    gone = removed(project, project.build())
+    result = project.build()
+    gone = removed(project, result)
     assert len(gone) >= len(copies) - 1
     label = f"{url}@{evalset.manifest.version[:12]}#"
+    assert result.notes == (
+        f"stages[0].near_dedupe: checked against {label[:-1]} (240 documents, signed from its "
+        "shards with shingle 5, 112 hashes, seed 0)",
+    )
     assert all(reason.startswith(f"near-duplicate of {label}d") for reason in gone.values())
     assert not any(f"d{i:05d}" in gone for i in range(len(copies), len(copies) + 20))
 

@@ -90,6 +90,16 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) or value is None else str(value)
 
 
-def signed_count(blocks: Sequence[Signed]) -> int:
-    """Documents in ``blocks``."""
-    return sum(len(b) for b in blocks)
+def against_notes(
+    stage: str, args: NearDedupeArgs, shards: Sequence[AgainstShard], signed: Sequence[Signed]
+) -> list[str]:
+    """A summary line per version checked against: its documents, signed from its shards with
+    this stage's settings (its own build state is not read: its settings may differ)."""
+    documents: dict[str, int] = {}
+    for shard, block in zip(shards, signed, strict=True):
+        documents[shard.label] = documents.get(shard.label, 0) + len(block)
+    return [
+        f"{stage}: checked against {label} ({n} documents, signed from its shards with "
+        f"shingle {args.shingle}, {args.hashes} hashes, seed {args.seed})"
+        for label, n in documents.items()
+    ]

@@ -11,7 +11,7 @@ import numpy as np
 
 from datapipe.builder.config import stage_path
 from datapipe.builder.config_parts import NearDedupeArgs
-from datapipe.builder.near_dedupe.against import against_shards, against_task
+from datapipe.builder.near_dedupe.against import against_notes, against_shards, against_task
 from datapipe.builder.near_dedupe.lsh import bands_and_rows, candidate_pairs
 from datapipe.builder.near_dedupe.resolve import Documents, edges, removals
 from datapipe.builder.near_dedupe.tasks import band_task, piece, signature_pass
@@ -33,10 +33,10 @@ def near_dedupe_stage(
     masks: Sequence[Masks],
     known: Sequence[Signed | None],
     store: Store,
-) -> tuple[list[Signed], list[Removal]]:
+) -> tuple[list[Signed], list[Removal], list[str]]:
     """Per partition, its signed documents at stage ``stage`` (``args``) and its removal;
     ``masks``: each partition's masks of the stages before, ``known``: its signed documents where
-    the parent had them."""
+    the parent had them; and a line for the summary per version checked against."""
     from dask import delayed
 
     label = stage_path(stage, "near_dedupe")
@@ -55,7 +55,8 @@ def near_dedupe_stage(
     pairs = run(f"{label} buckets", bucket_tasks(docs, *bands_and_rows(args)))
     pairs = np.concatenate([np.zeros((0, 2), np.int64), *pairs])
     found = edges(docs, pairs, args.threshold, args.empty)
-    return signed, removals(docs, found, len(against))
+    notes = against_notes(label, args, shards, against)
+    return signed, removals(docs, found, len(against)), notes
 
 
 def bucket_tasks(docs: Documents, bands: int, rows: int) -> list[Any]:
