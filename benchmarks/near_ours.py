@@ -14,18 +14,23 @@ PIPELINE = """\
 name: near
 source: {{path: {jsonl}/*.jsonl, format: jsonl}}
 stages:
-  - near_dedupe: {{field: text, threshold: {threshold}, shingle: 5, bands: 14, rows: 8}}
+  - near_dedupe:
+      {{field: text, threshold: {threshold}, shingle: 5, bands: 14, rows: 8, verify: {verify}}}
 sample: {{key: id, fields: {{text: text}}}}
 shards: {{format: webdataset, max_bytes: 64MB}}
 """
 
 
-def build(jsonl: str, workdir: str, threshold: float = 0.8, workers: int = 2) -> dict:
-    """Seconds of the build's command, its own pass times, and the removed ids with reasons."""
+def build(
+    jsonl: str, workdir: str, threshold: float = 0.8, workers: int = 2, verify: bool = True
+) -> dict:
+    """Seconds of the build's command, its own pass times, and the removed ids with reasons
+    (``verify``: the stage's, false taking every candidate pair as a duplicate)."""
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "near.yaml")
     with open(path, "w") as f:
-        f.write(PIPELINE.format(jsonl=os.path.abspath(jsonl), threshold=threshold))
+        flag = "true" if verify else "false"
+        f.write(PIPELINE.format(jsonl=os.path.abspath(jsonl), threshold=threshold, verify=flag))
     store = os.path.join(workdir, "store")
     cmd = [sys.executable, "-m", "datapipe", "build", path, "--out", store]
     cmd += ["--workers", str(workers), "--no-dashboard", "--json"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import statistics
 
+TOOLS = ("datapipe", "datapipe verify: false", "datatrove")
+
 
 def _value(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
@@ -15,6 +17,7 @@ def speed(result: dict) -> list[str]:
     peer = statistics.median(result["datatrove_seconds"])
     rows = [
         ("datapipe build, near_dedupe only, 2 workers", result["datapipe_seconds"]),
+        ("the same, verify: false", result["unverified_seconds"]),
         ("datatrove MinHash, 4 stages, 2 tasks", result["datatrove_seconds"]),
         ("floor: signatures alone, 1 process", [result["floor_seconds"]]),
     ]
@@ -28,18 +31,18 @@ def speed(result: dict) -> list[str]:
 
 def quality(result: dict) -> list[str]:
     """Recall by exact similarity, and precision."""
-    out = ["| recall at exact >= | datapipe | datatrove |", "|---|---|---|"]
+    out = ["| recall at exact >= | " + " | ".join(TOOLS) + " |", "|---|---|---|---|"]
     for t in ("0.9", "0.85", "0.8"):
-        ours, peer = result["recall"]["datapipe"][t], result["recall"]["datatrove"][t]
-        out.append(f"| {t} | {_value(ours)} | {_value(peer)} |")
-    p, planted = result["precision"], result["planted_precision"]
-    out += [
-        "",
-        f"Precision of every datapipe removal (exact similarity to the document its reason names "
-        f">= 0.7): {_value(p['precision'])} of {p['removed']} (lowest {_value(p['lowest'])}). "
-        f"Planted copies removed at >= 0.7: datapipe {_value(planted['datapipe'])}, datatrove "
-        f"{_value(planted['datatrove'])}.",
-    ]
+        out.append(f"| {t} | " + " | ".join(_value(result["recall"][k][t]) for k in TOOLS) + " |")
+    out.append("")
+    for tool in TOOLS[:2]:
+        p = result["precision"][tool]
+        out.append(
+            f"Precision of every {tool} removal (exact similarity to the document its reason names "
+            f">= 0.7): {_value(p['precision'])} of {p['removed']} (lowest {_value(p['lowest'])})."
+        )
+    planted = ", ".join(f"{k} {_value(result['planted_precision'][k])}" for k in TOOLS)
+    out.append(f"Planted copies removed that are at >= 0.7: {planted}.")
     return out
 
 
@@ -48,22 +51,17 @@ def curve(result: dict) -> list[str]:
     from datapipe.builder.near_dedupe.lsh import s_curve
 
     out = [
-        "| exact similarity | copies | datapipe removed | datatrove removed | S-curve 14x8 "
+        "| exact similarity | copies | removed: " + " | ".join(TOOLS) + " | S-curve 14x8 "
         "| candidate pairs | of them edges |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    bins = zip(
-        result["curve"]["datapipe"],
-        result["curve"]["datatrove"],
-        result["candidates"]["by_bin"],
-        strict=True,
-    )
-    for ours, peer, cand in bins:
-        lo = ours["from"]
+    for i, cand in enumerate(result["candidates"]["by_bin"]):
+        lo = cand["from"]
+        bins = [result["curve"][k][i] for k in TOOLS]
+        removed = " | ".join(_value(b["removed"]) for b in bins)
         out.append(
-            f"| {lo:.2f}-{lo + 0.05:.2f} | {ours['copies']} | {_value(ours['removed'])} | "
-            f"{_value(peer['removed'])} | {s_curve(lo + 0.025, 14, 8):.2f} | {cand['pairs']} | "
-            f"{_value(cand['edge'])} |"
+            f"| {lo:.2f}-{lo + 0.05:.2f} | {bins[0]['copies']} | {removed} | "
+            f"{s_curve(lo + 0.025, 14, 8):.2f} | {cand['pairs']} | {_value(cand['edge'])} |"
         )
     c, n = result["candidates"], result["non_pairs"]
     out += [

@@ -78,20 +78,30 @@ def run(args: argparse.Namespace) -> dict:
     log(f"planted {len(corpus.copies)} copies: {documents:,} documents")
     floor = near_ours.floor(corpus.texts)
     log(f"floor: signatures in one process {floor:.1f} s ({documents / floor:,.0f} docs/s)")
-    ours, peers = [], []
+    ours, loose, peers = [], [], []
     for r in range(args.rounds):
-        scratch = os.path.join(workdir, "near", f"ours-{r}")
-        shutil.rmtree(scratch, ignore_errors=True)
-        ours.append(near_ours.build(near_jsonl, scratch, THRESHOLD))
-        o = ours[-1]
-        log(f"round {r + 1}: datapipe {o['seconds']:.1f} s, removed {len(o['removed'])}")
+        for verify, runs in ((True, ours), (False, loose)):
+            scratch = os.path.join(workdir, "near", f"ours-{r}-{verify}")
+            shutil.rmtree(scratch, ignore_errors=True)
+            runs.append(near_ours.build(near_jsonl, scratch, THRESHOLD, verify=verify))
+            o = runs[-1]
+            log(
+                f"round {r + 1}: datapipe (verify {verify}) {o['seconds']:.1f} s, "
+                f"removed {len(o['removed'])}"
+            )
         scratch = os.path.join(workdir, "near", f"datatrove-{r}")
         shutil.rmtree(scratch, ignore_errors=True)
         peers.append(near_datatrove.run_datatrove(near_jsonl, scratch, 2, BANDS, ROWS, 5))
         p = peers[-1]
         log(f"round {r + 1}: datatrove {p['seconds']:.1f} s, removed {len(p['removed'])}")
     gone_ours = set(ours[-1]["removed"])
+    gone_loose = set(loose[-1]["removed"])
     gone_peer = set(peers[-1]["removed"])
+    tools = (
+        ("datapipe", gone_ours),
+        ("datapipe verify: false", gone_loose),
+        ("datatrove", gone_peer),
+    )
     return {
         "machine": machine(),
         "workload": {
@@ -103,22 +113,24 @@ def run(args: argparse.Namespace) -> dict:
         "floor_seconds": floor,
         "datapipe_seconds": [o["seconds"] for o in ours],
         "datapipe_passes": ours[-1]["passes"],
+        "unverified_seconds": [o["seconds"] for o in loose],
         "datatrove_seconds": [p["seconds"] for p in peers],
         "datatrove_stages": peers[-1].get("seconds_per_stage"),
-        "removed": {"datapipe": len(gone_ours), "datatrove": len(gone_peer)},
+        "removed": {tool: len(gone) for tool, gone in tools},
         "recall": {
             tool: {str(t): near_quality.recall(corpus, gone, t) for t in (0.9, 0.85, 0.8)}
-            for tool, gone in (("datapipe", gone_ours), ("datatrove", gone_peer))
+            for tool, gone in tools
         },
-        "precision": near_quality.precision(corpus, ours[-1]["removed"], THRESHOLD),
+        "precision": {
+            "datapipe": near_quality.precision(corpus, ours[-1]["removed"], THRESHOLD),
+            "datapipe verify: false": near_quality.precision(
+                corpus, loose[-1]["removed"], THRESHOLD
+            ),
+        },
         "planted_precision": {
-            "datapipe": near_quality.planted_precision(corpus, gone_ours, THRESHOLD),
-            "datatrove": near_quality.planted_precision(corpus, gone_peer, THRESHOLD),
+            tool: near_quality.planted_precision(corpus, gone, THRESHOLD) for tool, gone in tools
         },
-        "curve": {
-            "datapipe": near_quality.curve(corpus, gone_ours),
-            "datatrove": near_quality.curve(corpus, gone_peer),
-        },
+        "curve": {tool: near_quality.curve(corpus, gone) for tool, gone in tools},
         "candidates": candidates(corpus),
         "non_pairs": near_quality.non_pairs(corpus),
     }

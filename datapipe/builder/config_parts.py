@@ -102,6 +102,10 @@ class NearDedupeArgs(BaseModel):
     removed here, never there (decontamination against an evaluation set)."""
     empty: Literal["keep", "first"] = "keep"
     """Documents without a word: ``keep`` them all, or keep only the ``first``."""
+    verify: bool = True
+    """Check each candidate pair's estimated similarity against the threshold; false: every
+    candidate pair is a duplicate (datatrove's rule: more found near the threshold, more removed
+    below it)."""
 
     @model_validator(mode="after")
     def _bands_fit(self) -> NearDedupeArgs:

@@ -259,3 +259,14 @@ def test_against_a_missing_version_or_field_is_named(project, against, words):
     project.write("raw/docs.jsonl", json.dumps({"id": "x", "body": "one two"}) + "\n")
     with pytest.raises(ConfigError, match=words):
         project.build()
+
+
+def test_without_verify_every_candidate_pair_is_a_duplicate(project, corpus):
+    write_docs(project, "docs", corpus.texts)
+    project.pipeline(stage_yaml())
+    checked = removed(project, project.build())
+    project.pipeline(stage_yaml(verify=False))
+    loose = removed(project, project.build())
+    assert set(checked) < set(loose)  # every checked removal, and more
+    near_below = [f"d{c:05d}" for c, _, exact, _ in corpus.copies if 0.6 <= exact < 0.78]
+    assert sum(k in loose for k in near_below) > sum(k in checked for k in near_below)

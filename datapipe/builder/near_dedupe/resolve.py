@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from datapipe.builder.config_parts import NearDedupeArgs
 from datapipe.builder.near_dedupe.clusters import first_of_cluster
 from datapipe.builder.near_dedupe.minhash import is_empty, similarity
 from datapipe.builder.removals import Removal, Signed
@@ -45,13 +46,15 @@ class Documents:
         return np.concatenate(found) if found else np.zeros(0, np.int64)
 
 
-def edges(docs: Documents, pairs: np.ndarray, threshold: float, empty: str) -> np.ndarray:
-    """The candidate pairs whose estimated similarity reaches ``threshold``; with empty "first",
-    also every document without a word paired with the first such one."""
-    pairs = np.unique(np.asarray(pairs, dtype=np.int64).reshape(-1, 2), axis=0)
-    estimate = similarity(docs.signatures(pairs[:, 0]), docs.signatures(pairs[:, 1]))
-    found = pairs[estimate >= threshold]
-    if empty == "first":
+def edges(docs: Documents, pairs: np.ndarray, args: NearDedupeArgs) -> np.ndarray:
+    """The candidate pairs whose estimated similarity reaches the threshold (all of them without
+    ``verify``); with empty "first", also every document without a word paired with the first
+    such one."""
+    found = np.unique(np.asarray(pairs, dtype=np.int64).reshape(-1, 2), axis=0)
+    if args.verify:
+        estimate = similarity(docs.signatures(found[:, 0]), docs.signatures(found[:, 1]))
+        found = found[estimate >= args.threshold]
+    if args.empty == "first":
         blank = docs.empty()
         found = np.concatenate([found, np.stack([np.full(len(blank), blank[:1].sum()), blank], 1)])
     return found

@@ -54,7 +54,7 @@ def near_dedupe_stage(
     docs = Documents([*against, *signed])
     pairs = run(f"{label} buckets", bucket_tasks(docs, *bands_and_rows(args)))
     pairs = np.concatenate([np.zeros((0, 2), np.int64), *pairs])
-    found = edges(docs, pairs, args.threshold, args.empty)
+    found = edges(docs, pairs, args)
     notes = against_notes(label, args, shards, against)
     return signed, removals(docs, found, len(against)), notes
 
