@@ -40,7 +40,7 @@ def test_signatures_do_not_depend_on_how_the_shingles_are_cut(monkeypatch):
     texts = [*generated(30, seed=1), "", None, "two words", " ".join(["long"] * 50_000)]
     whole = signatures(texts, 5, FAMILY)
     monkeypatch.setattr(shingles, "CHUNK_WORDS", 100)
-    monkeypatch.setattr(minhash, "SLICE", 7)
+    monkeypatch.setattr(minhash, "VALUES", 7)
     assert np.array_equal(signatures(texts, 5, FAMILY), whole)
     assert is_empty(whole).tolist() == [False] * 30 + [True, True, False, False]
     # case, punctuation and spacing are not words

@@ -13,7 +13,7 @@ import numpy as np
 from datapipe.builder.near_dedupe.shingles import shingle_chunks
 
 EMPTY = np.uint32(0xFFFFFFFF)  # every value of a document with no shingle
-SLICE = 1 << 13  # shingles hashed at once: count x SLICE uint64 values, about 7 MB
+VALUES = 1 << 20  # hash values computed at once (8 MB of uint64), whatever the count
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,11 @@ def signatures(texts: Sequence[Any], size: int, family: HashFamily) -> np.ndarra
     out = np.full((len(texts), family.count), EMPTY, dtype=np.uint32)
     # functions along rows, shingles along columns: each function's mins are one reduceat in
     # cache, where the other layout reduces with a stride
-    buffer = np.empty((family.count, SLICE), dtype=np.uint64)
+    step = max(64, VALUES // family.count)  # shingles at once
+    buffer = np.empty((family.count, step), dtype=np.uint64)
     for docs, hashes, owner in shingle_chunks(texts, size):
-        for lo in range(0, len(hashes), SLICE):
-            x, o = hashes[lo : lo + SLICE], owner[lo : lo + SLICE]
+        for lo in range(0, len(hashes), step):
+            x, o = hashes[lo : lo + step], owner[lo : lo + step]
             values = buffer[:, : len(x)]
             with np.errstate(over="ignore"):
                 np.multiply(a, x, out=values)
