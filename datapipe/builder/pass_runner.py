@@ -43,9 +43,12 @@ class PassRunner:
         from distributed.scheduler import KilledWorker
 
         futures = self.client.compute(list(tasks))
+        places: dict[Any, list[int]] = {}  # a task given twice is one future
+        for i, f in enumerate(futures):
+            places.setdefault(f.key, []).append(i)
+        results: list[Any] = [None] * len(futures)
         try:
-            self._follow(phase, futures)
-            results = self.client.gather(futures)
+            self._follow(phase, futures, places, results)
             self.seconds[phase] = time.perf_counter() - start
             return results
         except (KilledWorker, FutureCancelledError) as e:
@@ -78,19 +81,29 @@ class PassRunner:
         is freed when the last reference to them goes."""
         return self.client.persist(list(tasks))
 
-    def _follow(self, phase: str, futures: list[Any]) -> None:
+    def _follow(
+        self, phase: str, futures: list[Any], places: dict[Any, list[int]], results: list[Any]
+    ) -> None:
         """Advance the progress as tasks finish; a pass whose workers all stay paused (Dask stops a
         worker whose memory passes its pause level, and memory a task left behind may never drop
-        back) or that has no worker left is a BuildError, not a build that waits for ever."""
+        back) or that has no worker left is a BuildError, not a build that waits for ever.
+
+        Each result is fetched as its task ends and the worker's copy let go (``results``, at
+        ``places`` by key): a pass of many results no worker could hold all of still runs."""
         from distributed import as_completed
 
         # each future tracked once, not re-waited on
-        finished = as_completed(futures, loop=self.client.loop)
+        finished = as_completed(list({f.key: f for f in futures}.values()), loop=self.client.loop)
+        futures.clear()
         stalled, quiet_since = 0, time.monotonic()
         while not finished.is_empty():
             done = finished.next_batch(block=False)
             if done:
-                self.progress.advance(phase, len(done))
+                for future, value in zip(done, self.client.gather(done), strict=True):
+                    for i in places[future.key]:
+                        results[i] = value
+                    future.release()
+                self.progress.advance(phase, sum(len(places[f.key]) for f in done))
                 stalled, quiet_since = 0, time.monotonic()
             elif time.monotonic() - quiet_since < STALL_CHECK_SECONDS:
                 time.sleep(FOLLOW_POLL_SECONDS)

@@ -21,7 +21,9 @@ from datapipe.builder.removals import Removal, Signed
 from datapipe.builder.source.base import Part
 from datapipe.versioning.store import Store
 
-MAX_BUCKETS = 64  # bucket tasks a stage's bands are shuffled to (at most one per block)
+MAX_BUCKETS = 64  # bucket tasks a stage's bands are shuffled to ...
+# ... from at most as many band tasks, each of a run of blocks: pieces cost groups x buckets tasks
+MAX_GROUPS = 64
 
 
 def near_dedupe_stage(
@@ -63,10 +65,12 @@ def bucket_tasks(docs: Documents, bands: int, rows: int) -> list[Any]:
     """One task per bucket: its candidate pairs, from the piece every block's bands send it."""
     from dask import delayed
 
-    buckets = max(1, min(MAX_BUCKETS, len(docs.blocks)))
+    count = len(docs.blocks)
+    buckets = max(1, min(MAX_BUCKETS, count))
+    runs = np.linspace(0, count, min(MAX_GROUPS, count) + 1).astype(int).tolist()
     banded = [
-        delayed(band_task)(block, int(first), bands, rows, buckets)
-        for block, first in zip(docs.blocks, docs.first[:-1].tolist(), strict=True)
+        delayed(band_task)(docs.blocks[lo:hi], int(docs.first[lo]), bands, rows, buckets)
+        for lo, hi in zip(runs[:-1], runs[1:], strict=True)
     ]
     return [
         delayed(candidate_pairs)(*[delayed(piece)(b, k) for b in banded]) for k in range(buckets)

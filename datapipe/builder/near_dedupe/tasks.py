@@ -47,11 +47,11 @@ def labels(job: BuildJob, part: Part, frame: pd.DataFrame) -> np.ndarray:
 
 
 def band_task(
-    signed: Any, first: int, bands: int, rows: int, buckets: int
+    blocks: list[Any], first: int, bands: int, rows: int, buckets: int
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The bucket pieces (``lsh.bucket_pieces``) of a block of documents numbered from ``first``;
-    documents without a shingle have no band."""
-    sig = signed.signatures
+    """The bucket pieces (``lsh.bucket_pieces``) of consecutive blocks of documents numbered from
+    ``first``; documents without a shingle have no band."""
+    sig = np.concatenate([b.signatures for b in blocks]) if blocks else np.zeros((0, 1), np.uint32)
     docs = np.arange(first, first + len(sig), dtype=np.int64)
     present = ~is_empty(sig)
     return bucket_pieces(band_keys(sig[present], bands, rows), docs[present], buckets)
