@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from benchmarks.near_corpus import generated, jaccard, planted, shingle_set
 from datapipe.builder.config import parse_pipeline
 from datapipe.builder.near_dedupe import minhash, shingles
-from datapipe.builder.near_dedupe import stage as stage_module
+from datapipe.builder.near_dedupe import tasks as tasks_module
 from datapipe.builder.near_dedupe.clusters import first_of_cluster
 from datapipe.builder.near_dedupe.lsh import candidate_pairs, choose_bands, s_curve
 from datapipe.builder.near_dedupe.minhash import HashFamily, is_empty, signatures, similarity
@@ -177,13 +177,13 @@ def test_a_rebuild_signs_only_new_partitions_and_matches_a_fresh_build(
     project, corpus, monkeypatch, tmp_path
 ):
     signed = []
-    real = stage_module.signature_pass
+    real = tasks_module.signature_pass
 
     def counting(job, part, masks, stage):
         signed.append(part.number)
         return real(job, part, masks, stage)
 
-    monkeypatch.setattr(stage_module, "signature_pass", counting)
+    monkeypatch.setattr(tasks_module, "signature_pass", counting)
     texts = corpus.texts
     write_docs(project, "b", texts[:200], start=0)
     write_docs(project, "d", texts[200:260], start=200)

@@ -13,35 +13,41 @@ from datapipe.builder.near_dedupe.clusters import first_of_cluster
 from datapipe.builder.near_dedupe.minhash import is_empty, similarity
 from datapipe.builder.removals import Removal, Signed
 
+ROW_BITS = 32  # a document's number: its block << ROW_BITS | its row there
+ROWS = (1 << ROW_BITS) - 1
+
+
+def numbers(block: int, rows: np.ndarray) -> np.ndarray:
+    """The numbers of rows ``rows`` of block ``block``: ascending in source order."""
+    return (np.int64(block) << ROW_BITS) | np.asarray(rows, dtype=np.int64)
+
 
 class Documents:
-    """Blocks of signed documents numbered one after the other (the versions checked against
-    first, then the partitions in source order)."""
+    """Blocks of signed documents (the versions checked against first, then the partitions in
+    source order), each document numbered by its block and row (``numbers``)."""
 
     def __init__(self, blocks: Sequence[Signed]) -> None:
         self.blocks = list(blocks)
-        self.first = np.concatenate([[0], np.cumsum([len(b) for b in blocks])]).astype(np.int64)
 
     def signatures(self, docs: np.ndarray) -> np.ndarray:
-        """The signatures of documents ``docs`` (global numbers), in that order."""
-        block = np.searchsorted(self.first, docs, side="right") - 1
+        """The signatures of documents ``docs``, in that order."""
+        docs = np.asarray(docs, dtype=np.int64)
+        block, row = docs >> ROW_BITS, docs & ROWS
         width = self.blocks[0].signatures.shape[1] if self.blocks else 0
         out = np.empty((len(docs), width), dtype=np.uint32)
         for b in np.unique(block).tolist():
             where = block == b
-            out[where] = self.blocks[b].signatures[docs[where] - self.first[b]]
+            out[where] = self.blocks[b].signatures[row[where]]
         return out
 
     def label(self, doc: int) -> str:
         """Document ``doc``'s label."""
-        b = int(np.searchsorted(self.first, doc, side="right") - 1)
-        return str(self.blocks[b].labels[doc - self.first[b]])
+        return str(self.blocks[doc >> ROW_BITS].labels[doc & ROWS])
 
     def empty(self) -> np.ndarray:
         """The documents without a shingle, ascending."""
         found = [
-            np.flatnonzero(is_empty(b.signatures)) + first
-            for b, first in zip(self.blocks, self.first[:-1].tolist(), strict=True)
+            numbers(b, np.flatnonzero(is_empty(s.signatures))) for b, s in enumerate(self.blocks)
         ]
         return np.concatenate(found) if found else np.zeros(0, np.int64)
 
@@ -64,15 +70,15 @@ def removals(docs: Documents, found: np.ndarray, protected: int) -> list[Removal
     """Per block from ``protected`` on (the partitions; the blocks before are only checked
     against), its keep-mask and the reason of each row it removes."""
     members, first = first_of_cluster(found)
-    gone = (first != members) & (members >= docs.first[protected])
+    gone = (first != members) & ((members >> ROW_BITS) >= protected)
     removed, kept = members[gone], first[gone]
     estimate = similarity(docs.signatures(removed), docs.signatures(kept))
-    block = np.searchsorted(docs.first, removed, side="right") - 1
+    block = removed >> ROW_BITS
     out = []
     for b in range(protected, len(docs.blocks)):
         keep = np.ones(len(docs.blocks[b]), dtype=bool)
         where = np.flatnonzero(block == b)
-        keep[removed[where] - docs.first[b]] = False
+        keep[removed[where] & ROWS] = False
         reasons = tuple(
             f"near-duplicate of {docs.label(k)} (estimated similarity {s:.2f})"
             for k, s in zip(kept[where].tolist(), estimate[where].tolist(), strict=True)

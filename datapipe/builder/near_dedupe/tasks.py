@@ -1,5 +1,5 @@
-"""What a Dask task does for a near_dedupe stage: one partition's signatures, its bands routed to
-buckets, one bucket's candidate pairs."""
+"""What a Dask task does for a near_dedupe stage: a block's signatures (a partition, or a shard of
+a version checked against) and, in the same task, its bands routed to buckets."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from datapipe.builder.near_dedupe.against import against_task
 from datapipe.builder.near_dedupe.lsh import band_keys, bucket_pieces
 from datapipe.builder.near_dedupe.minhash import HashFamily, is_empty, signatures
+from datapipe.builder.near_dedupe.resolve import numbers
 from datapipe.builder.passes import BuildJob, Masks, clean
 from datapipe.builder.removals import Signed
 from datapipe.builder.source.base import Part
@@ -46,18 +48,43 @@ def labels(job: BuildJob, part: Part, frame: pd.DataFrame) -> np.ndarray:
     )
 
 
-def band_task(
-    blocks: list[Any], first: int, bands: int, rows: int, buckets: int
-) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The bucket pieces (``lsh.bucket_pieces``) of consecutive blocks of documents numbered from
-    ``first``; documents without a shingle have no band."""
-    sig = np.concatenate([b.signatures for b in blocks]) if blocks else np.zeros((0, 1), np.uint32)
-    docs = np.arange(first, first + len(sig), dtype=np.int64)
-    present = ~is_empty(sig)
-    return bucket_pieces(band_keys(sig[present], bands, rows), docs[present], buckets)
+def banded(
+    signed: Signed, block: int, bands: int, rows: int, buckets: int
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
+    """Per bucket, the piece (``lsh.bucket_pieces``) of block ``block``'s documents (numbered
+    ``resolve.numbers``); documents without a shingle have no band."""
+    sig = signed.signatures
+    present = np.flatnonzero(~is_empty(sig))
+    keys = band_keys(sig[present], bands, rows)
+    return tuple(bucket_pieces(keys, numbers(block, present), buckets))
 
 
-def piece(pieces: list[Any], bucket: int) -> Any:
-    """Bucket ``bucket``'s piece of one block (a task of its own: only it crosses to the bucket's
-    worker)."""
-    return pieces[bucket]
+def sign_and_band(
+    job: BuildJob,
+    part: Part,
+    masks: Masks,
+    stage: int,
+    block: int,
+    bands: int,
+    rows: int,
+    buckets: int,
+) -> tuple[Any, ...]:
+    """A partition's signed documents, then its piece for each bucket: one task, so that the
+    signatures never travel to be banded."""
+    signed = signature_pass(job, part, masks, stage)
+    return (signed, *banded(signed, block, bands, rows, buckets))
+
+
+def against_and_band(
+    shard: Any, args: Any, block: int, bands: int, rows: int, buckets: int
+) -> tuple[Any, ...]:
+    """A checked-against shard's signed documents, then its piece for each bucket."""
+    signed = against_task(shard, args)
+    return (signed, *banded(signed, block, bands, rows, buckets))
+
+
+def known_and_band(
+    signed: Signed, block: int, bands: int, rows: int, buckets: int
+) -> tuple[Any, ...]:
+    """A partition's signed documents the parent kept, then its piece for each bucket."""
+    return (signed, *banded(signed, block, bands, rows, buckets))
