@@ -56,22 +56,6 @@ def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return mix64(x)
 
 
-def bucket_pieces(
-    keys: np.ndarray, docs: np.ndarray, buckets: int
-) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per bucket b of ``buckets``: the (band, key, document) of every band whose key falls in it
-    (key mod buckets); ``docs``: the global number of each row of ``keys``."""
-    band = np.broadcast_to(np.arange(keys.shape[1], dtype=np.int32), keys.shape).ravel()
-    flat, doc = keys.ravel(), np.repeat(np.asarray(docs, dtype=np.int64), keys.shape[1])
-    where = (flat % np.uint64(buckets)).astype(np.int64)
-    order = np.argsort(where, kind="stable")
-    bounds = np.searchsorted(where[order], np.arange(buckets + 1))
-    return [
-        (band[order[lo:hi]], flat[order[lo:hi]], doc[order[lo:hi]])
-        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
-    ]
-
-
 def candidate_pairs(*pieces: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     """(pairs, 2) int64, each (earlier, later) document, unique and sorted: within each bucket
     (band and key), every document with the bucket's first and with the one before it."""

@@ -1,7 +1,7 @@
 """A near_dedupe stage on the cluster, top to bottom: each block's signatures (a partition, the
 parent's where it is the same partition; a shard of a version checked against) and its bands,
-held on the workers; the bands shuffled to buckets by hash so that each bucket's pairs are found
-on one worker; then the signatures fetched one by one, and the clusters and removals."""
+held on the workers; the bands shuffled by hash (Dask's shuffle) so that each bucket's pairs are
+found on one worker; then the signatures fetched one by one, and the clusters and removals."""
 
 from __future__ import annotations
 
@@ -9,20 +9,28 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from datapipe.builder.config import stage_path
 from datapipe.builder.config_parts import NearDedupeArgs
+from datapipe.builder.in_process import InProcessClient
 from datapipe.builder.near_dedupe.against import against_notes, against_shards
-from datapipe.builder.near_dedupe.lsh import bands_and_rows, candidate_pairs
+from datapipe.builder.near_dedupe.lsh import bands_and_rows
 from datapipe.builder.near_dedupe.resolve import Documents, edges, removals
-from datapipe.builder.near_dedupe.tasks import against_and_band, known_and_band, sign_and_band
+from datapipe.builder.near_dedupe.tasks import (
+    BANDS_META,
+    against_and_band,
+    bucket_pairs,
+    known_and_band,
+    sign_and_band,
+)
 from datapipe.builder.pass_runner import PassRunner
 from datapipe.builder.passes import Masks
 from datapipe.builder.removals import Removal, Signed
 from datapipe.builder.source.base import Part
 from datapipe.versioning.store import Store
 
-MAX_BUCKETS = 64  # bucket tasks a stage's bands go to (at most one per block)
+MAX_BUCKETS = 64  # partitions the bands are shuffled into (at most one per block)
 
 
 def near_dedupe_stage(
@@ -42,22 +50,19 @@ def near_dedupe_stage(
 
     label = stage_path(stage, "near_dedupe")
     shards = against_shards(label, args, store)
-    bands, rows = bands_and_rows(args)
-    buckets = max(1, min(MAX_BUCKETS, len(shards) + len(parts)))
-    made = block_tasks(job, parts, stage, args, masks, known, shards, (bands, rows, buckets))
-    held = run.keep([t[0] for t in made] + [t[k] for t in made for k in range(1, 1 + buckets)])
-    signed_of, pieces = held[: len(made)], held[len(made) :]
+    banding = bands_and_rows(args)
+    made = block_tasks(job, parts, stage, args, masks, known, shards, banding)
+    held = run.keep([t[0] for t in made] + [t[1] for t in made])
+    signed_of, frames = held[: len(made)], held[len(made) :]
     run(f"{label} signatures", [delayed(len)(s) for s in signed_of])  # its progress, no data
-    per_bucket = [pieces[k::buckets] for k in range(buckets)]
-    pairs = run(f"{label} buckets", [delayed(candidate_pairs)(*p) for p in per_bucket])
-    del pieces, per_bucket, held
+    peer_to_peer = not isinstance(run.client, InProcessClient)
+    pairs = run(f"{label} buckets", shuffled_pairs(frames, peer_to_peer))
+    del frames, held
     blocks = run(f"{label} collect", signed_of)  # fetched one by one, each then let go
     del signed_of
     docs = Documents(blocks)
-    pairs = np.concatenate([np.zeros((0, 2), np.int64), *pairs])
-    found = edges(docs, pairs, args)
-    against = blocks[: len(shards)]
-    notes = against_notes(label, args, shards, against)
+    found = edges(docs, np.concatenate([np.zeros((0, 2), np.int64), *pairs]), args)
+    notes = against_notes(label, args, shards, blocks[: len(shards)])
     return blocks[len(shards) :], removals(docs, found, len(shards)), notes
 
 
@@ -69,21 +74,46 @@ def block_tasks(
     masks: Sequence[Masks],
     known: Sequence[Signed | None],
     shards: Sequence[Any],
-    banding: tuple[int, int, int],
+    banding: tuple[int, int],
 ) -> list[Any]:
-    """Per block (each checked-against shard, then each partition), a task of 1 + buckets
-    outputs: its signed documents, then its piece for each bucket."""
+    """Per block (each checked-against shard, then each partition), a task of two outputs: its
+    signed documents and its bands."""
     from dask import delayed
 
-    buckets = banding[2]
-    out = []
-    for b, shard in enumerate(shards):
-        out.append(delayed(against_and_band, nout=1 + buckets)(shard, args, b, *banding))
+    out = [
+        delayed(against_and_band, nout=2)(shard, args, b, *banding)
+        for b, shard in enumerate(shards)
+    ]
     for i, part in enumerate(parts):
         b = len(shards) + i
         if known[i] is not None:
-            out.append(delayed(known_and_band, nout=1 + buckets)(known[i], b, *banding))
-            continue
-        sign = delayed(sign_and_band, nout=1 + buckets, pure=False)
-        out.append(sign(job, part, masks[i], stage, b, *banding))
+            out.append(delayed(known_and_band, nout=2)(known[i], b, *banding))
+        else:
+            sign = delayed(sign_and_band, nout=2, pure=False)
+            out.append(sign(job, part, masks[i], stage, b, *banding))
     return out
+
+
+def shuffled_pairs(frames: Sequence[Any], peer_to_peer: bool) -> list[Any]:
+    """The bands of every block shuffled by key (Dask's shuffle: peer to peer on a cluster, as
+    tasks in process), each bucket's candidate pairs a task: one array of (first, second) per
+    bucket."""
+    import dask.dataframe as dd
+    from dask import delayed
+
+    buckets = max(1, min(MAX_BUCKETS, len(frames)))
+    if not frames:
+        return []
+    bands = dd.from_delayed(list(frames), meta=BANDS_META, verify_meta=False)
+    method = "p2p" if peer_to_peer else "tasks"
+    shuffled = bands.shuffle(on="key", npartitions=buckets, shuffle_method=method)
+    pairs = shuffled.map_partitions(bucket_pairs, meta=PAIRS_META)
+    return [delayed(pair_array)(part) for part in pairs.to_delayed()]
+
+
+PAIRS_META = pd.DataFrame({"first": np.zeros(0, np.int64), "second": np.zeros(0, np.int64)})
+
+
+def pair_array(frame: pd.DataFrame) -> np.ndarray:
+    """A bucket's pairs as an (n, 2) int64 array."""
+    return frame[["first", "second"]].to_numpy(dtype=np.int64)

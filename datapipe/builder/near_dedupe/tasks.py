@@ -1,5 +1,5 @@
 """What a Dask task does for a near_dedupe stage: a block's signatures (a partition, or a shard of
-a version checked against) and, in the same task, its bands routed to buckets."""
+a version checked against) and, in the same task, its bands; a bucket's candidate pairs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from datapipe.builder.near_dedupe.against import against_task
-from datapipe.builder.near_dedupe.lsh import band_keys, bucket_pieces
+from datapipe.builder.near_dedupe.lsh import band_keys, candidate_pairs
 from datapipe.builder.near_dedupe.minhash import HashFamily, is_empty, signatures
 from datapipe.builder.near_dedupe.resolve import numbers
 from datapipe.builder.passes import BuildJob, Masks, clean
@@ -48,43 +48,56 @@ def labels(job: BuildJob, part: Part, frame: pd.DataFrame) -> np.ndarray:
     )
 
 
-def banded(
-    signed: Signed, block: int, bands: int, rows: int, buckets: int
-) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
-    """Per bucket, the piece (``lsh.bucket_pieces``) of block ``block``'s documents (numbered
-    ``resolve.numbers``); documents without a shingle have no band."""
+BANDS_META = pd.DataFrame(
+    {
+        "band": np.zeros(0, np.int32),
+        "key": np.zeros(0, np.uint64),
+        "doc": np.zeros(0, np.int64),
+    }
+)  # a block's bands: one row per document and band
+
+
+def band_frame(signed: Signed, block: int, bands: int, rows: int) -> pd.DataFrame:
+    """Every band of block ``block``'s documents (numbered ``resolve.numbers``), as rows (band,
+    key, document); documents without a shingle have none."""
     sig = signed.signatures
     present = np.flatnonzero(~is_empty(sig))
     keys = band_keys(sig[present], bands, rows)
-    return tuple(bucket_pieces(keys, numbers(block, present), buckets))
+    return pd.DataFrame(
+        {
+            "band": np.tile(np.arange(bands, dtype=np.int32), len(present)),
+            "key": keys.ravel(),
+            "doc": np.repeat(numbers(block, present), bands),
+        }
+    )
 
 
 def sign_and_band(
-    job: BuildJob,
-    part: Part,
-    masks: Masks,
-    stage: int,
-    block: int,
-    bands: int,
-    rows: int,
-    buckets: int,
-) -> tuple[Any, ...]:
-    """A partition's signed documents, then its piece for each bucket: one task, so that the
-    signatures never travel to be banded."""
+    job: BuildJob, part: Part, masks: Masks, stage: int, block: int, bands: int, rows: int
+) -> tuple[Signed, pd.DataFrame]:
+    """A partition's signed documents and their bands: one task, so that the signatures never
+    travel to be banded."""
     signed = signature_pass(job, part, masks, stage)
-    return (signed, *banded(signed, block, bands, rows, buckets))
+    return signed, band_frame(signed, block, bands, rows)
 
 
 def against_and_band(
-    shard: Any, args: Any, block: int, bands: int, rows: int, buckets: int
-) -> tuple[Any, ...]:
-    """A checked-against shard's signed documents, then its piece for each bucket."""
+    shard: Any, args: Any, block: int, bands: int, rows: int
+) -> tuple[Signed, pd.DataFrame]:
+    """A checked-against shard's signed documents and their bands."""
     signed = against_task(shard, args)
-    return (signed, *banded(signed, block, bands, rows, buckets))
+    return signed, band_frame(signed, block, bands, rows)
 
 
 def known_and_band(
-    signed: Signed, block: int, bands: int, rows: int, buckets: int
-) -> tuple[Any, ...]:
-    """A partition's signed documents the parent kept, then its piece for each bucket."""
-    return (signed, *banded(signed, block, bands, rows, buckets))
+    signed: Signed, block: int, bands: int, rows: int
+) -> tuple[Signed, pd.DataFrame]:
+    """A partition's signed documents the parent kept, and their bands."""
+    return signed, band_frame(signed, block, bands, rows)
+
+
+def bucket_pairs(frame: pd.DataFrame) -> pd.DataFrame:
+    """One bucket's candidate pairs (``lsh.candidate_pairs``) as rows (first, second)."""
+    piece = (frame["band"].to_numpy(), frame["key"].to_numpy(), frame["doc"].to_numpy())
+    pairs = candidate_pairs(piece)
+    return pd.DataFrame({"first": pairs[:, 0], "second": pairs[:, 1]})
