@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from benchmarks.near_corpus import generated, jaccard, planted, shingle_set
 from datapipe.builder.config import parse_pipeline
+from datapipe.builder.in_process import InProcessClient
 from datapipe.builder.near_dedupe import minhash, shingles
 from datapipe.builder.near_dedupe import tasks as tasks_module
 from datapipe.builder.near_dedupe.clusters import first_of_cluster
@@ -162,7 +163,9 @@ def test_same_version_for_any_workers_and_partitions(project, corpus, dask_clien
     for i in range(4):  # copies in other files than their originals
         write_docs(project, f"docs-{i}", corpus.texts[i::4], start=10_000 * i)
     versions = set()
-    for blocksize, client in [("1MB", None), ("8KB", None), ("8KB", dask_client)]:
+    one = InProcessClient(threads=1)  # one worker, in this process
+    two = InProcessClient(threads=2)
+    for blocksize, client in [("1MB", one), ("8KB", two), ("8KB", one), ("8KB", dask_client)]:
         text = stage_yaml().replace(
             "format: jsonl}", f"format: jsonl, options: {{blocksize: {blocksize}}}}}"
         )
