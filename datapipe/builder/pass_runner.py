@@ -16,6 +16,7 @@ T = TypeVar("T")
 STALL_CHECK_SECONDS = 20
 STALL_CHECKS = 3  # a minute without progress, workers paused or gone
 FOLLOW_POLL_SECONDS = 0.01  # how often a pass looks for finished tasks when none was ready
+GATHER_AT_ONCE = 8  # results fetched in one request
 
 
 class PassRunner:
@@ -99,10 +100,14 @@ class PassRunner:
         while not finished.is_empty():
             done = finished.next_batch(block=False)
             if done:
-                for future, value in zip(done, self.client.gather(done), strict=True):
-                    for i in places[future.key]:
-                        results[i] = value
-                    future.release()
+                # a few at a time: results held already (spilled, maybe) come back to memory to be
+                # sent, and all of a pass's at once would not fit
+                for lo in range(0, len(done), GATHER_AT_ONCE):
+                    some = done[lo : lo + GATHER_AT_ONCE]
+                    for future, value in zip(some, self.client.gather(some), strict=True):
+                        for i in places[future.key]:
+                            results[i] = value
+                        future.release()
                 self.progress.advance(phase, sum(len(places[f.key]) for f in done))
                 stalled, quiet_since = 0, time.monotonic()
             elif time.monotonic() - quiet_since < STALL_CHECK_SECONDS:
