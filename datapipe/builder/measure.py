@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.builder.config import StageConfig
-from datapipe.builder.near_dedupe.stage import near_dedupe_stage
+from datapipe.builder.near_dedupe.stage import StageInput, near_dedupe_stage
 from datapipe.builder.pass_runner import PassRunner
 from datapipe.builder.passes import (
     Measured,
@@ -74,9 +74,8 @@ def dedupe_stages(
         if stage.kind == "near_dedupe":
             masks = [done.of(p.number) for p in parts]
             known = [reuse.dedupe(i, p.number, m) for p, m in zip(parts, masks, strict=True)]
-            signed, removed, notes = near_dedupe_stage(
-                run, job, parts, i, stage.args, masks, known, store
-            )
+            given = StageInput(job, parts, i, stage.args, masks, known)
+            signed, removed, notes = near_dedupe_stage(run, given, store)
             done = done.with_removals(i, signed, removed, notes)
             continue
         if stage.kind != "dedupe":

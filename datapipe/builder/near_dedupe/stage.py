@@ -6,6 +6,7 @@ found on one worker; then the signatures fetched one by one, and the clusters an
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,25 +34,31 @@ from datapipe.versioning.store import Store
 MAX_BUCKETS = 64  # partitions the bands are shuffled into (at most one per block)
 
 
+@dataclass(frozen=True)
+class StageInput:
+    """What a near_dedupe stage works on: stage ``stage`` (``args``) of ``parts``, read by the
+    build's ``job``; per partition, the masks of the stages before and its signed documents where
+    the parent had them (``known``)."""
+
+    job: Any
+    parts: Sequence[Part]
+    stage: int
+    args: NearDedupeArgs
+    masks: Sequence[Masks]
+    known: Sequence[Signed | None]
+
+
 def near_dedupe_stage(
-    run: PassRunner,
-    job: Any,
-    parts: Sequence[Part],
-    stage: int,
-    args: NearDedupeArgs,
-    masks: Sequence[Masks],
-    known: Sequence[Signed | None],
-    store: Store,
+    run: PassRunner, given: StageInput, store: Store
 ) -> tuple[list[Signed], list[Removal], list[str]]:
-    """Per partition, its signed documents at stage ``stage`` (``args``) and its removal;
-    ``masks``: each partition's masks of the stages before, ``known``: its signed documents where
-    the parent had them; and a line for the summary per version checked against."""
+    """Per partition, its signed documents and its removal; and a line for the summary per version
+    checked against."""
     from dask import delayed
 
-    label = stage_path(stage, "near_dedupe")
+    args = given.args
+    label = stage_path(given.stage, "near_dedupe")
     shards = against_shards(label, args, store)
-    banding = bands_and_rows(args)
-    made = block_tasks(job, parts, stage, args, masks, known, shards, banding)
+    made = block_tasks(given, shards, bands_and_rows(args))
     held = run.keep([t[0] for t in made] + [t[1] for t in made])
     signed_of, frames = held[: len(made)], held[len(made) :]
     run(f"{label} signatures", [delayed(len)(s) for s in signed_of])  # its progress, no data
@@ -66,31 +73,22 @@ def near_dedupe_stage(
     return blocks[len(shards) :], removals(docs, found, len(shards)), notes
 
 
-def block_tasks(
-    job: Any,
-    parts: Sequence[Part],
-    stage: int,
-    args: NearDedupeArgs,
-    masks: Sequence[Masks],
-    known: Sequence[Signed | None],
-    shards: Sequence[Any],
-    banding: tuple[int, int],
-) -> list[Any]:
+def block_tasks(given: StageInput, shards: Sequence[Any], banding: tuple[int, int]) -> list[Any]:
     """Per block (each checked-against shard, then each partition), a task of two outputs: its
     signed documents and its bands."""
     from dask import delayed
 
     out = [
-        delayed(against_and_band, nout=2)(shard, args, b, *banding)
+        delayed(against_and_band, nout=2)(shard, given.args, b, *banding)
         for b, shard in enumerate(shards)
     ]
-    for i, part in enumerate(parts):
-        b = len(shards) + i
-        if known[i] is not None:
-            out.append(delayed(known_and_band, nout=2)(known[i], b, *banding))
+    for i, part in enumerate(given.parts):
+        b, known = len(shards) + i, given.known[i]
+        if known is not None:
+            out.append(delayed(known_and_band, nout=2)(known, b, *banding))
         else:
             sign = delayed(sign_and_band, nout=2, pure=False)
-            out.append(sign(job, part, masks[i], stage, b, *banding))
+            out.append(sign(given.job, part, given.masks[i], given.stage, b, *banding))
     return out
 
 
