@@ -15,6 +15,7 @@ from datapipe.builder.removals import Removal, Signed
 
 ROW_BITS = 32  # a document's number: its block << ROW_BITS | its row there
 ROWS = (1 << ROW_BITS) - 1
+PAIRS_AT_ONCE = 1 << 14  # pairs whose signatures are compared in one go
 
 
 def numbers(block: int, rows: np.ndarray) -> np.ndarray:
@@ -40,6 +41,15 @@ class Documents:
             out[where] = self.blocks[b].signatures[row[where]]
         return out
 
+    def similarity(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        """The estimated similarity of each pair (``first[i]``, ``second[i]``), PAIRS_AT_ONCE
+        pairs at a time: two signatures of 4 KB a pair at 1,024 hashes."""
+        out = np.empty(len(first))
+        for lo in range(0, len(first), PAIRS_AT_ONCE):
+            hi = lo + PAIRS_AT_ONCE
+            out[lo:hi] = similarity(self.signatures(first[lo:hi]), self.signatures(second[lo:hi]))
+        return out
+
     def label(self, doc: int) -> str:
         """Document ``doc``'s label."""
         return str(self.blocks[doc >> ROW_BITS].labels[doc & ROWS])
@@ -58,7 +68,7 @@ def edges(docs: Documents, pairs: np.ndarray, args: NearDedupeArgs) -> np.ndarra
     such one."""
     found = np.unique(np.asarray(pairs, dtype=np.int64).reshape(-1, 2), axis=0)
     if args.verify:
-        estimate = similarity(docs.signatures(found[:, 0]), docs.signatures(found[:, 1]))
+        estimate = docs.similarity(found[:, 0], found[:, 1])
         found = found[estimate >= args.threshold]
     if args.empty == "first":
         blank = docs.empty()
@@ -72,7 +82,7 @@ def removals(docs: Documents, found: np.ndarray, protected: int) -> list[Removal
     members, first = first_of_cluster(found)
     gone = (first != members) & ((members >> ROW_BITS) >= protected)
     removed, kept = members[gone], first[gone]
-    estimate = similarity(docs.signatures(removed), docs.signatures(kept))
+    estimate = docs.similarity(removed, kept)
     block = removed >> ROW_BITS
     out = []
     for b in range(protected, len(docs.blocks)):
