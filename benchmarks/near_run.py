@@ -40,14 +40,13 @@ def log(msg: str) -> None:
 def candidates(corpus: Planted, limit: int = 3000, seed: int = 0) -> dict:
     """The candidate pairs LSH makes of the corpus (bands 14 x rows 8), a sample of at most
     ``limit`` of them with their exact similarity by brute force and their estimate."""
-    from datapipe.builder.near_dedupe.lsh import band_keys, candidate_pairs
-    from datapipe.builder.near_dedupe.minhash import HashFamily, is_empty, signatures, similarity
+    from datapipe.builder.near_dedupe.minhash import HashFamily, signatures, similarity
+    from datapipe.builder.near_dedupe.tasks import band_frame, bucket_pairs
+    from datapipe.builder.removals import Signed
 
     sig = signatures(corpus.texts, 5, HashFamily(0, 112))
-    present = np.flatnonzero(~is_empty(sig))
-    keys = band_keys(sig[present], BANDS, ROWS)
-    band = np.tile(np.arange(BANDS, dtype=np.int32), len(present))
-    pairs = candidate_pairs((band, keys.ravel(), np.repeat(present, BANDS)))
+    labels = np.zeros(len(sig), dtype=str)  # one block, numbered 0 on: a document's index
+    pairs = bucket_pairs(band_frame(Signed(sig, labels), 0, BANDS, ROWS)).to_numpy(np.int64)
     rng = random.Random(seed)
     picked = sorted(rng.sample(range(len(pairs)), min(limit, len(pairs))))
     rows = []

@@ -95,7 +95,6 @@ class PassRunner:
 
         # each future tracked once, not re-waited on
         finished = as_completed(list({f.key: f for f in futures}.values()), loop=self.client.loop)
-        futures.clear()
         stalled, quiet_since = 0, time.monotonic()
         while not finished.is_empty():
             done = finished.next_batch(block=False)

@@ -263,9 +263,9 @@ def run_stage(
     """Apply one stage to a partition.
 
     ``keep`` is the dedupe mask computed for this partition (a near_dedupe stage's Removal);
-    ``code`` maps the modules of map
-    stages to the sha256 of their file as recorded in the lineage; ``tokenizer`` is the tokenize
-    stage's file, read where the build started (``tokenize_stage.read_tokenizer``).
+    ``code`` maps the modules of map stages to the sha256 of their file as recorded in the lineage;
+    ``tokenizer`` is the tokenize stage's file, read where the build started
+    (``tokenize_stage.read_tokenizer``).
     """
     kind, args = stage.kind, stage.args
     if kind == "tokenize":

@@ -190,10 +190,11 @@ class BatchSource:
         if self.packed:
             batches = self.dataset.files.read_rows(shard_ids, local, sizes)
             pins.opened(shard_ids)
-            start = 0
-            for batch, n in zip(batches, sizes, strict=True):
-                self._add_sources(batch, shard_ids[start : start + n])
-                start += n
+            names = self.dataset.source_names(shard_ids)
+            if names is not None:  # a mix: each row's source, batch by batch
+                bounds = np.cumsum([0, *sizes]).tolist()
+                for batch, lo, hi in zip(batches, bounds[:-1], bounds[1:], strict=True):
+                    batch[SOURCE] = names[lo:hi]
             return batches, shard_ids
         keys, columns = self.dataset.files.read_columns(shard_ids, local, list(self.decoders))
         pins.opened(shard_ids)

@@ -15,7 +15,7 @@ from benchmarks.near_corpus import generated, jaccard, planted, shingle_set
 from datapipe.builder.config import parse_pipeline
 from datapipe.builder.in_process import InProcessClient
 from datapipe.builder.near_dedupe import minhash, shingles
-from datapipe.builder.near_dedupe import tasks as tasks_module
+from datapipe.builder.near_dedupe import stage as stage_module
 from datapipe.builder.near_dedupe.clusters import first_of_cluster
 from datapipe.builder.near_dedupe.lsh import candidate_pairs, choose_bands, s_curve
 from datapipe.builder.near_dedupe.minhash import HashFamily, is_empty, signatures, similarity
@@ -72,9 +72,12 @@ def test_a_bucket_pairs_each_document_with_its_first_and_the_one_before():
     band = np.array([0, 0, 0, 0, 1, 1], dtype=np.int32)
     key = np.array([7, 7, 7, 9, 7, 7], dtype=np.uint64)
     doc = np.array([5, 2, 8, 1, 3, 2], dtype=np.int64)
-    half = (band[:3], key[:3], doc[:3])
-    rest = (band[3:], key[3:], doc[3:])
-    assert candidate_pairs(half, rest).tolist() == [[2, 3], [2, 5], [2, 8], [5, 8]]
+    assert candidate_pairs(band, key, doc).tolist() == [[2, 3], [2, 5], [2, 8], [5, 8]]
+    nothing = np.zeros(0, np.int64)
+    assert candidate_pairs(nothing.astype(np.int32), nothing.astype(np.uint64), nothing).shape == (
+        0,
+        2,
+    )
 
 
 def test_default_bands_and_rows_follow_the_threshold():
@@ -180,13 +183,13 @@ def test_a_rebuild_signs_only_new_partitions_and_matches_a_fresh_build(
     project, corpus, monkeypatch, tmp_path
 ):
     signed = []
-    real = tasks_module.signature_pass
+    real = stage_module.signature_pass
 
     def counting(job, part, masks, stage):
         signed.append(part.number)
         return real(job, part, masks, stage)
 
-    monkeypatch.setattr(tasks_module, "signature_pass", counting)
+    monkeypatch.setattr(stage_module, "signature_pass", counting)
     texts = corpus.texts
     write_docs(project, "b", texts[:200], start=0)
     write_docs(project, "d", texts[200:260], start=200)

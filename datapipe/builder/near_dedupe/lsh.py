@@ -56,14 +56,10 @@ def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return mix64(x)
 
 
-def candidate_pairs(*pieces: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-    """(pairs, 2) int64, each (earlier, later) document, unique and sorted: within each bucket
-    (band and key), every document with the bucket's first and with the one before it."""
-    if not pieces:
-        return np.zeros((0, 2), dtype=np.int64)
-    band = np.concatenate([p[0] for p in pieces])
-    key = np.concatenate([p[1] for p in pieces])
-    doc = np.concatenate([p[2] for p in pieces])
+def candidate_pairs(band: np.ndarray, key: np.ndarray, doc: np.ndarray) -> np.ndarray:
+    """(pairs, 2) int64, each (earlier, later) document, unique and sorted, of the rows (band, key,
+    document): within each bucket (band and key), every document with the bucket's first and with
+    the one before it."""
     order = np.lexsort((doc, key, band))
     band, key, doc = band[order], key[order], doc[order]
     same = (band[1:] == band[:-1]) & (key[1:] == key[:-1])  # row i + 1 shares row i's bucket

@@ -72,7 +72,8 @@ def edges(docs: Documents, pairs: np.ndarray, args: NearDedupeArgs) -> np.ndarra
         found = found[estimate >= args.threshold]
     if args.empty == "first":
         blank = docs.empty()
-        found = np.concatenate([found, np.stack([np.full(len(blank), blank[:1].sum()), blank], 1)])
+        if len(blank):
+            found = np.concatenate([found, np.stack([np.full_like(blank, blank[0]), blank], 1)])
     return found
 
 

@@ -15,15 +15,15 @@ import pandas as pd
 from datapipe.builder.config import stage_path
 from datapipe.builder.config_parts import NearDedupeArgs
 from datapipe.builder.in_process import InProcessClient
-from datapipe.builder.near_dedupe.against import against_notes, against_shards
+from datapipe.builder.near_dedupe.against import against_notes, against_shards, against_task
 from datapipe.builder.near_dedupe.lsh import bands_and_rows
 from datapipe.builder.near_dedupe.resolve import Documents, edges, removals
 from datapipe.builder.near_dedupe.tasks import (
     BANDS_META,
-    against_and_band,
     bucket_pairs,
-    known_and_band,
-    sign_and_band,
+    kept,
+    signature_pass,
+    with_bands,
 )
 from datapipe.builder.pass_runner import PassRunner
 from datapipe.builder.passes import Masks
@@ -32,6 +32,7 @@ from datapipe.builder.source.base import Part
 from datapipe.versioning.store import Store
 
 MAX_BUCKETS = 64  # partitions the bands are shuffled into (at most one per block)
+PAIRS_META = pd.DataFrame({"first": np.zeros(0, np.int64), "second": np.zeros(0, np.int64)})
 
 
 @dataclass(frozen=True)
@@ -78,17 +79,16 @@ def block_tasks(given: StageInput, shards: Sequence[Any], banding: tuple[int, in
     signed documents and its bands."""
     from dask import delayed
 
-    out = [
-        delayed(against_and_band, nout=2)(shard, given.args, b, *banding)
-        for b, shard in enumerate(shards)
-    ]
+    task = delayed(with_bands, nout=2, pure=False)
+    out = [task(against_task, (shard, given.args), b, *banding) for b, shard in enumerate(shards)]
     for i, part in enumerate(given.parts):
         b, known = len(shards) + i, given.known[i]
         if known is not None:
-            out.append(delayed(known_and_band, nout=2)(known, b, *banding))
+            out.append(task(kept, (known,), b, *banding))
         else:
-            sign = delayed(sign_and_band, nout=2, pure=False)
-            out.append(sign(given.job, part, given.masks[i], given.stage, b, *banding))
+            out.append(
+                task(signature_pass, (given.job, part, given.masks[i], given.stage), b, *banding)
+            )
     return out
 
 
@@ -99,17 +99,14 @@ def shuffled_pairs(frames: Sequence[Any], peer_to_peer: bool) -> list[Any]:
     import dask.dataframe as dd
     from dask import delayed
 
-    buckets = max(1, min(MAX_BUCKETS, len(frames)))
     if not frames:
         return []
+    buckets = min(MAX_BUCKETS, len(frames))
     bands = dd.from_delayed(list(frames), meta=BANDS_META, verify_meta=False)
     method = "p2p" if peer_to_peer else "tasks"
     shuffled = bands.shuffle(on="key", npartitions=buckets, shuffle_method=method)
     pairs = shuffled.map_partitions(bucket_pairs, meta=PAIRS_META)
     return [delayed(pair_array)(part) for part in pairs.to_delayed()]
-
-
-PAIRS_META = pd.DataFrame({"first": np.zeros(0, np.int64), "second": np.zeros(0, np.int64)})
 
 
 def pair_array(frame: pd.DataFrame) -> np.ndarray:

@@ -1,14 +1,14 @@
-"""What a Dask task does for a near_dedupe stage: a block's signatures (a partition, or a shard of
-a version checked against) and, in the same task, its bands; a bucket's candidate pairs."""
+"""What a Dask task does for a near_dedupe stage: a partition's signatures, a block's signatures
+with its bands in the same task, a bucket's candidate pairs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from datapipe.builder.near_dedupe.against import against_task
 from datapipe.builder.near_dedupe.lsh import band_keys, candidate_pairs
 from datapipe.builder.near_dedupe.minhash import HashFamily, is_empty, signatures
 from datapipe.builder.near_dedupe.resolve import numbers
@@ -72,32 +72,23 @@ def band_frame(signed: Signed, block: int, bands: int, rows: int) -> pd.DataFram
     )
 
 
-def sign_and_band(
-    job: BuildJob, part: Part, masks: Masks, stage: int, block: int, bands: int, rows: int
+def with_bands(
+    sign: Callable[..., Signed], given: tuple[Any, ...], block: int, bands: int, rows: int
 ) -> tuple[Signed, pd.DataFrame]:
-    """A partition's signed documents and their bands: one task, so that the signatures never
-    travel to be banded."""
-    signed = signature_pass(job, part, masks, stage)
+    """Block ``block``'s signed documents (``sign(*given)``) and their bands, in one task: the
+    signatures never travel to be banded."""
+    signed = sign(*given)
     return signed, band_frame(signed, block, bands, rows)
 
 
-def against_and_band(
-    shard: Any, args: Any, block: int, bands: int, rows: int
-) -> tuple[Signed, pd.DataFrame]:
-    """A checked-against shard's signed documents and their bands."""
-    signed = against_task(shard, args)
-    return signed, band_frame(signed, block, bands, rows)
-
-
-def known_and_band(
-    signed: Signed, block: int, bands: int, rows: int
-) -> tuple[Signed, pd.DataFrame]:
-    """A partition's signed documents the parent kept, and their bands."""
-    return signed, band_frame(signed, block, bands, rows)
+def kept(signed: Signed) -> Signed:
+    """Signed documents the parent kept, as they are (a ``sign`` for ``with_bands``)."""
+    return signed
 
 
 def bucket_pairs(frame: pd.DataFrame) -> pd.DataFrame:
     """One bucket's candidate pairs (``lsh.candidate_pairs``) as rows (first, second)."""
-    piece = (frame["band"].to_numpy(), frame["key"].to_numpy(), frame["doc"].to_numpy())
-    pairs = candidate_pairs(piece)
+    pairs = candidate_pairs(
+        frame["band"].to_numpy(), frame["key"].to_numpy(), frame["doc"].to_numpy()
+    )
     return pd.DataFrame({"first": pairs[:, 0], "second": pairs[:, 1]})
