@@ -222,9 +222,15 @@ def test_empty_texts_are_kept_unless_asked(project):
     assert gone["d00003"] == "near-duplicate of d00000 (estimated similarity 1.00)"
 
 
-def test_a_build_is_checked_against_another_version(project, corpus):
+def checked_against(project, corpus, evalset_stages: str):
+    """A build of copies of the first 240 documents' planted copies (and 20 new documents) checked
+    against a version of those 240 built with ``evalset_stages``: the version, its label, the
+    build and its removals."""
     write_docs(project, "docs", corpus.texts[:240])
-    project.pipeline(stage_yaml().replace("name: web", "name: evalset"))
+    project.pipeline(
+        stage_yaml().replace("name: web", "name: evalset").split("stages:")[0]
+        + f"stages:\n{evalset_stages}sample: {{key: id, fields: {{text: text}}}}\n"
+    )
     evalset = project.build()
     project.write("raw/docs.jsonl", "")
     copies = [c for c in corpus.copies if c[3] >= 0.9]
@@ -233,14 +239,62 @@ def test_a_build_is_checked_against_another_version(project, corpus):
     project.pipeline(stage_yaml(against=[url]))
     result = project.build()
     gone = removed(project, result)
+    label = f"{url}@{evalset.manifest.version[:12]}"
     assert len(gone) >= len(copies) - 1
-    label = f"{url}@{evalset.manifest.version[:12]}#"
-    assert result.notes == (
-        f"stages[0].near_dedupe: checked against {label[:-1]} (240 documents, signed from its "
-        "shards with shingle 5, 112 hashes, seed 0)",
-    )
-    assert all(reason.startswith(f"near-duplicate of {label}d") for reason in gone.values())
+    assert all(reason.startswith(f"near-duplicate of {label}#d") for reason in gone.values())
     assert not any(f"d{i:05d}" in gone for i in range(len(copies), len(copies) + 20))
+    return label, result, gone
+
+
+SIGNED_FROM_SHARDS = "signed from its shards with shingle 5, 112 hashes, seed 0"
+
+
+def test_a_version_checked_against_gives_its_signatures_from_its_build_state(
+    project, corpus, monkeypatch
+):
+    def unread(*args):
+        raise AssertionError("a shard was signed again")
+
+    monkeypatch.setattr("datapipe.builder.near_dedupe.stage.against_task", unread)
+    stages = "  - near_dedupe: {field: text, threshold: 0.99}\n  - dropna: {columns: [text]}\n"
+    label, result, _ = checked_against(project, corpus, stages)
+    assert result.notes == (
+        f"stages[0].near_dedupe: checked against {label} (240 documents, signatures from its "
+        "build state)",
+    )
+
+
+@pytest.mark.parametrize(
+    "stages, why",
+    [
+        ("  - dropna: {columns: [text]}\n", "its pipeline has no near_dedupe stage on 'text'"),
+        (
+            "  - near_dedupe: {field: text, shingle: 3, seed: 1}\n",
+            "its near_dedupe stage signed with shingle 3, seed 1",
+        ),
+        (
+            "  - near_dedupe: {field: text}\n  - fillna: {values: {text: none}}\n",
+            "a stage after its near_dedupe stage may change 'text'",
+        ),
+    ],
+)
+def test_a_version_checked_against_is_signed_from_its_shards_where_its_state_differs(
+    project, corpus, stages, why
+):
+    label, result, gone = checked_against(project, corpus, stages)
+    assert result.notes == (
+        f"stages[0].near_dedupe: checked against {label} (240 documents, {SIGNED_FROM_SHARDS}: "
+        f"{why})",
+    )
+
+
+def test_state_and_shards_give_the_same_removals(project, corpus, monkeypatch):
+    stages = "  - near_dedupe: {field: text, threshold: 0.99}\n"
+    from_state = checked_against(project, corpus, stages)[2]
+    monkeypatch.setattr(
+        "datapipe.builder.near_dedupe.against.signed_from_state", lambda *a: ([], "asked")
+    )
+    assert checked_against(project, corpus, stages)[2] == from_state
 
 
 @pytest.mark.parametrize(

@@ -1,16 +1,18 @@
 """The documents of other versions a near_dedupe stage checks against (``against``): found on
-the client, so that a missing one fails before any pass, and signed shard by shard on the
+the client, so that a missing one fails before any pass; taken from the version's build state
+where its signatures are this stage's (``against_state``), else signed shard by shard on the
 workers."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from datapipe.builder.config_parts import NearDedupeArgs
+from datapipe.builder.near_dedupe.against_state import signed_from_state
 from datapipe.builder.near_dedupe.minhash import HashFamily, signatures
 from datapipe.builder.removals import Signed
 from datapipe.errors import ConfigError, DatapipeError, did_you_mean
@@ -36,10 +38,20 @@ class AgainstShard:
     label: str
 
 
-def against_shards(stage: str, args: NearDedupeArgs, store: Store) -> list[AgainstShard]:
-    """Every shard of the versions ``args.against`` names, in their order; a ConfigError names a
+@dataclass(frozen=True)
+class Against:
+    """What a near_dedupe stage checks against: blocks of documents (shards to sign, or documents
+    signed already from a version's build state), and a summary line per version."""
+
+    blocks: list[AgainstShard | Signed]
+    notes: list[str]
+
+
+def against_blocks(stage: str, args: NearDedupeArgs, store: Store) -> Against:
+    """The documents of the versions ``args.against`` names, in their order; a ConfigError names a
     version that is not there or that has no ``args.field``."""
-    out: list[AgainstShard] = []
+    blocks: list[AgainstShard | Signed] = []
+    notes: list[str] = []
     for i, url in enumerate(args.against):
         where = f"{stage}.against[{i}]"
         try:
@@ -59,13 +71,24 @@ def against_shards(stage: str, args: NearDedupeArgs, store: Store) -> list[Again
                 f"{', '.join(manifest.fields)}); near_dedupe.field names the text in both"
             )
         label = f"{url.split('@')[0]}@{version[:12]}"
-        out += [
+        documents = sum(e.samples for e in manifest.shards)
+        head = f"{stage}: checked against {label} ({documents} documents, "
+        signed, why = signed_from_state(other, name, manifest, args, label)
+        if why is None:
+            blocks += signed
+            notes.append(head + "signatures from its build state)")
+            continue
+        blocks += [
             AgainstShard(
                 store_url, store.storage_options, name, version, e, manifest.shard_format, label
             )
             for e in manifest.shards
         ]
-    return out
+        notes.append(
+            head + f"signed from its shards with shingle {args.shingle}, {args.hashes} hashes, "
+            f"seed {args.seed}: {why})"
+        )
+    return Against(blocks, notes)
 
 
 def against_task(shard: AgainstShard, args: NearDedupeArgs) -> Signed:
@@ -88,18 +111,3 @@ def _text(value: Any) -> str | None:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8", errors="replace")
     return value if isinstance(value, str) or value is None else str(value)
-
-
-def against_notes(
-    stage: str, args: NearDedupeArgs, shards: Sequence[AgainstShard], signed: Sequence[Signed]
-) -> list[str]:
-    """A summary line per version checked against: its documents, signed from its shards with
-    this stage's settings (its own build state is not read: its settings may differ)."""
-    documents: dict[str, int] = {}
-    for shard, block in zip(shards, signed, strict=True):
-        documents[shard.label] = documents.get(shard.label, 0) + len(block)
-    return [
-        f"{stage}: checked against {label} ({n} documents, signed from its shards with "
-        f"shingle {args.shingle}, {args.hashes} hashes, seed {args.seed})"
-        for label, n in documents.items()
-    ]

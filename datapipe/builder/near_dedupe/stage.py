@@ -15,7 +15,7 @@ import pandas as pd
 from datapipe.builder.config import stage_path
 from datapipe.builder.config_parts import NearDedupeArgs
 from datapipe.builder.in_process import InProcessClient
-from datapipe.builder.near_dedupe.against import against_notes, against_shards, against_task
+from datapipe.builder.near_dedupe.against import against_blocks, against_task
 from datapipe.builder.near_dedupe.lsh import bands_and_rows
 from datapipe.builder.near_dedupe.resolve import Documents, edges, removals
 from datapipe.builder.near_dedupe.tasks import (
@@ -58,8 +58,8 @@ def near_dedupe_stage(
 
     args = given.args
     label = stage_path(given.stage, "near_dedupe")
-    shards = against_shards(label, args, store)
-    made = block_tasks(given, shards, bands_and_rows(args))
+    against = against_blocks(label, args, store)
+    made = block_tasks(given, against.blocks, bands_and_rows(args))
     held = run.keep([t[0] for t in made] + [t[1] for t in made])
     signed_of, frames = held[: len(made)], held[len(made) :]
     run(f"{label} signatures", [delayed(len)(s) for s in signed_of])  # its progress, no data
@@ -70,19 +70,24 @@ def near_dedupe_stage(
     del signed_of
     docs = Documents(blocks)
     found = edges(docs, np.concatenate([np.zeros((0, 2), np.int64), *pairs]), args)
-    notes = against_notes(label, args, shards, blocks[: len(shards)])
-    return blocks[len(shards) :], removals(docs, found, len(shards)), notes
+    checked = len(against.blocks)
+    return blocks[checked:], removals(docs, found, checked), against.notes
 
 
-def block_tasks(given: StageInput, shards: Sequence[Any], banding: tuple[int, int]) -> list[Any]:
-    """Per block (each checked-against shard, then each partition), a task of two outputs: its
-    signed documents and its bands."""
+def block_tasks(given: StageInput, against: Sequence[Any], banding: tuple[int, int]) -> list[Any]:
+    """Per block (each checked against: a shard to sign or documents signed already; then each
+    partition), a task of two outputs: its signed documents and its bands."""
     from dask import delayed
 
     task = delayed(with_bands, nout=2, pure=False)
-    out = [task(against_task, (shard, given.args), b, *banding) for b, shard in enumerate(shards)]
+    out = []
+    for b, block in enumerate(against):
+        given_as = (
+            (kept, (block,)) if isinstance(block, Signed) else (against_task, (block, given.args))
+        )
+        out.append(task(*given_as, b, *banding))
     for i, part in enumerate(given.parts):
-        b, known = len(shards) + i, given.known[i]
+        b, known = len(against) + i, given.known[i]
         if known is not None:
             out.append(task(kept, (known,), b, *banding))
         else:
