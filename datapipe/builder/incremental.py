@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections.abc import Mapping, Sequence
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -160,9 +161,10 @@ def shard_digests(
     ]
 
 
-def save_state(state: BuildState) -> bytes:
-    """The state as npz bytes: arrays as they are, everything else as one JSON document."""
-    arrays: dict[str, np.ndarray] = {}
+def save_state(state: BuildState) -> memoryview:
+    """The state as npz bytes: arrays as they are (each partition's reject data among them),
+    everything else as one JSON document. Written an array at a time: a near_dedupe stage's
+    rejects hold the text of every document it removed, and are not copied whole."""
     meta: dict[str, Any] = {
         "key": state.key,
         "parts": state.parts,
@@ -173,38 +175,64 @@ def save_state(state: BuildState) -> bytes:
         "format": state.format,
         "configured_blocksize": state.configured_blocksize,
         "blocks": state.blocks,
+        "dedupe": {str(stage): list(known) for stage, known in state.dedupe.items()},
     }
-    for i, (m, rejects, keep) in enumerate(
-        zip(state.measured, state.rejects, state.key_keep, strict=True)
-    ):
-        arrays[f"sizes{i}"], arrays[f"keys{i}"], arrays[f"keep{i}"] = m.sizes, m.key_hashes, keep
-        if m.splits is not None:
-            arrays[f"splits{i}"] = m.splits
-        if m.payloads is not None:
-            arrays[f"payloads{i}"] = m.payloads
+    for m, rejects in zip(state.measured, state.rejects, strict=True):
         meta["measured"].append(
             {
                 "counts": [asdict(c) for c in m.counts],
                 "kinds": {k: sorted(v) for k, v in m.kinds.items()},
-                "rejects": [asdict(r) for r in rejects],
+                "rejects": [{**asdict(r), "data": None} for r in rejects],
                 "measure_rejects": len(m.rejects),
                 "dropped": [asdict(r) for r in m.dropped],
                 "splits": m.splits is not None,
                 "newlines": m.newlines,
             }
         )
-    meta["dedupe"] = {}
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, array in _state_arrays(state, meta):
+            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
+    return out.getbuffer()
+
+
+def _state_arrays(state: BuildState, meta: dict[str, Any]) -> Iterator[tuple[str, np.ndarray]]:
+    """The arrays of ``save_state``, one at a time, ``meta`` last."""
+    for i, (m, rejects, keep) in enumerate(
+        zip(state.measured, state.rejects, state.key_keep, strict=True)
+    ):
+        yield f"sizes{i}", m.sizes
+        yield f"keys{i}", m.key_hashes
+        yield f"keep{i}", keep
+        if m.splits is not None:
+            yield f"splits{i}", m.splits
+        if m.payloads is not None:
+            yield f"payloads{i}", m.payloads
+        if rejects:
+            data = [r.data.encode("utf-8", "surrogatepass") for r in rejects]
+            yield f"rejectends{i}", np.cumsum([len(d) for d in data], dtype=np.int64)
+            yield f"rejectdata{i}", np.frombuffer(b"".join(data), dtype=np.uint8)
     for stage, known in state.dedupe.items():
-        meta["dedupe"][str(stage)] = list(known)
         for k, hashes in enumerate(known.values()):
             if isinstance(hashes, Signed):  # a near_dedupe stage's signatures and labels
-                arrays[f"labels{stage}_{k}"] = hashes.labels
+                yield f"labels{stage}_{k}", hashes.labels
                 hashes = hashes.signatures
-            arrays[f"dedupe{stage}_{k}"] = hashes
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    out = io.BytesIO()
-    np.savez(out, **arrays)
-    return out.getvalue()
+            yield f"dedupe{stage}_{k}", hashes
+    yield "meta", np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+
+
+def _rejects(z: Any, i: int, stored: list[dict[str, Any]]) -> list[Reject]:
+    """Partition ``i``'s rejects: their data in arrays of their own, or (states written before)
+    in the JSON document."""
+    if f"rejectdata{i}" not in z.files:
+        return [Reject(**r) for r in stored]
+    data, ends = z[f"rejectdata{i}"].tobytes(), z[f"rejectends{i}"]
+    starts = np.concatenate([[0], ends[:-1]]).tolist()
+    return [
+        Reject(**{**r, "data": data[a:b].decode("utf-8", "surrogatepass")})
+        for r, a, b in zip(stored, starts, ends.tolist(), strict=True)
+    ]
 
 
 def _hashes(z: Any, stage: str, k: int) -> Any:
@@ -222,7 +250,7 @@ def load_state(data: bytes) -> BuildState | None:
             meta = json.loads(z["meta"].tobytes())
             measured, rejects, keep = [], [], []
             for i, m in enumerate(meta["measured"]):
-                all_rejects = [Reject(**r) for r in m["rejects"]]
+                all_rejects = _rejects(z, i, m["rejects"])
                 measured.append(
                     Measured(
                         [StageCounts(**c) for c in m["counts"]],

@@ -10,6 +10,7 @@ Quarantines written before the line column have none (versioning/rejected.py rea
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ import pandas as pd
 from datapipe.builder.encode import jsonable
 
 COLUMNS = ("stage", "reason", "source", "row", "line", "data")
+ROWS_AT_ONCE = 8192  # rows a quarantine row group holds
 _NUMBERS = ("row", "line")
 
 
@@ -72,19 +74,18 @@ def rejects_of(frame: pd.DataFrame, stage: str, reasons: dict[Any, str]) -> list
 
 def quarantine_bytes(records: Iterable[Placed]) -> bytes:
     """rejected.parquet from (reject, source label, row in that file, line or None), in the given
-    order."""
+    order; written ROWS_AT_ONCE rows at a time (a near_dedupe stage's rejects hold the text of
+    every document it removed: never all of it in Arrow at once)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [(r.stage, r.reason, source, row, line, r.data) for r, source, row, line in records]
-    table = pa.table(
-        {
-            name: pa.array(
-                [r[i] for r in rows], type=pa.int64() if name in _NUMBERS else pa.string()
-            )
-            for i, name in enumerate(COLUMNS)
-        }
-    )
+    schema = pa.schema([(c, pa.int64() if c in _NUMBERS else pa.string()) for c in COLUMNS])
     buf = io.BytesIO()
-    pq.write_table(table, buf)
+    records = iter(records)
+    with pq.ParquetWriter(buf, schema) as out:
+        while batch := list(itertools.islice(records, ROWS_AT_ONCE)):
+            rows = ((r.stage, r.reason, s, row, line, r.data) for r, s, row, line in batch)
+            columns = zip(*rows, strict=True)
+            arrays = [pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)]
+            out.write_table(pa.Table.from_arrays(arrays, schema=schema))
     return buf.getvalue()

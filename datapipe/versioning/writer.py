@@ -236,7 +236,7 @@ class VersionWriter:
         path = f"{self.partial}/{filename}"
         self.store.remote(path, lambda: put_atomic(self.store.fs, path, data))
 
-    def put_build_state(self, data: bytes) -> None:
+    def put_build_state(self, data: bytes | memoryview) -> None:
         """Stage the build's state (builder/incremental.py) to be committed with the version,
         outside its id."""
         path = f"{self.partial}/{BUILD_STATE_NAME}"

@@ -398,3 +398,37 @@ def test_the_text_summary_says_what_came_from_the_parent(project):
         r"hashed, \d+ unchanged$",
         line,
     ), line
+
+
+def test_a_state_keeps_every_reject_whatever_its_text(tmp_path):
+    import io
+    import json
+
+    import numpy as np
+
+    from datapipe.builder.incremental import BuildState, load_state, save_state
+    from datapipe.builder.passes import Measured
+    from datapipe.builder.quarantine import Reject
+
+    texts = ['{"text": "café ✓"}', "", '{"text": "\\ud800 lone"}', "\ud800 raw surrogate"]
+    rejects = [[Reject("stages[0].near_dedupe", f"why {i}", i, t) for i, t in enumerate(texts)], []]
+    measured = [
+        Measured([], r[:1], np.zeros(2, np.int64), np.zeros(2, np.uint64), {}, None, None, [], None)
+        for r in rejects
+    ]
+    keep = [np.ones(2, bool), np.ones(2, bool)]
+    state = BuildState("key", ["a", "b"], measured, rejects, keep, ["d"])
+    again = load_state(bytes(save_state(state)))
+    assert again.rejects == rejects
+    assert [m.rejects for m in again.measured] == [rejects[0][:1], []]
+
+    # a state written before the reject data had arrays of its own kept it in the JSON document
+    with np.load(io.BytesIO(bytes(save_state(state)))) as z:
+        arrays = {k: z[k] for k in z.files if not k.startswith("reject")}
+    meta = json.loads(arrays["meta"].tobytes())
+    for m, r in zip(meta["measured"], rejects, strict=True):
+        m["rejects"] = [{**stored, "data": x.data} for stored, x in zip(m["rejects"], r)]
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    old = io.BytesIO()
+    np.savez(old, **arrays)
+    assert load_state(old.getvalue()).rejects == rejects
