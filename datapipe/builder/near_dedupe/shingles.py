@@ -14,7 +14,8 @@ import pandas as pd
 WORD = re.compile(r"\w+")
 HASH_KEY = "datapipe-words01"  # siphash key of a word (16 bytes)
 MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: the multiplier that chains a shingle's words
-CHUNK_WORDS = 1 << 20  # documents are shingled this many words at a time (one may be longer)
+CHUNK_WORDS = 1 << 17  # documents are shingled this many words at a time (one may be longer):
+# each word is a Python string until hashed, and a worker keeps the heap a larger run leaves
 
 
 def words_of(text: Any) -> list[str]:
