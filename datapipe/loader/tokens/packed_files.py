@@ -18,6 +18,7 @@ from datapipe.loader.tokens.rows import ARRAYS, BatchPieces, assemble, split_bat
 from datapipe.loader.tokens.window import WindowDocs, WindowPlan
 
 SHARD_BITS = 32  # a mix's shard codes: source << SHARD_BITS | shard
+SHARDS = (1 << SHARD_BITS) - 1
 PLANS_KEPT = 3  # windows whose plans a process keeps (a batch spans one or two)
 
 
@@ -238,11 +239,18 @@ def read_mixed_rows(
     pieces found at once (most of that cost is per call) and each assembled alone."""
     sizes = [len(owner)] if sizes is None else sizes
     pack, pad_id = parts[0].pack, parts[0].pad_id
+    mapped: dict[int, np.ndarray] = {}  # the batches' shards' ids, looked up once for them all
+
+    def ids(code: int) -> np.ndarray:
+        found = mapped.get(code)
+        if found is None:
+            found = mapped[code] = parts[code >> SHARD_BITS].ids(code & SHARDS)
+        return found
+
     if len(parts) == 1:  # one dataset: its pieces are the batch's
         pieces = parts[0].pieces(numbers, rows, np.arange(len(owner)))
         split = split_batches(pieces, sizes)
-        ids_of = parts[0].ids
-        return [assemble(p, n, pack, ids_of, pad_id) for p, n in zip(split, sizes, strict=True)]
+        return [assemble(p, n, pack, ids, pad_id) for p, n in zip(split, sizes, strict=True)]
     arrays: list[tuple[np.ndarray, ...]] = []
     names: list[tuple[str, str]] = []
     slots = np.arange(len(owner))
@@ -250,9 +258,6 @@ def read_mixed_rows(
         found = parts[p].window_pieces(numbers[where], rows[where], slots[where], p << SHARD_BITS)
         arrays.extend(found[0])
         names.extend(found[1])
-
-    def ids(code: int) -> np.ndarray:
-        return parts[code >> SHARD_BITS].ids(code & ((1 << SHARD_BITS) - 1))
 
     split = split_batches(sorted_pieces(arrays, names), sizes)
     return [assemble(p, n, pack, ids, pad_id) for p, n in zip(split, sizes, strict=True)]
