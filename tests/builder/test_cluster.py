@@ -172,6 +172,6 @@ def test_a_small_worker_keeps_the_nannys_threshold():
         ) as cluster,
         Client(cluster) as client,
     ):
-        trim, raised, faults = client.submit(_faults_of_a_reused_buffer, pure=False).result()
+        trim, _, faults = client.submit(_faults_of_a_reused_buffer, pure=False).result()
     # a fresh mapping each time, as Dask wants it
-    assert trim is not None and not raised and faults > 1000
+    assert trim is not None and faults > 1000
