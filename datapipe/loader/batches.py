@@ -24,6 +24,8 @@ from datapipe.loader.world import World
 SOURCE = "__source__"  # the batch field that names each sample's source, in a mix
 CHUNK_BYTES = 8 << 20  # small batches are read and collated this many stored bytes at a time ...
 CHUNK_BATCHES = 8  # ... but at most this many batches at once
+# packed rows: pieces found for this many batches at once, each batch assembled as it is taken
+PACKED_CHUNK_BATCHES = 32
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,10 @@ class BatchSource:
         batch_bytes = self.dataset.sample_bytes * self.plan.batch_size
         most = CHUNK_BATCHES
         if self.packed:  # the chunk's cu_seqlens stay int32 too
-            most = min(most, ((1 << 31) - 1) // (self.plan.batch_size * self.pack.length))
+            most = min(
+                PACKED_CHUNK_BATCHES,
+                ((1 << 31) - 1) // (self.plan.batch_size * self.pack.length),
+            )
         return int(max(1, min(most, CHUNK_BYTES // max(batch_bytes, 1))))
 
     def produce(
@@ -151,11 +156,16 @@ class BatchSource:
         try:
             for chunk_steps, following in _chunks(steps, chunk):
                 batches, shard_ids = self._read(order, chunk_steps, chunk, pins, pool, defer)
-                if finish is not None:
-                    batches = [finish(batch) for batch in batches]
                 until = None
                 if following is not None and pins.releases:
                     until = int(plan.positions(rank, following).min())
+                if self.packed:  # each batch assembled as it is taken, its shards still open
+                    for batch in batches:
+                        yield batch if finish is None else finish(batch)
+                    pins.read(shard_ids, until)
+                    continue
+                if finish is not None:
+                    batches = [finish(batch) for batch in batches]
                 pins.read(shard_ids, until)
                 while batches:
                     yield batches.pop(0)
@@ -181,21 +191,16 @@ class BatchSource:
         pins: CachePins,
         pool: BufferPool,
         defer: Collection[str],
-    ) -> tuple[list[dict[str, Any]], np.ndarray]:
-        """The collated batches of ``steps`` (read as one when ``chunk`` > 1, then cut apart), and
-        the shards they read."""
+    ) -> tuple[Iterable[dict[str, Any]], np.ndarray]:
+        """The collated batches of ``steps`` (read as one when ``chunk`` > 1, then cut apart; packed
+        rows assembled as they are taken), and the shards they read."""
         positions = [self.plan.positions(self.world.rank, step) for step in steps]
         shard_ids, local = order.locate(positions[0] if chunk == 1 else np.concatenate(positions))
         sizes = [len(p) for p in positions]
         if self.packed:
-            batches = self.dataset.files.read_rows(shard_ids, local, sizes)
+            rows = self.dataset.files.read_rows(shard_ids, local, sizes)  # pieces found now
             pins.opened(shard_ids)
-            names = self.dataset.source_names(shard_ids)
-            if names is not None:  # a mix: each row's source, batch by batch
-                bounds = np.cumsum([0, *sizes]).tolist()
-                for batch, lo, hi in zip(batches, bounds[:-1], bounds[1:], strict=True):
-                    batch[SOURCE] = names[lo:hi]
-            return batches, shard_ids
+            return _with_sources(rows, self.dataset.source_names(shard_ids), sizes), shard_ids
         keys, columns = self.dataset.files.read_columns(shard_ids, local, list(self.decoders))
         pins.opened(shard_ids)
         collated = collate(keys, columns, self.decoders, defer=defer, allocate=pool.allocate)
@@ -208,6 +213,19 @@ class BatchSource:
         names = self.dataset.source_names(shard_ids)
         if names is not None:
             batch[SOURCE] = names
+
+
+def _with_sources(
+    batches: Iterator[dict[str, Any]], names: list[str] | None, sizes: list[int]
+) -> Iterator[dict[str, Any]]:
+    """Packed batches, each with its rows' source names (``names``, in a mix) as ``__source__``."""
+    if names is None:
+        yield from batches
+        return
+    bounds = np.cumsum([0, *sizes]).tolist()
+    for batch, lo, hi in zip(batches, bounds[:-1], bounds[1:], strict=True):
+        batch[SOURCE] = names[lo:hi]
+        yield batch
 
 
 def _chunks(steps: Iterable[int], size: int) -> Iterator[tuple[list[int], int | None]]:

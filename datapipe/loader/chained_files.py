@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,8 +72,9 @@ class ChainedFiles:
 
     def read_rows(
         self, shard_ids: np.ndarray, local: np.ndarray, sizes: list[int]
-    ) -> list[dict[str, Any]]:
-        """Consecutive batches of ``sizes`` packed rows (parts are PackedFiles), in batch order."""
+    ) -> Iterator[dict[str, Any]]:
+        """Consecutive batches of ``sizes`` packed rows (parts are PackedFiles), in batch order,
+        each assembled as it is taken."""
         from datapipe.loader.tokens.packed_files import read_mixed_rows
 
         owner = self.owner(shard_ids)

@@ -4,7 +4,7 @@ the next reads, and a batch's pieces gathered from the mapped ``.bin`` files."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -191,7 +191,7 @@ class PackedFiles:
 
     def read_rows(
         self, windows: np.ndarray, rows: np.ndarray, sizes: list[int] | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> Iterator[dict[str, Any]]:
         """The batches of these rows (of these windows), in this order: consecutive batches of
         ``sizes`` rows (one batch of all by default)."""
         owner = np.zeros(len(rows), dtype=np.int64)
@@ -233,10 +233,11 @@ def read_mixed_rows(
     numbers: np.ndarray,
     rows: np.ndarray,
     sizes: list[int] | None = None,
-) -> list[dict[str, Any]]:
+) -> Iterator[dict[str, Any]]:
     """Batches of rows of several sources: row i is row ``rows[i]`` of window ``numbers[i]`` of
     ``parts[owner[i]]``; consecutive batches of ``sizes`` rows (one of all by default), their
-    pieces found at once (most of that cost is per call) and each assembled alone."""
+    pieces found at once (most of that cost is per call) and each assembled as it is taken (its
+    shards must stay open until then)."""
     sizes = [len(owner)] if sizes is None else sizes
     pack, pad_id = parts[0].pack, parts[0].pad_id
     mapped: dict[int, np.ndarray] = {}  # the batches' shards' ids, looked up once for them all
@@ -250,7 +251,7 @@ def read_mixed_rows(
     if len(parts) == 1:  # one dataset: its pieces are the batch's
         pieces = parts[0].pieces(numbers, rows, np.arange(len(owner)))
         split = split_batches(pieces, sizes)
-        return [assemble(p, n, pack, ids, pad_id) for p, n in zip(split, sizes, strict=True)]
+        return (assemble(p, n, pack, ids, pad_id) for p, n in zip(split, sizes, strict=True))
     arrays: list[tuple[np.ndarray, ...]] = []
     names: list[tuple[str, str]] = []
     slots = np.arange(len(owner))
@@ -260,4 +261,4 @@ def read_mixed_rows(
         names.extend(found[1])
 
     split = split_batches(sorted_pieces(arrays, names), sizes)
-    return [assemble(p, n, pack, ids, pad_id) for p, n in zip(split, sizes, strict=True)]
+    return (assemble(p, n, pack, ids, pad_id) for p, n in zip(split, sizes, strict=True))

@@ -143,13 +143,13 @@ def test_rows_found_a_few_batches_at_a_time_equal_rows_read_one_batch_by_one(
         loader = datapipe.Loader(
             data, batch_size=3, pack=datapipe.pack(16, mode), shuffle=True, seed=4, num_workers=0
         )
-        assert len(loader) > 2 * batches_module.CHUNK_BATCHES
+        assert len(loader) > 2 * batches_module.PACKED_CHUNK_BATCHES
         return loader.batch_source().chunk_batches(()), [batch_values(b) for b in loader]
 
     for data in (web, mixed):
-        monkeypatch.setattr(batches_module, "CHUNK_BATCHES", 8)
+        monkeypatch.setattr(batches_module, "PACKED_CHUNK_BATCHES", 8)
         chunk, chunked = epoch(data)
-        monkeypatch.setattr(batches_module, "CHUNK_BATCHES", 1)
+        monkeypatch.setattr(batches_module, "PACKED_CHUNK_BATCHES", 1)
         one, one_by_one = epoch(data)
         assert (chunk, one) == (8, 1)
         assert chunked == one_by_one
