@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import ConfigError
-from datapipe.loader.cache_pins import CachePins
+from datapipe.loader.cache_pins import DROP_BYTES, CachePins
 from datapipe.loader.collate import Decoder, collate, decoders_for
 from datapipe.loader.download import first_uses
 from datapipe.loader.images.spec import ImageSpec
@@ -176,12 +176,16 @@ class BatchSource:
         """What pins the shards ``steps`` read; for a remote dataset, also what downloads them ahead
         and gives each back to the cache once ``order`` is past it."""
         files, sample_bytes = self.dataset.files, self.dataset.sample_bytes
+        drop = DROP_BYTES
+        if self.packed:  # rows are read all over a window: its pages stay until a window's worth
+            sources = getattr(self.dataset, "datasets", (self.dataset,))  # of each source, in a mix
+            drop = max(drop, sum(rows.window_bytes for rows in sources))
         if not files.remote:
-            return CachePins(files, sample_bytes)
+            return CachePins(files, sample_bytes, drop_bytes=drop)
         # the downloader's thread walks an order of its own (an order caches the block it is in)
         upcoming = first_uses(self._shards(self.order(), steps))
         ahead = self.settings.download_ahead
-        return CachePins(files, sample_bytes, order.done_at(), upcoming, ahead)
+        return CachePins(files, sample_bytes, order.done_at(), upcoming, ahead, drop)
 
     def _read(
         self,

@@ -18,11 +18,11 @@ class CachePins:
     of them (a version's lease, versioning/leases.py, keeps the version itself from gc).
 
     The consumer calls ``opened`` after each read and ``read`` once the batch is made, then
-    ``close``. Resident memory stays at the pages of the last DROP_BYTES read, not of every shard
-    read so far. With ``done_at`` (per shard, the epoch position from which the consumer reads it no
-    more; for a cached dataset), a shard goes back to the cache as soon as the consumer's next read
-    starts at or past it, so the cache holds the shards in use plus those ``upcoming`` ones
-    downloaded ``ahead``.
+    ``close``. Resident memory stays at the pages of the last ``drop_bytes`` read (DROP_BYTES, or a
+    window's bytes for packed rows), not of every shard read so far. With ``done_at`` (per shard,
+    the epoch position from which the consumer reads it no more; for a cached dataset), a shard
+    goes back to the cache as soon as the consumer's next read starts at or past it, so the cache
+    holds the shards in use plus those ``upcoming`` ones downloaded ``ahead``.
     """
 
     def __init__(
@@ -32,8 +32,10 @@ class CachePins:
         done_at: np.ndarray | None = None,
         upcoming: Iterable[int] | None = None,
         ahead: int = 0,
+        drop_bytes: float = DROP_BYTES,
     ) -> None:
         self.files = files
+        self.drop_bytes = drop_bytes
         self.done_at = done_at
         self.downloader = None
         if upcoming is not None and ahead:
@@ -61,13 +63,13 @@ class CachePins:
                 self.downloader.consumed(shard)
 
     def read(self, shard_ids: np.ndarray, until: int | None) -> None:
-        """A batch of ``shard_ids`` is made: unmap read pages past DROP_BYTES, and give back the
+        """A batch of ``shard_ids`` is made: unmap read pages past ``drop_bytes``, and give back the
         shards done before epoch position ``until``, the consumer's next read (None: it reads no
         more)."""
         shards = shard_ids.tolist()
         self._mapped.update(shards)
         self._unmapped_bytes += len(shards) * self._sample_bytes
-        if self._unmapped_bytes >= DROP_BYTES:
+        if self._unmapped_bytes >= self.drop_bytes:
             for shard in self._mapped:
                 files, number = self.files.part(shard)
                 files.reader(number).drop_pages()

@@ -106,6 +106,11 @@ class PackedSet:
         """Stored bytes a row reads (what the page drops and chunking go by)."""
         return sum(s.data_bytes for s in self.dataset.shards) / max(len(self), 1)
 
+    @property
+    def window_bytes(self) -> float:
+        """Stored bytes of its largest window's rows: what reading a window maps."""
+        return self.sample_bytes * float(np.max(self.shard_sizes, initial=0))
+
     def __len__(self) -> int:
         return int(self.shard_sizes.sum())
 

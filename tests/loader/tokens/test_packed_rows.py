@@ -270,3 +270,21 @@ def test_a_second_resume_continues_where_the_first_left_off(toks):
     last.load_state_dict(state)
     got += rows_of([(np.asarray(b["input_ids"]), b["__key__"]) for b in last])
     assert got == whole and last.state_dict()["epoch"] == 1
+
+
+def test_a_windows_pages_stay_mapped_until_a_windows_worth_of_rows_is_read(toks, monkeypatch):
+    # rows are read all over a window: unmapping its pages every few rows (as a samples reader
+    # unmaps every DROP_BYTES) would fault them in again and again
+    from datapipe.loader import batches as batches_module
+    from datapipe.loader.tokens.packed_files import PackedFiles
+
+    drops = []
+    unmap = PackedFiles.drop_pages
+    monkeypatch.setattr(PackedFiles, "drop_pages", lambda s, w: drops.append(w) or unmap(s, w))
+    monkeypatch.setattr(batches_module, "DROP_BYTES", 1)  # a samples reader would unmap each batch
+    loader = datapipe.Loader(
+        toks, batch_size=2, pack=datapipe.pack(16), block_shards=2, shuffle=True, num_workers=0
+    )
+    batches = sum(1 for _ in loader)
+    windows = len(loader.batch_source().dataset.shard_sizes)
+    assert batches > 2 * windows and 0 < len(drops) <= 2 * windows
