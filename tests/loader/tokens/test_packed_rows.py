@@ -282,6 +282,7 @@ def test_a_windows_pages_stay_mapped_until_a_windows_worth_of_rows_is_read(toks,
     unmap = PackedFiles.drop_pages
     monkeypatch.setattr(PackedFiles, "drop_pages", lambda s, w: drops.append(w) or unmap(s, w))
     monkeypatch.setattr(batches_module, "DROP_BYTES", 1)  # a samples reader would unmap each batch
+    monkeypatch.setattr(batches_module, "PACKED_CHUNK_BATCHES", 1)
     loader = datapipe.Loader(
         toks, batch_size=2, pack=datapipe.pack(16), block_shards=2, shuffle=True, num_workers=0
     )
