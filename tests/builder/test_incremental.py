@@ -427,7 +427,9 @@ def test_a_state_keeps_every_reject_whatever_its_text(tmp_path):
         arrays = {k: z[k] for k in z.files if not k.startswith("reject")}
     meta = json.loads(arrays["meta"].tobytes())
     for m, r in zip(meta["measured"], rejects, strict=True):
-        m["rejects"] = [{**stored, "data": x.data} for stored, x in zip(m["rejects"], r)]
+        m["rejects"] = [
+            {**stored, "data": x.data} for stored, x in zip(m["rejects"], r, strict=True)
+        ]
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     old = io.BytesIO()
     np.savez(old, **arrays)
