@@ -46,6 +46,7 @@ class PackedFiles:
         self.pad_id = int(tokenizer.eos_id) if tokenizer and tokenizer.eos_id is not None else 0
         # the last windows read: each one's plan and, once asked, its documents' (source, key)
         self._plans: OrderedDict[int, tuple[WindowPlan, list[tuple[str, str]]]] = OrderedDict()
+        self._populated: set[int] = set()  # shards whose pages were mapped at once, not dropped
 
     @property
     def remote(self) -> bool:
@@ -58,6 +59,7 @@ class PackedFiles:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_plans"] = OrderedDict()  # made again where used
+        state["_populated"] = set()
         return state
 
     def check(self) -> None:
@@ -89,6 +91,7 @@ class PackedFiles:
 
     def drop_pages(self, window: int) -> None:
         """Give back the resident pages of the window's open shards."""
+        self._populated.difference_update(self.shards(window))
         for shard in self.shards(window):
             reader = self.dataset.files.open_reader(shard)
             if reader is not None:
@@ -186,8 +189,13 @@ class PackedFiles:
         return out
 
     def ids(self, shard: int) -> np.ndarray:
-        """Shard ``shard``'s token ids."""
-        return self.shard(shard).ids()
+        """Shard ``shard``'s token ids, its pages mapped at once the first time since they were
+        last dropped (rows read all over a window would fault them in a few at a time)."""
+        reader = self.shard(shard)
+        if shard not in self._populated:
+            self._populated.add(shard)
+            reader.populate_pages()
+        return reader.ids()
 
     def read_rows(
         self, windows: np.ndarray, rows: np.ndarray, sizes: list[int] | None = None
