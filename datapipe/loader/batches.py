@@ -110,7 +110,7 @@ class BatchSource:
         same, no decoder of theirs runs ahead, and a remote dataset's cache holds the shards of one
         batch in use, not of several."""
         if (
-            defer
+            (defer and not self.packed)  # packed rows have no field to defer
             or self.dataset.files.remote
             or any(
                 callable(d) or d == "image" or isinstance(d, ImageSpec)
