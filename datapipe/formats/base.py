@@ -16,7 +16,7 @@ from datapipe.errors import ConfigError, IndexRequiredError, SampleError, ShardC
 from datapipe.formats.encoded import EncodedSamples
 from datapipe.formats.index import IndexBuilder, ShardIndex
 from datapipe.formats.keys import check_field, check_key, plain_keys
-from datapipe.storage.local import Buffer, drop_pages, populate_pages, release
+from datapipe.storage.local import Buffer, drop_pages, release
 
 KEY = "__key__"
 
@@ -369,10 +369,6 @@ class ShardReader(ABC):
         """Give back the resident pages of a mapped shard (reads map them again from the page
         cache)."""
         drop_pages(self._buffer)
-
-    def populate_pages(self) -> None:
-        """Map every page of the shard's data now (a reader about to read all over it)."""
-        populate_pages(self._buffer)
 
     def close(self) -> None:
         """Release the buffer (an mmap stays open while sample views into it exist)."""

@@ -19,7 +19,7 @@ from datapipe.formats.tokens.writer import (
     TOKENS_FORMAT_CODE,
     companion_name,
 )
-from datapipe.storage.local import Buffer
+from datapipe.storage.local import Buffer, populate_pages
 
 
 class TokensShardReader(ShardReader):
@@ -113,6 +113,10 @@ class TokensShardReader(ShardReader):
         ``.bin`` (what packed rows are gathered from)."""
         count = self.megatron.bin_size() // self.dtype.itemsize
         return np.frombuffer(self._buffer, dtype=self.dtype, count=count)
+
+    def populate_pages(self) -> None:
+        """Map every page of the ids now (packed rows are read all over a window's shards)."""
+        populate_pages(self._buffer)
 
     def offsets(self) -> np.ndarray:
         """Where each document's ids start in ``ids()`` (int64 element offsets)."""
