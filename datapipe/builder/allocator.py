@@ -7,7 +7,7 @@ at 128 KiB, so every buffer a build task makes (tar blocks, pieces pickled betwe
 files) is a new mapping whose pages fault in on first touch and go back to the system when freed:
 time the embedded cluster's workers, forked from a server started without the variable, never pay.
 Where the variable is set in a worker with room (a memory limit of at least ROOM, or none),
-``restore_dynamic_thresholds`` sets the thresholds to the top of glibc's own dynamic range once per
+``fit_worker_thresholds`` sets the thresholds to the top of glibc's own dynamic range once per
 process: big buffers are reused from the heap, and the heap is still trimmed above 64 MiB of free
 top. A small worker has Dask's setting: the memory a heap keeps would count against its limit,
 and Dask pauses a worker at 80% of it. The embedded cluster's workers, forked from a server whose
@@ -32,7 +32,7 @@ ROOM = 2 << 30  # the least memory limit of a worker whose thresholds are raised
 _done = False
 
 
-def restore_dynamic_thresholds() -> bool:
+def fit_worker_thresholds() -> bool:
     """In a Dask worker (once per process): with room and started with MALLOC_TRIM_THRESHOLD_,
     glibc's mmap and trim thresholds raised; without room, fixed where the nanny's variable fixes
     them. Whether this call changed them."""

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from datapipe.builder.allocator import restore_dynamic_thresholds
+from datapipe.builder.allocator import fit_worker_thresholds
 from datapipe.builder.config import Pipeline, stage_path
 from datapipe.builder.drops import dropped_examples
 from datapipe.builder.encode import EncodedRows, SampleEncoder, encode_columns
@@ -115,7 +115,7 @@ class Measured:
 
 def clean(job: BuildJob, part: Part, masks: Masks, until: int | None = None) -> Cleaned:
     """Read ``part`` and run the stages before ``until`` (all of them when None)."""
-    restore_dynamic_thresholds()
+    fit_worker_thresholds()
     raw = read_part(job.source, part)
     frame = raw.frame
     rejects = [Reject(SOURCE_STAGE, reason, row, data) for row, reason, data in raw.rejects]
@@ -305,7 +305,7 @@ def split_pass(
     first_row: int = 0,
 ) -> dict[int, Piece]:
     """``split_block`` of the block that ``encode_pass`` kept on its worker."""
-    restore_dynamic_thresholds()
+    fit_worker_thresholds()
     return split_block(from_first_row(result[1], first_row), key_keep, positions, shards)
 
 
@@ -341,6 +341,6 @@ def write_shard_task(
 ) -> tuple[ShardEntry, bool]:
     """Write one shard from its pieces, in output order, unless it is small and has the bytes of a
     stored shard (sha256 in ``stored``); and whether it was written."""
-    restore_dynamic_thresholds()
+    fit_worker_thresholds()
     blocks = in_output_order([p for p in pieces if p is not None])
     return write_shard_unless_stored(fs, directory, filename, blocks, get_format(fmt_name), stored)

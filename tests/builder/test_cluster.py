@@ -106,7 +106,7 @@ def _faults_of_a_reused_buffer() -> tuple[str | None, bool, int]:
 
     from datapipe.builder import allocator
 
-    allocator.restore_dynamic_thresholds()
+    allocator.fit_worker_thresholds()
     buffer = bytearray(8 << 20)  # freed, then allocated again: from the heap, or a fresh mapping
     del buffer
     before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
@@ -136,7 +136,7 @@ def _heap_kept_after_big_buffers() -> int:
 
     from datapipe.builder import allocator
 
-    allocator.restore_dynamic_thresholds()
+    allocator.fit_worker_thresholds()
     before = psutil.Process().memory_info().rss
     for _ in range(3):
         buffer = bytearray(24 << 20)
@@ -159,7 +159,7 @@ def test_outside_a_dask_worker_the_allocator_is_left_alone(monkeypatch):
 
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
     monkeypatch.setattr(allocator, "_done", False)
-    assert not allocator.restore_dynamic_thresholds()
+    assert not allocator.fit_worker_thresholds()
     assert not allocator._done
 
 

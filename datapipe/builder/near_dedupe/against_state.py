@@ -42,11 +42,11 @@ def signed_from_state(
     found, counts = np.unique(labels[inside], return_counts=True)
     if len(found) != len(np.unique(keys)) or (counts > 1).any():
         return [], "its build state does not name each of its documents once by its key"
+    ends = np.cumsum([len(b.labels) for b in blocks])[:-1]
     out = []
-    for block in blocks:
-        rows = np.isin(block.labels, keys)
+    for block, rows in zip(blocks, np.split(inside, ends), strict=True):
         if rows.any():
-            named = np.char.add(f"{label}#", block.labels[rows].astype(str))
+            named = np.char.add(f"{label}#", block.labels[rows])
             out.append(Signed(block.signatures[rows], named))
     return out, None
 

@@ -82,7 +82,8 @@ def with_bands(
 
 
 def kept(signed: Signed) -> Signed:
-    """Signed documents the parent kept, as they are (a ``sign`` for ``with_bands``)."""
+    """Documents signed already (the parent's, or a checked-against version's from its build
+    state), as they are: a ``sign`` for ``with_bands``."""
     return signed
 
 
