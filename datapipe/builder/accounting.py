@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from datapipe.builder.config import Pipeline
 from datapipe.builder.passes import SAMPLE_STAGE, Measured
-from datapipe.builder.quarantine import Placed, Reject, quarantine_bytes
+from datapipe.builder.quarantine import Placed, Reject, write_quarantine
 from datapipe.builder.source.base import Source
 from datapipe.builder.splits import split_names
 from datapipe.errors import BuildError
-from datapipe.storage.fs import put_atomic
+from datapipe.storage.fs import open_atomic
 from datapipe.versioning.manifest import ShardEntry, Splits, StageCounts
 from datapipe.versioning.rejected import FAILED_QUARANTINE, group_reasons, reason_lines
 from datapipe.versioning.store import Store
@@ -21,11 +22,15 @@ from datapipe.versioning.store import Store
 TOP_REASONS = 3  # the reasons a build that failed over max_rejected names
 
 
-def quarantine(
-    source: Source, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]
-) -> bytes:
-    """The quarantine file (Parquet) of a build's rejects."""
-    return quarantine_bytes(placed(source, measured, rejects))
+# partition, its rejects -> them with their data (``reject_data.RejectData.filler``)
+Fill = Callable[[int, Sequence[Reject]], Sequence[Reject]]
+
+
+def put_quarantine(fs: Any, path: str, records: Iterable[Placed]) -> None:
+    """The quarantine file (Parquet) of ``records`` (``placed`` with their data) at ``path``,
+    written as they come."""
+    with open_atomic(fs, path) as f:
+        write_quarantine(f, records)
 
 
 def sum_counts(measured: Sequence[Measured], duplicates: int) -> tuple[StageCounts, ...]:
@@ -44,19 +49,26 @@ def sum_counts(measured: Sequence[Measured], duplicates: int) -> tuple[StageCoun
 
 
 def placed(
-    source: Source, measured: Sequence[Measured], rejects: Mapping[int, list[Reject]]
+    source: Source,
+    measured: Sequence[Measured],
+    rejects: Mapping[int, Sequence[Reject]],
+    fill: Fill | None = None,
 ) -> Iterator[Placed]:
     """Each reject with its source file, 1-based row number and 1-based line in that file (None
     where unknown: not a text source, or a partition before it measured by an older datapipe), in
-    source order. A partition's first line follows the newlines of the file's partitions before
-    it, which the measure pass counted."""
+    source order; with ``fill``, with its data, taken a partition at a time. A partition's first
+    line follows the newlines of the file's partitions before it, which the measure pass
+    counted."""
     rows: dict[int, int] = {}
     lines: dict[int, int | None] = {}
     for part, m in zip(source.parts, measured, strict=True):
         row, line = rows.get(part.file, 0), lines.get(part.file, 0)
         rows[part.file] = row + m.counts[0].rows_in
         lines[part.file] = None if line is None or m.newlines is None else line + m.newlines
-        for r in sorted(rejects.get(part.number, ()), key=lambda r: r.row):
+        of_part = rejects.get(part.number, ())
+        if fill is not None and of_part:
+            of_part = fill(part.number, of_part)
+        for r in sorted(of_part, key=lambda r: r.row):
             if part.members:
                 yield r, source.files[part.members[r.row]].label, 1, None
             else:
@@ -103,13 +115,16 @@ class KeptQuarantine:
     reasons: list[str]
 
 
-def keep_failed_quarantine(store: Store, name: str, rejects: Sequence[Placed]) -> KeptQuarantine:
-    """Keep the quarantine of a build that failed under STORE/NAME/rejected/TIME-ID.parquet, where
-    `datapipe rejected STORE/NAME --failed` reads it."""
+def keep_failed_quarantine(
+    store: Store, name: str, rejects: Iterable[Placed], records: Iterable[Placed]
+) -> KeptQuarantine:
+    """Keep the quarantine of a build that failed, ``records`` (``rejects`` with their data),
+    under STORE/NAME/rejected/TIME-ID.parquet, where `datapipe rejected STORE/NAME --failed` reads
+    it."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = store.path(name, FAILED_QUARANTINE, f"{now}-{uuid.uuid4().hex[:8]}.parquet")
     store.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    put_atomic(store.fs, path, quarantine_bytes(rejects))
+    put_quarantine(store.fs, path, records)
     rows = (
         {"stage": r.stage, "reason": r.reason, "source": source, "row": row, "line": line}
         for r, source, row, line in rejects

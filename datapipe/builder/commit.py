@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from datapipe.builder.accounting import splits_section
+from datapipe.builder.accounting import put_quarantine, splits_section
 from datapipe.builder.config import Pipeline
 from datapipe.builder.identities import Identities
-from datapipe.builder.incremental import BuildState, save_state
+from datapipe.builder.incremental import BuildState, write_state
 from datapipe.builder.inputs import Inputs
 from datapipe.builder.known_hashes import SourceHashes
 from datapipe.builder.lineage import environment
 from datapipe.builder.measure import Measure
 from datapipe.builder.plan import ShardPlan
+from datapipe.builder.quarantine import Placed
 from datapipe.builder.source.class_folders import class_names
 from datapipe.builder.tokenize_stage import TokenizerFile, tokenizers_version
 from datapipe.errors import DatapipeError
 from datapipe.formats.registry import get_format
-from datapipe.storage.fs import put_atomic
 from datapipe.versioning.manifest import (
     REJECTED_NAME,
     Lineage,
@@ -56,7 +56,7 @@ def state_staged(writer: VersionWriter, name: str, state: BuildState) -> Iterato
 
     def stage() -> None:
         try:
-            writer.put_build_state(save_state(state))
+            writer.put_build_state(lambda file: write_state(state, file))
         except DatapipeError as e:
             log.warning(
                 "%s: build state not saved (%s); the next build of this dataset will be a full one",
@@ -145,15 +145,15 @@ def tokenizer_ref(file: TokenizerFile) -> TokenizerRef:
 def commit(
     writer: VersionWriter,
     manifest: Manifest,
-    quarantine: bytes | None,
+    quarantine: Iterable[Placed] | None,
     refs: Sequence[str],
     tokenizer: TokenizerFile | None = None,
 ) -> Manifest:
-    """Publish ``writer``'s version with its ``manifest``, ``quarantine`` (rejected.parquet, when
-    rows were rejected) and a copy of ``tokenizer``'s file, and point ``refs`` at it; the committed
-    manifest."""
+    """Publish ``writer``'s version with its ``manifest``, ``quarantine`` (the rejects with their
+    data, written as they come to rejected.parquet; None when no row was rejected) and a copy of
+    ``tokenizer``'s file, and point ``refs`` at it; the committed manifest."""
     if quarantine is not None:
-        put_atomic(writer.store.fs, f"{writer.partial}/{REJECTED_NAME}", quarantine)
+        put_quarantine(writer.store.fs, f"{writer.partial}/{REJECTED_NAME}", quarantine)
     if tokenizer is not None:
         writer.put_file(TOKENIZER_NAME, tokenizer.data)
     return writer.commit(manifest, refs)

@@ -20,7 +20,7 @@ import json
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -31,13 +31,15 @@ from datapipe.builder.removals import Signed
 from datapipe.builder.source.base import Source
 from datapipe.builder.source.class_folders import class_names
 from datapipe.builder.tokenize_stage import TokenizerFile, tokenizers_version
+from datapipe.errors import IntegrityError
 from datapipe.versioning.manifest import FORMAT_VERSION, StageCounts, canonical_json
 
 STATE_NAME = "build-state.npz"
 # 2: shard digests over runs of rows; 3: dedupe hashes, identities with dedupe masks; 4: text
 # blocks identified by their bytes (a near_dedupe stage's signatures and labels came later, in
-# arrays of their own: a state without them reads the same)
-STATE_FORMAT = 4
+# arrays of their own: a state without them reads the same); 5: the rejects' data in the version's
+# quarantine only (a partition that carries over takes it from there: ``reject_data``)
+STATE_FORMAT = 5
 
 
 @dataclass
@@ -58,7 +60,8 @@ class BuildState:
     # the one its pipeline asked for (sizing may have cut it)
     configured_blocksize: int | None = None
     format: int = STATE_FORMAT
-    # stage -> identity there -> row hashes (a near_dedupe stage: Signed)
+    # stage -> identity there -> row hashes (a near_dedupe stage: Signed; Spooled until saved;
+    # InState in a parent's state)
     dedupe: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     # placed identity -> digest of each text block (``identities``)
     blocks: dict[str, str] = field(default_factory=dict)
@@ -162,9 +165,17 @@ def shard_digests(
 
 
 def save_state(state: BuildState) -> memoryview:
-    """The state as npz bytes: arrays as they are (each partition's reject data among them),
-    everything else as one JSON document. Written an array at a time: a near_dedupe stage's
-    rejects hold the text of every document it removed, and are not copied whole."""
+    """The state as npz bytes (``write_state``)."""
+    out = io.BytesIO()
+    write_state(state, out)
+    return out.getbuffer()
+
+
+def write_state(state: BuildState, file: BinaryIO) -> None:
+    """The state as an npz file into ``file``: arrays as they are (a near_dedupe stage's signed
+    partitions read back from their spool one at a time), everything else as one JSON document.
+    The rejects' data is not kept: the version's quarantine holds it, in the order of ``parts``,
+    each partition's rejects by row (``accounting.placed``)."""
     meta: dict[str, Any] = {
         "key": state.key,
         "parts": state.parts,
@@ -189,19 +200,15 @@ def save_state(state: BuildState) -> memoryview:
                 "newlines": m.newlines,
             }
         )
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+    with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
         for name, array in _state_arrays(state, meta):
             with z.open(f"{name}.npy", "w", force_zip64=True) as f:
                 np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
-    return out.getbuffer()
 
 
 def _state_arrays(state: BuildState, meta: dict[str, Any]) -> Iterator[tuple[str, np.ndarray]]:
     """The arrays of ``save_state``, one at a time, ``meta`` last."""
-    for i, (m, rejects, keep) in enumerate(
-        zip(state.measured, state.rejects, state.key_keep, strict=True)
-    ):
+    for i, (m, keep) in enumerate(zip(state.measured, state.key_keep, strict=True)):
         yield f"sizes{i}", m.sizes
         yield f"keys{i}", m.key_hashes
         yield f"keep{i}", keep
@@ -209,12 +216,10 @@ def _state_arrays(state: BuildState, meta: dict[str, Any]) -> Iterator[tuple[str
             yield f"splits{i}", m.splits
         if m.payloads is not None:
             yield f"payloads{i}", m.payloads
-        if rejects:
-            data = [r.data.encode("utf-8", "surrogatepass") for r in rejects]
-            yield f"rejectends{i}", np.cumsum([len(d) for d in data], dtype=np.int64)
-            yield f"rejectdata{i}", np.frombuffer(b"".join(data), dtype=np.uint8)
     for stage, known in state.dedupe.items():
         for k, hashes in enumerate(known.values()):
+            if not isinstance(hashes, np.ndarray | Signed):  # Spooled, InState: read now
+                hashes = hashes.load()
             if isinstance(hashes, Signed):  # a near_dedupe stage's signatures and labels
                 yield f"labels{stage}_{k}", hashes.labels
                 hashes = hashes.signatures
@@ -222,35 +227,52 @@ def _state_arrays(state: BuildState, meta: dict[str, Any]) -> Iterator[tuple[str
     yield "meta", np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
 
 
-def _rejects(z: Any, i: int, stored: list[dict[str, Any]]) -> list[Reject]:
-    """Partition ``i``'s rejects: their data in arrays of their own, or (states written before)
-    in the JSON document."""
-    if f"rejectdata{i}" not in z.files:
-        return [Reject(**r) for r in stored]
-    data, ends = z[f"rejectdata{i}"].tobytes(), z[f"rejectends{i}"]
-    starts = np.concatenate([[0], ends[:-1]]).tolist()
-    return [
-        Reject(**{**r, "data": data[a:b].decode("utf-8", "surrogatepass")})
-        for r, a, b in zip(stored, starts, ends.tolist(), strict=True)
-    ]
+@dataclass(frozen=True)
+class InState:
+    """A near_dedupe stage's signed partition in the build state file ``path`` of file system
+    ``fs``, read where it is needed (a worker's task): a rebuild's client never holds its parent's
+    signatures."""
+
+    fs: Any
+    path: str
+    member: str  # STAGE_K: arrays dedupeSTAGE_K and labelsSTAGE_K
+
+    def load(self) -> Signed:
+        """The signed partition, read from the file."""
+        try:
+            with self.fs.open(self.path, "rb") as f, np.load(f, allow_pickle=False) as z:
+                return Signed(z[f"dedupe{self.member}"], z[f"labels{self.member}"])
+        except (OSError, ValueError, KeyError) as e:
+            raise IntegrityError(
+                f"{self.path}: the parent version's build state, which holds the signatures this "
+                f"build takes, could not be read ({e}); run the build again"
+            ) from None
 
 
-def _hashes(z: Any, stage: str, k: int) -> Any:
-    """A dedupe stage's row hashes of one partition, or a near_dedupe stage's Signed."""
-    hashes = z[f"dedupe{stage}_{k}"]
+def _hashes(z: Any, stage: str, k: int, at: tuple[Any, str] | None) -> Any:
+    """A dedupe stage's row hashes of one partition, or a near_dedupe stage's Signed (an InState
+    of the file ``at``, a file system and path, where given)."""
     labels = f"labels{stage}_{k}"
-    return Signed(hashes, z[labels]) if labels in z.files else hashes
+    if labels not in z.files:
+        return z[f"dedupe{stage}_{k}"]
+    if at is not None:
+        return InState(*at, f"{stage}_{k}")
+    return Signed(z[f"dedupe{stage}_{k}"], z[labels])
 
 
-def load_state(data: bytes) -> BuildState | None:
-    """The state saved by ``save_state``; None when it cannot be read (the build is then a full
-    one)."""
+def load_state(data: bytes | BinaryIO, at: tuple[Any, str] | None = None) -> BuildState | None:
+    """The state saved by ``write_state`` (bytes, or a file open to read); None when it cannot be
+    read (the build is then a full one). Given ``at``, the file system and path of the file, a
+    near_dedupe stage's signed partitions are left there (``InState``)."""
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        with np.load(
+            io.BytesIO(data) if isinstance(data, bytes) else data, allow_pickle=False
+        ) as z:
             meta = json.loads(z["meta"].tobytes())
             measured, rejects, keep = [], [], []
             for i, m in enumerate(meta["measured"]):
-                all_rejects = _rejects(z, i, m["rejects"])
+                # their data is the version's quarantine's (states before format 5 held it)
+                all_rejects = [Reject(**{**r, "data": None}) for r in m["rejects"]]
                 measured.append(
                     Measured(
                         [StageCounts(**c) for c in m["counts"]],
@@ -267,7 +289,7 @@ def load_state(data: bytes) -> BuildState | None:
                 rejects.append(all_rejects)
                 keep.append(z[f"keep{i}"])
             dedupe = {
-                int(stage): {identity: _hashes(z, stage, k) for k, identity in enumerate(ids)}
+                int(stage): {identity: _hashes(z, stage, k, at) for k, identity in enumerate(ids)}
                 for stage, ids in (meta.get("dedupe") or {}).items()
             }
         return BuildState(

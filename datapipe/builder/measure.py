@@ -14,12 +14,13 @@ from datapipe.builder.pass_runner import PassRunner
 from datapipe.builder.passes import (
     Measured,
     dedupe_pass,
-    duplicates_pass,
-    encode_pass,
-    measure_pass,
+    duplicates_leaving,
+    encode_leaving,
+    measure_leaving,
     measured_of,
 )
 from datapipe.builder.quarantine import Reject
+from datapipe.builder.reject_data import InFile, RejectData, RejectsAt
 from datapipe.builder.result import PartitionCounts
 from datapipe.builder.reuse import Reuse
 from datapipe.builder.shard_plan import Dedupe, first_occurrences
@@ -30,8 +31,9 @@ from datapipe.versioning.store import Store
 @dataclass(frozen=True)
 class Measure:
     """The passes over the source, per partition of ``parts``: its dedupe masks, its report, its
-    kept keys (the first sample of each key), its rejects (duplicate keys included) and, with
-    keep_encoded, its encoded block held on a worker for the write pass."""
+    kept keys (the first sample of each key), its rejects (duplicate keys included; without their
+    data, which ``data`` says where to find) and, with keep_encoded, its encoded block held on a
+    worker for the write pass."""
 
     parts: Sequence[Part]
     dedupe: Dedupe
@@ -40,6 +42,7 @@ class Measure:
     rejects: Mapping[int, list[Reject]]
     encoded: Mapping[int, Any]
     fresh: int  # partitions the pass read; the others' reports are the parent's
+    data: RejectData
 
     def masks(self, part: int) -> dict[int, np.ndarray]:
         """Partition ``part``'s dedupe masks (stage -> keep-mask)."""
@@ -97,30 +100,36 @@ def measure_parts(
     dedupe: Dedupe,
     reuse: Reuse,
     keep_encoded: bool,
+    at: RejectsAt,
 ) -> Measure:
     """Every partition's report (the parent's where it is the same partition, else a pass over the
-    rest), its kept keys and its rejects. With ``keep_encoded`` the pass keeps each partition's
-    samples encoded on its worker; only the reports come here."""
+    rest), its kept keys and its rejects (their data left ``at`` its place). With ``keep_encoded``
+    the pass keeps each partition's samples encoded on its worker; only the reports come here."""
     from dask import delayed
 
     carried = {p.number: reuse.measured(p.number, dedupe.of(p.number)) for p in parts}
     todo = [p for p in parts if carried[p.number] is None]
+    data = RejectData()
     encoded: dict[int, Any] = {}
     if not todo:  # every partition carries over
         fresh: list[Measured] = []
     elif keep_encoded:
-        encode = delayed(encode_pass, pure=False)
-        blocks = run.keep([encode(job, p, dedupe.of(p.number)) for p in todo])
+        encode = delayed(encode_leaving, pure=False)
+        blocks = run.keep([encode(job, p, dedupe.of(p.number), at) for p in todo])
         encoded = {p.number: block for p, block in zip(todo, blocks, strict=True)}
         fresh = run("clean, encode and measure", [delayed(measured_of)(block) for block in blocks])
     else:
-        tasks = [delayed(measure_pass, pure=False)(job, p, dedupe.of(p.number)) for p in todo]
-        fresh = run("clean and measure", tasks)
+        measure = delayed(measure_leaving, pure=False)
+        fresh = run("clean and measure", [measure(job, p, dedupe.of(p.number), at) for p in todo])
+    for p, m in zip(todo, fresh, strict=True):
+        if m.rejects:
+            data.add(p.number, InFile(at.path(f"measure-{p.number}")))
     carried.update({p.number: m for p, m in zip(todo, fresh, strict=True)})
     reports = [carried[p.number] for p in parts]
     key_keep = first_occurrences([m.key_hashes for m in reports])
-    rejects = _with_duplicates(run, job, parts, dedupe, reuse, reports, key_keep)
-    return Measure(parts, dedupe, reports, key_keep, rejects, encoded, len(todo))
+    read = {p.number for p in todo}
+    rejects = _with_duplicates(run, job, parts, dedupe, reuse, reports, key_keep, read, data, at)
+    return Measure(parts, dedupe, reports, key_keep, rejects, encoded, len(todo), data)
 
 
 def _with_duplicates(
@@ -131,9 +140,13 @@ def _with_duplicates(
     reuse: Reuse,
     reports: Sequence[Measured],
     key_keep: Sequence[np.ndarray],
+    read: set[int],
+    data: RejectData,
+    at: RejectsAt,
 ) -> dict[int, list[Reject]]:
     """Per partition, its rejects with a reject for each duplicate key: the parent's where the
-    partition and its kept keys are the same, else the report's and a pass for the duplicates."""
+    partition and its kept keys are the same, else the report's and a pass for the duplicates.
+    ``data`` has the data of the reports of the partitions ``read``; the rest is added."""
     from dask import delayed
 
     rejects: dict[int, list[Reject]] = {}
@@ -142,11 +155,17 @@ def _with_duplicates(
         keep = key_keep[p.number]
         kept = reuse.rejects(p.number, dedupe.of(p.number), keep)
         rejects[p.number] = list(m.rejects) if kept is None else kept
+        if p.number not in read:  # the parent's report, or all its rejects: their data is its
+            where = reuse.reject_data(p.number, dedupe.of(p.number), len(rejects[p.number]))
+            if where is not None:
+                data.add(p.number, where)
         if kept is None and not keep.all():
             todo.append(p)
     if todo:
-        find = delayed(duplicates_pass, pure=False)
-        tasks = [find(job, p, dedupe.of(p.number), key_keep[p.number]) for p in todo]
+        find = delayed(duplicates_leaving, pure=False)
+        tasks = [find(job, p, dedupe.of(p.number), key_keep[p.number], at) for p in todo]
         for p, dups in zip(todo, run("duplicate keys", tasks), strict=True):
             rejects[p.number].extend(dups)
+            if dups:
+                data.add(p.number, InFile(at.path(f"duplicates-{p.number}")))
     return rejects

@@ -82,6 +82,12 @@ class PassRunner:
         is freed when the last reference to them goes."""
         return self.client.persist(list(tasks))
 
+    def fetch(self, kept: Any) -> Any:
+        """The value one kept task (``keep``) holds, brought here."""
+        if isinstance(self.client, InProcessClient):
+            return self.client.compute([kept])[0]
+        return self.client.compute(kept).result()
+
     def _follow(
         self, phase: str, futures: list[Any], places: dict[Any, list[int]], results: list[Any]
     ) -> None:

@@ -22,6 +22,7 @@ from datapipe.builder.drops import dropped_examples
 from datapipe.builder.encode import EncodedRows, SampleEncoder, encode_columns
 from datapipe.builder.map_failure import located
 from datapipe.builder.quarantine import Reject, row_json
+from datapipe.builder.reject_data import RejectsAt
 from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.registry import read_part
 from datapipe.builder.splits import assign_splits
@@ -257,10 +258,31 @@ def encode_pass(job: BuildJob, part: Part, masks: Masks) -> tuple[Measured, Enco
     return _measured(job, cleaned, encoded, rejects, np.diff(block.bounds)), block
 
 
+def measure_leaving(job: BuildJob, part: Part, masks: Masks, at: RejectsAt) -> Measured:
+    """``measure_pass``, its rejects' data left ``at`` its place (``reject_data``)."""
+    measured = measure_pass(job, part, masks)
+    return replace(measured, rejects=at.kept(f"measure-{part.number}", measured.rejects))
+
+
+def encode_leaving(
+    job: BuildJob, part: Part, masks: Masks, at: RejectsAt
+) -> tuple[Measured, EncodedSamples]:
+    """``encode_pass``, its rejects' data left ``at`` its place (``reject_data``)."""
+    measured, block = encode_pass(job, part, masks)
+    return replace(measured, rejects=at.kept(f"measure-{part.number}", measured.rejects)), block
+
+
 def measured_of(result: tuple[Measured, EncodedSamples]) -> Measured:
     """The small half of ``encode_pass``'s result, for the client (the block stays on its
     worker)."""
     return result[0]
+
+
+def duplicates_leaving(
+    job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray, at: RejectsAt
+) -> list[Reject]:
+    """``duplicates_pass``, its rejects' data left ``at`` its place (``reject_data``)."""
+    return at.kept(f"duplicates-{part.number}", duplicates_pass(job, part, masks, key_keep))
 
 
 def duplicates_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray) -> list[Reject]:

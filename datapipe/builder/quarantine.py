@@ -10,19 +10,20 @@ Quarantines written before the line column have none (versioning/rejected.py rea
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
 from datapipe.builder.encode import jsonable
 
+T = TypeVar("T")
 COLUMNS = ("stage", "reason", "source", "row", "line", "data")
-ROWS_AT_ONCE = 8192  # rows a quarantine row group holds
+ROWS_AT_ONCE = 8192  # rows a quarantine row group holds at most ...
+BYTES_AT_ONCE = 16 << 20  # ... and characters of data (a near_dedupe stage's rows are documents)
 _NUMBERS = ("row", "line")
 
 
@@ -30,12 +31,13 @@ _NUMBERS = ("row", "line")
 class Reject:
     """One rejected row of a partition; ``row`` is its id within the partition and ``line`` the
     0-based line of the partition's bytes it starts on (text sources; None where unknown), until
-    placed in its file."""
+    placed in its file. ``data`` is None on the client until the quarantine is written
+    (``reject_data``)."""
 
     stage: str
     reason: str
     row: int
-    data: str
+    data: str | None
     line: int | None = None
 
 
@@ -74,18 +76,65 @@ def rejects_of(frame: pd.DataFrame, stage: str, reasons: dict[Any, str]) -> list
 
 def quarantine_bytes(records: Iterable[Placed]) -> bytes:
     """rejected.parquet from (reject, source label, row in that file, line or None), in the given
-    order; written ROWS_AT_ONCE rows at a time (a near_dedupe stage's rejects hold the text of
-    every document it removed: never all of it in Arrow at once)."""
+    order."""
+    buf = io.BytesIO()
+    write_quarantine(buf, records)
+    return buf.getvalue()
+
+
+def write_quarantine(file: Any, records: Iterable[Placed]) -> None:
+    """rejected.parquet into ``file`` (open for writing) from (reject, source label, row in that
+    file, line or None), in the given order; ROWS_AT_ONCE rows at a time (a near_dedupe stage's
+    rejects hold the text of every document it removed: never all of it at once)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = pa.schema([(c, pa.int64() if c in _NUMBERS else pa.string()) for c in COLUMNS])
-    buf = io.BytesIO()
-    records = iter(records)
-    with pq.ParquetWriter(buf, schema) as out:
-        while batch := list(itertools.islice(records, ROWS_AT_ONCE)):
+    with pq.ParquetWriter(file, schema) as out:
+        for batch in _batches(records, lambda record: len(record[0].data or "")):
             rows = ((r.stage, r.reason, s, row, line, r.data) for r, s, row, line in batch)
-            columns = zip(*rows, strict=True)
-            arrays = [pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)]
+            columns = list(zip(*rows, strict=True))
+            arrays = [_array(pa, c, f.type) for c, f in zip(columns, schema, strict=True)]
             out.write_table(pa.Table.from_arrays(arrays, schema=schema))
-    return buf.getvalue()
+
+
+def write_data(file: Any, data: Sequence[str]) -> None:
+    """Rejects' data alone, a ``data`` column, into ``file`` (open for writing): what a task
+    leaves for the quarantine (``reject_data``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("data", pa.string())])
+    with pq.ParquetWriter(file, schema) as out:
+        for batch in _batches(data, len):
+            column = _array(pa, batch, pa.string())
+            out.write_table(pa.Table.from_arrays([column], schema=schema))
+
+
+def _batches(items: Iterable[T], size: Callable[[T], int]) -> Iterator[list[T]]:
+    """``items`` in lists of at most ROWS_AT_ONCE items and about BYTES_AT_ONCE of ``size``."""
+    batch: list[T] = []
+    total = 0
+    for item in items:
+        batch.append(item)
+        total += size(item)
+        if len(batch) >= ROWS_AT_ONCE or total >= BYTES_AT_ONCE:
+            yield batch
+            batch, total = [], 0
+    if batch:
+        yield batch
+
+
+def _array(pa: Any, values: Sequence[Any], kind: Any) -> Any:
+    """``values`` as an Arrow array; a text with a lone surrogate (a JSON source's "\\ud800", a
+    line read with surrogateescape), which UTF-8 cannot hold, with it as its escape."""
+    try:
+        return pa.array(values, kind)
+    except UnicodeEncodeError:
+        return pa.array([_escaped(v) if isinstance(v, str) else v for v in values], kind)
+
+
+def _escaped(text: str) -> str:
+    """``text`` with each character UTF-8 cannot hold as its backslash escape: in a JSON string,
+    the escape of the same character."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -20,8 +20,10 @@ from datapipe.builder.incremental import BuildState, load_state, why_unusable
 from datapipe.builder.known_hashes import trusted
 from datapipe.builder.passes import Masks, Measured
 from datapipe.builder.quarantine import Reject
+from datapipe.builder.reject_data import InFile
 from datapipe.builder.source.base import InputFile
 from datapipe.versioning.manifest import ShardEntry, SourceFile, short_id
+from datapipe.versioning.rejected import version_quarantine
 from datapipe.versioning.store import LATEST, Store
 
 
@@ -47,6 +49,11 @@ class Reuse:
         the same."""
         return None
 
+    def reject_data(self, part: int, masks: Masks, count: int) -> InFile | None:
+        """Where the data of the first ``count`` of the parent's rejects of partition ``part`` is:
+        rows of its quarantine."""
+        return None
+
     def shard(self, digest: str) -> ShardEntry | None:
         """The parent's shard of the samples of ``digest`` (``incremental.shard_digests``)."""
         return None
@@ -64,9 +71,13 @@ class FromParent(Reuse):
         state: BuildState,
         entries: Sequence[ShardEntry],
         raw: Sequence[str],
+        quarantine: str | None = None,
     ) -> None:
         self.parent, self._state, self._raw = parent, state, list(raw)
         self._where = {identity: i for i, identity in enumerate(state.parts)}
+        self._quarantine = quarantine  # the path of the parent's rejected.parquet
+        # where each partition's rejects start in it: partitions in order, each's rows ascending
+        self._starts = np.cumsum([0] + [len(r) for r in state.rejects])
         # the parent's shards in manifest order, by the digest of their samples
         self._by_digest = dict(zip(state.digests, entries, strict=True))
 
@@ -86,6 +97,20 @@ class FromParent(Reuse):
         if i is None or not np.array_equal(self._state.key_keep[i], key_keep):
             return None
         return list(self._state.rejects[i])
+
+    def reject_data(self, part: int, masks: Masks, count: int) -> InFile | None:
+        """Where the data of the first ``count`` of the parent's rejects of partition ``part`` is:
+        rows of its quarantine."""
+        if not count:
+            return None
+        # a partition that carries over, of a parent whose quarantine is there (``read_parent``)
+        i = self._where[with_masks(self._raw[part], masks)]
+        rejects = self._state.rejects[i]
+        assert self._quarantine is not None
+        order = np.argsort([r.row for r in rejects], kind="stable")  # as ``accounting.placed``
+        rank = np.empty(len(rejects), dtype=np.int64)
+        rank[order] = np.arange(len(rejects))
+        return InFile(self._quarantine, self._starts[i] + rank[:count])
 
     def shard(self, digest: str) -> ShardEntry | None:
         """The parent's shard of the samples of ``digest`` (``incremental.shard_digests``)."""
@@ -142,8 +167,9 @@ class Parent:
         its shards (the source hashes are gathered now, for the identities)."""
         if self.why_full is not None or self.state is None or self.version is None:
             return FULL_BUILD
-        entries = store.manifest(name, self.version).shards
-        return FromParent(self.version, self.state, entries, identities.raw())
+        manifest = store.manifest(name, self.version)
+        quarantine = version_quarantine(store, name, manifest)
+        return FromParent(self.version, self.state, manifest.shards, identities.raw(), quarantine)
 
 
 def read_parent(store: Store, name: str, key: str) -> Parent:
@@ -155,8 +181,21 @@ def read_parent(store: Store, name: str, key: str) -> Parent:
     if version not in store.versions(name):
         gone = "is missing from the store (deleted or pruned)"
         return Parent(None, None, f"the latest version, {short_id(version)}, {gone}")
-    data = store.build_state(name, version)
-    if data is None:
+    path = store.build_state_path(name, version)
+    if path is None:
         return Parent(version, None, "the latest version has no build state")
-    state = load_state(data)
-    return Parent(version, state, why_unusable(state, key))
+    with store.fs.open(path, "rb") as f:  # its signatures stay there: ``incremental.InState``
+        state = load_state(f, at=(store.fs, path))
+    why = why_unusable(state, key) or _no_quarantine(store, name, version, state)
+    return Parent(version, state, why)
+
+
+def _no_quarantine(store: Store, name: str, version: str, state: BuildState | None) -> str | None:
+    """Why ``state``'s rejects cannot carry over: their data is in the version's quarantine, and
+    that is gone; None when it is there or not needed."""
+    if state is None or not any(state.rejects):
+        return None
+    path = version_quarantine(store, name, store.manifest(name, version))
+    if path is not None and store.fs.exists(path):
+        return None
+    return "the latest version's quarantine (rejected.parquet), which holds its rejects, is gone"

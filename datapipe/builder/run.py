@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from datapipe.builder.accounting import (
     check_counts,
     fails,
     keep_failed_quarantine,
     placed,
-    quarantine,
     sum_counts,
 )
 from datapipe.builder.client import open_client
@@ -37,6 +36,8 @@ from datapipe.builder.pass_runner import PassRunner
 from datapipe.builder.passes import BuildJob
 from datapipe.builder.plan import plan_shards
 from datapipe.builder.progress import BuildProgress
+from datapipe.builder.quarantine import Placed
+from datapipe.builder.reject_data import RejectsAt
 from datapipe.builder.result import BuildResult, IncrementalReport
 from datapipe.builder.sizing import fit_to_workers
 from datapipe.builder.source.align import align_on
@@ -80,23 +81,23 @@ def build(
         identities = Identities(source.parts, hashes.all, blocks.all)
         reuse = run.timed("find parent", found.parent.reuse, store, pipeline.name, identities)
         deduped = dedupe_stages(run, on_workers, source.parts, pipeline.stages, reuse, store)
-        measured = measure_parts(run, on_workers, source.parts, deduped, reuse, keep_encoded)
-        stages, warnings = _checked_counts(store, loaded, source, measured)
-        plan = plan_shards(pipeline, measured, identities.at(deduped))
-        state = next_state(found, blocksize, identities, measured, plan, hashes)
-        with new_version(store, pipeline.name) as writer:
+        with new_version(store, pipeline.name) as writer:  # the measure tasks leave rejects in it
+            at = RejectsAt(store.fs, writer.partial)
+            measured = measure_parts(
+                run, on_workers, source.parts, deduped, reuse, keep_encoded, at
+            )
+            stages, warnings = _checked_counts(store, loaded, source, measured)
+            plan = plan_shards(pipeline, measured, identities.at(deduped))
+            state = next_state(found, blocksize, identities, measured, plan, hashes)
             with state_staged(writer, pipeline.name, state):
                 written = write_shards(run, writer, on_workers, plan, measured, reuse)
             manifest = manifest_of(pipeline, found, written.entries, stages, measured, hashes.all())
-            quarantined = _quarantine(source, stages, measured)
+            quarantined = _quarantine(store, source, stages, measured)
             committed = commit(writer, manifest, quarantined, refs, found.tokenizer)
         peak = worker_peak_rss(run.client)
+    parts = measured.partition_counts
     report = IncrementalReport(
-        reuse.parent,
-        found.parent.why_full,
-        hashes.report(),
-        measured.partition_counts,
-        written.counts,
+        reuse.parent, found.parent.why_full, hashes.report(), parts, written.counts
     )
     return BuildResult(
         committed,
@@ -163,8 +164,9 @@ def _checked_counts(
     warnings = _drop_warnings(loaded, source, measured, stages)
     kept = None
     if fails(pipeline, stages) and any(s.rejected for s in stages):
-        rejects = list(placed(source, measured.reports, measured.rejects))
-        kept = keep_failed_quarantine(store, pipeline.name, rejects)
+        rejects = placed(source, measured.reports, measured.rejects)
+        records = _quarantine(store, source, stages, measured)
+        kept = keep_failed_quarantine(store, pipeline.name, rejects, records or ())
     check_counts(pipeline, source, stages, kept, emptied_message(warnings, loaded.shown))
     return stages, warnings
 
@@ -182,8 +184,12 @@ def _drop_warnings(
     return drop_warnings(loaded, counts, list(examples))
 
 
-def _quarantine(source: Source, stages: Iterable[StageCounts], measured: Measure) -> bytes | None:
-    """The quarantine file of the rows the build rejected; None when it rejected none."""
+def _quarantine(
+    store: Store, source: Source, stages: Iterable[StageCounts], measured: Measure
+) -> Iterator[Placed] | None:
+    """The rows the build rejected, placed in their files, each partition's data read from where
+    it is as the quarantine is written; None when it rejected none."""
     if not any(s.rejected for s in stages):
         return None
-    return quarantine(source, measured.reports, measured.rejects)
+    fill = measured.data.filler(store.fs)
+    return placed(source, measured.reports, measured.rejects, fill)

@@ -190,8 +190,13 @@ class Store:
 
     def build_state(self, name: str, version: str) -> bytes | None:
         """The build state a build left beside version ``version`` (None when there is none)."""
+        path = self.build_state_path(name, version)
+        return read_bytes(self.fs, path) if path is not None else None
+
+    def build_state_path(self, name: str, version: str) -> str | None:
+        """The path of the build state beside version ``version`` (None when there is none)."""
         path = self.path(name, VERSIONS, version, BUILD_STATE_NAME)
-        return read_bytes(self.fs, path) if self.exists(path) else None
+        return path if self.exists(path) else None
 
     def shard_dir(self, name: str, version: str, entry: ShardEntry) -> str:
         """The directory that holds ``entry``'s shard and index: its ``stored_in`` version's, else

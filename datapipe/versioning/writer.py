@@ -17,18 +17,18 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from datapipe.errors import DatapipeError
 from datapipe.formats.base import WrittenShard
 from datapipe.formats.encoded import EncodedSamples
 from datapipe.formats.registry import ShardFormat
 from datapipe.formats.shards import INDEX_SUFFIX, write_shard_to
-from datapipe.storage.fs import is_local, put_atomic
+from datapipe.storage.fs import is_local, open_atomic, put_atomic
 from datapipe.versioning.layout import (
     BUILD_STATE_NAME,
     LATEST,
@@ -236,11 +236,16 @@ class VersionWriter:
         path = f"{self.partial}/{filename}"
         self.store.remote(path, lambda: put_atomic(self.store.fs, path, data))
 
-    def put_build_state(self, data: bytes | memoryview) -> None:
-        """Stage the build's state (builder/incremental.py) to be committed with the version,
-        outside its id."""
+    def put_build_state(self, write: Callable[[BinaryIO], None]) -> None:
+        """Stage the build's state (builder/incremental.py), which ``write`` writes into a file,
+        to be committed with the version, outside its id."""
         path = f"{self.partial}/{BUILD_STATE_NAME}"
-        self.store.remote(path, lambda: put_atomic(self.store.fs, path, data))
+
+        def put() -> None:
+            with open_atomic(self.store.fs, path) as f:
+                write(f)
+
+        self.store.remote(path, put)
         self._side.append(BUILD_STATE_NAME)
 
     def commit(self, manifest: Manifest, refs: Iterable[str] = (LATEST,)) -> Manifest:

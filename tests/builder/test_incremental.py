@@ -400,7 +400,7 @@ def test_the_text_summary_says_what_came_from_the_parent(project):
     ), line
 
 
-def test_a_state_keeps_every_reject_whatever_its_text(tmp_path):
+def test_a_state_keeps_every_reject_but_not_its_data(tmp_path):
     import io
     import json
 
@@ -410,27 +410,109 @@ def test_a_state_keeps_every_reject_whatever_its_text(tmp_path):
     from datapipe.builder.passes import Measured
     from datapipe.builder.quarantine import Reject
 
-    texts = ['{"text": "café ✓"}', "", '{"text": "\\ud800 lone"}', "\ud800 raw surrogate"]
-    rejects = [[Reject("stages[0].near_dedupe", f"why {i}", i, t) for i, t in enumerate(texts)], []]
+    rejects = [[Reject("stages[0].near_dedupe", f"why {i}", i, None) for i in range(4)], []]
     measured = [
         Measured([], r[:1], np.zeros(2, np.int64), np.zeros(2, np.uint64), {}, None, None, [], None)
         for r in rejects
     ]
     keep = [np.ones(2, bool), np.ones(2, bool)]
     state = BuildState("key", ["a", "b"], measured, rejects, keep, ["d"])
-    again = load_state(bytes(save_state(state)))
+    saved = bytes(save_state(state))
+    again = load_state(saved)
     assert again.rejects == rejects
     assert [m.rejects for m in again.measured] == [rejects[0][:1], []]
+    with np.load(io.BytesIO(saved)) as z:
+        assert not [k for k in z.files if k.startswith("reject")]
 
-    # a state written before the reject data had arrays of its own kept it in the JSON document
-    with np.load(io.BytesIO(bytes(save_state(state)))) as z:
-        arrays = {k: z[k] for k in z.files if not k.startswith("reject")}
+    # a state written before format 5 kept the data in its JSON document: read, the data left out
+    with np.load(io.BytesIO(saved)) as z:
+        arrays = {k: z[k] for k in z.files}
     meta = json.loads(arrays["meta"].tobytes())
-    for m, r in zip(meta["measured"], rejects, strict=True):
-        m["rejects"] = [
-            {**stored, "data": x.data} for stored, x in zip(m["rejects"], r, strict=True)
-        ]
+    meta["measured"][0]["rejects"][0]["data"] = '{"text": "old"}'
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     old = io.BytesIO()
     np.savez(old, **arrays)
     assert load_state(old.getvalue()).rejects == rejects
+
+
+REJECTING = """\
+    name: rows
+    source: {path: raw/*.csv, format: csv}
+    stages:
+      - validate: {label: {max: 5}}
+    sample: {key: id, fields: {cls: label, txt: text}}
+    shards: {max_bytes: 20KB}
+    max_rejected: 0.5
+    """
+ODD_TEXTS = ["café ✓", "emoji 🙂", "plain", "日本語のテキスト"]
+
+
+def write_rejecting(project, n: int, rows: int = 60) -> None:
+    """A CSV file whose rows of label over 5 the validate stage rejects, some of their texts odd;
+    and two rows with a key of file 0, rejected as duplicates after it (file 5: and one with a key
+    of file 8, whose row becomes a duplicate)."""
+    keys = [f"f{n:03d}r{i:03d}" for i in range(rows)]
+    if n:
+        keys[1], keys[2] = "f000r001", "f000r007"
+    if n == 5:  # a key of a later file: that file's row becomes a duplicate
+        keys[3] = "f008r010"
+    rows_of = [f"{k},{i % 9},{ODD_TEXTS[i % 4]} {n} {i}" for i, k in enumerate(keys)]
+    lines = ["id,label,text", *rows_of]
+    project.write(f"raw/f{n:03d}.csv", "\n".join(lines) + "\n")
+
+
+def rejected_rows(store, result):
+    """The quarantine of a build's version, its rows with their data read back."""
+    import json
+
+    from datapipe.versioning.rejected import read_rows, version_quarantine
+
+    rows = read_rows(store, version_quarantine(store, "rows", result.manifest))
+    return [{**r, "data": json.loads(r["data"])} for r in rows]
+
+
+@pytest.mark.parametrize("on", ["in process", "cluster, encoded kept", "cluster"])
+def test_a_rebuilds_rejects_keep_their_data_from_the_parents_quarantine(
+    project, tmp_path, request, on
+):
+    client = request.getfixturevalue("dask_client") if on != "in process" else None
+    kept = {"in process": None, "cluster, encoded kept": True, "cluster": False}[on]
+    project.pipeline(REJECTING)
+    for n in range(0, 12, 2):
+        write_rejecting(project, n)
+    first = project.build(client=client, keep_encoded=kept)
+    write_rejecting(project, 5)  # in the middle of the source order
+    again = project.build(client=client, keep_encoded=kept)
+    # data from the parent's quarantine: of five files' rejects, and of file 8's before its new
+    # duplicate (found on a worker), whose report carries over
+    assert again.incremental.full_because is None and again.incremental.partitions.measured == 1
+    scratch = fresh(project, tmp_path, "scratch")
+    assert again.manifest.version == scratch.manifest.version
+    rows = rejected_rows(project.store, again)
+    assert rows == rejected_rows(Store(str(tmp_path / "scratch")), scratch)
+    stages = {r["stage"] for r in rows}
+    assert stages == {"stages[0].validate", "sample"}
+    assert len(rows) == sum(s.rejected for s in again.manifest.stages)
+    # the rows of the files the rebuild did not read, their data whole from the parent's quarantine
+    texts = {r["data"]["text"] for r in rows if r["source"].endswith("f002.csv")}
+    assert "日本語のテキスト 2 7" in texts
+    new_duplicate = [r for r in rows if r["reason"].startswith("duplicate sample key 'f008r010'")]
+    assert [r["source"] for r in new_duplicate] == ["raw/f008.csv"]
+    before = [r for r in rows if "f005" not in r["source"] and "f008r010" not in r["reason"]]
+    assert rejected_rows(project.store, first) == before
+
+
+def test_a_parent_without_its_quarantine_means_a_full_build(project, tmp_path):
+    project.pipeline(REJECTING)
+    for n in range(0, 6, 2):
+        write_rejecting(project, n)
+    first = project.build()
+    os.remove(project.store.path("rows", "versions", first.manifest.version, "rejected.parquet"))
+    write_rejecting(project, 1)
+    again = project.build()
+    assert "quarantine" in again.incremental.full_because
+    assert again.incremental.partitions.measured == 4
+    scratch = fresh(project, tmp_path, "scratch")
+    assert rejected_rows(project.store, again) == rejected_rows(
+        Store(str(tmp_path / "scratch")), scratch
+    )

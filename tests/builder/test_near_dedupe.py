@@ -5,6 +5,7 @@ whatever the workers and partitions, incremental rebuilds, versions checked ``ag
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from datapipe.builder.near_dedupe import stage as stage_module
 from datapipe.builder.near_dedupe.clusters import first_of_cluster
 from datapipe.builder.near_dedupe.lsh import candidate_pairs, choose_bands, s_curve
 from datapipe.builder.near_dedupe.minhash import HashFamily, is_empty, signatures, similarity
-from datapipe.errors import ConfigError
+from datapipe.errors import ConfigError, IntegrityError
 from datapipe.versioning.rejected import read_rows
 
 FAMILY = HashFamily(0, 112)
@@ -35,6 +36,64 @@ def test_the_estimate_follows_the_exact_jaccard_of_the_shingles():
     # 112 values: a standard error of at most 0.05 a pair
     assert np.abs(error).mean() < 0.04 and np.abs(error).max() < 0.2
     assert (similarity(sig[:60], sig[60:120]) < 0.2).all()  # unrelated documents
+
+
+@pytest.mark.parametrize("on", ["in process", "cluster"])
+def test_held_documents_answer_as_their_signatures_would(monkeypatch, request, on):
+    from dask import delayed
+
+    from datapipe.builder.near_dedupe import held
+    from datapipe.builder.near_dedupe.resolve import numbers
+    from datapipe.builder.near_dedupe.tasks import kept
+    from datapipe.builder.pass_runner import PassRunner
+    from datapipe.builder.progress import BuildProgress
+    from datapipe.builder.removals import Signed
+
+    client = InProcessClient(2) if on == "in process" else request.getfixturevalue("dask_client")
+    rng = np.random.default_rng(5)
+    sizes = [7, 0, 30, 12]
+    blocks = [
+        Signed(
+            rng.integers(0, 4, (n, 16), dtype=np.uint32),  # values alike enough to share some
+            np.array([f"b{b}r{r}" for r in range(n)], dtype=str),
+        )
+        for b, n in enumerate(sizes)
+    ]
+    blocks[2].signatures[[3, 9]] = np.uint32(2**32 - 1)  # no shingle
+    run = PassRunner(client, BuildProgress(), "test")
+    docs = held.HeldDocuments(run, "s", run.keep([delayed(kept)(b) for b in blocks]))
+    every = np.concatenate([numbers(b, np.arange(n)) for b, n in enumerate(sizes)])
+    first, second = rng.choice(every, 200), rng.choice(every, 200)  # in no order, some twice
+    monkeypatch.setattr(held, "PAIRS_AT_ONCE", 6)  # comparisons cut within a block
+    sig = {int(d): blocks[d >> 32].signatures[d & 0xFFFFFFFF] for d in every}
+    expected = similarity(np.stack([sig[d] for d in first]), np.stack([sig[d] for d in second]))
+    assert np.array_equal(docs.similarity(first, second, "verify"), expected)
+    assert docs.similarity(first[:0], second[:0], "verify").shape == (0,)
+    assert docs.sizes == sizes
+    assert docs.empty().tolist() == numbers(2, np.array([3, 9])).tolist()
+    assert docs.labels(first[:5]) == [f"b{d >> 32}r{d & 0xFFFFFFFF}" for d in first[:5]]
+
+
+def test_spooled_partitions_read_back_whole_from_any_thread():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from datapipe.builder.near_dedupe.spool import spooled
+    from datapipe.builder.removals import Signed
+
+    rng = np.random.default_rng(1)
+    parts = [
+        Signed(
+            rng.integers(0, 2**32, (n, 64), dtype=np.uint32), np.array([f"é{i}" for i in range(n)])
+        )
+        for n in (3, 0, 500, 1)
+    ]
+    fetched = []
+    kept = spooled(parts, lambda p: fetched.append(p) or p)
+    assert fetched == parts  # one at a time, in order
+    with ThreadPoolExecutor(4) as pool:
+        back = list(pool.map(lambda s: s.load(), [*reversed(kept), *kept]))
+    for b, p in zip(back, [*reversed(parts), *parts], strict=True):
+        assert np.array_equal(b.signatures, p.signatures) and b.labels.tolist() == p.labels.tolist()
 
 
 def test_signatures_do_not_depend_on_how_the_shingles_are_cut(monkeypatch):
@@ -209,6 +268,19 @@ def test_a_rebuild_signs_only_new_partitions_and_matches_a_fresh_build(
     assert again.manifest.version == rebuilt.manifest.version
     gone = removed(project, rebuilt)
     assert "d00900" in gone and "d00000" not in gone  # an old document is the first of a new one
+
+    # a rebuild's client leaves its parent's signatures in the parent's state file; a task reads
+    # them
+    from datapipe.builder.incremental import InState
+    from datapipe.builder.reuse import read_parent
+
+    parent = read_parent(project.store, rebuilt.manifest.name, "any key")
+    held = list(parent.state.dedupe[0].values())
+    assert held and all(isinstance(h, InState) for h in held)
+    assert sum(len(h.load()) for h in held) == rebuilt.manifest.stages[1].rows_in
+    os.remove(held[0].path)
+    with pytest.raises(IntegrityError, match="build state"):
+        held[0].load()
 
 
 def test_empty_texts_are_kept_unless_asked(project):

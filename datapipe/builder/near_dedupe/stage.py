@@ -1,7 +1,9 @@
 """A near_dedupe stage on the cluster, top to bottom: each block's signatures (a partition, the
 parent's where it is the same partition; a shard of a version checked against) and its bands,
 held on the workers; the bands shuffled by hash (Dask's shuffle) so that each bucket's pairs are
-found on one worker; then the signatures fetched one by one, and the clusters and removals."""
+found on one worker; the pairs' estimates made where the signatures are (``held``); then the
+clusters and removals; last, the signatures fetched one at a time into a spool for the build
+state (``spool``)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ from datapipe.builder.config import stage_path
 from datapipe.builder.config_parts import NearDedupeArgs
 from datapipe.builder.in_process import InProcessClient
 from datapipe.builder.near_dedupe.against import against_blocks, against_task
+from datapipe.builder.near_dedupe.held import HeldDocuments
 from datapipe.builder.near_dedupe.lsh import bands_and_rows
-from datapipe.builder.near_dedupe.resolve import Documents, edges, removals
+from datapipe.builder.near_dedupe.resolve import edges, removals
+from datapipe.builder.near_dedupe.spool import Spooled, spooled
 from datapipe.builder.near_dedupe.tasks import (
     BANDS_META,
     bucket_pairs,
@@ -51,9 +55,9 @@ class StageInput:
 
 def near_dedupe_stage(
     run: PassRunner, given: StageInput, store: Store
-) -> tuple[list[Signed], list[Removal], list[str]]:
-    """Per partition, its signed documents and its removal; and a line for the summary per version
-    checked against."""
+) -> tuple[list[Spooled], list[Removal], list[str]]:
+    """Per partition, its signed documents (spooled for the build state) and its removal; and a
+    line for the summary per version checked against."""
     from dask import delayed
 
     args = given.args
@@ -66,12 +70,12 @@ def near_dedupe_stage(
     peer_to_peer = not isinstance(run.client, InProcessClient)
     pairs = run(f"{label} buckets", shuffled_pairs(frames, peer_to_peer))
     del frames, held
-    blocks = run(f"{label} collect", signed_of)  # fetched one by one, each then let go
-    del signed_of
-    docs = Documents(blocks)
+    docs = HeldDocuments(run, label, signed_of)
     found = edges(docs, np.concatenate([np.zeros((0, 2), np.int64), *pairs]), args)
     checked = len(against.blocks)
-    return blocks[checked:], removals(docs, found, checked), against.notes
+    removed = removals(docs, found, checked)
+    signed = run.timed(f"{label} spool", spooled, signed_of[checked:], run.fetch)
+    return signed, removed, against.notes
 
 
 def block_tasks(given: StageInput, against: Sequence[Any], banding: tuple[int, int]) -> list[Any]:
