@@ -16,6 +16,7 @@ import numpy as np
 from datapipe.builder.quarantine import Reject, write_data
 from datapipe.errors import IntegrityError
 from datapipe.storage.fs import open_atomic
+from datapipe.versioning.rejected import read_data
 
 SCRATCH = "rejects"  # the directory of the partial version the tasks write into
 
@@ -55,32 +56,14 @@ class InFile:
 
     def read(self, fs: Any) -> list[str]:
         """The data, read from the row groups that hold its rows."""
-        import pyarrow.parquet as pq
-
         try:
-            with fs.open(self.path, "rb") as f:
-                return self._read(pq.ParquetFile(f))
+            return read_data(fs, self.path, self.rows)
         except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
             raise IntegrityError(
                 f"{self.path}: the data of rejected rows could not be read ({e}); run the build "
                 "again (where this is the latest version's rejected.parquet: with it moved aside, "
                 "the build measures every partition afresh)"
             ) from None
-
-    def _read(self, file: Any) -> list[str]:
-        if self.rows is None:
-            return file.read(columns=["data"], use_threads=False)["data"].to_pylist()
-        sizes = [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)]
-        starts = np.concatenate([[0], np.cumsum(sizes)])
-        group = np.searchsorted(starts, self.rows, side="right") - 1
-        out: list[str] = [""] * len(self.rows)
-        for g in np.unique(group).tolist():
-            column = file.read_row_group(g, columns=["data"], use_threads=False)["data"]
-            where = np.flatnonzero(group == g)
-            taken = column.take(self.rows[where] - starts[g]).to_pylist()
-            for i, value in zip(where.tolist(), taken, strict=True):
-                out[i] = value
-        return out
 
 
 @dataclass

@@ -20,6 +20,7 @@ from datapipe.versioning.rejected import (
     stage_rows,
     version_quarantine,
     where,
+    with_data,
 )
 from datapipe.versioning.store import Store, open_dataset_url
 
@@ -29,12 +30,26 @@ DATA = 200  # characters of an example row shown (--json gives it whole)
 
 @dataclass(frozen=True)
 class Quarantine:
-    """One quarantine: what it is of (in words and for --json), the file and its rows."""
+    """One quarantine: what it is of (in words and for --json), the file and its rows (their data
+    left in the file until ``shown``)."""
 
     title: str
     about: dict[str, Any]
     url: str | None  # of the file (s3://bucket/key on S3); None for a version that rejected none
     rows: list[dict[str, Any]]
+    store: Store | None = None
+    path: str | None = None
+
+    def shown(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` with their data, read from the file."""
+        if self.store is None or self.path is None or not rows:
+            return rows
+        return with_data(self.store, self.path, rows)
+
+
+def _read(store: Store, path: str) -> dict[str, Any]:
+    """The rows of quarantine ``path`` without their data, and where to read it."""
+    return {"rows": read_rows(store, path, data=False), "store": store, "path": path}
 
 
 def _of_version(dataset: str) -> Quarantine:
@@ -49,14 +64,13 @@ def _of_version(dataset: str) -> Quarantine:
             f"{store_url}/{name} --failed`"
         ) from None
     path = version_quarantine(store, name, m)
-    rows = read_rows(store, path) if path is not None else []
     url = url_of(store.fs, path) if path is not None else None
     read = m.stages[0].rows_in if m.stages else 0
     return Quarantine(
         f"{name}@{short_id(m.version)} ({read} rows read)",
         {"dataset": name, "version": m.version, "failed_build": None, "rows_read": read},
         url,
-        rows,
+        **(_read(store, path) if path is not None else {"rows": []}),
     )
 
 
@@ -76,7 +90,7 @@ def _of_failed(dataset: str) -> Quarantine:
         f"{name}, failed build {build}{older}",
         {"dataset": name, "version": None, "failed_build": build, "rows_read": None},
         url_of(store.fs, path),
-        read_rows(store, path),
+        **_read(store, path),
     )
 
 
@@ -88,7 +102,7 @@ def _of_file(url: str) -> Quarantine:
         url,
         {"dataset": None, "version": None, "failed_build": None, "rows_read": None},
         url_of(store.fs, path),
-        read_rows(store, path),
+        **_read(store, path),
     )
 
 
@@ -135,6 +149,8 @@ def rejected(dataset: str, failed: bool, stage: str | None, top: int, as_json: b
         q = _of_failed(dataset) if failed else _of_version(dataset)
     rows = stage_rows(q.rows, stage)
     groups = group_reasons(rows)
+    for g, example in zip(groups, q.shown([g.example for g in groups[:top]]), strict=False):
+        g.example = example
     if as_json:
         echo_json(
             {

@@ -15,6 +15,7 @@ from datapipe.loader.dataset import Dataset
 from datapipe.serve.samples import PREVIEW, Field, read_sample
 from datapipe.versioning.layout import VERSIONS
 from datapipe.versioning.manifest import short_id
+from datapipe.versioning.rejected import read_rows, with_data
 from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
 from datapipe.versioning.store import Store
 
@@ -34,30 +35,18 @@ def _number(request: Request, name: str) -> int:
     return int(raw)
 
 
-def read_quarantine(ds: Dataset) -> list[dict[str, Any]]:
-    """The rows of a version's rejected.parquet (none when it rejected nothing)."""
+def quarantine_path(ds: Dataset) -> str | None:
+    """The path of a version's rejected.parquet (None when it rejected nothing)."""
     m = ds.manifest
     if m.rejected is None:
-        return []
+        return None
     # a name beside the manifest, never a path elsewhere
     if "/" in m.rejected or m.rejected.startswith("."):
         raise IntegrityError(
             f"{ds.name}@{short_id(m.version)}: the manifest's rejected is {m.rejected!r}, not a "
             "file name in the version's directory"
         )
-    return _parquet_rows(ds.store, ds.store.path(ds.name, VERSIONS, m.version, m.rejected))
-
-
-def _parquet_rows(store: Store, path: str) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
-
-    try:
-        with store.fs.open(path, "rb") as f:
-            return pq.read_table(f).to_pylist()
-    except FileNotFoundError:
-        raise NotFoundError(f"{path}: the quarantine file is missing") from None
-    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
-        raise IntegrityError(f"{path}: not a readable parquet file ({e})") from None
+    return ds.store.path(ds.name, VERSIONS, m.version, m.rejected)
 
 
 def failed_builds(store: Store, name: str) -> list[str]:
@@ -74,9 +63,8 @@ def quarantine_page(c: Any, name: str, ref: str, request: Request) -> HTMLRespon
     page."""
     ds = c.versions.dataset(name, ref)
     here = f"/d/{name}/v/{ds.version}/quarantine"
-    return _rejects(
-        c, request, read_quarantine(ds), name=name, m=ds.manifest, here=here, failed=None
-    )
+    path = quarantine_path(ds)
+    return _rejects(c, request, ds.store, path, name=name, m=ds.manifest, here=here, failed=None)
 
 
 def failed_page(c: Any, name: str, file: str, request: Request) -> HTMLResponse:
@@ -85,13 +73,19 @@ def failed_page(c: Any, name: str, file: str, request: Request) -> HTMLResponse:
     name = c.versions.dataset_name(name)
     if file not in failed_builds(c.versions.store, name):
         raise NotFoundError(f"{name}: no failed build's quarantine {file!r}")
-    rows = _parquet_rows(c.versions.store, c.versions.store.path(name, FAILED_QUARANTINE, file))
+    store = c.versions.store
+    path = store.path(name, FAILED_QUARANTINE, file)
     return _rejects(
-        c, request, rows, name=name, m=None, here=f"/d/{name}/failed/{file}", failed=file
+        c, request, store, path, name=name, m=None, here=f"/d/{name}/failed/{file}", failed=file
     )
 
 
-def _rejects(c: Any, request: Request, rows: list[dict[str, Any]], **where: Any) -> HTMLResponse:
+def _rejects(
+    c: Any, request: Request, store: Store, path: str | None, **where: Any
+) -> HTMLResponse:
+    """A page of the rows of quarantine ``path``: read without their data, the page's rows then
+    with it (a near_dedupe stage's quarantine holds the text of every document it removed)."""
+    rows = read_rows(store, path, data=False) if path is not None else []
     stages = sorted({str(r.get("stage")) for r in rows})
     stage, reason = request.query_params.get("stage", ""), request.query_params.get("reason", "")
     if stage and stage not in stages:
@@ -104,7 +98,7 @@ def _rejects(c: Any, request: Request, rows: list[dict[str, Any]], **where: Any)
     page = _number(request, "page")
     shown = [
         {**r, "data": str(r.get("data", ""))[:DATA], "cut": len(str(r.get("data", ""))) > DATA}
-        for r in chosen[page * REJECTS : (page + 1) * REJECTS]
+        for r in with_data(store, path, chosen[page * REJECTS : (page + 1) * REJECTS])
     ]
     return c.render(
         "quarantine.html",

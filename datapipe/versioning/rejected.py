@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import io
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from datapipe.errors import ConfigError, IntegrityError, NotFoundError
-from datapipe.storage.fs import read_bytes
 from datapipe.versioning.layout import VERSIONS
 from datapipe.versioning.manifest import Manifest, short_id
 from datapipe.versioning.store import Store
@@ -18,6 +18,7 @@ from datapipe.versioning.store import Store
 FAILED_QUARANTINE = "rejected"
 # a quarantine's columns; files written before the line column lack it (read as null)
 COLUMNS = ("stage", "reason", "source", "row", "line", "data")
+AT = "_at"  # a row read without its data: its place in the file (``with_data``)
 
 # the literals of a reason (quoted text, numbers): what varies from row to row under one reason
 _LITERAL = re.compile(
@@ -28,24 +29,73 @@ _COLUMN = re.compile(r"^column '[^']*': ")
 _HOLE = "\x00"  # a literal's place in a template
 
 
-def read_rows(store: Store, path: str) -> list[dict[str, Any]]:
+def read_rows(store: Store, path: str, data: bool = True) -> list[dict[str, Any]]:
     """The rows of the quarantine file at ``path`` of ``store``, each with every column of
-    ``COLUMNS`` (``line`` None in a file written before it)."""
+    ``COLUMNS`` (``line`` None in a file written before it). Without ``data``, each row's data is
+    left in the file (None, and the row's place under ``AT``): ``with_data`` reads it for the rows
+    shown (a near_dedupe stage's quarantine holds the text of every document it removed)."""
     import pyarrow.parquet as pq
 
-    data = read_bytes(store.fs, path, store.retry)
+    def read() -> Any:
+        with store.fs.open(path, "rb") as f:
+            file = pq.ParquetFile(f)
+            have = file.schema_arrow.names
+            missing = [c for c in COLUMNS if c != "line" and c not in have]
+            if missing:
+                raise IntegrityError(
+                    f"{path}: not a quarantine file: no column {', '.join(map(repr, missing))} "
+                    f"(a quarantine has {', '.join(COLUMNS)})"
+                )
+            wanted = [c for c in COLUMNS if c in have and (data or c != "data")]
+            # one thread: no pool left to stop when a short command exits
+            return file.read(columns=wanted, use_threads=False)
+
     try:
-        # one thread: no pool left to stop when a short command exits
-        table = pq.ParquetFile(io.BytesIO(data)).read(use_threads=False)
+        table = store.remote(path, read)
+    except FileNotFoundError:
+        raise NotFoundError(f"{path}: no such file") from None
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
         raise IntegrityError(f"{path}: not a readable quarantine file ({e})") from None
-    missing = [c for c in COLUMNS if c != "line" and c not in table.column_names]
-    if missing:
-        raise IntegrityError(
-            f"{path}: not a quarantine file: no column {', '.join(map(repr, missing))} (a "
-            f"quarantine has {', '.join(COLUMNS)})"
-        )
-    return [{c: row.get(c) for c in COLUMNS} for row in table.to_pylist()]
+    rows = [{c: row.get(c) for c in COLUMNS} for row in table.to_pylist()]
+    if not data:
+        for i, row in enumerate(rows):
+            row[AT] = i
+    return rows
+
+
+def with_data(store: Store, path: str, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` read without their data (``read_rows``), with it, read from the file."""
+    if not rows:
+        return []
+    at = [row[AT] for row in rows]
+    data = store.remote(path, lambda: read_data(store.fs, path, at))
+    return [
+        {**{k: v for k, v in row.items() if k != AT}, "data": d}
+        for row, d in zip(rows, data, strict=True)
+    ]
+
+
+def read_data(fs: Any, path: str, rows: Sequence[int] | np.ndarray | None = None) -> list[str]:
+    """The ``data`` column of the Parquet file ``path`` at ``rows`` (0-based, any order), or all
+    of it; only the row groups that hold them are read."""
+    import pyarrow.parquet as pq
+
+    with fs.open(path, "rb") as f:
+        file = pq.ParquetFile(f)
+        if rows is None:
+            return file.read(columns=["data"], use_threads=False)["data"].to_pylist()
+        wanted = np.asarray(rows, dtype=np.int64)
+        sizes = [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)]
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        group = np.searchsorted(starts, wanted, side="right") - 1
+        out: list[str] = [""] * len(wanted)
+        for g in np.unique(group).tolist():
+            column = file.read_row_group(g, columns=["data"], use_threads=False)["data"]
+            where = np.flatnonzero(group == g)
+            taken = column.take(wanted[where] - starts[g]).to_pylist()
+            for i, value in zip(where.tolist(), taken, strict=True):
+                out[i] = value
+    return out
 
 
 def version_quarantine(store: Store, name: str, manifest: Manifest) -> str | None:

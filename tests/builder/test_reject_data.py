@@ -61,3 +61,20 @@ def test_a_partitions_files_fill_its_rejects_in_order(tmp_path):
         "\\ud800",  # the escape of what UTF-8 cannot hold
     ]
     assert [r.row for r in filled] == [0, 1, 2, 3]
+
+
+def test_a_reader_takes_the_data_of_the_rows_it_shows_only(tmp_path, monkeypatch):
+    from datapipe.versioning.rejected import read_rows, with_data
+    from datapipe.versioning.store import Store
+
+    monkeypatch.setattr(quarantine, "ROWS_AT_ONCE", 4)
+    with open(tmp_path / "rejected.parquet", "wb") as f:
+        write_quarantine(f, records(30))
+    store = Store(str(tmp_path))
+    path = store.path("rejected.parquet")
+    rows = read_rows(store, path, data=False)
+    assert len(rows) == 30 and all(r["data"] is None for r in rows)
+    shown = with_data(store, path, [rows[29], rows[3], rows[12]])
+    assert shown == [
+        {**read_rows(store, path)[i], "data": json.dumps({"text": f"row {i}"})} for i in (29, 3, 12)
+    ]
