@@ -129,17 +129,25 @@ def test_a_single_100_mb_field_is_one_sample(tmp_path, scheduler):
 def test_bad_json_lines_are_quarantined(tmp_path):
     out = build(
         tmp_path,
-        {"d.jsonl": b'{"id": "a", "n": 1}\n{"id": "b", "n": \n[1, 2]\n{"id": "c", "n": 3}\n'},
+        {
+            "d.jsonl": b'{"id": "a", "n": 1}\n{"id": "b", "n": \n[1, 2]\n{"id": "c", "n": 3}\n'
+            # a lone surrogate's escape (no text can hold it), then a pair's (an emoji: kept)
+            b'{"id": "d", "n": 4, "t": "\\ud800 alone"}\n'
+            b'{"id": "e", "n": 5, "t": "\\ud83d\\ude00"}\n'
+        },
         fmt="jsonl",
     )
     assert out.returncode == 0, out.stderr
     summary = last_json(out)
     accounted(summary)
-    reasons = list(quarantine(tmp_path, summary).reason)
-    assert len(reasons) == 2
+    rows = quarantine(tmp_path, summary)
+    reasons = list(rows.reason)
+    assert len(reasons) == 3 and summary["samples"] == 3
     assert any("not valid JSON" in r for r in reasons) and any(
         "expected a JSON object" in r for r in reasons
     )
+    lone = rows[rows.reason.str.contains("lone surrogate")]
+    assert list(lone.row) == [5] and "(\\ud800)" in lone.reason.iloc[0]
 
 
 NAN_PIPELINE = """\

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -26,6 +27,22 @@ from datapipe.builder.source.base import (
 from datapipe.builder.source.partition import byte_blocks
 from datapipe.builder.source.schema import SchemaSample, infer_schema
 
+# a JSON escape of a UTF-16 surrogate: paired, json.loads joins it to one character; alone, it
+# stays a surrogate, which is not Unicode text and no column (Arrow's strings are UTF-8) can hold
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def lone_surrogate(line: bytes, record: Any) -> str | None:
+    """The first lone surrogate that ``line``'s escapes put in ``record`` (as its escape), or None
+    when there is none."""
+    if not _SURROGATE_ESCAPE.search(line):
+        return None
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"\\u{ord(e.object[e.start]):04x}"
+    return None
+
 
 def _sample_schema(sample: bytes, options: Mapping[str, Any]) -> tuple[dict[str, str], int, int]:
     """(the types inferred from the objects of ``sample``, how many objects, the lines set
@@ -39,7 +56,7 @@ def _sample_schema(sample: bytes, options: Mapping[str, Any]) -> tuple[dict[str,
         except ValueError:
             set_aside += 1
             continue
-        if isinstance(record, dict):
+        if isinstance(record, dict) and lone_surrogate(line, record) is None:
             records.append(record)
         else:
             set_aside += 1
@@ -73,6 +90,10 @@ def read_jsonl_part(source: Source, part: Part) -> RawPart:
             rejects.append(
                 (row, f"expected a JSON object, got {type(record).__name__}", line.decode(encoding))
             )
+            continue
+        if (surrogate := lone_surrogate(line, record)) is not None:
+            why = f"a lone surrogate ({surrogate}) in a string: not Unicode text; drop it or give"
+            rejects.append((row, f"{why} the pair it belongs to", line.decode(encoding)))
             continue
         records.append(record)
         rows.append(row)
