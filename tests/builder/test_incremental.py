@@ -496,6 +496,9 @@ def test_a_rebuilds_rejects_keep_their_data_from_the_parents_quarantine(
     # the rows of the files the rebuild did not read, their data whole from the parent's quarantine
     texts = {r["data"]["text"] for r in rows if r["source"].endswith("f002.csv")}
     assert "日本語のテキスト 2 7" in texts
+    # the files the tasks left the data in went with the partial version
+    versions = project.root / "store" / "rows" / "versions"
+    assert not list(versions.glob("*/rejects")) and not list(versions.glob(".partial-*"))
     new_duplicate = [r for r in rows if r["reason"].startswith("duplicate sample key 'f008r010'")]
     assert [r["source"] for r in new_duplicate] == ["raw/f008.csv"]
     before = [r for r in rows if "f005" not in r["source"] and "f008r010" not in r["reason"]]
