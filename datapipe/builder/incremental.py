@@ -249,6 +249,21 @@ class InState:
             ) from None
 
 
+def state_labels(kept: Sequence[InState]) -> list[np.ndarray]:
+    """The labels of signed partitions kept in one build state file, read at once (without their
+    signatures)."""
+    if not kept:
+        return []
+    try:
+        with kept[0].fs.open(kept[0].path, "rb") as f, np.load(f, allow_pickle=False) as z:
+            return [z[f"labels{k.member}"] for k in kept]
+    except (OSError, ValueError, KeyError) as e:
+        raise IntegrityError(
+            f"{kept[0].path}: a build state whose signatures this build takes could not be read "
+            f"({e}); run the build again"
+        ) from None
+
+
 def _hashes(z: Any, stage: str, k: int, at: tuple[Any, str] | None) -> Any:
     """A dedupe stage's row hashes of one partition, or a near_dedupe stage's Signed (an InState
     of the file ``at``, a file system and path, where given)."""

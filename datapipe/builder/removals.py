@@ -4,6 +4,7 @@ why each other one went (its reason in the quarantine); and the documents it sig
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -32,3 +33,11 @@ class Signed:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+
+class Stored(Protocol):
+    """Signed documents kept elsewhere (a spool, a build state file), read where they are needed."""
+
+    def load(self) -> Signed:
+        """The signed documents, read."""
+        ...

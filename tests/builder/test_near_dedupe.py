@@ -334,6 +334,16 @@ def test_a_version_checked_against_gives_its_signatures_from_its_build_state(
         f"stages[0].near_dedupe: checked against {label} (240 documents, signatures from its "
         "build state)",
     )
+    # the client names the version's documents from the state's labels; tasks read the signatures
+    from datapipe.builder.config import load_pipeline
+    from datapipe.builder.near_dedupe.against import against_blocks
+    from datapipe.builder.near_dedupe.against_state import FromState
+
+    args = load_pipeline(project.root / "pipeline.yaml").pipeline.stages[0].args
+    blocks = against_blocks("stages[0].near_dedupe", args, project.store).blocks
+    assert blocks and all(isinstance(b, FromState) for b in blocks)
+    assert sum(len(b.rows) for b in blocks) == 240
+    assert all(b.load().labels[0].startswith(f"{label}#d") for b in blocks)
 
 
 @pytest.mark.parametrize(

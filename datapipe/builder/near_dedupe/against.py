@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.builder.config_parts import NearDedupeArgs
-from datapipe.builder.near_dedupe.against_state import signed_from_state
+from datapipe.builder.near_dedupe.against_state import FromState, signed_from_state
 from datapipe.builder.near_dedupe.minhash import HashFamily, signatures
 from datapipe.builder.removals import Signed
 from datapipe.errors import ConfigError, DatapipeError, did_you_mean
@@ -41,16 +41,16 @@ class AgainstShard:
 @dataclass(frozen=True)
 class Against:
     """What a near_dedupe stage checks against: blocks of documents (shards to sign, or documents
-    signed already from a version's build state), and a summary line per version."""
+    signed already in a version's build state), and a summary line per version."""
 
-    blocks: list[AgainstShard | Signed]
+    blocks: list[AgainstShard | FromState]
     notes: list[str]
 
 
 def against_blocks(stage: str, args: NearDedupeArgs, store: Store) -> Against:
     """The documents of the versions ``args.against`` names, in their order; a ConfigError names a
     version that is not there or that has no ``args.field``."""
-    blocks: list[AgainstShard | Signed] = []
+    blocks: list[AgainstShard | FromState] = []
     notes: list[str] = []
     for i, url in enumerate(args.against):
         where = f"{stage}.against[{i}]"

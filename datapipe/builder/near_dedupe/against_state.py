@@ -1,16 +1,18 @@
 """A version checked against, from its build state: the signatures its own near_dedupe stage made,
 where that stage signed the text the version holds with this stage's shingle, hashes and seed,
-picked out by the keys of the version's shard indexes (no text is read or signed again)."""
+picked out by the keys of the version's shard indexes (no text is read or signed again). The
+client reads the state's labels; the signatures are read by the tasks that band them."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 
 from datapipe.builder.config import Pipeline, parse_pipeline
 from datapipe.builder.config_parts import NearDedupeArgs
-from datapipe.builder.incremental import load_state
+from datapipe.builder.incremental import InState, load_state, state_labels
 from datapipe.builder.removals import Signed
 from datapipe.errors import DatapipeError
 from datapipe.formats.index import ShardIndex
@@ -23,31 +25,51 @@ KEEPS_VALUES = ("dropna", "filter", "dedupe", "near_dedupe", "validate", "tokeni
 SIGNED_WITH = ("shingle", "hashes", "seed")  # the settings a signature depends on
 
 
+@dataclass(frozen=True)
+class FromState:
+    """Rows ``rows`` of a signed partition in a checked-against version's build state, labelled
+    ``label#KEY``: read by the task that bands them."""
+
+    kept: InState
+    rows: np.ndarray
+    label: str
+
+    def load(self) -> Signed:
+        """The rows' signatures and labels, read from the state."""
+        signed = self.kept.load()
+        named = np.char.add(f"{self.label}#", signed.labels[self.rows])
+        return Signed(signed.signatures[self.rows], named)
+
+
 def signed_from_state(
     other: Store, name: str, manifest: Manifest, args: NearDedupeArgs, label: str
-) -> tuple[list[Signed], str | None]:
-    """Version ``manifest`` of ``name`` as blocks of signed documents labelled ``label#KEY`` from
+) -> tuple[list[FromState], str | None]:
+    """Version ``manifest`` of ``name`` as blocks of signed documents labelled ``label#KEY`` in
     its build state; or no blocks and why its state cannot stand for its documents."""
     stage, why = _signing_stage(manifest, args)
     if stage is None:
         return [], why
-    state = load_state(other.build_state(name, manifest.version) or b"")
+    path = other.build_state_path(name, manifest.version)
+    state = None
+    if path is not None:
+        with other.fs.open(path, "rb") as f:  # the signatures stay there
+            state = load_state(f, at=(other.fs, path))
     known = state.dedupe.get(stage) if state is not None else None
-    blocks = [s for s in (known or {}).values() if isinstance(s, Signed)]
+    blocks = [s for s in (known or {}).values() if isinstance(s, InState)]
     if not blocks:
         return [], "it has no readable build state with its near_dedupe signatures"
     keys = _version_keys(other, name, manifest)
-    labels = np.concatenate([b.labels for b in blocks])
+    block_labels = state_labels(blocks)
+    labels = np.concatenate(block_labels)
     inside = np.isin(labels, keys)
     found, counts = np.unique(labels[inside], return_counts=True)
     if len(found) != len(np.unique(keys)) or (counts > 1).any():
         return [], "its build state does not name each of its documents once by its key"
-    ends = np.cumsum([len(b.labels) for b in blocks])[:-1]
+    ends = np.cumsum([len(b) for b in block_labels])[:-1]
     out = []
     for block, rows in zip(blocks, np.split(inside, ends), strict=True):
         if rows.any():
-            named = np.char.add(f"{label}#", block.labels[rows])
-            out.append(Signed(block.signatures[rows], named))
+            out.append(FromState(block, np.flatnonzero(rows), label))
     return out, None
 
 

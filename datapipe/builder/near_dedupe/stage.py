@@ -17,7 +17,7 @@ import pandas as pd
 from datapipe.builder.config import stage_path
 from datapipe.builder.config_parts import NearDedupeArgs
 from datapipe.builder.in_process import InProcessClient
-from datapipe.builder.near_dedupe.against import against_blocks, against_task
+from datapipe.builder.near_dedupe.against import AgainstShard, against_blocks, against_task
 from datapipe.builder.near_dedupe.held import HeldDocuments
 from datapipe.builder.near_dedupe.lsh import bands_and_rows
 from datapipe.builder.near_dedupe.resolve import edges, removals
@@ -31,7 +31,7 @@ from datapipe.builder.near_dedupe.tasks import (
 )
 from datapipe.builder.pass_runner import PassRunner
 from datapipe.builder.passes import Masks
-from datapipe.builder.removals import Removal, Signed
+from datapipe.builder.removals import Removal, Signed, Stored
 from datapipe.builder.source.base import Part
 from datapipe.versioning.store import Store
 
@@ -50,7 +50,7 @@ class StageInput:
     stage: int
     args: NearDedupeArgs
     masks: Sequence[Masks]
-    known: Sequence[Signed | None]
+    known: Sequence[Signed | Stored | None]
 
 
 def near_dedupe_stage(
@@ -87,7 +87,9 @@ def block_tasks(given: StageInput, against: Sequence[Any], banding: tuple[int, i
     out = []
     for b, block in enumerate(against):
         given_as = (
-            (kept, (block,)) if isinstance(block, Signed) else (against_task, (block, given.args))
+            (against_task, (block, given.args))
+            if isinstance(block, AgainstShard)
+            else (kept, (block,))
         )
         out.append(task(*given_as, b, *banding))
     for i, part in enumerate(given.parts):

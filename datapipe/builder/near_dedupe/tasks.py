@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from datapipe.builder.incremental import InState
 from datapipe.builder.near_dedupe.lsh import band_keys, candidate_pairs
 from datapipe.builder.near_dedupe.minhash import HashFamily, is_empty, signatures
 from datapipe.builder.near_dedupe.resolve import numbers
 from datapipe.builder.passes import BuildJob, Masks, clean
-from datapipe.builder.removals import Signed
+from datapipe.builder.removals import Signed, Stored
 from datapipe.builder.source.base import Part
 from datapipe.errors import ConfigError, did_you_mean
 
@@ -82,10 +81,10 @@ def with_bands(
     return signed, band_frame(signed, block, bands, rows)
 
 
-def kept(signed: Signed | InState) -> Signed:
-    """Documents signed already (the parent's, read from its build state here; or a
-    checked-against version's from its build state): a ``sign`` for ``with_bands``."""
-    return signed.load() if isinstance(signed, InState) else signed
+def kept(signed: Signed | Stored) -> Signed:
+    """Documents signed already (the parent's, or a checked-against version's, read from its
+    build state here): a ``sign`` for ``with_bands``."""
+    return signed if isinstance(signed, Signed) else signed.load()
 
 
 def bucket_pairs(frame: pd.DataFrame) -> pd.DataFrame:
