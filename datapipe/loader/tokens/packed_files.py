@@ -14,7 +14,7 @@ from datapipe.loader.dataset import Dataset
 from datapipe.loader.schedule import _rng, groups
 from datapipe.loader.shard_files import held_together
 from datapipe.loader.tokens.pack import Pack
-from datapipe.loader.tokens.rows import ARRAYS, BatchPieces, assemble, split_batches
+from datapipe.loader.tokens.rows import ARRAYS, BatchPieces, ShardIds, assemble, split_batches
 from datapipe.loader.tokens.window import WindowDocs, WindowPlan
 
 SHARD_BITS = 32  # a mix's shard codes: source << SHARD_BITS | shard
@@ -248,13 +248,8 @@ def read_mixed_rows(
     shards must stay open until then)."""
     sizes = [len(owner)] if sizes is None else sizes
     pack, pad_id = parts[0].pack, parts[0].pad_id
-    mapped: dict[int, np.ndarray] = {}  # the batches' shards' ids, looked up once for them all
-
-    def ids(code: int) -> np.ndarray:
-        found = mapped.get(code)
-        if found is None:
-            found = mapped[code] = parts[code >> SHARD_BITS].ids(code & SHARDS)
-        return found
+    # the batches' shards' ids, looked up once for them all
+    ids = ShardIds(lambda code: parts[code >> SHARD_BITS].ids(code & SHARDS))
 
     if len(parts) == 1:  # one dataset: its pieces are the batch's
         pieces = parts[0].pieces(numbers, rows, np.arange(len(owner)))

@@ -8,7 +8,7 @@ the int64 rows; whole rows are filled by numpy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,22 +46,32 @@ class _Rows:
         self.spans: list[list[int]] = [[] for _ in range(rows)]  # each row's pieces' lengths
 
 
+class ShardIds(dict[int, np.ndarray]):
+    """Shards' token ids by shard code, each looked up (``lookup(code)``) the first time it is
+    asked for: one cache for all the batches of a chunk."""
+
+    def __init__(self, lookup: Callable[[int], np.ndarray]) -> None:
+        super().__init__()
+        self.lookup = lookup
+
+    def __missing__(self, code: int) -> np.ndarray:
+        found = self[code] = self.lookup(code)
+        return found
+
+
 def assemble(
-    pieces: BatchPieces, rows: int, pack: Pack, ids: Callable[[int], np.ndarray], pad_id: int
+    pieces: BatchPieces, rows: int, pack: Pack, ids: Mapping[int, np.ndarray], pad_id: int
 ) -> dict[str, Any]:
-    """The batch dict of ``rows`` rows from ``pieces`` (``ids(shard)``: that shard's token ids)."""
+    """The batch dict of ``rows`` rows from ``pieces`` (``ids[shard]``: that shard's token ids,
+    a ``ShardIds``)."""
     size = pack.length
     p = pieces
     values = [a.tolist() for a in (p.row, p.column, p.first, p.end, p.start, p.shard, p.length)]
-    arrays: dict[int, np.ndarray] = {}
     buffer = np.empty((rows, size + 1), dtype=np.int64)
     found = _Rows(rows)
     starts: list[tuple[int, int]] = []  # (row, column) where a document starts, past column 0
     for i, (r, c, f, e, at, s, _) in enumerate(zip(*values, strict=True)):
-        ids_of = arrays.get(s)
-        if ids_of is None:
-            ids_of = arrays[s] = ids(s)
-        buffer[r, c : c + e - f] = ids_of[at : at + e - f]
+        buffer[r, c : c + e - f] = ids[s][at : at + e - f]
         if f == 0 and c >= 1:
             starts.append((r, c))
         if c >= size:  # concat: the piece that starts at column L is only a label
@@ -78,7 +88,7 @@ def assemble(
     else:
         for r, end in enumerate(found.end):
             buffer[r, end:] = pad_id
-        labels = _labels(buffer, values, found, pack, arrays)
+        labels = _labels(buffer, values, found, pack, ids)
     lengths = _segments(found, size, pack)
     return {
         "input_ids": buffer[:, :size],
@@ -95,7 +105,7 @@ def _labels(
     values: list[list[int]],
     found: _Rows,
     pack: Pack,
-    arrays: dict[int, np.ndarray],
+    ids: Mapping[int, np.ndarray],
 ) -> np.ndarray:
     """Labels of padded rows: each token's next in its document (the one after a piece's end
     read from the shard), -100 past a document's end and on padding; joined: the next token in
@@ -108,7 +118,7 @@ def _labels(
     for i, (r, c, f, e, at, s, length) in enumerate(zip(*values, strict=True)):
         if joined and found.last[r] != i:
             continue
-        labels[r, c + e - f - 1] = arrays[s][at + e - f] if e < length else IGNORE
+        labels[r, c + e - f - 1] = ids[s][at + e - f] if e < length else IGNORE
     return labels
 
 
