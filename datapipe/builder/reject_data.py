@@ -54,10 +54,11 @@ class InFile:
     path: str
     rows: np.ndarray | None = None
 
-    def read(self, fs: Any) -> list[str]:
-        """The data, read from the row groups that hold its rows."""
+    def read(self, fs: Any, last: dict[tuple[str, int], Any] | None = None) -> list[str]:
+        """The data, read from the row groups that hold its rows (``read_data``: ``last`` keeps
+        the last one read)."""
         try:
-            return read_data(fs, self.path, self.rows)
+            return read_data(fs, self.path, self.rows, last)
         except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
             raise IntegrityError(
                 f"{self.path}: the data of rejected rows could not be read ({e}); run the build "
@@ -77,10 +78,12 @@ class RejectData:
         self.pieces.setdefault(part, []).append(piece)
 
     def filler(self, fs: Any) -> Callable[[int, Sequence[Reject]], list[Reject]]:
-        """A function that gives partition ``part``'s ``rejects`` their data."""
+        """A function that gives partition ``part``'s ``rejects`` their data; called for the
+        partitions in order, it reads each row group of a parent's quarantine once."""
+        last: dict[tuple[str, int], Any] = {}
 
         def fill(part: int, rejects: Sequence[Reject]) -> list[Reject]:
-            data = [d for p in self.pieces.get(part, ()) for d in p.read(fs)]
+            data = [d for p in self.pieces.get(part, ()) for d in p.read(fs, last)]
             if len(data) != len(rejects):  # a bug, never the user's input
                 raise AssertionError(f"partition {part}: {len(rejects)} rejects, {len(data)} data")
             return [replace(r, data=d) for r, d in zip(rejects, data, strict=True)]

@@ -75,9 +75,15 @@ def with_data(store: Store, path: str, rows: Sequence[dict[str, Any]]) -> list[d
     ]
 
 
-def read_data(fs: Any, path: str, rows: Sequence[int] | np.ndarray | None = None) -> list[str]:
+def read_data(
+    fs: Any,
+    path: str,
+    rows: Sequence[int] | np.ndarray | None = None,
+    last: dict[tuple[str, int], Any] | None = None,
+) -> list[str]:
     """The ``data`` column of the Parquet file ``path`` at ``rows`` (0-based, any order), or all
-    of it; only the row groups that hold them are read."""
+    of it; only the row groups that hold them are read. ``last`` keeps the last row group read,
+    for the next call (rows read in file order, a call each, read each group once)."""
     import pyarrow.parquet as pq
 
     with fs.open(path, "rb") as f:
@@ -90,7 +96,12 @@ def read_data(fs: Any, path: str, rows: Sequence[int] | np.ndarray | None = None
         group = np.searchsorted(starts, wanted, side="right") - 1
         out: list[str] = [""] * len(wanted)
         for g in np.unique(group).tolist():
-            column = file.read_row_group(g, columns=["data"], use_threads=False)["data"]
+            column = last.get((path, g)) if last is not None else None
+            if column is None:
+                column = file.read_row_group(g, columns=["data"], use_threads=False)["data"]
+                if last is not None:
+                    last.clear()
+                    last[(path, g)] = column
             where = np.flatnonzero(group == g)
             taken = column.take(wanted[where] - starts[g]).to_pylist()
             for i, value in zip(where.tolist(), taken, strict=True):

@@ -78,3 +78,26 @@ def test_a_reader_takes_the_data_of_the_rows_it_shows_only(tmp_path, monkeypatch
     assert shown == [
         {**read_rows(store, path)[i], "data": json.dumps({"text": f"row {i}"})} for i in (29, 3, 12)
     ]
+
+
+def test_partitions_read_in_order_read_each_row_group_once(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(quarantine, "ROWS_AT_ONCE", 10)
+    path = str(tmp_path / "rejected.parquet")
+    with open(path, "wb") as f:
+        write_quarantine(f, records(40))
+    groups = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(
+        pq.ParquetFile,
+        "read_row_group",
+        lambda self, g, **kw: groups.append(g) or real(self, g, **kw),
+    )
+    data = RejectData()
+    for part, rows in enumerate([[0, 3], [5, 12], [15, 18, 19], [20], [38, 39]]):
+        data.add(part, InFile(path, np.array(rows)))
+    fill = data.filler(fsspec.filesystem("file"))
+    for part, n in enumerate([2, 2, 3, 1, 2]):
+        fill(part, [Reject("s", "r", i, None) for i in range(n)])
+    assert groups == [0, 1, 2, 3]
