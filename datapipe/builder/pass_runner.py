@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from datapipe.builder.in_process import InProcessClient
@@ -119,19 +119,32 @@ class PassRunner:
                 time.sleep(FOLLOW_POLL_SECONDS)
             else:
                 quiet_since = time.monotonic()
-                stalled = stalled + 1 if self._stuck() else 0
+                why = why_stuck(self.client.scheduler_info().get("workers", {}))
+                stalled = stalled + 1 if why else 0
                 if stalled >= STALL_CHECKS:
                     raise BuildError(
-                        f"{phase}: {self._stuck()} for {STALL_CHECKS * STALL_CHECK_SECONDS} s; "
-                        "give the "
+                        f"{phase}: {why} for {STALL_CHECKS * STALL_CHECK_SECONDS} s; give the "
                         "workers more memory (--memory-limit, fewer --workers) or use a smaller "
                         "source.options.blocksize, then run the build again"
                     )
 
-    def _stuck(self) -> str | None:
-        workers = self.client.scheduler_info().get("workers", {})
-        if not workers:
-            return "no Dask worker is left"
-        if all(w.get("status") == "paused" for w in workers.values()):
-            return "every Dask worker is paused at its memory limit"
-        return None
+
+BUSY = ("executing", "long-running", "flight")  # a worker's task states that are progress
+
+
+def why_stuck(workers: Mapping[str, Any]) -> str | None:
+    """Why a cluster of ``workers`` (the scheduler's ``workers`` info) cannot progress, or None:
+    no worker left; every worker paused at its memory limit; or some paused and none of them all
+    running or fetching a task (the others wait on what the paused ones hold)."""
+    if not workers:
+        return "no Dask worker is left"
+    paused = sum(w.get("status") == "paused" for w in workers.values())
+    if paused == len(workers):
+        return "every Dask worker is paused at its memory limit"
+    counts = [w.get("metrics", {}).get("task_counts", {}) for w in workers.values()]
+    if paused and not any(c.get(state, 0) for c in counts for state in BUSY):
+        return (
+            f"{paused} of {len(workers)} Dask workers are paused at their memory limit and the "
+            "others wait on them"
+        )
+    return None

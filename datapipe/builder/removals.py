@@ -34,6 +34,11 @@ class Signed:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def __sizeof__(self) -> int:
+        # Dask sizes a worker's held results with sys.getsizeof: without this, a block of
+        # signatures counts as a few bytes, is never spilled, and the workers holding them pause
+        return object.__sizeof__(self) + self.signatures.nbytes + self.labels.nbytes
+
 
 class Stored(Protocol):
     """Signed documents kept elsewhere (a spool, a build state file), read where they are needed."""

@@ -1,5 +1,6 @@
-"""A pass that cannot progress (no worker left, every worker paused at its memory limit) fails
-instead of waiting; a pass that does progress reports each of its tasks once."""
+"""A pass that cannot progress (no worker left, every worker paused at its memory limit, or some
+paused and none working) fails instead of waiting; a pass that does progress reports each of its
+tasks once."""
 
 import logging
 import time
@@ -40,6 +41,39 @@ def test_a_pass_without_workers_is_an_error_not_a_wait(monkeypatch):
             time.sleep(0.1)
         with pytest.raises(BuildError, match="measure: no Dask worker is left .*--memory-limit"):
             run("measure", [delayed(_sleep, pure=False)(0.1)])
+
+
+def worker(status="running", **tasks):
+    """A worker as the scheduler describes it: its status and its tasks' states."""
+    return {"status": status, "metrics": {"task_counts": tasks}}
+
+
+@pytest.mark.parametrize(
+    ("workers", "words"),
+    [
+        ({}, "no Dask worker is left"),
+        ({"a": worker("paused"), "b": worker("paused")}, "every Dask worker is paused"),
+        # the running one waits on what the paused one holds
+        ({"a": worker("paused", ready=29), "b": worker(memory=488)}, "1 of 2 Dask workers"),
+        ({"a": worker("paused", executing=1), "b": worker()}, None),  # it ends its task
+        ({"a": worker("paused"), "b": worker(executing=1)}, None),
+        ({"a": worker("paused"), "b": worker(flight=3)}, None),  # fetching what it needs
+        ({"a": worker(ready=5), "b": worker()}, None),  # nothing paused: slow, not stuck
+    ],
+)
+def test_a_cluster_is_stuck_when_no_worker_can_go_on(workers, words):
+    why = pass_runner.why_stuck(workers)
+    assert why is None if words is None else words in why
+
+
+def test_dask_counts_a_block_of_signatures_at_its_size():
+    import numpy as np
+    from dask.sizeof import sizeof
+
+    from datapipe.builder.removals import Signed
+
+    signed = Signed(np.zeros((1000, 1024), np.uint32), np.array(["d00001"] * 1000))
+    assert sizeof(signed) >= 1000 * 1024 * 4 + signed.labels.nbytes
 
 
 class Counted(BuildProgress):

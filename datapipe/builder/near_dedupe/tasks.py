@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from datapipe.builder.allocator import fit_worker_thresholds
 from datapipe.builder.near_dedupe.lsh import band_keys, candidate_pairs
 from datapipe.builder.near_dedupe.minhash import HashFamily, is_empty, signatures
 from datapipe.builder.near_dedupe.resolve import numbers
@@ -77,6 +78,7 @@ def with_bands(
 ) -> tuple[Signed, pd.DataFrame]:
     """Block ``block``'s signed documents (``sign(*given)``) and their bands, in one task: the
     signatures never travel to be banded."""
+    fit_worker_thresholds()  # a rebuild's first task on a worker may be this one, reading no source
     signed = sign(*given)
     return signed, band_frame(signed, block, bands, rows)
 
