@@ -64,7 +64,7 @@ def test_held_documents_answer_as_their_signatures_would(monkeypatch, request, o
     docs = held.HeldDocuments(run, "s", run.keep([delayed(kept)(b) for b in blocks]))
     every = np.concatenate([numbers(b, np.arange(n)) for b, n in enumerate(sizes)])
     first, second = rng.choice(every, 200), rng.choice(every, 200)  # in no order, some twice
-    monkeypatch.setattr(held, "PAIRS_AT_ONCE", 6)  # comparisons cut within a block
+    monkeypatch.setattr(held, "COMPARED_BYTES", 6 * 2 * 4 * 16)  # comparisons of 6 pairs
     sig = {int(d): blocks[d >> 32].signatures[d & 0xFFFFFFFF] for d in every}
     expected = similarity(np.stack([sig[d] for d in first]), np.stack([sig[d] for d in second]))
     assert np.array_equal(docs.similarity(first, second, "verify"), expected)

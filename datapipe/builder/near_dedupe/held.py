@@ -2,8 +2,9 @@
 checked against first, then the partitions in source order; documents numbered by block and row:
 ``resolve.numbers``), and what the client asks of them without fetching them: each block's size
 and documents without a word, the labels of a few documents, and the similarity estimates of
-pairs. For those, each pair's first signature is sent to the block of its second, in pieces of at
-most PAIRS_AT_ONCE pairs: the client holds pairs and estimates, never signatures."""
+pairs. For those, the pairs sorted by their second document are cut into comparisons of about
+COMPARED_BYTES of signatures, and each pair's first signature is sent to its comparison, a piece
+per block of first documents: the client holds pairs and estimates, never signatures."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from typing import Any
 import numpy as np
 
 from datapipe.builder.near_dedupe.minhash import is_empty, similarity
-from datapipe.builder.near_dedupe.resolve import ROW_BITS, ROWS
+from datapipe.builder.near_dedupe.resolve import ROW_BITS, ROWS, by_block
 from datapipe.builder.pass_runner import PassRunner
 from datapipe.builder.removals import Signed
 
-PAIRS_AT_ONCE = 1 << 14  # pairs one task compares: two signatures of 4 KB a pair at 1,024 hashes
+# the signatures of both sides of the pairs one task compares: few tasks (each block of first
+# documents sends a piece to each comparison it has pairs in), each well inside a worker
+COMPARED_BYTES = 64 << 20
 
 
 class HeldDocuments:
@@ -29,8 +32,9 @@ class HeldDocuments:
 
         self.run, self.label, self.blocks = run, label, list(blocks)
         shapes = run(f"{label} collect", [delayed(shape)(b) for b in self.blocks])
-        self.sizes = [size for size, _ in shapes]
-        self._empty = [empty for _, empty in shapes]
+        self.sizes = [size for size, _, _ in shapes]
+        self._empty = [empty for _, empty, _ in shapes]
+        self.width = max((width for _, _, width in shapes), default=1)  # hashes a signature
 
     def empty(self) -> np.ndarray:
         """The documents without a shingle, ascending."""
@@ -42,59 +46,53 @@ class HeldDocuments:
         from dask import delayed
 
         docs = np.asarray(docs, dtype=np.int64)
-        block = docs >> ROW_BITS
-        wanted = np.unique(block).tolist()
-        tasks = [delayed(labels_at)(self.blocks[b], docs[block == b] & ROWS) for b in wanted]
+        grouped = list(by_block(docs >> ROW_BITS))
+        tasks = [delayed(labels_at)(self.blocks[b], docs[at] & ROWS) for b, at in grouped]
         out = np.empty(len(docs), dtype=object)
-        for b, labels in zip(wanted, self.run(f"{self.label} labels", tasks), strict=True):
-            out[block == b] = labels
+        for (_, at), labels in zip(grouped, self.run(f"{self.label} labels", tasks), strict=True):
+            out[at] = labels
         return [str(label) for label in out]
 
     def similarity(self, first: np.ndarray, second: np.ndarray, why: str) -> np.ndarray:
         """The estimated similarity of each pair (``first[i]``, ``second[i]``), in the pass
         "LABEL ``why``": per block of first documents, a task that cuts their signatures into a
-        piece per comparison; per comparison (pairs of one block of second documents), a task."""
+        piece per comparison; per comparison, a task with its blocks of second documents."""
         from dask import delayed
 
         first, second = np.asarray(first, np.int64), np.asarray(second, np.int64)
         if not len(first):
             return np.zeros(0)
-        source, target = first >> ROW_BITS, second >> ROW_BITS
-        order = np.lexsort((source, target))  # by second's block, then first's
-        part = comparisons(target[order])
+        order = np.lexsort((first >> ROW_BITS, second >> ROW_BITS))  # by second's block, first's
+        first, second = first[order], second[order]
+        at_once = max(1, COMPARED_BYTES // (2 * 4 * self.width))
+        part = np.arange(len(first)) // at_once
         pieces: dict[int, list[Any]] = {}
-        for block in np.unique(source).tolist():
-            at = np.flatnonzero(source[order] == block)
+        for block, at in by_block(first >> ROW_BITS):  # blocks ascending, their pairs in order
             cuts = np.flatnonzero(np.diff(part[at])) + 1
-            rows = first[order][at] & ROWS
-            cut = delayed(signature_pieces, nout=len(cuts) + 1)(self.blocks[block], rows, cuts)
+            cut = delayed(signature_pieces, nout=len(cuts) + 1)(
+                self.blocks[block], first[at] & ROWS, cuts
+            )
             for c, piece in zip(part[at][np.r_[0, cuts]].tolist(), cut, strict=True):
                 pieces.setdefault(c, []).append(piece)
-        starts = np.flatnonzero(np.r_[True, np.diff(part) != 0])
-        tasks = [
-            delayed(compared)(
-                self.blocks[int(target[order][a])], second[order][a:b] & ROWS, *pieces[int(c)]
-            )
-            for c, a, b in zip(part[starts], starts, np.r_[starts[1:], len(part)], strict=True)
-        ]
+        tasks = []
+        for c, lo in enumerate(range(0, len(first), at_once)):
+            hi = lo + at_once
+            targets, which = np.unique(second[lo:hi] >> ROW_BITS, return_inverse=True)
+            # the pieces come block by block of first documents: the pairs in that order
+            given = np.argsort(first[lo:hi] >> ROW_BITS, kind="stable")
+            blocks = [self.blocks[t] for t in targets.tolist()]
+            rows = second[lo:hi] & ROWS
+            tasks.append(delayed(compared)(which, rows, given, len(blocks), *blocks, *pieces[c]))
         out = np.empty(len(first))
         estimates = self.run(f"{self.label} {why}", tasks)
         out[order] = np.concatenate([np.zeros(0), *estimates])
         return out
 
 
-def comparisons(blocks: np.ndarray) -> np.ndarray:
-    """For pairs sorted by their second document's block (``blocks``), the comparison each is in:
-    runs of one block, at most PAIRS_AT_ONCE pairs each."""
-    new_block = np.r_[True, blocks[1:] != blocks[:-1]] if len(blocks) else np.zeros(0, bool)
-    run_start = np.maximum.accumulate(np.where(new_block, np.arange(len(blocks)), 0))
-    new = new_block | ((np.arange(len(blocks)) - run_start) % PAIRS_AT_ONCE == 0)
-    return np.cumsum(new) - 1
-
-
-def shape(signed: Signed) -> tuple[int, np.ndarray]:
-    """A block's size and its documents without a shingle."""
-    return len(signed), np.flatnonzero(is_empty(signed.signatures)).astype(np.int64)
+def shape(signed: Signed) -> tuple[int, np.ndarray, int]:
+    """A block's size, its documents without a shingle, and its signatures' width."""
+    empty = np.flatnonzero(is_empty(signed.signatures)).astype(np.int64)
+    return len(signed), empty, signed.signatures.shape[1]
 
 
 def labels_at(signed: Signed, rows: np.ndarray) -> np.ndarray:
@@ -107,7 +105,17 @@ def signature_pieces(signed: Signed, rows: np.ndarray, cuts: np.ndarray) -> list
     return np.split(signed.signatures[rows], cuts)
 
 
-def compared(signed: Signed, rows: np.ndarray, *pieces: np.ndarray) -> np.ndarray:
+def compared(
+    which: np.ndarray, rows: np.ndarray, given: np.ndarray, count: int, *given_blocks: Any
+) -> np.ndarray:
     """The similarity estimates of a comparison's pairs: the signatures of their first documents
-    (``pieces``, in order) against those of rows ``rows`` of this block."""
-    return similarity(np.concatenate(pieces), signed.signatures[rows])
+    (the pieces after its ``count`` blocks, which hold the pairs in the order ``given``) against
+    those of their second documents (row ``rows[i]`` of block ``which[i]`` of the blocks)."""
+    blocks, pieces = given_blocks[:count], given_blocks[count:]
+    firsts = np.empty((len(rows), blocks[0].signatures.shape[1]), dtype=np.uint32)
+    firsts[given] = np.concatenate(pieces)
+    seconds = np.empty_like(firsts)
+    for b, signed in enumerate(blocks):
+        at = np.flatnonzero(which == b)
+        seconds[at] = signed.signatures[rows[at]]
+    return similarity(firsts, seconds)

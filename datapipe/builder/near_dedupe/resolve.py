@@ -4,7 +4,7 @@ rows a cluster's first document makes duplicates, each with its reason."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -40,6 +40,16 @@ def numbers(block: int, rows: np.ndarray) -> np.ndarray:
     return (np.int64(block) << ROW_BITS) | np.asarray(rows, dtype=np.int64)
 
 
+def by_block(blocks: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """Each block of ``blocks`` (one a document) with the positions of its documents there,
+    ascending: one sort, not a pass over all of them per block."""
+    order = np.argsort(blocks, kind="stable")
+    found, starts = np.unique(blocks[order], return_index=True)
+    ends = [*starts[1:].tolist(), len(order)][: len(starts)]
+    for block, lo, hi in zip(found.tolist(), starts.tolist(), ends, strict=True):
+        yield block, order[lo:hi]
+
+
 def edges(docs: Documents, pairs: np.ndarray, args: NearDedupeArgs) -> np.ndarray:
     """The candidate pairs whose estimated similarity reaches the threshold (all of them without
     ``verify``); with empty "first", also every document without a word paired with the first
@@ -63,11 +73,11 @@ def removals(docs: Documents, found: np.ndarray, protected: int) -> list[Removal
     removed, kept = members[gone], first[gone]
     estimate = docs.similarity(removed, kept, "reasons")
     names = np.array(docs.labels(kept), dtype=object)
-    block = removed >> ROW_BITS
+    of_block = dict(by_block(removed >> ROW_BITS))
     out = []
     for b in range(protected, len(docs.sizes)):
         keep = np.ones(docs.sizes[b], dtype=bool)
-        where = np.flatnonzero(block == b)
+        where = of_block.get(b, np.zeros(0, np.int64))
         keep[removed[where] & ROWS] = False
         reasons = tuple(
             f"near-duplicate of {name} (estimated similarity {s:.2f})"
