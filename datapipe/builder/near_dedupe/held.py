@@ -20,7 +20,7 @@ from datapipe.builder.removals import Signed
 
 # the signatures of both sides of the pairs one task compares: few tasks (each block of first
 # documents sends a piece to each comparison it has pairs in), each well inside a worker
-COMPARED_BYTES = 64 << 20
+COMPARED_BYTES = 32 << 20
 
 
 class HeldDocuments:
