@@ -239,29 +239,34 @@ class InState:
 
     def load(self) -> Signed:
         """The signed partition, read from the file."""
-        try:
-            with self.fs.open(self.path, "rb") as f, np.load(f, allow_pickle=False) as z:
-                return Signed(z[f"dedupe{self.member}"], z[f"labels{self.member}"])
-        except (OSError, ValueError, KeyError) as e:
-            raise IntegrityError(
-                f"{self.path}: the parent version's build state, which holds the signatures this "
-                f"build takes, could not be read ({e}); run the build again"
-            ) from None
+        return Signed(
+            *_arrays(self.fs, self.path, [f"dedupe{self.member}", f"labels{self.member}"])
+        )
 
 
 def state_labels(kept: Sequence[InState]) -> list[np.ndarray]:
     """The labels of signed partitions kept in one build state file, read at once (without their
     signatures)."""
-    if not kept:
-        return []
+    return _arrays(kept[0].fs, kept[0].path, [f"labels{k.member}" for k in kept]) if kept else []
+
+
+def _arrays(fs: Any, path: str, names: Sequence[str]) -> list[np.ndarray]:
+    """Arrays ``names`` of the build state file ``path``, the rest left unread."""
     try:
-        with kept[0].fs.open(kept[0].path, "rb") as f, np.load(f, allow_pickle=False) as z:
-            return [z[f"labels{k.member}"] for k in kept]
+        with fs.open(path, "rb") as f, np.load(f, allow_pickle=False) as z:
+            return [z[name] for name in names]
     except (OSError, ValueError, KeyError) as e:
         raise IntegrityError(
-            f"{kept[0].path}: a build state whose signatures this build takes could not be read "
-            f"({e}); run the build again"
+            f"{path}: a build state whose signatures this build takes could not be read ({e}); "
+            "run the build again"
         ) from None
+
+
+def read_state(fs: Any, path: str) -> BuildState | None:
+    """The state in file ``path`` of ``fs`` (``load_state``), its near_dedupe signatures left
+    there (``InState``)."""
+    with fs.open(path, "rb") as f:
+        return load_state(f, at=(fs, path))
 
 
 def _hashes(z: Any, stage: str, k: int, at: tuple[Any, str] | None) -> Any:

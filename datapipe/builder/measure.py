@@ -20,7 +20,7 @@ from datapipe.builder.passes import (
     measured_of,
 )
 from datapipe.builder.quarantine import Reject
-from datapipe.builder.reject_data import InFile, RejectData, RejectsAt
+from datapipe.builder.reject_data import DUPLICATES, MEASURED, InFile, RejectData, RejectsAt
 from datapipe.builder.result import PartitionCounts
 from datapipe.builder.reuse import Reuse
 from datapipe.builder.shard_plan import Dedupe, first_occurrences
@@ -123,7 +123,7 @@ def measure_parts(
         fresh = run("clean and measure", [measure(job, p, dedupe.of(p.number), at) for p in todo])
     for p, m in zip(todo, fresh, strict=True):
         if m.rejects:
-            data.add(p.number, InFile(at.path(f"measure-{p.number}")))
+            data.add(p.number, InFile(at.path(MEASURED, p.number)))
     carried.update({p.number: m for p, m in zip(todo, fresh, strict=True)})
     reports = [carried[p.number] for p in parts]
     key_keep = first_occurrences([m.key_hashes for m in reports])
@@ -167,5 +167,5 @@ def _with_duplicates(
         for p, dups in zip(todo, run("duplicate keys", tasks), strict=True):
             rejects[p.number].extend(dups)
             if dups:
-                data.add(p.number, InFile(at.path(f"duplicates-{p.number}")))
+                data.add(p.number, InFile(at.path(DUPLICATES, p.number)))
     return rejects

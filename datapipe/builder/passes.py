@@ -22,7 +22,7 @@ from datapipe.builder.drops import dropped_examples
 from datapipe.builder.encode import EncodedRows, SampleEncoder, encode_columns
 from datapipe.builder.map_failure import located
 from datapipe.builder.quarantine import Reject, row_json
-from datapipe.builder.reject_data import RejectsAt
+from datapipe.builder.reject_data import DUPLICATES, MEASURED, RejectsAt
 from datapipe.builder.source.base import Part, Source
 from datapipe.builder.source.registry import read_part
 from datapipe.builder.splits import assign_splits
@@ -261,7 +261,7 @@ def encode_pass(job: BuildJob, part: Part, masks: Masks) -> tuple[Measured, Enco
 def measure_leaving(job: BuildJob, part: Part, masks: Masks, at: RejectsAt) -> Measured:
     """``measure_pass``, its rejects' data left ``at`` its place (``reject_data``)."""
     measured = measure_pass(job, part, masks)
-    return replace(measured, rejects=at.kept(f"measure-{part.number}", measured.rejects))
+    return replace(measured, rejects=at.kept(MEASURED, part.number, measured.rejects))
 
 
 def encode_leaving(
@@ -269,7 +269,7 @@ def encode_leaving(
 ) -> tuple[Measured, EncodedSamples]:
     """``encode_pass``, its rejects' data left ``at`` its place (``reject_data``)."""
     measured, block = encode_pass(job, part, masks)
-    return replace(measured, rejects=at.kept(f"measure-{part.number}", measured.rejects)), block
+    return replace(measured, rejects=at.kept(MEASURED, part.number, measured.rejects)), block
 
 
 def measured_of(result: tuple[Measured, EncodedSamples]) -> Measured:
@@ -282,7 +282,7 @@ def duplicates_leaving(
     job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray, at: RejectsAt
 ) -> list[Reject]:
     """``duplicates_pass``, its rejects' data left ``at`` its place (``reject_data``)."""
-    return at.kept(f"duplicates-{part.number}", duplicates_pass(job, part, masks, key_keep))
+    return at.kept(DUPLICATES, part.number, duplicates_pass(job, part, masks, key_keep))
 
 
 def duplicates_pass(job: BuildJob, part: Part, masks: Masks, key_keep: np.ndarray) -> list[Reject]:

@@ -126,8 +126,8 @@ def _batches(items: Iterable[T], size: Callable[[T], int]) -> Iterator[list[T]]:
 
 
 def _array(pa: Any, values: Sequence[Any], kind: Any) -> Any:
-    """``values`` as an Arrow array; a text with a lone surrogate (a JSON source's "\\ud800", a
-    line read with surrogateescape), which UTF-8 cannot hold, with it as its escape."""
+    """``values`` as an Arrow array; a text with a lone surrogate (as a map stage may make), which
+    UTF-8 cannot hold, with it as its escape."""
     try:
         return pa.array(values, kind)
     except UnicodeEncodeError:

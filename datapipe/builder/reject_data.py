@@ -19,6 +19,7 @@ from datapipe.storage.fs import open_atomic
 from datapipe.versioning.rejected import read_data
 
 SCRATCH = "rejects"  # the directory of the partial version the tasks write into
+MEASURED, DUPLICATES = "measure", "duplicates"  # the passes that leave rejects' data there
 
 
 def without_data(rejects: Sequence[Reject]) -> list[Reject]:
@@ -34,16 +35,17 @@ class RejectsAt:
     fs: Any
     directory: str
 
-    def kept(self, name: str, rejects: Sequence[Reject]) -> list[Reject]:
-        """``rejects`` without their data, which goes to file ``name`` here (where there is any)."""
+    def kept(self, kind: str, part: int, rejects: Sequence[Reject]) -> list[Reject]:
+        """``rejects`` without their data, which goes to the file of ``kind`` (MEASURED,
+        DUPLICATES) of partition ``part`` here (where there is any)."""
         if rejects:
-            with open_atomic(self.fs, self.path(name)) as f:
+            with open_atomic(self.fs, self.path(kind, part)) as f:
                 write_data(f, [r.data for r in rejects])
         return without_data(rejects)
 
-    def path(self, name: str) -> str:
-        """The file of ``name``'s data."""
-        return f"{self.directory}/{SCRATCH}/{name}.parquet"
+    def path(self, kind: str, part: int) -> str:
+        """The file of the data of partition ``part``'s rejects of ``kind``."""
+        return f"{self.directory}/{SCRATCH}/{kind}-{part}.parquet"
 
 
 @dataclass(frozen=True)

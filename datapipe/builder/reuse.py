@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.builder.identities import Identities, with_masks
-from datapipe.builder.incremental import BuildState, load_state, why_unusable
+from datapipe.builder.incremental import BuildState, read_state, why_unusable
 from datapipe.builder.known_hashes import trusted
 from datapipe.builder.passes import Masks, Measured
 from datapipe.builder.quarantine import Reject
@@ -184,8 +184,7 @@ def read_parent(store: Store, name: str, key: str) -> Parent:
     path = store.build_state_path(name, version)
     if path is None:
         return Parent(version, None, "the latest version has no build state")
-    with store.fs.open(path, "rb") as f:  # its signatures stay there: ``incremental.InState``
-        state = load_state(f, at=(store.fs, path))
+    state = read_state(store.fs, path)
     why = why_unusable(state, key) or _no_quarantine(store, name, version, state)
     return Parent(version, state, why)
 

@@ -10,12 +10,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from datapipe.errors import IntegrityError, NotFoundError
+from datapipe.errors import NotFoundError
 from datapipe.loader.dataset import Dataset
 from datapipe.serve.samples import PREVIEW, Field, read_sample
-from datapipe.versioning.layout import VERSIONS
 from datapipe.versioning.manifest import short_id
-from datapipe.versioning.rejected import read_rows, with_data
+from datapipe.versioning.rejected import read_rows, version_quarantine, with_data
 from datapipe.versioning.sample_diff import Side, VersionDiff, VersionPair
 from datapipe.versioning.store import Store
 
@@ -35,20 +34,6 @@ def _number(request: Request, name: str) -> int:
     return int(raw)
 
 
-def quarantine_path(ds: Dataset) -> str | None:
-    """The path of a version's rejected.parquet (None when it rejected nothing)."""
-    m = ds.manifest
-    if m.rejected is None:
-        return None
-    # a name beside the manifest, never a path elsewhere
-    if "/" in m.rejected or m.rejected.startswith("."):
-        raise IntegrityError(
-            f"{ds.name}@{short_id(m.version)}: the manifest's rejected is {m.rejected!r}, not a "
-            "file name in the version's directory"
-        )
-    return ds.store.path(ds.name, VERSIONS, m.version, m.rejected)
-
-
 def failed_builds(store: Store, name: str) -> list[str]:
     """The quarantine files that failed builds of ``name`` left
     (STORE/NAME/rejected/TIME-ID.parquet), newest first."""
@@ -63,7 +48,7 @@ def quarantine_page(c: Any, name: str, ref: str, request: Request) -> HTMLRespon
     page."""
     ds = c.versions.dataset(name, ref)
     here = f"/d/{name}/v/{ds.version}/quarantine"
-    path = quarantine_path(ds)
+    path = version_quarantine(ds.store, ds.name, ds.manifest)
     return _rejects(c, request, ds.store, path, name=name, m=ds.manifest, here=here, failed=None)
 
 

@@ -188,11 +188,6 @@ class Store:
 
         self.remote(path, write)
 
-    def build_state(self, name: str, version: str) -> bytes | None:
-        """The build state a build left beside version ``version`` (None when there is none)."""
-        path = self.build_state_path(name, version)
-        return read_bytes(self.fs, path) if path is not None else None
-
     def build_state_path(self, name: str, version: str) -> str | None:
         """The path of the build state beside version ``version`` (None when there is none)."""
         path = self.path(name, VERSIONS, version, BUILD_STATE_NAME)

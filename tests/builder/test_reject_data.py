@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from datapipe.builder import quarantine
 from datapipe.builder.quarantine import Reject, write_quarantine
-from datapipe.builder.reject_data import InFile, RejectData, RejectsAt
+from datapipe.builder.reject_data import DUPLICATES, MEASURED, InFile, RejectData, RejectsAt
 
 
 def records(n: int, text=lambda i: f"row {i}"):
@@ -47,11 +47,11 @@ def test_a_partitions_files_fill_its_rejects_in_order(tmp_path):
         write_quarantine(f, records(10))
     at = RejectsAt(fs, str(tmp_path / "partial"))
     left = [Reject("sample", "r", 7, '{"text": "from a task"}'), Reject("sample", "s", 9, "\ud800")]
-    assert [r.data for r in at.kept("duplicates-3", left)] == [None, None]
-    assert at.kept("nothing", []) == [] and not fs.exists(at.path("nothing"))
+    assert [r.data for r in at.kept(DUPLICATES, 3, left)] == [None, None]
+    assert at.kept(MEASURED, 3, []) == [] and not fs.exists(at.path(MEASURED, 3))
     data = RejectData()
     data.add(3, InFile(path, np.array([4, 2])))
-    data.add(3, InFile(at.path("duplicates-3")))
+    data.add(3, InFile(at.path(DUPLICATES, 3)))
     rejects = [Reject("sample", "r", i, None) for i in range(4)]
     filled = data.filler(fs)(3, rejects)
     assert [r.data for r in filled] == [

@@ -12,7 +12,7 @@ import numpy as np
 
 from datapipe.builder.config import Pipeline, parse_pipeline
 from datapipe.builder.config_parts import NearDedupeArgs
-from datapipe.builder.incremental import InState, load_state, state_labels
+from datapipe.builder.incremental import InState, read_state, state_labels
 from datapipe.builder.removals import Signed
 from datapipe.errors import DatapipeError
 from datapipe.formats.index import ShardIndex
@@ -50,10 +50,7 @@ def signed_from_state(
     if stage is None:
         return [], why
     path = other.build_state_path(name, manifest.version)
-    state = None
-    if path is not None:
-        with other.fs.open(path, "rb") as f:  # the signatures stay there
-            state = load_state(f, at=(other.fs, path))
+    state = read_state(other.fs, path) if path is not None else None
     known = state.dedupe.get(stage) if state is not None else None
     blocks = [s for s in (known or {}).values() if isinstance(s, InState)]
     if not blocks:
